@@ -1,0 +1,439 @@
+# Shared helpers for loft's integration tests (sourced, never run).
+#
+# Topology (testing.md):
+#   netns loft-app-<id> (made by loft)  ── TUN ──►  loft (root namespace)
+#   root namespace  loft-<id>r 198.18.1.1/24 fd00:1::1/64
+#        ══ veth ══ loft-<id>s 198.18.1.2/24 fd00:1::2/64  in netns loft-srv-<id>
+#   servers in srv: nginx :80, sha256 sink :9000, echo :9001, dnsmasq :53, iperf3 :5201
+#
+# Only 198.18.0.0/15 and fd00::/8 inside namespaces made here, and loopback, are ever used.
+# Every namespace, veth, process and temp dir made here is removed by the EXIT trap, also on
+# failure, timeout (SIGTERM) and Ctrl-C.
+
+set -u
+
+LOFT_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LOFT_BIN=${LOFT_BIN:-$LOFT_REPO/.build/release/loft}
+
+T_ID=$$
+T_DIR=$(mktemp -d "/tmp/loft-test-$T_ID.XXXXXX")
+chmod 755 "$T_DIR"
+SRV_NS=loft-srv-$T_ID
+APP_NS=loft-app-$T_ID
+VETH_ROOT=loft-${T_ID}r
+VETH_SRV=loft-${T_ID}s
+SRV4=198.18.1.2
+SRV6=fd00:1::2
+ROOT4=198.18.1.1
+ROOT6=fd00:1::1
+TUN_NAME=loft0
+
+T_PASS=0
+T_FAIL=0
+T_NETNS=()      # namespaces this test made (or that loft makes for it)
+T_LINKS=()      # links in the root namespace this test made
+T_PIDS=()       # background processes this test started
+LOFT_PID=
+LOFT_LOG=
+LOFT_NS=
+LOFT_TUN=
+LOFT_RC=
+T_HOOKS=()      # extra cleanup commands (on_cleanup)
+
+# --- reporting ------------------------------------------------------------------------------
+
+pass() { echo "PASS $1"; T_PASS=$((T_PASS + 1)); }
+fail() { echo "FAIL $1: $2"; T_FAIL=$((T_FAIL + 1)); }
+note() { echo "  # $*" >&2; }
+die() { fail "${T_NAME:-setup}" "$*"; exit 1; }
+
+# check NAME COMMAND...: PASS if the command exits 0, else FAIL with its last output line.
+check() {
+    local name=$1 out rc
+    shift
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then pass "$name"; else fail "$name" "${out:-exit $rc}"; fi
+    return $rc
+}
+
+# Print the summary and exit non-zero on any failure. Call as the last line of a test.
+finish() {
+    echo "# $(basename "$0"): $T_PASS passed, $T_FAIL failed" >&2
+    [ "$T_FAIL" -eq 0 ] && [ "$T_PASS" -gt 0 ]
+    exit $?
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# Keep a record of every name made, so that Tests/run can sweep up after a killed test.
+register() {
+    [ -n "${LOFT_TEST_REGISTRY:-}" ] && echo "$1 $2" >>"$LOFT_TEST_REGISTRY"
+    return 0
+}
+
+# register_pid PID: also remember its start time, so a sweep never hits a reused PID.
+register_pid() { register pid "$1 $(awk '{print $22}' "/proc/$1/stat" 2>/dev/null)"; }
+
+# --- cleanup --------------------------------------------------------------------------------
+
+kill_pid() {                        # kill_pid PID: TERM, wait up to 3 s, then KILL
+    local p=$1 i
+    kill -0 "$p" 2>/dev/null || return 0
+    kill -TERM "$p" 2>/dev/null
+    for i in $(seq 30); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null
+    return 0
+}
+
+kill_netns_pids() {                 # every process inside a namespace this test made
+    local ns=$1 p
+    netns_exists "$ns" || return 0
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.2
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    return 0
+}
+
+cleanup() {
+    local rc=$? p ns l
+    trap '' INT TERM
+    if [ -n "$LOFT_PID" ] && kill -0 "$LOFT_PID" 2>/dev/null; then
+        kill -TERM "$LOFT_PID" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$LOFT_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$LOFT_PID" 2>/dev/null
+    fi
+    for p in "${T_PIDS[@]}"; do kill_pid "$p"; done
+    for p in "${T_HOOKS[@]}"; do eval "$p" 2>/dev/null; done
+    for ns in "${T_NETNS[@]}"; do kill_netns_pids "$ns"; done
+    for l in "${T_LINKS[@]}"; do ip link del "$l" 2>/dev/null; done
+    for ns in "${T_NETNS[@]}"; do
+        ip netns del "$ns" 2>/dev/null
+        rm -rf "/etc/netns/$ns"
+    done
+    rm -rf "$T_DIR"
+    exit $rc
+}
+# on_cleanup 'COMMAND': run COMMAND (eval) when the test exits.
+on_cleanup() { T_HOOKS+=("$1"); }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- namespaces and links -------------------------------------------------------------------
+
+in_srv() { ip netns exec "$SRV_NS" "$@"; }
+in_app() { ip netns exec "$APP_NS" "$@"; }
+
+netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
+
+# The server namespace and its veth to the root namespace.
+topo_up() {
+    local mtu=${1:-1500}
+    T_NETNS+=("$SRV_NS"); register netns "$SRV_NS"
+    T_LINKS+=("$VETH_ROOT"); register link "$VETH_ROOT"
+    ip netns add "$SRV_NS" || die "ip netns add $SRV_NS"
+    ip link add "$VETH_ROOT" mtu "$mtu" type veth peer name "$VETH_SRV" mtu "$mtu" netns "$SRV_NS" \
+        || die "ip link add $VETH_ROOT"
+    ip addr add "$ROOT4/24" dev "$VETH_ROOT"
+    ip -6 addr add "$ROOT6/64" dev "$VETH_ROOT" nodad
+    ip link set "$VETH_ROOT" up
+    ip -n "$SRV_NS" link set lo up
+    ip -n "$SRV_NS" addr add "$SRV4/24" dev "$VETH_SRV"
+    ip -n "$SRV_NS" -6 addr add "$SRV6/64" dev "$VETH_SRV" nodad
+    ip -n "$SRV_NS" link set "$VETH_SRV" up || die "srv veth up"
+    # The app namespace is created by loft; make sure that whatever happens it is removed.
+    T_NETNS+=("$APP_NS"); register netns "$APP_NS"
+}
+
+# Set the MTU of the root<->srv veth (both ends).
+topo_mtu() {
+    ip link set "$VETH_ROOT" mtu "$1"
+    ip -n "$SRV_NS" link set "$VETH_SRV" mtu "$1"
+}
+
+# --- servers inside srv ---------------------------------------------------------------------
+
+# wait_listen NS tcp|udp PORT [SECONDS]: until something listens on PORT inside NS.
+wait_listen() {
+    local ns=$1 proto=$2 port=$3 secs=${4:-10} i flag=-Hltn
+    [ "$proto" = udp ] && flag=-Hlun
+    for i in $(seq $((secs * 10))); do
+        if ip netns exec "$ns" ss $flag "sport = :$port" 2>/dev/null | grep -q .; then return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# bg_in NS LOGNAME CMD...: start CMD inside NS in the background, remember its PID.
+bg_in() {
+    local ns=$1 logname=$2
+    shift 2
+    ip netns exec "$ns" "$@" >"$T_DIR/$logname.log" 2>&1 </dev/null &
+    T_PIDS+=($!)
+    LAST_PID=$!
+    register_pid "$LAST_PID"
+}
+
+# Files served by nginx: big (50 MiB), small (4 KiB), f0..f7 (256 KiB each, under /slow too).
+make_files() {
+    local big_mib=${1:-50} i
+    mkdir -p "$T_DIR/www/slow"
+    head -c $((big_mib * 1048576)) /dev/urandom >"$T_DIR/www/big"
+    head -c 4096 /dev/urandom >"$T_DIR/www/small"
+    for i in 0 1 2 3 4 5 6 7; do
+        head -c 262144 /dev/urandom >"$T_DIR/www/f$i"
+        cp "$T_DIR/www/f$i" "$T_DIR/www/slow/f$i"
+    done
+    echo ok >"$T_DIR/www/index.html"
+    chmod -R a+rX "$T_DIR/www"
+}
+
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# nginx on 198.18.1.2:80 and [fd00:1::2]:80, root $T_DIR/www; /slow/ is rate limited so that
+# many transfers overlap. Optional: worker count, worker_connections.
+start_nginx() {
+    local workers=${1:-1} conns=${2:-4096} d=$T_DIR/nginx
+    mkdir -p "$d/tmp"
+    cat >"$d/nginx.conf" <<EOF
+worker_processes $workers;
+worker_rlimit_nofile $((conns * 2 + 64));
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+daemon off;
+events { worker_connections $conns; }
+http {
+    access_log off;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 65;
+    keepalive_requests 100000000;
+    client_body_temp_path $d/tmp/body;
+    proxy_temp_path $d/tmp/proxy;
+    fastcgi_temp_path $d/tmp/fastcgi;
+    uwsgi_temp_path $d/tmp/uwsgi;
+    scgi_temp_path $d/tmp/scgi;
+    server {
+        listen $SRV4:80 backlog=4096;
+        listen [$SRV6]:80 backlog=4096;
+        root $T_DIR/www;
+        location /slow/ { limit_rate 128k; }
+    }
+}
+EOF
+    bg_in "$SRV_NS" nginx nginx -p "$d" -e "$d/error.log" -c "$d/nginx.conf"
+    wait_listen "$SRV_NS" tcp 80 || die "nginx did not start: $(tail -3 "$d/error.log" 2>/dev/null)"
+}
+
+# TCP "sha256 sink" on :9000: reads until the client's FIN, answers "<sha256>  -", closes.
+start_sink() {
+    bg_in "$SRV_NS" sink4 socat -t 30 "TCP4-LISTEN:9000,bind=$SRV4,fork,reuseaddr" EXEC:sha256sum
+    bg_in "$SRV_NS" sink6 socat -t 30 "TCP6-LISTEN:9000,bind=[$SRV6],fork,reuseaddr" EXEC:sha256sum
+    wait_listen "$SRV_NS" tcp 9000 || die "sha256 sink did not start"
+}
+
+# TCP echo on :9001.
+start_echo() {
+    bg_in "$SRV_NS" echo4 socat "TCP4-LISTEN:9001,bind=$SRV4,fork,reuseaddr" PIPE
+    bg_in "$SRV_NS" echo6 socat "TCP6-LISTEN:9001,bind=[$SRV6],fork,reuseaddr" PIPE
+    wait_listen "$SRV_NS" tcp 9001 || die "echo server did not start"
+}
+
+# dnsmasq on :53 (v4 and v6) with one static record: probe.loft.test A 198.18.1.77,
+# AAAA fd00:1::77. Nothing is forwarded anywhere (--no-resolv, no servers).
+DNS_NAME=probe.loft.test
+DNS_A=198.18.1.77
+DNS_AAAA=fd00:1::77
+start_dns() {
+    bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
+        --bind-interfaces --listen-address="$SRV4" --listen-address="$SRV6" --port=53 \
+        --pid-file= --user=root --host-record="$DNS_NAME,$DNS_A,$DNS_AAAA" --log-facility=-
+    wait_listen "$SRV_NS" udp 53 || die "dnsmasq did not start: $(tail -3 "$T_DIR/dnsmasq.log")"
+}
+
+start_iperf() {
+    bg_in "$SRV_NS" iperf3 iperf3 -s -p 5201
+    wait_listen "$SRV_NS" tcp 5201 || die "iperf3 -s did not start"
+}
+
+# --- the kernel path (reference for benchmarks; LOFT_TEST_KERNEL=1 dry runs) ----------------
+
+# kernel_path_up NS [MTU]: NS (created if missing) joined straight to srv by a plain veth:
+#   NS: loft-<id>ka 198.18.3.1/24 fd00:3::1/64, routes to 198.18.1.0/24 and fd00:1::/64 via srv
+#   srv: loft-<id>ks 198.18.3.2/24 fd00:3::2/64
+# so the same destinations (198.18.1.2, fd00:1::2) are reached with no loft in between.
+KVETH_APP=loft-${T_ID}ka
+KVETH_SRV=loft-${T_ID}ks
+kernel_path_up() {
+    local ns=$1 mtu=${2:-1500}
+    if ! netns_exists "$ns"; then
+        T_NETNS+=("$ns"); register netns "$ns"
+        ip netns add "$ns" || return 1
+    fi
+    register link "$KVETH_APP"
+    ip link add "$KVETH_APP" mtu "$mtu" netns "$ns" type veth peer name "$KVETH_SRV" mtu "$mtu" \
+        netns "$SRV_NS" || return 1
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add 198.18.3.1/24 dev "$KVETH_APP"
+    ip -n "$ns" -6 addr add fd00:3::1/64 dev "$KVETH_APP" nodad
+    ip -n "$ns" link set "$KVETH_APP" up
+    ip -n "$SRV_NS" addr add 198.18.3.2/24 dev "$KVETH_SRV"
+    ip -n "$SRV_NS" -6 addr add fd00:3::2/64 dev "$KVETH_SRV" nodad
+    ip -n "$SRV_NS" link set "$KVETH_SRV" up
+    ip -n "$ns" route add 198.18.1.0/24 via 198.18.3.2
+    ip -n "$ns" -6 route add fd00:1::/64 via fd00:3::2
+}
+kernel_path_down() {
+    ip -n "$SRV_NS" link del "$KVETH_SRV" 2>/dev/null
+    return 0
+}
+
+# --- loft -----------------------------------------------------------------------------------
+
+# loft_config NAME [key=value ...] > file: a namespace config for this test.
+#   keys: mtu icmp idle (tcp-idle-timeout) dns netns name log
+loft_config() {
+    local name=$1 mtu=1500 icmp=reply idle=2h dns="[$SRV4]" netns=$APP_NS tun=$TUN_NAME log=info kv
+    shift
+    for kv in "$@"; do
+        case $kv in
+            mtu=*) mtu=${kv#*=} ;; icmp=*) icmp=${kv#*=} ;; idle=*) idle=${kv#*=} ;;
+            dns=*) dns=${kv#*=} ;; netns=*) netns=${kv#*=} ;; name=*) tun=${kv#*=} ;;
+            log=*) log=${kv#*=} ;;
+        esac
+    done
+    cat >"$T_DIR/$name.yaml" <<EOF
+log: $log
+tun:
+  name: $tun
+  netns: $netns
+  mtu: $mtu
+  ipv4: 198.18.0.1/30
+  ipv6: fd00:18::1/126
+  route-all: true
+  dns: $dns
+  icmp: $icmp
+socks5: off
+bridge: off
+limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: $idle, udp-idle-timeout: 60s }
+default: direct
+EOF
+    echo "$T_DIR/$name.yaml"
+}
+
+# loft_start CONFIG [NETNS] [TUN]: run loft in the background and wait until it is ready: the
+# log says event=ready and the TUN exists (inside NETNS, or in the root namespace if NETNS is -).
+loft_start() {
+    local cfg=$1 ns=${2:-$APP_NS} tun=${3:-$TUN_NAME} i
+    if [ -n "${LOFT_TEST_KERNEL:-}" ]; then kernel_start "$cfg" "$ns" "$tun"; return; fi
+    [ -x "$LOFT_BIN" ] || { note "no loft binary at $LOFT_BIN"; return 1; }
+    LOFT_LOG=$T_DIR/loft-$(date +%s%N).log
+    LOFT_NS=$ns
+    LOFT_TUN=$tun
+    LOFT_RC=
+    "$LOFT_BIN" run -c "$cfg" >"$LOFT_LOG" 2>&1 </dev/null &
+    LOFT_PID=$!
+    register_pid "$LOFT_PID"
+    for i in $(seq 300); do
+        if ! kill -0 "$LOFT_PID" 2>/dev/null; then
+            wait "$LOFT_PID"; LOFT_RC=$?
+            note "loft exited early with $LOFT_RC: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
+            LOFT_PID=
+            return 1
+        fi
+        if grep -q 'event=ready' "$LOFT_LOG"; then
+            if [ "$ns" = - ]; then
+                ip link show "$tun" >/dev/null 2>&1 && return 0
+            else
+                ip -n "$ns" link show "$tun" >/dev/null 2>&1 && return 0
+            fi
+        fi
+        sleep 0.1
+    done
+    note "loft not ready after 30 s: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
+    return 1
+}
+
+# LOFT_TEST_KERNEL=1: instead of starting loft, give the app namespace the kernel path. Only
+# for checking the tests' own topology and servers: loft-specific cases fail in this mode.
+kernel_start() {
+    LOFT_NS=$2 LOFT_TUN=$3 LOFT_LOG=$T_DIR/kernel.log LOFT_RC=
+    : >"$LOFT_LOG"
+    kernel_path_up "$2" "$(awk '/^  mtu:/{print $2}' "$1")" || return 1
+    if [ "$2" != - ]; then
+        mkdir -p "/etc/netns/$2"
+        sed -n 's/^  dns: \[\(.*\)\]/\1/p' "$1" | tr ',' '\n' | sed 's/^ */nameserver /' \
+            >"/etc/netns/$2/resolv.conf"
+    fi
+}
+kernel_stop() {
+    kernel_path_down
+    ip netns del "$LOFT_NS" 2>/dev/null
+    rm -rf "/etc/netns/$LOFT_NS"
+    LOFT_RC=0
+}
+
+# loft_stop [SIGNAL]: signal loft (TERM), wait up to 15 s; sets LOFT_RC; returns 0 iff it
+# exited 0.
+loft_stop() {
+    local sig=${1:-TERM} i
+    if [ -n "${LOFT_TEST_KERNEL:-}" ]; then kernel_stop; return; fi
+    [ -n "$LOFT_PID" ] || { LOFT_RC=none; return 1; }
+    kill -"$sig" "$LOFT_PID" 2>/dev/null
+    for i in $(seq 150); do kill -0 "$LOFT_PID" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$LOFT_PID" 2>/dev/null; then
+        kill -KILL "$LOFT_PID"
+        wait "$LOFT_PID" 2>/dev/null
+        LOFT_RC=hung
+        LOFT_PID=
+        return 1
+    fi
+    wait "$LOFT_PID"
+    LOFT_RC=$?
+    LOFT_PID=
+    [ "$LOFT_RC" -eq 0 ]
+}
+
+# loft_leftovers NS TUN CREATED: prints what loft left behind after exiting (nothing: clean).
+#   CREATED=yes: loft made NS, so NS must be gone; no: NS must still exist.
+loft_leftovers() {
+    local ns=$1 tun=$2 created=${3:-yes}
+    if [ "$ns" = - ]; then
+        ip link show "$tun" >/dev/null 2>&1 && echo "TUN $tun still exists"
+    elif [ "$created" = yes ]; then
+        netns_exists "$ns" && echo "namespace $ns still exists"
+        [ -e "/etc/netns/$ns/resolv.conf" ] && echo "/etc/netns/$ns/resolv.conf still exists"
+        [ -e "/etc/netns/$ns" ] && echo "/etc/netns/$ns still exists"
+    else
+        netns_exists "$ns" || echo "namespace $ns (not made by loft) was removed"
+        ip -n "$ns" link show "$tun" >/dev/null 2>&1 && echo "TUN $tun still exists in $ns"
+        [ -e "/etc/netns/$ns/resolv.conf" ] && echo "/etc/netns/$ns/resolv.conf still exists"
+    fi
+    return 0
+}
+
+# loft_stop_clean NAME: stop loft with SIGTERM, report PASS/FAIL NAME for exit 0 + cleanup.
+loft_stop_clean() {
+    local name=$1 ns=$LOFT_NS tun=$LOFT_TUN left
+    if ! loft_stop TERM; then
+        fail "$name" "loft exit status $LOFT_RC after SIGTERM: $(tail -3 "$LOFT_LOG" | tr '\n' '|')"
+        return 1
+    fi
+    left=$(loft_leftovers "$ns" "$tun" "${2:-yes}")
+    if [ -n "$left" ]; then fail "$name" "$(echo "$left" | tr '\n' ';')"; return 1; fi
+    pass "$name"
+}
+
+# Runs a test's body only if loft came up; otherwise fails every named case.
+require_loft() {
+    local cfg=$1 c
+    shift
+    if loft_start "$cfg"; then return 0; fi
+    for c in "$@"; do fail "$c" "loft did not start (see above)"; done
+    return 1
+}
+
+# Python snippets run inside the app namespace.
+py_in_app() { ip netns exec "$APP_NS" python3 -c "$@"; }

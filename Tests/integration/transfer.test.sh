@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# TCP through loft: 50 MiB downloads and uploads over IPv4 and IPv6 (SHA-256 compared on both
+# ends), half-close both families, 200 concurrent transfers.
+. "$(dirname "$0")/lib.sh"
+
+topo_up
+make_files 50
+head -c $((50 * 1048576)) /dev/urandom >"$T_DIR/up"
+start_nginx 1 4096
+start_sink
+
+# Client for the sink: sends FILE (or TEXT), shuts its write side (FIN), then reads the reply
+# until the server closes. Prints the reply; exits 3 if the connection broke.
+cat >"$T_DIR/halfclose.py" <<'EOF'
+import socket, sys, time
+host, port, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+data = open(src, "rb").read() if src != "-" else b"half-close probe\n"
+fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_STREAM)
+s.settimeout(60)
+s.connect((host, port))
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)          # half-close: no more data from us
+t0 = time.time()
+reply = b""
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+except OSError as e:
+    print("error after half-close: %r (got %r)" % (e, reply)); sys.exit(3)
+sys.stdout.write(reply.decode(errors="replace"))
+EOF
+
+CASES="download-v4-50MiB download-v6-50MiB upload-v4-50MiB upload-v6-50MiB half-close-v4
+half-close-v6 concurrent-200 loft-exit-clean"
+require_loft "$(loft_config transfer)" $CASES || finish
+
+BIG_SHA=$(sha_of "$T_DIR/www/big")
+UP_SHA=$(sha_of "$T_DIR/up")
+
+download() {        # download NAME URL
+    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got
+    t0=$(now_ms)
+    if ! in_app curl -gsS --max-time 180 -o "$out" "$url" 2>"$T_DIR/curl.err"; then
+        fail "$name" "curl $url: $(tail -1 "$T_DIR/curl.err")"; return
+    fi
+    got=$(sha_of "$out")
+    if [ "$got" = "$BIG_SHA" ]; then
+        pass "$name"; note "$name: $(( $(stat -c %s "$out") / 1048576 )) MiB in $(( $(now_ms) - t0 )) ms"
+    else
+        fail "$name" "sha256 $got != served $BIG_SHA ($(stat -c %s "$out") bytes)"
+    fi
+    rm -f "$out"
+}
+
+upload() {          # upload NAME HOST
+    local name=$1 host=$2 t0 reply
+    t0=$(now_ms)
+    reply=$(in_app timeout 180 python3 "$T_DIR/halfclose.py" "$host" 9000 "$T_DIR/up" 2>&1)
+    if [ "${reply%% *}" = "$UP_SHA" ]; then
+        pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
+    else
+        fail "$name" "sink's sha256 '${reply:0:120}' != sent $UP_SHA"
+    fi
+}
+
+halfclose() {       # half-close NAME HOST: a short request, FIN, the reply still arrives
+    local name=$1 host=$2 want reply
+    want=$(printf 'half-close probe\n' | sha256sum | cut -d' ' -f1)
+    reply=$(in_app timeout 30 python3 "$T_DIR/halfclose.py" "$host" 9000 - 2>&1)
+    if [ "${reply%% *}" = "$want" ]; then pass "$name"; else fail "$name" "reply '${reply:0:120}' != $want"; fi
+}
+
+download download-v4-50MiB "http://$SRV4/big"
+download download-v6-50MiB "http://[$SRV6]/big"
+upload upload-v4-50MiB "$SRV4"
+upload upload-v6-50MiB "$SRV6"
+halfclose half-close-v4 "$SRV4"
+halfclose half-close-v6 "$SRV6"
+
+# 200 transfers at once: 256 KiB each from the rate-limited /slow/ (128 KiB/s, so each takes
+# about 2 s and all of them overlap), half over IPv4 and half over IPv6, all hashes checked.
+mkdir -p "$T_DIR/c"
+t0=$(now_ms)
+in_app bash -c '
+    dir=$1 v4=$2 v6=$3
+    for i in $(seq 0 199); do
+        if [ $((i % 2)) -eq 0 ]; then host=$v4; else host="[$v6]"; fi
+        curl -gsS --max-time 90 -o "$dir/$i" "http://$host/slow/f$((i % 8))" 2>"$dir/$i.err" &
+    done
+    wait' _ "$T_DIR/c" "$SRV4" "$SRV6"
+bad=0; first=
+for i in $(seq 0 199); do
+    if [ "$(sha_of "$T_DIR/c/$i" 2>/dev/null)" != "$(sha_of "$T_DIR/www/f$((i % 8))")" ]; then
+        bad=$((bad + 1))
+        [ -z "$first" ] && first="#$i: $(cat "$T_DIR/c/$i.err" 2>/dev/null | tail -1) ($(stat -c %s "$T_DIR/c/$i" 2>/dev/null || echo 0) bytes)"
+    fi
+done
+if [ $bad -eq 0 ]; then
+    pass concurrent-200; note "concurrent-200: $(( $(now_ms) - t0 )) ms"
+else
+    fail concurrent-200 "$bad of 200 transfers wrong or failed; first: $first"
+fi
+
+loft_stop_clean loft-exit-clean
+finish
