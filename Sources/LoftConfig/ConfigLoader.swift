@@ -1,0 +1,600 @@
+import Glibc
+import LoftCore
+
+/// Reads a loft YAML configuration into a validated `Configuration`. Fails on the first problem,
+/// with the file, line and column where it is.
+public enum ConfigLoader {
+    /// Files larger than this are refused (config files and `to-file` lists alike).
+    static let maximumFileSize = 64 << 20
+
+    /// Reads and parses the file at `path`; relative paths inside it (`to-file`, `tls.ca`) are
+    /// resolved against the file's folder.
+    public static func load(path: String) throws(ConfigError) -> Configuration {
+        let bytes: [UInt8]
+        switch readFile(path) {
+        case .success(let b): bytes = b
+        case .failure(let message): throw ConfigError(file: path, message: "cannot read: \(message)")
+        }
+        return try parse(bytes: bytes, file: path, baseDirectory: directory(of: path))
+    }
+
+    /// Parses configuration text. `file` names it in errors; `baseDirectory` is where relative
+    /// paths inside it are resolved.
+    public static func parse(_ text: String, file: String,
+                             baseDirectory: String = ".") throws(ConfigError) -> Configuration {
+        try parse(bytes: Array(text.utf8), file: file, baseDirectory: baseDirectory)
+    }
+
+    static func parse(bytes: [UInt8], file: String, baseDirectory: String) throws(ConfigError) -> Configuration {
+        guard let root = try YAML.parse(bytes: bytes, file: file), !root.isNull else {
+            return .builtInDefault
+        }
+        return try ConfigDecoder(file: file, baseDirectory: baseDirectory).decode(root)
+    }
+
+    // MARK: Files
+
+    enum ReadResult { case success([UInt8]), failure(String) }
+
+    static func readFile(_ path: String) -> ReadResult {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(String(cString: strerror(errno)))
+            }
+            if n == 0 { break }
+            out.append(contentsOf: chunk[0..<n])
+            if out.count > maximumFileSize {
+                return .failure("larger than \(maximumFileSize >> 20) MiB")
+            }
+        }
+        return .success(out)
+    }
+
+    /// The folder part of a path: "a/b.yaml" → "a", "b.yaml" → ".", "/b.yaml" → "/".
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        if slash == path.startIndex { return "/" }
+        return String(path[..<slash])
+    }
+
+    /// `relative` against `base` unless it is absolute (or base is ".").
+    static func resolve(_ relative: String, against base: String) -> String {
+        if relative.hasPrefix("/") || base == "." || base.isEmpty { return relative }
+        return base.hasSuffix("/") ? base + relative : base + "/" + relative
+    }
+}
+
+/// Decodes the node tree section by section, in document order.
+struct ConfigDecoder {
+    let file: String
+    let baseDirectory: String
+    let v: Values
+
+    init(file: String, baseDirectory: String) {
+        self.file = file
+        self.baseDirectory = baseDirectory
+        self.v = Values(file: file)
+    }
+
+    static let topKeys = ["log", "tun", "socks5", "bridge", "outbounds", "rules", "default", "hold",
+                          "control", "limits", "metrics"]
+    static let tunKeys = ["name", "netns", "mtu", "ipv4", "ipv6", "route-all", "dns", "icmp"]
+    static let socks5Keys = ["listen", "max-clients"]
+    static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
+    static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
+    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls"]
+    static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
+    static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
+    static let carriers = ["get", "ws", "h2", "quic", "h3"]
+
+    static let mtuRange = 1280...65535
+    static let maxClientsRange = 128...65536
+    static let maxFlowsRange = 16...1_000_000
+    static let connectTimeoutRange = Duration.milliseconds(100)...Duration.seconds(300)
+    static let tcpIdleRange = Duration.seconds(1)...Duration.seconds(7 * 86_400)
+    static let udpIdleRange = Duration.seconds(1)...Duration.seconds(86_400)
+
+    func decode(_ root: YAMLNode) throws(ConfigError) -> Configuration {
+        guard case .mapping = root.value else {
+            let given = root.scalar.map { "the text \(Values.quote($0))" } ?? Values.describe(root)
+            throw v.error(root, "the configuration must be a mapping of keys (\(ConfigDecoder.topKeys.joined(separator: ", "))), got \(given)")
+        }
+        var config = Configuration.builtInDefault
+        var defaultNode: YAMLNode?
+        var socks5Node: YAMLNode?
+        var metricsNode: YAMLNode?
+        var ruleOutbounds: [(rule: Int, name: String, node: YAMLNode)] = []
+
+        try v.forEachField(root, path: nil, allowed: ConfigDecoder.topKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            switch key {
+            case "log":
+                config.log = try v.keyword(value, path: "log", LogLevel.allCases.map { ($0.rawValue, $0) })
+            case "tun":
+                config.tun = try tun(value)
+            case "socks5":
+                config.socks5 = try socks5(value)
+                socks5Node = value
+            case "bridge":
+                config.bridge = try bridge(value)
+            case "limits":
+                config.limits = try limits(value)
+            case "outbounds":
+                config.outbounds = try outbounds(value)
+            case "rules":
+                (config.rules, ruleOutbounds) = try rules(value)
+            case "default":
+                defaultNode = value
+            case "hold":
+                config.hold = try v.bool(value, path: "hold")
+            case "control":
+                let path = try v.string(value, path: "control")
+                guard path.utf8.count <= 107, !path.utf8.contains(0) else {
+                    throw v.error(value, "control must be a socket path of at most 107 bytes, got \(path.utf8.count) bytes")
+                }
+                config.control = path
+            case "metrics":
+                config.metrics = try metrics(value)
+                metricsNode = value
+            default:
+                break // forEachField only passes known keys
+            }
+        }
+
+        if let metrics = config.metrics, let socks5 = config.socks5, metrics == socks5.listen,
+           let node = metricsNode ?? socks5Node {
+            throw v.error(node, "metrics \(metrics) is the same endpoint as socks5.listen")
+        }
+
+        // Names that rules and `default` refer to must exist.
+        let names = config.outbounds.map(\.name)
+        func known() -> String { names.isEmpty ? "no outbounds are defined" : "defined: \(names.joined(separator: ", "))" }
+        for reference in ruleOutbounds {
+            let action: RuleAction
+            switch reference.name {
+            case "direct": action = .direct
+            case "drop": action = .drop(reset: false)
+            default:
+                guard names.contains(reference.name) else {
+                    throw ConfigError(position: config.rules[reference.rule].position,
+                                      message: "rules[\(reference.rule)].outbound \(Values.quote(reference.name)) is not an outbound (\(known()))")
+                }
+                action = .via(outbound: reference.name)
+            }
+            config.rules[reference.rule].action = action
+        }
+        if let node = defaultNode {
+            guard case .scalar(let text, _) = node.value, !node.isNull else {
+                throw v.error(node, "default must be direct, drop or an outbound name, got \(Values.describe(node))")
+            }
+            switch text {
+            case "direct": config.defaultAction = .direct
+            case "drop": config.defaultAction = .drop(reset: false)
+            default:
+                guard names.contains(text) else {
+                    throw v.error(node, "default must be direct, drop or an outbound name, got \(Values.quote(text)) (\(known()))")
+                }
+                config.defaultAction = .via(outbound: text)
+            }
+        }
+        return config
+    }
+
+    // MARK: tun
+
+    func tun(_ node: YAMLNode) throws(ConfigError) -> TunSettings? {
+        guard let map = try v.section(node, path: "tun") else { return nil }
+        var t = TunSettings()
+        try v.forEachField(map, path: "tun", allowed: ConfigDecoder.tunKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let path = "tun.\(key)"
+            switch key {
+            case "name": t.name = try v.name(value, path: path, maxLength: 15)
+            case "netns": t.netns = try v.name(value, path: path, maxLength: 64)
+            case "mtu": t.mtu = try v.integer(value, path: path, in: ConfigDecoder.mtuRange)
+            case "ipv4": t.ipv4 = try interfacePrefix(value, path: path, ipv4: true)
+            case "ipv6": t.ipv6 = try interfacePrefix(value, path: path, ipv4: false)
+            case "route-all": t.routeAll = try v.bool(value, path: path)
+            case "dns":
+                t.dns = []
+                for (i, item) in try v.list(value, path: path).enumerated() {
+                    t.dns.append(try v.address(item, path: "\(path)[\(i)]"))
+                }
+            case "icmp": t.icmp = try v.keyword(value, path: path, ICMPPolicy.allCases.map { ($0.rawValue, $0) })
+            default: break
+            }
+        }
+        return t
+    }
+
+    /// An interface address with prefix length of the right family, or `off`.
+    func interfacePrefix(_ node: YAMLNode, path: String, ipv4: Bool) throws(ConfigError) -> IPPrefix? {
+        let example = ipv4 ? "198.18.0.1/30" : "fd00:18::1/126"
+        let family = ipv4 ? "IPv4" : "IPv6"
+        guard case .scalar(let text, let plain) = node.value, !node.isNull else {
+            throw v.error(node, "\(path) must be an \(family) address/length, as in \(example), or off, got \(Values.describe(node))")
+        }
+        if plain && (text == "off" || text == "false") { return nil }
+        guard text.contains("/"), let prefix = IPPrefix(text), prefix.address.isIPv4 == ipv4 else {
+            throw v.error(node, "\(path) must be an \(family) address/length, as in \(example), or off, got \(Values.describe(node))")
+        }
+        guard prefix.length > 0, !prefix.address.isUnspecified, !prefix.address.isMulticast else {
+            throw v.error(node, "\(path) must be a unicast interface address with a prefix length above 0, got \(Values.describe(node))")
+        }
+        return prefix
+    }
+
+    // MARK: socks5, bridge, limits, metrics
+
+    func socks5(_ node: YAMLNode) throws(ConfigError) -> Socks5Settings? {
+        guard let map = try v.section(node, path: "socks5") else { return nil }
+        var s = Socks5Settings()
+        try v.forEachField(map, path: "socks5", allowed: ConfigDecoder.socks5Keys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            switch key {
+            case "listen":
+                let endpoint = try v.endpoint(value, path: "socks5.listen", example: "127.0.0.1:11080")
+                guard case .v4 = endpoint.address, endpoint.address.isLoopback else {
+                    throw v.error(value, "socks5.listen must be a loopback address (127.0.0.0/8), got \(Values.describe(value))")
+                }
+                s.listen = endpoint
+            case "max-clients":
+                s.maxClients = try v.integer(value, path: "socks5.max-clients", in: ConfigDecoder.maxClientsRange)
+            default: break
+            }
+        }
+        return s
+    }
+
+    func bridge(_ node: YAMLNode) throws(ConfigError) -> BridgeSettings? {
+        guard let map = try v.section(node, path: "bridge") else { return nil }
+        var b = BridgeSettings()
+        var lastPortNode: YAMLNode?
+        try v.forEachField(map, path: "bridge", allowed: ConfigDecoder.bridgeKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            switch key {
+            case "peer-port":
+                b.peerPort = try v.port(value, path: "bridge.peer-port")
+                lastPortNode = value
+            case "extension-port":
+                b.extensionPort = try v.port(value, path: "bridge.extension-port")
+                lastPortNode = value
+            case "mtu":
+                b.mtu = try v.integer(value, path: "bridge.mtu", in: ConfigDecoder.mtuRange)
+            default: break
+            }
+        }
+        if b.peerPort == b.extensionPort {
+            throw v.error(lastPortNode ?? map, "bridge.peer-port and bridge.extension-port must differ, both are \(b.peerPort)")
+        }
+        return b
+    }
+
+    func limits(_ node: YAMLNode) throws(ConfigError) -> LimitSettings {
+        var l = LimitSettings()
+        if node.isNull { return l }
+        try v.forEachField(node, path: "limits", allowed: ConfigDecoder.limitKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let path = "limits.\(key)"
+            switch key {
+            case "max-flows": l.maxFlows = try v.integer(value, path: path, in: ConfigDecoder.maxFlowsRange)
+            case "connect-timeout": l.connectTimeout = try v.duration(value, path: path, in: ConfigDecoder.connectTimeoutRange)
+            case "tcp-idle-timeout": l.tcpIdleTimeout = try v.duration(value, path: path, in: ConfigDecoder.tcpIdleRange)
+            case "udp-idle-timeout": l.udpIdleTimeout = try v.duration(value, path: path, in: ConfigDecoder.udpIdleRange)
+            default: break
+            }
+        }
+        return l
+    }
+
+    func metrics(_ node: YAMLNode) throws(ConfigError) -> Endpoint? {
+        if node.isNull { return nil }
+        if case .scalar(let text, plain: true) = node.value, text == "off" || text == "false" { return nil }
+        let endpoint = try v.endpoint(node, path: "metrics", example: "127.0.0.1:9100")
+        guard endpoint.address.isLoopback else {
+            throw v.error(node, "metrics must be a loopback address (127.0.0.0/8 or [::1]), got \(Values.describe(node))")
+        }
+        return endpoint
+    }
+
+    // MARK: outbounds
+
+    func outbounds(_ node: YAMLNode) throws(ConfigError) -> [OutboundSettings] {
+        var result: [OutboundSettings] = []
+        var firstByName: [String: Int] = [:]
+        for (index, item) in try v.list(node, path: "outbounds").enumerated() {
+            let path = "outbounds[\(index)]"
+            guard case .mapping = item.value else {
+                throw v.error(item, "\(path) must be a mapping with name and type, got \(Values.describe(item))")
+            }
+            let outbound = try outbound(item, path: path)
+            if let first = firstByName[outbound.name] {
+                let at = result[first].position
+                throw v.error(nameNode(item) ?? item, "\(path).name \(Values.quote(outbound.name)) is already used by outbounds[\(first)] (line \(at.line), column \(at.column))")
+            }
+            firstByName[outbound.name] = index
+            result.append(outbound)
+        }
+        return result
+    }
+
+    private func nameNode(_ item: YAMLNode) -> YAMLNode? {
+        guard case .mapping(let pairs) = item.value else { return nil }
+        return pairs.first { $0.key.scalar == "name" }?.value
+    }
+
+    func outbound(_ item: YAMLNode, path: String) throws(ConfigError) -> OutboundSettings {
+        var name: String?
+        var type: String?
+        var server: String?, carrier: String?, token: String?
+        var tls: (TLSVerification, String?)?
+        var loftOnlyKey: YAMLNode?
+        try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let keyPath = "\(path).\(key)"
+            if key != "name" && key != "type" && loftOnlyKey == nil { loftOnlyKey = pair.key }
+            switch key {
+            case "name":
+                let n = try v.name(value, path: keyPath, maxLength: 64)
+                guard n != "direct" && n != "drop" else {
+                    throw v.error(value, "\(keyPath) \(Values.quote(n)) is reserved: direct and drop are built in")
+                }
+                name = n
+            case "type":
+                type = try v.keyword(value, path: keyPath, [("loft", "loft"), ("direct", "direct"), ("drop", "drop")])
+            case "server":
+                server = try hostPort(value, path: keyPath)
+            case "carrier":
+                carrier = try v.keyword(value, path: keyPath, ConfigDecoder.carriers.map { ($0, $0) })
+            case "token":
+                token = try v.string(value, path: keyPath)
+            case "tls":
+                tls = try self.tls(value, path: keyPath)
+            default: break
+            }
+        }
+        guard let name else { throw v.error(item, "\(path) is missing required key \"name\"") }
+        guard let type else {
+            throw v.error(item, "\(path) (\(name)) is missing required key \"type\" (loft, direct or drop)")
+        }
+        switch type {
+        case "direct", "drop":
+            if let key = loftOnlyKey {
+                throw v.error(key, "key \(Values.quote(key.scalar ?? "")) in \(path) is only for type loft; type \(type) takes only name and type")
+            }
+            return OutboundSettings(name: name, kind: type == "direct" ? .direct : .drop, position: item.position)
+        default:
+            for (key, present) in [("server", server != nil), ("carrier", carrier != nil),
+                                   ("token", token != nil), ("tls", tls != nil)] where !present {
+                throw v.error(item, "\(path) (\(name), type loft) is missing required key \"\(key)\"")
+            }
+            return OutboundSettings(
+                name: name,
+                kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
+                position: item.position)
+        }
+    }
+
+    /// `host:port`: a DNS name, IPv4 address or `[IPv6]`, and a port from 1 to 65535.
+    func hostPort(_ node: YAMLNode, path: String) throws(ConfigError) -> String {
+        if case .scalar(let text, _) = node.value, let colon = text.lastIndex(of: ":"),
+           let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) {
+            let host = text[..<colon]
+            if host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2 {
+                if let a = IPAddress(String(host.dropFirst().dropLast())), !a.isIPv4 { return text }
+            } else if !host.contains(":") && (IPAddress(String(host)) != nil || Values.isHostName(String(host))) {
+                return text
+            }
+        }
+        throw v.error(node, "\(path) must be host:port with a port from 1 to 65535, as in front.example:443, 198.18.0.7:443 or [fd00::7]:443, got \(Values.describe(node))")
+    }
+
+    func tls(_ node: YAMLNode, path: String) throws(ConfigError) -> (TLSVerification, String?) {
+        guard case .mapping = node.value else {
+            throw v.error(node, "\(path) must be a mapping with server-name and one of ca, pin-sha256, insecure: true, got \(Values.describe(node))")
+        }
+        var serverName: String?
+        var chosen: TLSVerification?
+        try v.forEachField(node, path: path, allowed: ConfigDecoder.tlsKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let keyPath = "\(path).\(key)"
+            var choice: TLSVerification?
+            switch key {
+            case "server-name":
+                guard case .scalar(let text, _) = value.value, Values.isHostName(text) else {
+                    throw v.error(value, "\(keyPath) must be a DNS name, as in front.example, got \(Values.describe(value))")
+                }
+                serverName = text
+            case "ca":
+                let file = try v.string(value, path: keyPath)
+                choice = .caFile(ConfigLoader.resolve(file, against: baseDirectory))
+            case "pin-sha256":
+                guard case .scalar(let text, _) = value.value, text.count == 64,
+                      text.allSatisfy({ $0.isHexDigit && $0.isASCII }) else {
+                    throw v.error(value, "\(keyPath) must be 64 hex digits (the SHA-256 of the certificate's public key), got \(Values.describe(value))")
+                }
+                choice = .pinSHA256(text.lowercased())
+            case "insecure":
+                if try v.bool(value, path: keyPath) { choice = .insecure }
+            default: break
+            }
+            if let choice {
+                guard chosen == nil else {
+                    throw v.error(pair.key, "\(path) takes exactly one of ca, pin-sha256, insecure: true; \(key) is a second one")
+                }
+                chosen = choice
+            }
+        }
+        guard let chosen else {
+            throw v.error(node, "\(path) needs exactly one of ca, pin-sha256, insecure: true")
+        }
+        return (chosen, serverName)
+    }
+
+    // MARK: rules
+
+    func rules(_ node: YAMLNode) throws(ConfigError) -> ([RuleSettings], [(rule: Int, name: String, node: YAMLNode)]) {
+        var result: [RuleSettings] = []
+        var references: [(rule: Int, name: String, node: YAMLNode)] = []
+        for (index, item) in try v.list(node, path: "rules").enumerated() {
+            let path = "rules[\(index)]"
+            guard case .mapping = item.value else {
+                throw v.error(item, "\(path) must be a mapping with an action, got \(Values.describe(item))")
+            }
+            let (rule, outbound) = try rule(item, path: path)
+            if let outbound { references.append((index, outbound.0, outbound.1)) }
+            result.append(rule)
+        }
+        return (result, references)
+    }
+
+    /// One rule; for `action: via`, also the outbound name to check once all outbounds are known.
+    func rule(_ item: YAMLNode, path: String) throws(ConfigError) -> (RuleSettings, (String, YAMLNode)?) {
+        var action: String?
+        var outbound: (String, YAMLNode)?
+        var outboundKey: YAMLNode?
+        var reset: Bool?
+        var resetKey: YAMLNode?
+        var rule = RuleSettings(action: .direct, position: item.position)
+        var toGiven: YAMLNode?
+        var fromFile: [IPPrefix] = []
+        var toFileNode: YAMLNode?
+        try v.forEachField(item, path: path, allowed: ConfigDecoder.ruleKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let keyPath = "\(path).\(key)"
+            switch key {
+            case "action":
+                action = try v.keyword(value, path: keyPath, [("direct", "direct"), ("drop", "drop"), ("via", "via")])
+            case "outbound":
+                outbound = (try v.string(value, path: keyPath), value)
+                outboundKey = pair.key
+            case "reset":
+                reset = try v.bool(value, path: keyPath)
+                resetKey = pair.key
+            case "to":
+                let items = try v.list(value, path: keyPath)
+                guard !items.isEmpty else {
+                    throw v.error(value, "\(keyPath) is empty; leave it out to match any address")
+                }
+                for (i, entry) in items.enumerated() {
+                    guard case .scalar(let text, _) = entry.value, let prefix = Values.parsePrefix(text) else {
+                        throw v.error(entry, "\(keyPath)[\(i)] must be an address or address/length, as in 198.18.0.0/15 or \"::/0\", got \(Values.describe(entry))")
+                    }
+                    rule.to.append(prefix)
+                }
+                toGiven = value
+            case "to-file":
+                let name = try v.string(value, path: keyPath)
+                fromFile = try prefixFile(ConfigLoader.resolve(name, against: baseDirectory), node: value, path: keyPath)
+                toFileNode = value
+            case "ports":
+                let items = try v.list(value, path: keyPath)
+                guard !items.isEmpty else {
+                    throw v.error(value, "\(keyPath) is empty; leave it out to match any port")
+                }
+                for (i, entry) in items.enumerated() {
+                    rule.ports.append(try portRange(entry, path: "\(keyPath)[\(i)]"))
+                }
+            case "network":
+                rule.network = try v.keyword(value, path: keyPath, [("tcp", "tcp"), ("udp", "udp")])
+            case "domains":
+                let items = try v.list(value, path: keyPath)
+                guard !items.isEmpty else {
+                    throw v.error(value, "\(keyPath) is empty; leave it out to match any name")
+                }
+                for (i, entry) in items.enumerated() {
+                    rule.domains.append(try domain(entry, path: "\(keyPath)[\(i)]"))
+                }
+            default: break
+            }
+        }
+        if toGiven != nil || toFileNode != nil {
+            rule.to += fromFile
+            if rule.to.isEmpty, let node = toFileNode {
+                throw v.error(node, "\(path).to-file lists no prefixes; a rule without destinations would match any address")
+            }
+        }
+        guard let action else {
+            throw v.error(item, "\(path) is missing required key \"action\" (direct, drop or via)")
+        }
+        if action != "drop", let resetKey {
+            throw v.error(resetKey, "\(path).reset is only for action drop")
+        }
+        switch action {
+        case "direct":
+            if let outboundKey { throw v.error(outboundKey, "\(path).outbound is only for action via") }
+            rule.action = .direct
+            return (rule, nil)
+        case "drop":
+            if let outboundKey { throw v.error(outboundKey, "\(path).outbound is only for action via") }
+            rule.action = .drop(reset: reset ?? false)
+            return (rule, nil)
+        default:
+            guard let outbound else {
+                throw v.error(item, "\(path) has action via but no outbound")
+            }
+            rule.action = .via(outbound: outbound.0)
+            return (rule, outbound)
+        }
+    }
+
+    /// `443` or `"8000-8100"` (also `"443"`).
+    func portRange(_ node: YAMLNode, path: String) throws(ConfigError) -> ClosedRange<UInt16> {
+        if case .scalar(let text, _) = node.value {
+            let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+            let numbers = parts.compactMap { part -> UInt16? in
+                let t = part.trimmingWhitespace()
+                guard !t.isEmpty, t.allSatisfy({ $0.isASCII && $0.isNumber }), let n = Int(t),
+                      (1...65535).contains(n) else { return nil }
+                return UInt16(n)
+            }
+            if parts.count == 1, numbers.count == 1 { return numbers[0]...numbers[0] }
+            if parts.count == 2, numbers.count == 2, numbers[0] <= numbers[1] { return numbers[0]...numbers[1] }
+        }
+        throw v.error(node, "\(path) must be a port from 1 to 65535 or a range \"low-high\", as in \"8000-8100\", got \(Values.describe(node))")
+    }
+
+    /// A lowercased DNS name, or `*.name` for every name below it.
+    func domain(_ node: YAMLNode, path: String) throws(ConfigError) -> String {
+        if case .scalar(let text, _) = node.value {
+            var name = text.lowercased()
+            if name.hasSuffix(".") { name.removeLast() }
+            let bare = name.hasPrefix("*.") ? String(name.dropFirst(2)) : name
+            if !bare.contains("*"), Values.isHostName(bare) { return name }
+        }
+        throw v.error(node, "\(path) must be a domain name, as in example.com, or \"*.example.com\" for the names below it, got \(Values.describe(node))")
+    }
+
+    /// A list file: one prefix a line; `#` starts a comment; blank lines are skipped. A bad line is
+    /// reported at that file's line, column 1.
+    func prefixFile(_ path: String, node: YAMLNode, path keyPath: String) throws(ConfigError) -> [IPPrefix] {
+        let bytes: [UInt8]
+        switch ConfigLoader.readFile(path) {
+        case .success(let b): bytes = b
+        case .failure(let message):
+            throw v.error(node, "\(keyPath): cannot read \(Values.quote(path)): \(message)")
+        }
+        var result: [IPPrefix] = []
+        var lineNumber = 0
+        for rawLine in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            lineNumber += 1
+            var line = String(decoding: rawLine, as: UTF8.self)
+            if let hash = line.firstIndex(of: "#") { line = String(line[..<hash]) }
+            let entry = line.trimmingWhitespace()
+            if entry.isEmpty { continue }
+            guard let prefix = Values.parsePrefix(entry) else {
+                throw ConfigError(position: SourcePosition(file: path, line: lineNumber, column: 1),
+                                  message: "bad prefix \(Values.quote(entry)) (expected an address or address/length, as in 198.18.0.0/15), in the list of \(keyPath) at \(node.position)")
+            }
+            result.append(prefix)
+        }
+        return result
+    }
+}

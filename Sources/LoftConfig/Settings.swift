@@ -1,0 +1,220 @@
+import LoftCore
+
+/// How much loft logs, from least to most verbose (`error < warn < info < debug`).
+public enum LogLevel: String, Sendable, Comparable, CaseIterable {
+    case error, warn, info, debug
+
+    private var rank: Int {
+        switch self {
+        case .error: return 0
+        case .warn: return 1
+        case .info: return 2
+        case .debug: return 3
+        }
+    }
+
+    public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rank < rhs.rank }
+}
+
+/// What the TUN side does with ICMP echo requests.
+public enum ICMPPolicy: String, Sendable, CaseIterable {
+    case reply, drop
+}
+
+public struct TunSettings: Sendable, Equatable {
+    /// Interface name: 1...15 characters of `[A-Za-z0-9_.-]`.
+    public var name: String
+    /// Network namespace to create the TUN in (created if missing); nil: the current one.
+    public var netns: String?
+    /// 1280...65535.
+    public var mtu: Int
+    /// The interface's IPv4 address and prefix; nil (`ipv4: off`) for none.
+    public var ipv4: IPPrefix?
+    /// The interface's IPv6 address and prefix; nil (`ipv6: off`) for none.
+    public var ipv6: IPPrefix?
+    /// Key `route-all`: default routes into the TUN; false: only the TUN's own subnets.
+    public var routeAll: Bool
+    /// Resolvers for the namespace's resolv.conf; empty: none is written.
+    public var dns: [IPAddress]
+    public var icmp: ICMPPolicy
+
+    public static let defaultIPv4 = IPPrefix("198.18.0.1/30")!
+    public static let defaultIPv6 = IPPrefix("fd00:18::1/126")!
+
+    public init(name: String = "loft0", netns: String? = nil, mtu: Int = 1500,
+                ipv4: IPPrefix? = TunSettings.defaultIPv4, ipv6: IPPrefix? = TunSettings.defaultIPv6,
+                routeAll: Bool = true, dns: [IPAddress] = [], icmp: ICMPPolicy = .reply) {
+        self.name = name
+        self.netns = netns
+        self.mtu = mtu
+        self.ipv4 = ipv4
+        self.ipv6 = ipv6
+        self.routeAll = routeAll
+        self.dns = dns
+        self.icmp = icmp
+    }
+}
+
+public struct Socks5Settings: Sendable, Equatable {
+    /// Where the SOCKS5 server listens; always an IPv4 loopback address (127.0.0.0/8).
+    public var listen: Endpoint
+    /// Key `max-clients`: 128...65536.
+    public var maxClients: Int
+
+    public static let defaultListen = Endpoint(IPAddress("127.0.0.1")!, 11080)
+
+    public init(listen: Endpoint = Socks5Settings.defaultListen, maxClients: Int = 1024) {
+        self.listen = listen
+        self.maxClients = maxClients
+    }
+}
+
+/// The UDP packet bridge: loft binds 127.0.0.1:`extensionPort` and connects to
+/// 127.0.0.1:`peerPort`, where the other process listens.
+public struct BridgeSettings: Sendable, Equatable {
+    public var peerPort: UInt16
+    public var extensionPort: UInt16
+    /// 1280...65535: the largest packet carried in one datagram.
+    public var mtu: Int
+
+    public init(peerPort: UInt16 = 9090, extensionPort: UInt16 = 9091, mtu: Int = 1500) {
+        self.peerPort = peerPort
+        self.extensionPort = extensionPort
+        self.mtu = mtu
+    }
+}
+
+public struct LimitSettings: Sendable, Equatable {
+    /// Key `max-flows`: 16...1_000_000 concurrent flows; the oldest idle one is evicted.
+    public var maxFlows: Int
+    /// Key `connect-timeout`: 100ms...5m.
+    public var connectTimeout: Duration
+    /// Key `tcp-idle-timeout`: 1s...7d.
+    public var tcpIdleTimeout: Duration
+    /// Key `udp-idle-timeout`: 1s...1d.
+    public var udpIdleTimeout: Duration
+
+    public init(maxFlows: Int = 16384, connectTimeout: Duration = .seconds(10),
+                tcpIdleTimeout: Duration = .seconds(2 * 3600), udpIdleTimeout: Duration = .seconds(60)) {
+        self.maxFlows = maxFlows
+        self.connectTimeout = connectTimeout
+        self.tcpIdleTimeout = tcpIdleTimeout
+        self.udpIdleTimeout = udpIdleTimeout
+    }
+}
+
+/// How a loft outbound checks the front's certificate.
+public enum TLSVerification: Sendable, Equatable {
+    /// Trust the CA certificate(s) in this PEM file (path resolved against the config's folder).
+    case caFile(String)
+    /// Accept exactly the certificate whose SubjectPublicKeyInfo SHA-256 is this (64 lowercase hex).
+    case pinSHA256(String)
+    /// No verification (testing only).
+    case insecure
+}
+
+public struct OutboundSettings: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case direct
+        case drop
+        /// `server` is `host:port` as written; `carrier` is one of get, ws, h2, quic, h3;
+        /// `serverName` is the TLS name to send and verify (nil: the server's host).
+        case loft(server: String, carrier: String, token: String, tls: TLSVerification, serverName: String?)
+    }
+
+    public var name: String
+    public var kind: Kind
+    /// Where the outbound's entry starts in the config file.
+    public var position: SourcePosition
+
+    public init(name: String, kind: Kind, position: SourcePosition) {
+        self.name = name
+        self.kind = kind
+        self.position = position
+    }
+}
+
+public enum RuleAction: Sendable, Equatable {
+    case direct
+    /// Discard; with `reset`, a TCP SYN is answered with an RST.
+    case drop(reset: Bool)
+    /// Hand the flow to the named outbound (always one of `Configuration.outbounds`).
+    case via(outbound: String)
+}
+
+public struct RuleSettings: Sendable, Equatable {
+    public var action: RuleAction
+    /// Destination prefixes, from `to:` followed by those of `to-file:`. Empty: any address.
+    public var to: [IPPrefix]
+    /// Destination port ranges. Empty: any port.
+    public var ports: [ClosedRange<UInt16>]
+    /// "tcp" or "udp"; nil: both.
+    public var network: String?
+    /// Lowercased names; `*.example.org` matches every name below example.org. Empty: any.
+    public var domains: [String]
+    /// Where the rule's entry starts in the config file.
+    public var position: SourcePosition
+
+    public init(action: RuleAction, to: [IPPrefix] = [], ports: [ClosedRange<UInt16>] = [],
+                network: String? = nil, domains: [String] = [], position: SourcePosition) {
+        self.action = action
+        self.to = to
+        self.ports = ports
+        self.network = network
+        self.domains = domains
+        self.position = position
+    }
+}
+
+public struct Configuration: Sendable, Equatable {
+    public var log: LogLevel
+    /// nil: no TUN (the default).
+    public var tun: TunSettings?
+    /// nil: SOCKS5 off (`socks5: off`); on by default.
+    public var socks5: Socks5Settings?
+    /// nil: bridge off (`bridge: off`); on by default.
+    public var bridge: BridgeSettings?
+    /// Names are unique and never "direct" or "drop".
+    public var outbounds: [OutboundSettings]
+    /// First match wins.
+    public var rules: [RuleSettings]
+    /// Key `default`: the action when no rule matches.
+    public var defaultAction: RuleAction
+    /// Fail-closed while the holder's session is down.
+    public var hold: Bool
+    /// Path of the control socket.
+    public var control: String
+    public var limits: LimitSettings
+    /// Loopback endpoint of the metrics listener; nil: none.
+    public var metrics: Endpoint?
+
+    public static let defaultControl = "/run/loft/control.sock"
+
+    public init(log: LogLevel = .info, tun: TunSettings? = nil,
+                socks5: Socks5Settings? = Socks5Settings(), bridge: BridgeSettings? = BridgeSettings(),
+                outbounds: [OutboundSettings] = [], rules: [RuleSettings] = [],
+                defaultAction: RuleAction = .direct, hold: Bool = false,
+                control: String = Configuration.defaultControl, limits: LimitSettings = LimitSettings(),
+                metrics: Endpoint? = nil) {
+        self.log = log
+        self.tun = tun
+        self.socks5 = socks5
+        self.bridge = bridge
+        self.outbounds = outbounds
+        self.rules = rules
+        self.defaultAction = defaultAction
+        self.hold = hold
+        self.control = control
+        self.limits = limits
+        self.metrics = metrics
+    }
+
+    /// What `loft run` uses without a file: SOCKS5 on 127.0.0.1:11080, the bridge on
+    /// 127.0.0.1:9091 ⇄ 9090, everything direct, no TUN.
+    public static var builtInDefault: Configuration { Configuration() }
+
+    /// The outbound with this name, if any.
+    public func outbound(named name: String) -> OutboundSettings? {
+        outbounds.first { $0.name == name }
+    }
+}
