@@ -1,0 +1,159 @@
+#define _GNU_SOURCE
+#include "clinux.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+// Enters netns_path on this thread; returns the fd of the thread's previous namespace, or -errno.
+static int enter_netns(const char *netns_path) {
+    int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (self < 0) return -errno;
+    int target = open(netns_path, O_RDONLY | O_CLOEXEC);
+    if (target < 0) { int e = errno; close(self); return -e; }
+    if (setns(target, CLONE_NEWNET) != 0) { int e = errno; close(target); close(self); return -e; }
+    close(target);
+    return self;
+}
+
+static void leave_netns(int previous) {
+    if (previous >= 0) {
+        // Returning to our own namespace cannot fail unless the fd is bad; nothing to recover.
+        (void)setns(previous, CLONE_NEWNET);
+        close(previous);
+    }
+}
+
+int clinux_tun_open(const char *name, const char *netns_path) {
+    int previous = -1;
+    if (netns_path) {
+        previous = enter_netns(netns_path);
+        if (previous < 0) return previous;
+    }
+    int result;
+    int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        result = -errno;
+    } else {
+        struct ifreq ifr;
+        memset(&ifr, 0, sizeof ifr);
+        ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+        strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+        if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
+            result = -errno;
+            close(fd);
+        } else {
+            result = fd;
+        }
+    }
+    leave_netns(previous);
+    return result;
+}
+
+int clinux_socket_in_netns(const char *netns_path, int domain, int type) {
+    int previous = enter_netns(netns_path);
+    if (previous < 0) return previous;
+    int fd = socket(domain, type, 0);
+    int result = fd < 0 ? -errno : fd;
+    leave_netns(previous);
+    return result;
+}
+
+int clinux_epoll_create(void) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+int clinux_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event ev;
+    ev.events = events;
+    ev.data.u64 = token;
+    return epoll_ctl(epfd, op, fd, &ev) == 0 ? 0 : -errno;
+}
+
+int clinux_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms) {
+    struct epoll_event evs[256];
+    if (max > 256) max = 256;
+    int n = epoll_wait(epfd, evs, max, timeout_ms);
+    if (n < 0) return -errno;
+    for (int i = 0; i < n; i++) {
+        tokens[i] = evs[i].data.u64;
+        events[i] = evs[i].events;
+    }
+    return n;
+}
+
+int clinux_signalfd_for_shutdown(void) {
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return -errno;
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+int clinux_signalfd_read(int fd) {
+    struct signalfd_siginfo info;
+    ssize_t n = read(fd, &info, sizeof info);
+    if (n != (ssize_t)sizeof info) return -1;
+    return (int)info.ssi_signo;
+}
+
+long clinux_raise_nofile(void) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+    if (lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &lim);
+        (void)getrlimit(RLIMIT_NOFILE, &lim);
+    }
+    return (long)lim.rlim_cur;
+}
+
+int clinux_memory(uint64_t *rss, uint64_t *peak) {
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f) return -1;
+    char line[256];
+    unsigned long long v;
+    *rss = 0; *peak = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %llu kB", &v) == 1) *rss = v * 1024;
+        else if (sscanf(line, "VmHWM: %llu kB", &v) == 1) *peak = v * 1024;
+    }
+    fclose(f);
+    return 0;
+}
+
+int clinux_errno(void) { return errno; }
+
+int clinux_set_nodelay(int fd) {
+    int one = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int clinux_set_linger_reset(int fd) {
+    struct linger l = { .l_onoff = 1, .l_linger = 0 };
+    return setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
+int clinux_so_error(int fd) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+    return err;
+}

@@ -1,0 +1,49 @@
+// Thin Linux shims: the TUN ioctls, network-namespace switching and epoll, whose kernel
+// structs or macros Swift cannot import cleanly.
+#ifndef CLINUX_H
+#define CLINUX_H
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/// Opens /dev/net/tun as IFF_TUN|IFF_NO_PI, nonblocking, named `name`. When `netns_path` is
+/// non-NULL the device is created inside that namespace (the calling thread enters it and
+/// returns to its own before this returns). Returns the fd or -errno.
+int clinux_tun_open(const char *name, const char *netns_path);
+
+/// Runs with the calling thread inside `netns_path`: opens a socket of `domain`/`type` there
+/// and returns it (or -errno). Sockets keep the namespace they were created in.
+int clinux_socket_in_netns(const char *netns_path, int domain, int type);
+
+/// epoll: plain-integer wrappers (struct epoll_event is packed, which Swift imports poorly).
+int clinux_epoll_create(void);
+int clinux_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token);
+/// Waits; fills tokens[i], events[i]; returns the count or -errno.
+int clinux_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
+
+enum {
+    CLINUX_EPOLLIN = 0x001, CLINUX_EPOLLOUT = 0x004, CLINUX_EPOLLERR = 0x008,
+    CLINUX_EPOLLHUP = 0x010, CLINUX_EPOLLRDHUP = 0x2000,
+    CLINUX_EPOLL_CTL_ADD = 1, CLINUX_EPOLL_CTL_DEL = 2, CLINUX_EPOLL_CTL_MOD = 3,
+};
+
+/// eventfd / signalfd for a loop-integrated shutdown: blocks SIGINT, SIGTERM, SIGHUP and
+/// SIGPIPE (ignored) for the process and returns a signalfd that reports the first three.
+int clinux_signalfd_for_shutdown(void);
+/// Reads one signal number from the signalfd, or -1.
+int clinux_signalfd_read(int fd);
+
+/// Raises RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
+long clinux_raise_nofile(void);
+
+/// Resident set size and its peak (VmRSS, VmHWM) in bytes, from /proc/self/status.
+int clinux_memory(uint64_t *rss, uint64_t *peak);
+
+/// errno of the calling thread (Swift's Glibc exposes it, but this keeps the C boundary in one place).
+int clinux_errno(void);
+
+/// Socket option helpers whose constants differ in Swift's Glibc import.
+int clinux_set_nodelay(int fd);
+int clinux_set_linger_reset(int fd);
+int clinux_so_error(int fd);
+#endif

@@ -1,0 +1,341 @@
+// lwIP glue. Accepting any destination uses the address swap (see docs/netstack.md): before
+// each ip_input the packet's destination is written into the netif's address slot (v4) or
+// its second IPv6 slot, then a dummy is put back. Listeners and UDP pcbs are created lazily
+// per (netif, port), bound to the netif so replies leave by the input the flow came from.
+#include "clwip.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "lwip/init.h"
+#include "lwip/ip.h"
+#include "lwip/netif.h"
+#include "lwip/pbuf.h"
+#include "lwip/tcp.h"
+#include "lwip/timeouts.h"
+#include "lwip/udp.h"
+
+#define MAX_NETIFS 4
+
+typedef struct {
+    struct netif netif;
+    struct tcp_pcb **listeners;   // [65536], lazily allocated
+    struct udp_pcb **udp_pcbs;    // [65536]
+} input_slot;
+
+static clwip_callbacks cb;
+static input_slot slots[MAX_NETIFS];
+static int slot_count;
+static clwip_stats stats;
+// The dummy put back after each input: nonzero so lwIP's routing still sees an up netif.
+static const uint32_t DUMMY_V4 = PP_HTONL(0x00000001UL);
+
+static void endpoint_from(clwip_endpoint *e, const ip_addr_t *a, u16_t port) {
+    memset(e, 0, sizeof *e);
+    e->port = port;
+    if (IP_IS_V6(a)) {
+        e->is_v6 = 1;
+        memcpy(e->ip, ip_2_ip6(a)->addr, 16);
+    } else {
+        memcpy(e->ip, &ip_2_ip4(a)->addr, 4);
+    }
+}
+
+static void ip_from_endpoint(ip_addr_t *a, const clwip_endpoint *e) {
+    if (e->is_v6) {
+        IP_SET_TYPE_VAL(*a, IPADDR_TYPE_V6);
+        memcpy(ip_2_ip6(a)->addr, e->ip, 16);
+        ip6_addr_clear_zone(ip_2_ip6(a));
+    } else {
+        IP_SET_TYPE_VAL(*a, IPADDR_TYPE_V4);
+        memcpy(&ip_2_ip4(a)->addr, e->ip, 4);
+    }
+}
+
+static int slot_index(const struct netif *n) {
+    for (int i = 0; i < slot_count; i++) if (&slots[i].netif == n) return i;
+    return 0;
+}
+
+// ---- netif output -------------------------------------------------------------------------
+
+static unsigned char flatten_buf[65536];
+
+static void emit(struct netif *n, struct pbuf *p) {
+    int idx = slot_index(n);
+    if (p->next == NULL) {
+        cb.output(idx, (const uint8_t *)p->payload, p->len);
+    } else {
+        u16_t len = pbuf_copy_partial(p, flatten_buf, 0xFFFF, 0);
+        cb.output(idx, flatten_buf, len);
+    }
+}
+
+static err_t output_v4(struct netif *n, struct pbuf *p, const ip4_addr_t *dst) {
+    (void)dst;
+    emit(n, p);
+    return ERR_OK;
+}
+
+static err_t output_v6(struct netif *n, struct pbuf *p, const ip6_addr_t *dst) {
+    (void)dst;
+    emit(n, p);
+    return ERR_OK;
+}
+
+static err_t netif_setup(struct netif *n) {
+    n->name[0] = 'l';
+    n->name[1] = 'f';
+    n->output = output_v4;
+    n->output_ip6 = output_v6;
+    n->flags = 0;  // no ARP, broadcast, IGMP or MLD: a point-to-point packet interface
+    return ERR_OK;
+}
+
+int clwip_init(const clwip_callbacks *callbacks) {
+    cb = *callbacks;
+    lwip_init();
+    return 0;
+}
+
+int clwip_netif_add(uint16_t mtu) {
+    if (slot_count == MAX_NETIFS) return -1;
+    input_slot *s = &slots[slot_count];
+    ip4_addr_t addr, mask, gw;
+    addr.addr = DUMMY_V4;
+    mask.addr = 0;
+    gw.addr = 0;
+    if (!netif_add(&s->netif, &addr, &mask, &gw, NULL, netif_setup, ip_input)) return -1;
+    s->netif.mtu = mtu;
+    s->netif.mtu6 = mtu;
+    // Slot 1 holds each packet's IPv6 destination during input; it stays PREFERRED so that
+    // ip6_input accepts it. Slot 0 (link-local) stays invalid: no router solicitation.
+    ip_addr_t v6;
+    IP_SET_TYPE_VAL(v6, IPADDR_TYPE_V6);
+    memset(ip_2_ip6(&v6)->addr, 0, 16);
+    ip_2_ip6(&v6)->addr[3] = PP_HTONL(1);
+    ip6_addr_clear_zone(ip_2_ip6(&v6));
+    ip_addr_copy(s->netif.ip6_addr[1], v6);
+    netif_ip6_addr_set_state(&s->netif, 1, IP6_ADDR_PREFERRED);
+    netif_set_ip6_autoconfig_enabled(&s->netif, 0);
+    s->listeners = calloc(65536, sizeof(struct tcp_pcb *));
+    s->udp_pcbs = calloc(65536, sizeof(struct udp_pcb *));
+    if (!s->listeners || !s->udp_pcbs) return -1;
+    if (slot_count == 0) netif_set_default(&s->netif);
+    netif_set_link_up(&s->netif);
+    netif_set_up(&s->netif);
+    return slot_count++;
+}
+
+// ---- TCP ----------------------------------------------------------------------------------
+
+static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err) {
+    (void)err;
+    if (arg == NULL) {  // detached: discard (lwIP's own default behaviour)
+        if (p) { tcp_recved(pcb, p->tot_len); pbuf_free(p); }
+        return ERR_OK;
+    }
+    return cb.received((uintptr_t)arg, (clwip_pbuf *)p) ? ERR_ABRT : ERR_OK;
+}
+
+static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len) {
+    (void)pcb;
+    if (arg) cb.sent((uintptr_t)arg, len);
+    return ERR_OK;
+}
+
+static void on_err(void *arg, err_t err) {
+    if (arg) cb.failed((uintptr_t)arg, err);
+}
+
+static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
+    int idx = (int)(intptr_t)arg;
+    if (err != ERR_OK || pcb == NULL) return ERR_VAL;
+    clwip_endpoint src, dst;
+    endpoint_from(&src, &pcb->remote_ip, pcb->remote_port);
+    endpoint_from(&dst, &pcb->local_ip, pcb->local_port);
+    tcp_bind_netif(pcb, &slots[idx].netif);
+    tcp_nagle_disable(pcb);  // the outbound side already coalesces; forward writes at once
+    uintptr_t token = cb.accepted((clwip_tcp *)pcb, idx, &src, &dst);
+    if (token == 0) {
+        tcp_abort(pcb);
+        return ERR_ABRT;
+    }
+    tcp_arg(pcb, (void *)token);
+    tcp_recv(pcb, on_recv);
+    tcp_sent(pcb, on_sent);
+    tcp_err(pcb, on_err);
+    return ERR_OK;
+}
+
+static void ensure_listener(int idx, u16_t port) {
+    input_slot *s = &slots[idx];
+    if (s->listeners[port]) return;
+    struct tcp_pcb *pcb = tcp_new_ip_type(IPADDR_TYPE_ANY);
+    if (!pcb) return;
+    tcp_bind_netif(pcb, &s->netif);
+    if (tcp_bind(pcb, IP_ANY_TYPE, port) != ERR_OK) { tcp_close(pcb); return; }
+    struct tcp_pcb *l = tcp_listen_with_backlog(pcb, TCP_DEFAULT_LISTEN_BACKLOG);
+    if (!l) { tcp_close(pcb); return; }
+    tcp_arg(l, (void *)(intptr_t)idx);
+    tcp_accept(l, on_accept);
+    s->listeners[port] = l;
+    stats.tcp_listeners++;
+}
+
+uint32_t clwip_tcp_sndbuf(clwip_tcp *c) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    if (tcp_sndqueuelen(pcb) >= TCP_SND_QUEUELEN - 4) return 0;
+    return tcp_sndbuf(pcb);
+}
+
+int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    if (len > 0xFFFF) len = 0xFFFF;
+    return tcp_write(pcb, data, (u16_t)len, TCP_WRITE_FLAG_COPY);
+}
+
+void clwip_tcp_output(clwip_tcp *c) { tcp_output((struct tcp_pcb *)c); }
+
+void clwip_tcp_recved(clwip_tcp *c, uint32_t len) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    while (len > 0) {
+        u16_t n = len > 0xFFFF ? 0xFFFF : (u16_t)len;
+        tcp_recved(pcb, n);
+        len -= n;
+    }
+}
+
+int clwip_tcp_shutdown_write(clwip_tcp *c) {
+    return tcp_shutdown((struct tcp_pcb *)c, 0, 1);
+}
+
+static void detach(struct tcp_pcb *pcb) {
+    tcp_arg(pcb, NULL);
+    tcp_sent(pcb, NULL);
+    tcp_err(pcb, NULL);
+    tcp_recv(pcb, on_recv);  // on_recv with a NULL arg discards late data
+}
+
+void clwip_tcp_close(clwip_tcp *c) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    detach(pcb);
+    if (tcp_close(pcb) != ERR_OK) tcp_abort(pcb);
+}
+
+void clwip_tcp_abort(clwip_tcp *c) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    detach(pcb);
+    tcp_abort(pcb);
+}
+
+// ---- UDP ----------------------------------------------------------------------------------
+
+static void on_udp(void *arg, struct udp_pcb *pcb, struct pbuf *p, const ip_addr_t *addr, u16_t port) {
+    int idx = (int)(intptr_t)arg;
+    clwip_endpoint src, dst;
+    endpoint_from(&src, addr, port);
+    endpoint_from(&dst, ip_current_dest_addr(), pcb->local_port);
+    cb.udp(idx, &src, &dst, (clwip_pbuf *)p);
+}
+
+static struct udp_pcb *ensure_udp(int idx, u16_t port) {
+    input_slot *s = &slots[idx];
+    if (s->udp_pcbs[port]) return s->udp_pcbs[port];
+    struct udp_pcb *pcb = udp_new_ip_type(IPADDR_TYPE_ANY);
+    if (!pcb) return NULL;
+    udp_bind_netif(pcb, &s->netif);
+    if (udp_bind(pcb, IP_ANY_TYPE, port) != ERR_OK) { udp_remove(pcb); return NULL; }
+    udp_recv(pcb, on_udp, (void *)(intptr_t)idx);
+    s->udp_pcbs[port] = pcb;
+    stats.udp_ports++;
+    return pcb;
+}
+
+int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len) {
+    if (idx < 0 || idx >= slot_count) return ERR_ARG;
+    struct udp_pcb *pcb = ensure_udp(idx, from->port);
+    if (!pcb) return ERR_MEM;
+    struct pbuf *p = pbuf_alloc(PBUF_TRANSPORT, len, PBUF_RAM);
+    if (!p) { stats.pbuf_alloc_failures++; return ERR_MEM; }
+    memcpy(p->payload, data, len);
+    ip_addr_t src, dst;
+    ip_from_endpoint(&src, from);
+    ip_from_endpoint(&dst, to);
+    err_t e = udp_sendto_if_src(pcb, p, &dst, to->port, &slots[idx].netif, &src);
+    pbuf_free(p);
+    return e;
+}
+
+// ---- input --------------------------------------------------------------------------------
+
+int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port) {
+    if (idx < 0 || idx >= slot_count || len < 20 || len > 0xFFFF) return -1;
+    input_slot *s = &slots[idx];
+    if (syn_port >= 0) ensure_listener(idx, (u16_t)syn_port);
+    if (udp_port >= 0) ensure_udp(idx, (u16_t)udp_port);
+    struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
+    if (!p) { stats.pbuf_alloc_failures++; return -1; }
+    memcpy(p->payload, packet, len);
+    int v6 = (packet[0] >> 4) == 6;
+    if (v6) {
+        ip6_addr_t *slot = ip_2_ip6(&s->netif.ip6_addr[1]);
+        memcpy(slot->addr, packet + 24, 16);
+        s->netif.ip_addr.u_addr.ip4.addr = DUMMY_V4;
+        ip_input(p, &s->netif);   // consumes p
+        memset(slot->addr, 0, 16);
+        slot->addr[3] = PP_HTONL(1);
+    } else {
+        memcpy(&ip_2_ip4(&s->netif.ip_addr)->addr, packet + 16, 4);
+        ip_input(p, &s->netif);
+        ip_2_ip4(&s->netif.ip_addr)->addr = DUMMY_V4;
+    }
+    return 0;
+}
+
+uint32_t clwip_check_timeouts(void) {
+    sys_check_timeouts();
+    u32_t ms = sys_timeouts_sleeptime();
+    return ms > 1000 ? 1000 : ms;
+}
+
+// ---- pbufs --------------------------------------------------------------------------------
+
+uint16_t clwip_pbuf_total(const clwip_pbuf *p) { return ((const struct pbuf *)p)->tot_len; }
+
+uint16_t clwip_pbuf_copy(const clwip_pbuf *p, void *dst, uint16_t len) {
+    return pbuf_copy_partial((const struct pbuf *)p, dst, len, 0);
+}
+
+clwip_pbuf *clwip_pbuf_consume(clwip_pbuf *p, uint16_t len) {
+    struct pbuf *q = (struct pbuf *)p;
+    if (len >= q->tot_len) { pbuf_free(q); return NULL; }
+    return (clwip_pbuf *)pbuf_free_header(q, len);
+}
+
+void clwip_pbuf_free(clwip_pbuf *p) { pbuf_free((struct pbuf *)p); }
+
+int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, int max) {
+    int n = 0;
+    for (int c = 0; c < count && n < max; c++) {
+        for (struct pbuf *q = (struct pbuf *)chains[c]; q && n < max; q = q->next) {
+            if (q->len == 0) continue;
+            iov[n].iov_base = q->payload;
+            iov[n].iov_len = q->len;
+            n++;
+        }
+    }
+    return n;
+}
+
+ssize_t clwip_pbuf_writev(int fd, clwip_pbuf *const *chains, int count) {
+    struct iovec iov[64];
+    int n = clwip_pbuf_iovecs(chains, count, iov, 64);
+    if (n == 0) return 0;
+    ssize_t w = writev(fd, iov, n);
+    return w < 0 ? -errno : w;
+}
+
+void clwip_get_stats(clwip_stats *out) { *out = stats; }

@@ -1,0 +1,90 @@
+// The lwIP glue: the only C that includes lwIP headers. Swift sees this plain-C API.
+//
+// lwIP runs in own-loop mode (lwip_init, no tcpip thread): every call here must come from the
+// one event-loop thread, and no lock is taken. Callbacks into Swift happen synchronously from
+// clwip_input, clwip_check_timeouts and the tcp_* calls that can trigger output.
+#ifndef CLWIP_H
+#define CLWIP_H
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+typedef struct clwip_tcp clwip_tcp;     // struct tcp_pcb
+typedef struct clwip_pbuf clwip_pbuf;   // struct pbuf
+
+/// An IP endpoint in network byte order; for IPv4 only ip[0..3] is used.
+typedef struct {
+    uint8_t ip[16];
+    uint16_t port;      // host order
+    uint8_t is_v6;
+} clwip_endpoint;
+
+typedef struct {
+    /// A packet leaves the stack towards the input it belongs to. The bytes are lent.
+    void (*output)(int netif, const uint8_t *data, size_t len);
+    /// A TCP handshake completed. Return a nonzero token to keep the connection (it is passed to
+    /// every later callback), or 0 to reset it.
+    uintptr_t (*accepted)(clwip_tcp *pcb, int netif, const clwip_endpoint *src, const clwip_endpoint *dst);
+    /// Data (p != NULL, ownership passes to Swift) or the peer's FIN (p == NULL).
+    /// Return 0 normally; 1 when Swift aborted the pcb inside this callback.
+    int (*received)(uintptr_t token, clwip_pbuf *p);
+    /// `len` bytes were acknowledged by the peer: send-buffer space is back.
+    void (*sent)(uintptr_t token, uint16_t len);
+    /// The connection is gone (reset by the peer or aborted by lwIP); the pcb is already freed.
+    void (*failed)(uintptr_t token, int err);
+    /// A UDP datagram; ownership of p passes to Swift.
+    void (*udp)(int netif, const clwip_endpoint *src, const clwip_endpoint *dst, clwip_pbuf *p);
+} clwip_callbacks;
+
+/// Initialises lwIP once. Returns 0.
+int clwip_init(const clwip_callbacks *callbacks);
+/// Adds an input (TUN, bridge): a netif that accepts any destination. Returns its index.
+int clwip_netif_add(uint16_t mtu);
+
+/// Feeds one IP packet (copied). `syn_port` >= 0 makes sure a listener for that TCP port exists
+/// on this netif first; `udp_port` >= 0 the same for a UDP port. Returns 0, or -1 when no pbuf
+/// could be allocated.
+int clwip_input(int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port);
+
+/// Runs due lwIP timers; returns milliseconds until the next one (capped at 1000).
+uint32_t clwip_check_timeouts(void);
+
+// TCP
+/// Bytes that fit in the send buffer right now (0 also when the segment queue is full).
+uint32_t clwip_tcp_sndbuf(clwip_tcp *pcb);
+/// Copies data into the send buffer. Returns 0, or a negative lwIP error (ERR_MEM = -1).
+int clwip_tcp_write(clwip_tcp *pcb, const void *data, uint32_t len);
+/// Sends what is queued.
+void clwip_tcp_output(clwip_tcp *pcb);
+/// Opens the receive window by `len` bytes (data delivered downstream).
+void clwip_tcp_recved(clwip_tcp *pcb, uint32_t len);
+/// Sends FIN after queued data (half-close towards the app).
+int clwip_tcp_shutdown_write(clwip_tcp *pcb);
+/// Detaches Swift and closes gracefully (lwIP finishes the FIN exchange on its own); falls back
+/// to an abort if lwIP has no memory. Never call from inside this pcb's callbacks.
+void clwip_tcp_close(clwip_tcp *pcb);
+/// Detaches Swift and sends RST. Inside tcp_received return 1 afterwards.
+void clwip_tcp_abort(clwip_tcp *pcb);
+
+// pbufs handed to Swift
+uint16_t clwip_pbuf_total(const clwip_pbuf *p);
+/// Copies up to `len` bytes from offset 0 into dst; returns the count.
+uint16_t clwip_pbuf_copy(const clwip_pbuf *p, void *dst, uint16_t len);
+/// Frees the first `len` bytes of a chain; returns the rest (NULL when all consumed).
+clwip_pbuf *clwip_pbuf_consume(clwip_pbuf *p, uint16_t len);
+void clwip_pbuf_free(clwip_pbuf *p);
+/// Describes `count` chains as iovecs (at most `max`); returns how many were filled.
+int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, int max);
+/// writev()s `count` chains to fd in order, at most 64 segments. Returns bytes written or -errno.
+ssize_t clwip_pbuf_writev(int fd, clwip_pbuf *const *chains, int count);
+
+// UDP
+/// Sends a datagram from `from` (a remote endpoint, used as source) to `to` (the app) on netif.
+/// Returns 0 or a negative lwIP error.
+int clwip_udp_send(int netif, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len);
+
+/// Live lwIP objects (for status and the flow-memory benchmark).
+typedef struct { uint32_t tcp_listeners, udp_ports, pbuf_alloc_failures; } clwip_stats;
+void clwip_get_stats(clwip_stats *out);
+#endif

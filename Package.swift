@@ -1,0 +1,43 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Each C target is the only place its library's headers are included; Swift sees only the
+// shim's own plain-C header.
+let package = Package(
+    name: "loft",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "loft", targets: ["loft"]),
+    ],
+    targets: [
+        .target(
+            name: "CLwIP",
+            path: "CSupport/CLwIP",
+            cSettings: [.unsafeFlags(["-I/usr/include/lwip", "-O2"])],
+            linkerSettings: [.linkedLibrary("lwip")]
+        ),
+        .target(name: "CLinux", path: "CSupport/CLinux"),
+        .target(
+            name: "CYAML",
+            path: "CSupport/CYAML",
+            linkerSettings: [.linkedLibrary("yaml")]
+        ),
+        .target(name: "LoftCore", dependencies: ["CLinux"]),
+        .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux"]),
+        .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
+        .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
+        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "CLinux"]),
+        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "CLinux"]),
+        .target(name: "LoftControl", dependencies: ["LoftCore"]),
+        .executableTarget(
+            name: "loft",
+            dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
+                           "LoftOutbounds", "LoftInputs", "LoftControl"]
+        ),
+        .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
+        .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
+        .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

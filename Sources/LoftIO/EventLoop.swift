@@ -1,0 +1,120 @@
+import CLinux
+import Glibc
+import LoftCore
+
+/// Receives readiness for one file descriptor.
+public protocol IOHandler: AnyObject {
+    func handleIO(_ events: UInt32)
+}
+
+public enum IOEvents {
+    public static let readable = UInt32(CLINUX_EPOLLIN)
+    public static let writable = UInt32(CLINUX_EPOLLOUT)
+    public static let error = UInt32(CLINUX_EPOLLERR)
+    public static let hangup = UInt32(CLINUX_EPOLLHUP)
+}
+
+public struct SystemError: Error, CustomStringConvertible {
+    public var operation: String
+    public var code: Int32
+    public init(_ operation: String, _ code: Int32) { self.operation = operation; self.code = code }
+    public var description: String { "\(operation): \(String(cString: strerror(code)))" }
+}
+
+/// The one event loop: epoll over every descriptor loft owns, level-triggered, handlers kept
+/// in an array indexed by fd (O(1), no per-event allocation), plus timer hooks.
+public final class EventLoop {
+    private let epfd: Int32
+    private var handlers: [IOHandler?] = []
+    private var tokens = [UInt64](repeating: 0, count: 256)
+    private var events = [UInt32](repeating: 0, count: 256)
+    private var periodic: [(interval: UInt64, next: UInt64, action: () -> Void)] = []
+    private var stopRequested = false
+
+    /// Called every iteration; returns milliseconds until it wants to run again (lwIP timers).
+    public var timerHook: (() -> UInt32)?
+    /// Called after each batch of I/O events (deferred work such as closing flows).
+    public var afterEvents: (() -> Void)?
+    /// Milliseconds, cached once per iteration.
+    public private(set) var now: UInt64 = monotonicMilliseconds()
+
+    public init() throws {
+        let fd = clinux_epoll_create()
+        guard fd >= 0 else { throw SystemError("epoll_create", -fd) }
+        epfd = fd
+    }
+
+    deinit { Glibc.close(epfd) }
+
+    public func register(_ fd: Int32, _ mask: UInt32, _ handler: IOHandler) {
+        let i = Int(fd)
+        if i >= handlers.count { handlers.append(contentsOf: repeatElement(nil, count: max(i + 1 - handlers.count, handlers.count))) }
+        handlers[i] = handler
+        let r = clinux_epoll_ctl(epfd, Int32(CLINUX_EPOLL_CTL_ADD), fd, mask, UInt64(fd))
+        if r != 0 { Log.error("epoll.add", ["fd": fd, "error": String(cString: strerror(-r))]) }
+    }
+
+    public func modify(_ fd: Int32, _ mask: UInt32) {
+        _ = clinux_epoll_ctl(epfd, Int32(CLINUX_EPOLL_CTL_MOD), fd, mask, UInt64(fd))
+    }
+
+    /// Call before closing fd.
+    public func unregister(_ fd: Int32) {
+        _ = clinux_epoll_ctl(epfd, Int32(CLINUX_EPOLL_CTL_DEL), fd, 0, 0)
+        if Int(fd) < handlers.count { handlers[Int(fd)] = nil }
+    }
+
+    /// Runs `action` every `intervalMs` (coarse: housekeeping such as idle sweeps).
+    public func every(_ intervalMs: UInt64, _ action: @escaping () -> Void) {
+        periodic.append((intervalMs, monotonicMilliseconds() + intervalMs, action))
+    }
+
+    private var deferred: [() -> Void] = []
+
+    /// Runs `action` after the current batch of events: for results that must not be delivered
+    /// from inside the call that caused them (a connect that failed synchronously, say).
+    public func soon(_ action: @escaping () -> Void) { deferred.append(action) }
+
+    private func runDeferred() {
+        while !deferred.isEmpty {
+            let batch = deferred
+            deferred.removeAll(keepingCapacity: true)
+            for a in batch { a() }
+        }
+    }
+
+    public func stop() { stopRequested = true }
+
+    public func run() {
+        while !stopRequested {
+            now = monotonicMilliseconds()
+            var timeout = Int32(deferred.isEmpty ? 1000 : 0)
+            if let hook = timerHook { timeout = min(timeout, Int32(hook())) }
+            for p in periodic { timeout = min(timeout, Int32(clamping: p.next > now ? p.next - now : 0)) }
+            let n = tokens.withUnsafeMutableBufferPointer { t in
+                events.withUnsafeMutableBufferPointer { e in
+                    clinux_epoll_wait(epfd, t.baseAddress, e.baseAddress, Int32(t.count), timeout)
+                }
+            }
+            now = monotonicMilliseconds()
+            if n < 0 {
+                if -n == EINTR { continue }
+                Log.error("epoll.wait", ["error": String(cString: strerror(-n))])
+                return
+            }
+            for i in 0..<Int(n) {
+                let fd = Int(tokens[i])
+                // A handler earlier in this batch may have closed this fd.
+                if fd < handlers.count, let h = handlers[fd] { h.handleIO(events[i]) }
+            }
+            runDeferred()
+            afterEvents?()
+            for i in periodic.indices where periodic[i].next <= now {
+                periodic[i].next = now + periodic[i].interval
+                periodic[i].action()
+            }
+            runDeferred()
+            afterEvents?()
+        }
+    }
+}

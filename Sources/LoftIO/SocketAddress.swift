@@ -1,0 +1,85 @@
+import CLinux
+import Glibc
+import LoftCore
+
+/// A sockaddr_in/sockaddr_in6 as a value, convertible to and from Endpoint.
+public struct SocketAddress {
+    public var storage = sockaddr_storage()
+    public var length: socklen_t = 0
+
+    public init() {}
+
+    public init(_ e: Endpoint) {
+        switch e.address {
+        case .v4(let a):
+            withUnsafeMutableBytes(of: &storage) { raw in
+                let sin = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+                sin.pointee.sin_family = sa_family_t(AF_INET)
+                sin.pointee.sin_port = e.port.bigEndian
+                sin.pointee.sin_addr.s_addr = a.bigEndian
+            }
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        case .v6:
+            withUnsafeMutableBytes(of: &storage) { raw in
+                let sin6 = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                sin6.pointee.sin6_family = sa_family_t(AF_INET6)
+                sin6.pointee.sin6_port = e.port.bigEndian
+                withUnsafeMutableBytes(of: &sin6.pointee.sin6_addr) { _ = e.address.write(to: $0.baseAddress!) }
+            }
+            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+        }
+    }
+
+    public var family: Int32 { Int32(storage.ss_family) }
+
+    /// The endpoint, with IPv4-mapped IPv6 addresses turned back into IPv4.
+    public var endpoint: Endpoint? {
+        var s = storage
+        return withUnsafeBytes(of: &s) { raw -> Endpoint? in
+            switch Int32(storage.ss_family) {
+            case AF_INET:
+                let sin = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self).pointee
+                return Endpoint(.v4(UInt32(bigEndian: sin.sin_addr.s_addr)), UInt16(bigEndian: sin.sin_port))
+            case AF_INET6:
+                let sin6 = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self).pointee
+                var a = sin6.sin6_addr
+                let addr = withUnsafeBytes(of: &a) { IPAddress(ipv6Bytes: $0) }
+                if case .v6(0, let lo) = addr, lo >> 32 == 0xFFFF {
+                    return Endpoint(.v4(UInt32(truncatingIfNeeded: lo)), UInt16(bigEndian: sin6.sin6_port))
+                }
+                return Endpoint(addr, UInt16(bigEndian: sin6.sin6_port))
+            default:
+                return nil
+            }
+        }
+    }
+
+    public func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+        var s = storage
+        return withUnsafeBytes(of: &s) { body($0.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) }
+    }
+
+    public mutating func withMutableSockaddr<R>(_ body: (UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> R) -> R {
+        length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        return withUnsafeMutableBytes(of: &storage) { raw in
+            body(raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), &length)
+        }
+    }
+}
+
+public enum Sockets {
+    /// A nonblocking, close-on-exec socket.
+    public static func make(family: Int32, type: Int32) -> Int32 {
+        socket(family, type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    }
+
+    public static func family(of e: Endpoint) -> Int32 { e.address.isIPv4 ? AF_INET : AF_INET6 }
+
+    public static var errno: Int32 { clinux_errno() }
+
+    public static func localEndpoint(_ fd: Int32) -> Endpoint? {
+        var a = SocketAddress()
+        let r = a.withMutableSockaddr { getsockname(fd, $0, $1) }
+        return r == 0 ? a.endpoint : nil
+    }
+}

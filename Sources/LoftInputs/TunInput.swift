@@ -1,0 +1,168 @@
+import CLinux
+import Glibc
+import LoftConfig
+import LoftCore
+import LoftIO
+import LoftNetstack
+
+/// The TUN device: created (inside `tun.netns` when set), addressed, routed, read into the
+/// netstack, and removed again on exit together with everything loft created for it.
+public final class TunInput: IOHandler, PacketWriter {
+    public struct StartError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    let settings: TunSettings
+    let loop: EventLoop
+    unowned let netstack: Netstack
+    private var fd: Int32 = -1
+    private var netif = 0
+    private var createdNetns = false
+    private var wroteResolvConf = false
+    private var createdNetnsDir = false
+    private let buffer: UnsafeMutableRawBufferPointer
+    public private(set) var writeDrops: UInt64 = 0
+    public private(set) var packetsRead: UInt64 = 0
+    public private(set) var packetsWritten: UInt64 = 0
+
+    static let stateDir = "/run/loft"
+
+    public init(settings: TunSettings, loop: EventLoop, netstack: Netstack) {
+        self.settings = settings
+        self.loop = loop
+        self.netstack = netstack
+        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(settings.mtu, 1500) + 64, alignment: 16)
+    }
+
+    deinit { buffer.deallocate() }
+
+    var netnsPath: String? { settings.netns.map { "/var/run/netns/\($0)" } }
+    var ipPrefix: [String] { settings.netns.map { ["ip", "-n", $0] } ?? ["ip"] }
+    var markerPath: String? { settings.netns.map { "\(Self.stateDir)/netns-\($0).created" } }
+
+    /// Creates and configures the device. On failure everything done so far is undone.
+    public func start() throws {
+        do {
+            try setUp()
+        } catch {
+            stop()
+            throw error
+        }
+        netif = netstack.addInput(mtu: settings.mtu, writer: self)
+        loop.register(fd, IOEvents.readable, self)
+        Log.info("tun.up", ["name": settings.name, "netns": settings.netns ?? "-", "mtu": settings.mtu,
+                            "ipv4": settings.ipv4?.description ?? "-", "ipv6": settings.ipv6?.description ?? "-",
+                            "route-all": settings.routeAll])
+    }
+
+    private func setUp() throws {
+        if settings.netns == nil && settings.routeAll {
+            throw StartError(description: "tun.route-all: true in host mode (no tun.netns) would send loft's own sockets into its TUN; set tun.netns, or route-all: false")
+        }
+        if let ns = settings.netns, let marker = markerPath {
+            mkdir(Self.stateDir, 0o755)
+            if access("/var/run/netns/\(ns)", F_OK) != 0 {
+                try Command.run(["ip", "netns", "add", ns])
+                createdNetns = true
+                _ = creat(marker, 0o644).closingIfValid()
+                try Command.run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            } else if access(marker, F_OK) == 0 {
+                // Left by an earlier run of loft that did not exit cleanly: it is ours to remove.
+                createdNetns = true
+                Log.warn("tun.netns.adopted", ["netns": ns, "reason": "left by an earlier run"])
+            }
+        }
+        let r = clinux_tun_open(settings.name, netnsPath)
+        guard r >= 0 else {
+            throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(String(cString: strerror(-r)))")
+        }
+        fd = r
+        let ip = ipPrefix
+        try Command.run(ip + ["link", "set", "dev", settings.name, "mtu", String(settings.mtu)])
+        if let v4 = settings.ipv4 {
+            try Command.run(ip + ["addr", "add", v4.description, "dev", settings.name])
+        }
+        if let v6 = settings.ipv6 {
+            try Command.run(ip + ["-6", "addr", "add", v6.description, "dev", settings.name, "nodad"])
+        }
+        try Command.run(ip + ["link", "set", "dev", settings.name, "up"])
+        if settings.routeAll {
+            if settings.ipv4 != nil { try Command.run(ip + ["route", "replace", "default", "dev", settings.name]) }
+            if settings.ipv6 != nil { try Command.run(ip + ["-6", "route", "replace", "default", "dev", settings.name]) }
+        }
+        if let ns = settings.netns, !settings.dns.isEmpty {
+            try writeResolvConf(ns)
+        } else if settings.netns == nil && !settings.dns.isEmpty {
+            Log.info("tun.dns", ["servers": settings.dns.map(\.description).joined(separator: ","),
+                                 "note": "host mode: resolv.conf left alone"])
+        }
+    }
+
+    private func writeResolvConf(_ ns: String) throws {
+        let dir = "/etc/netns/\(ns)"
+        if access("/etc/netns", F_OK) != 0 { mkdir("/etc/netns", 0o755) }
+        if access(dir, F_OK) != 0 {
+            guard mkdir(dir, 0o755) == 0 else { throw StartError(description: "cannot create \(dir): \(String(cString: strerror(errno)))") }
+            createdNetnsDir = true
+        }
+        let path = dir + "/resolv.conf"
+        var text = "# written by loft for its TUN in netns \(ns); removed when loft exits\n"
+        for s in settings.dns { text += "nameserver \(s)\n" }
+        let f = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard f >= 0 else { throw StartError(description: "cannot write \(path): \(String(cString: strerror(errno)))") }
+        var bytes = Array(text.utf8)
+        _ = write(f, &bytes, bytes.count)
+        close(f)
+        wroteResolvConf = true
+    }
+
+    /// Removes the device, routes, resolv.conf and the namespace if loft created it.
+    public func stop() {
+        if fd >= 0 {
+            loop.unregister(fd)
+            close(fd)  // the device (and its addresses and routes) goes with the last fd
+            fd = -1
+        }
+        if let ns = settings.netns {
+            if wroteResolvConf {
+                unlink("/etc/netns/\(ns)/resolv.conf")
+                if createdNetnsDir { rmdir("/etc/netns/\(ns)") }
+                wroteResolvConf = false
+            }
+            if createdNetns {
+                _ = try? Command.run(["ip", "netns", "del", ns], allowFailure: true)
+                if let m = markerPath { unlink(m) }
+                createdNetns = false
+            }
+        }
+        Log.info("tun.down", ["name": settings.name])
+    }
+
+    // MARK: I/O
+
+    public func handleIO(_ events: UInt32) {
+        // Bounded batch per wake-up so other descriptors get their turn.
+        for _ in 0..<64 {
+            let n = read(fd, buffer.baseAddress, buffer.count)
+            if n <= 0 { return }
+            packetsRead &+= 1
+            netstack.input(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), from: netif)
+        }
+    }
+
+    public func writePacket(_ packet: UnsafeRawBufferPointer) {
+        guard fd >= 0 else { return }
+        if write(fd, packet.baseAddress, packet.count) < 0 {
+            writeDrops &+= 1
+        } else {
+            packetsWritten &+= 1
+        }
+    }
+}
+
+extension Int32 {
+    func closingIfValid() -> Int32 {
+        if self >= 0 { close(self) }
+        return self
+    }
+}

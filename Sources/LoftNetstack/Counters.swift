@@ -1,0 +1,30 @@
+import LoftCore
+
+/// The netstack's counters. Plain integers on the loop thread; read by status and metrics.
+public struct NetstackCounters: Sendable {
+    public var packetsIn: UInt64 = 0
+    public var bytesIn: UInt64 = 0
+    public var packetsOut: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    public var drops = [UInt64](repeating: 0, count: PacketDropReason.allCases.count)
+    public var tcpFlowsOpened: UInt64 = 0
+    public var tcpFlowsFailed: UInt64 = 0
+    public var udpAssociationsOpened: UInt64 = 0
+    public var flowsEvicted: UInt64 = 0
+    public var idleClosed: UInt64 = 0
+    public var tcpBytesUp: UInt64 = 0      // app → remote
+    public var tcpBytesDown: UInt64 = 0    // remote → app
+    public var udpDatagramsUp: UInt64 = 0
+    public var udpDatagramsDown: UInt64 = 0
+
+    public func dropped(_ r: PacketDropReason) -> UInt64 { drops[r.rawValue] }
+    public var totalDrops: UInt64 { drops.reduce(0, +) }
+}
+
+/// Flow identity: the app's endpoint and the destination, plus the input it came in on.
+struct FlowKey: Hashable {
+    var netif: Int
+    var source: Endpoint
+    var destination: Endpoint
+}
+

@@ -1,0 +1,340 @@
+import CLwIP
+import Glibc
+import LoftCore
+import LoftIO
+
+/// Where the stack's outgoing packets go for one input (the TUN, the bridge).
+public protocol PacketWriter: AnyObject {
+    func writePacket(_ packet: UnsafeRawBufferPointer)
+}
+
+/// The lwIP stack: packets in from inputs, TCP flows and UDP associations out to the router's
+/// outbounds, packets back to the input each flow came from. One instance (lwIP is global),
+/// driven entirely by the event loop thread.
+public final class Netstack {
+    public struct Settings: Sendable {
+        public var icmpReply = true
+        public var maxFlows = 16384
+        public var connectTimeoutMs: UInt64 = 10_000
+        public var tcpIdleTimeoutMs: UInt64 = 7_200_000
+        public var udpIdleTimeoutMs: UInt64 = 60_000
+        public init() {}
+    }
+
+    let loop: EventLoop
+    let router: FlowRouter
+    public let settings: Settings
+    public internal(set) var counters = NetstackCounters()
+
+    struct Input {
+        let writer: PacketWriter
+        let mtu: Int
+    }
+    var inputs: [Input] = []
+
+    var tcpFlows: [FlowKey: TCPFlow] = [:]
+    var udpAssociations: [UDPKey: UDPAssociation] = [:]
+    /// Flows whose lwIP side must be closed outside lwIP callbacks.
+    var finishing: [TCPFlow] = []
+    /// Remote → app copy buffer (one loop thread).
+    let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+
+    public var tcpFlowCount: Int { tcpFlows.count }
+    public var udpAssociationCount: Int { udpAssociations.count }
+
+    public init(loop: EventLoop, router: FlowRouter, settings: Settings) {
+        precondition(activeNetstack == nil, "lwIP is a single global instance")
+        self.loop = loop
+        self.router = router
+        self.settings = settings
+        activeNetstack = self
+        var cb = clwip_callbacks(output: lwipOutput, accepted: lwipAccepted, received: lwipReceived,
+                                 sent: lwipSent, failed: lwipError, udp: lwipUDP)
+        _ = clwip_init(&cb)
+        loop.every(1000) { [weak self] in self?.sweep() }
+    }
+
+    /// Adds an input; returns its index, used with `input(_:from:)`.
+    public func addInput(mtu: Int, writer: PacketWriter) -> Int {
+        let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
+        precondition(idx == inputs.count, "lwIP netif table full")
+        inputs.append(Input(writer: writer, mtu: mtu))
+        return idx
+    }
+
+    /// Runs lwIP's timers; returns ms until the next is due.
+    public func runTimers() -> UInt32 { clwip_check_timeouts() }
+
+    func drop(_ r: PacketDropReason) { counters.drops[r.rawValue] &+= 1 }
+
+    /// The hot path: one packet from an input.
+    public func input(_ packet: UnsafeRawBufferPointer, from netif: Int) {
+        counters.packetsIn &+= 1
+        counters.bytesIn &+= UInt64(packet.count)
+        let summary: PacketSummary
+        switch PacketSummary.parse(packet, maxLength: inputs[netif].mtu) {
+        case .failure(let reason):
+            drop(reason)
+            return
+        case .success(let s):
+            summary = s
+        }
+        if summary.isTCPOpen {
+            openTCP(packet, summary, netif: netif)
+            return
+        }
+        if summary.isEchoRequest && !settings.icmpReply {
+            drop(.icmpPolicy)
+            return
+        }
+        let udpPort = summary.proto == IPProtocol.udp && !summary.isLaterFragment ? Int32(summary.destinationPort) : -1
+        if clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count, -1, udpPort) != 0 {
+            drop(.stackMemory)
+        }
+    }
+
+    /// Hands a held SYN to lwIP once the outbound is connected.
+    func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
+        packet.withUnsafeBufferPointer { b in
+            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1) != 0 { drop(.stackMemory) }
+        }
+    }
+
+    func send(_ packet: [UInt8], netif: Int) {
+        packet.withUnsafeBytes { emit($0, netif: netif) }
+    }
+
+    func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
+        counters.packetsOut &+= 1
+        counters.bytesOut &+= UInt64(p.count)
+        inputs[netif].writer.writePacket(p)
+    }
+
+    // MARK: TCP
+
+    private func openTCP(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) {
+        let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
+                          destination: Endpoint(s.destination, s.destinationPort))
+        if let existing = tcpFlows[key] {
+            // A retransmitted SYN: held ones wait for the outbound; lwIP answers the others.
+            if existing.state != .connecting {
+                _ = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                Int32(s.destinationPort), -1)
+            }
+            return
+        }
+        let decision = router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
+        switch decision {
+        case .drop(let reset):
+            drop(.rule)
+            if reset { send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
+        case .outbound(let outbound):
+            guard makeRoom() else {
+                drop(.flowCap)
+                send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif)
+                return
+            }
+            let flow = TCPFlow(stack: self, key: key, syn: Array(packet), summary: s, now: loop.now)
+            tcpFlows[key] = flow
+            counters.tcpFlowsOpened &+= 1
+            flow.outboundName = outbound.name
+            flow.connection = outbound.openStream(to: .ip(key.destination), events: flow)
+        }
+    }
+
+    /// Called by a flow when it is completely done.
+    func remove(_ flow: TCPFlow) {
+        if tcpFlows[flow.key] === flow { tcpFlows[flow.key] = nil }
+    }
+
+    /// After each batch of events: close what finished inside lwIP callbacks.
+    public func afterEvents() {
+        guard !finishing.isEmpty else { return }
+        let batch = finishing
+        finishing.removeAll(keepingCapacity: true)
+        for f in batch { f.completeClose() }
+    }
+
+    /// Keeps the table under the cap by evicting the longest-idle flow. False if nothing could go.
+    private func makeRoom() -> Bool {
+        if tcpFlows.count + udpAssociations.count < settings.maxFlows { return true }
+        var oldestTCP: TCPFlow?
+        for f in tcpFlows.values where oldestTCP == nil || f.lastActivity < oldestTCP!.lastActivity { oldestTCP = f }
+        var oldestUDP: UDPAssociation?
+        for a in udpAssociations.values where oldestUDP == nil || a.lastActivity < oldestUDP!.lastActivity { oldestUDP = a }
+        counters.flowsEvicted &+= 1
+        if let u = oldestUDP, oldestTCP == nil || u.lastActivity < oldestTCP!.lastActivity {
+            closeAssociation(u)
+            return true
+        }
+        if let t = oldestTCP {
+            Log.debug("flow.evicted", ["src": t.key.source, "dst": t.key.destination])
+            t.abort()
+            return true
+        }
+        return false
+    }
+
+    /// Once a second: connect and idle timeouts.
+    func sweep() {
+        let now = loop.now
+        for f in Array(tcpFlows.values) {
+            switch f.state {
+            case .connecting, .handshaking:
+                if now - f.createdAt > settings.connectTimeoutMs { f.connectTimedOut() }
+            case .open:
+                if now - f.lastActivity > settings.tcpIdleTimeoutMs {
+                    counters.idleClosed &+= 1
+                    f.abort()
+                }
+            case .closed:
+                remove(f)
+            }
+        }
+        for a in Array(udpAssociations.values) where now - a.lastActivity > settings.udpIdleTimeoutMs {
+            counters.idleClosed &+= 1
+            closeAssociation(a)
+        }
+    }
+
+    // MARK: UDP
+
+    func udpReceived(netif: Int, source: Endpoint, destination: Endpoint, pbuf: OpaquePointer) {
+        let len = Int(clwip_pbuf_total(pbuf))
+        _ = clwip_pbuf_copy(pbuf, scratch.baseAddress, UInt16(len))
+        clwip_pbuf_free(pbuf)
+        let decision = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
+        guard case .outbound(let outbound) = decision else {
+            drop(.rule)
+            return
+        }
+        let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
+        var assoc = udpAssociations[key]
+        if assoc == nil {
+            guard makeRoom() else { drop(.flowCap); return }
+            let a = UDPAssociation(stack: self, key: key, now: loop.now)
+            guard let outboundSide = outbound.openAssociation(events: a) else {
+                drop(.rule)
+                return
+            }
+            a.outboundSide = outboundSide
+            a.outboundName = outbound.name
+            udpAssociations[key] = a
+            counters.udpAssociationsOpened &+= 1
+            assoc = a
+        }
+        assoc!.lastActivity = loop.now
+        counters.udpDatagramsUp &+= 1
+        assoc!.bytesUp &+= UInt64(len)
+        assoc!.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
+    }
+
+    func closeAssociation(_ a: UDPAssociation) {
+        a.outboundSide?.close()
+        a.outboundSide = nil
+        udpAssociations[a.key] = nil
+    }
+
+    /// Live flows for status: (network, source, destination, outbound, bytes up, bytes down, age ms).
+    public func flowSnapshot() -> [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] {
+        let now = loop.now
+        var out: [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] = []
+        for f in tcpFlows.values { out.append((.tcp, f.key.source, f.key.destination, f.outboundName, f.bytesUp, f.bytesDown, now - f.createdAt)) }
+        for a in udpAssociations.values { out.append((.udp, a.key.source, a.key.source, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
+        return out
+    }
+}
+
+struct UDPKey: Hashable {
+    var netif: Int
+    var source: Endpoint
+    var outbound: ObjectIdentifier
+}
+
+/// One app source endpoint's UDP traffic through one outbound (full-cone: replies from any
+/// remote return to the app with that remote as their source).
+final class UDPAssociation: DatagramEvents {
+    unowned let stack: Netstack
+    let key: UDPKey
+    var outboundSide: DatagramAssociation?
+    var outboundName = ""
+    var lastActivity: UInt64
+    let createdAt: UInt64
+    var bytesUp: UInt64 = 0
+    var bytesDown: UInt64 = 0
+
+    init(stack: Netstack, key: UDPKey, now: UInt64) {
+        self.stack = stack
+        self.key = key
+        self.lastActivity = now
+        self.createdAt = now
+    }
+
+    func datagramReceived(_ payload: UnsafeRawBufferPointer, from remote: Endpoint) {
+        // An IPv4 reply cannot go to an IPv6 app endpoint or the reverse.
+        guard remote.address.isIPv4 == key.source.address.isIPv4, payload.count <= 65507 else { return }
+        lastActivity = stack.loop.now
+        bytesDown &+= UInt64(payload.count)
+        stack.counters.udpDatagramsDown &+= 1
+        var from = clwip_endpoint(remote)
+        var to = clwip_endpoint(key.source)
+        if clwip_udp_send(Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
+            stack.drop(.stackMemory)
+        }
+    }
+}
+
+// MARK: - C callbacks
+
+// lwIP is one global instance; its callbacks find the stack through this (loop thread only).
+nonisolated(unsafe) var activeNetstack: Netstack?
+
+extension clwip_endpoint {
+    init(_ e: Endpoint) {
+        self.init()
+        port = e.port
+        is_v6 = e.address.isIPv4 ? 0 : 1
+        withUnsafeMutableBytes(of: &ip) { _ = e.address.write(to: $0.baseAddress!) }
+    }
+
+    var endpoint: Endpoint {
+        var copy = ip
+        let addr = withUnsafeBytes(of: &copy) { is_v6 != 0 ? IPAddress(ipv6Bytes: $0) : IPAddress(ipv4Bytes: $0) }
+        return Endpoint(addr, port)
+    }
+}
+
+private let lwipOutput: @convention(c) (Int32, UnsafePointer<UInt8>?, Int) -> Void = { netif, data, len in
+    activeNetstack?.emit(UnsafeRawBufferPointer(start: data, count: len), netif: Int(netif))
+}
+
+private let lwipAccepted: @convention(c) (OpaquePointer?, Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?) -> UInt = { pcb, netif, src, dst in
+    guard let stack = activeNetstack, let pcb, let src, let dst else { return 0 }
+    let key = FlowKey(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint)
+    guard let flow = stack.tcpFlows[key], flow.state == .handshaking else { return 0 }
+    flow.accepted(pcb)
+    return UInt(bitPattern: Unmanaged.passUnretained(flow).toOpaque())
+}
+
+@inline(__always)
+private func flow(_ token: UInt) -> TCPFlow {
+    Unmanaged<TCPFlow>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
+}
+
+private let lwipReceived: @convention(c) (UInt, OpaquePointer?) -> Int32 = { token, p in
+    flow(token).received(p) ? 1 : 0
+}
+
+private let lwipSent: @convention(c) (UInt, UInt16) -> Void = { token, len in
+    flow(token).sent(Int(len))
+}
+
+private let lwipError: @convention(c) (UInt, Int32) -> Void = { token, err in
+    flow(token).lwipFailed(err)
+}
+
+private let lwipUDP: @convention(c) (Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { netif, src, dst, p in
+    guard let p else { return }
+    guard let stack = activeNetstack, let src, let dst else { clwip_pbuf_free(p); return }
+    stack.udpReceived(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint, pbuf: p)
+}

@@ -1,0 +1,276 @@
+import CLinux
+import Glibc
+import LoftCore
+import LoftIO
+
+/// Dials every flow from the host with nonblocking sockets. loft's own sockets live in loft's
+/// namespace (the host), never inside a TUN namespace, so nothing loops back into the TUN.
+public final class DirectOutbound: Outbound {
+    public let name: String
+    let loop: EventLoop
+    let resolver: Resolver?
+
+    public init(name: String = "direct", loop: EventLoop, resolver: Resolver? = nil) {
+        self.name = name
+        self.loop = loop
+        self.resolver = resolver
+    }
+
+    public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+        let stream = DirectStream(loop: loop, events: events)
+        switch destination {
+        case .ip(let endpoint):
+            stream.connect(endpoint)
+        case .domain(let name, let port):
+            guard let resolver else {
+                stream.failSoon(.resolveFailed)
+                break
+            }
+            resolver.resolve(name) { [weak stream] addresses in
+                guard let stream else { return }
+                if let first = addresses.first { stream.connect(Endpoint(first, port)) }
+                else { stream.failSoon(.resolveFailed) }
+            }
+        }
+        return stream
+    }
+
+    public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        DirectAssociation(loop: loop, events: events, resolver: resolver)
+    }
+}
+
+/// One TCP socket to the destination.
+final class DirectStream: StreamConnection, IOHandler {
+    weak var events: StreamEvents?
+    private let loop: EventLoop
+    private var fd: Int32 = -1
+    private var connecting = true
+    private var finished = false
+    private var readInterest = true
+    private var wantWrite = false
+    private var mask: UInt32 = 0
+
+    init(loop: EventLoop, events: StreamEvents) {
+        self.loop = loop
+        self.events = events
+    }
+
+    func connect(_ endpoint: Endpoint) {
+        guard !finished else { return }
+        let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else { failSoon(FlowFailure(errno: Sockets.errno)); return }
+        _ = clinux_set_nodelay(s)
+        let addr = SocketAddress(endpoint)
+        let r = addr.withSockaddr { Glibc.connect(s, $0, $1) }
+        if r != 0 && Sockets.errno != EINPROGRESS {
+            let e = Sockets.errno
+            Glibc.close(s)
+            failSoon(FlowFailure(errno: e))
+            return
+        }
+        fd = s
+        setMask(IOEvents.writable)
+    }
+
+    func failSoon(_ failure: FlowFailure) {
+        finished = true
+        loop.soon { [weak self] in self?.events?.streamFailed(failure) }
+    }
+
+    private var registered = false
+
+    private func setMask(_ m: UInt32) {
+        guard m != mask || !registered, fd >= 0 else { return }
+        mask = m
+        if registered { loop.modify(fd, m) } else { loop.register(fd, m, self); registered = true }
+    }
+
+    private func updateMask() {
+        var m: UInt32 = 0
+        if readInterest { m |= IOEvents.readable }
+        if wantWrite { m |= IOEvents.writable }
+        setMask(m)
+    }
+
+    func handleIO(_ ev: UInt32) {
+        if connecting {
+            let err = clinux_so_error(fd)
+            if err != 0 {
+                teardown(reset: false)
+                events?.streamFailed(FlowFailure(errno: err))
+                return
+            }
+            if ev & IOEvents.writable == 0 { return }
+            connecting = false
+            updateMask()
+            events?.streamConnected()
+            return
+        }
+        if ev & IOEvents.writable != 0 && wantWrite {
+            wantWrite = false
+            updateMask()
+            events?.streamWritable()
+        }
+        if fd >= 0 && ev & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 && readInterest {
+            events?.streamReadable()
+        } else if fd >= 0 && ev & (IOEvents.error | IOEvents.hangup) != 0 && !readInterest {
+            // Errors must still surface while reads are paused; the flow reads the error then.
+            events?.streamReadable()
+        }
+    }
+
+    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        guard fd >= 0, !connecting else { return fd >= 0 ? 0 : -1 }
+        let n = writev(fd, segments, Int32(count))
+        if n < 0 {
+            let e = Sockets.errno
+            if e == EAGAIN || e == EWOULDBLOCK {
+                wantWrite = true
+                updateMask()
+                return 0
+            }
+            return -1
+        }
+        var total = 0
+        for i in 0..<count { total += segments[i].iov_len }
+        if n < total {
+            wantWrite = true
+            updateMask()
+        }
+        return n
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        guard fd >= 0 else { return .eof }
+        let n = recv(fd, buffer.baseAddress, buffer.count, 0)
+        if n > 0 { return .data(n) }
+        if n == 0 { return .eof }
+        let e = Sockets.errno
+        if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
+        return .failed(FlowFailure(errno: e))
+    }
+
+    func setReadInterest(_ on: Bool) {
+        guard readInterest != on else { return }
+        readInterest = on
+        if !connecting { updateMask() }
+    }
+
+    func shutdownWrite() {
+        if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    }
+
+    func close() { teardown(reset: false) }
+    func reset() { teardown(reset: true) }
+
+    private func teardown(reset: Bool) {
+        finished = true
+        guard fd >= 0 else { return }
+        if registered { loop.unregister(fd) }
+        registered = false
+        if reset { _ = clinux_set_linger_reset(fd) }
+        Glibc.close(fd)
+        fd = -1
+    }
+
+    deinit { teardown(reset: true) }
+}
+
+/// One UDP association: an unconnected socket per address family, opened on first use, so
+/// replies from any remote come back (endpoint-independent mapping).
+final class DirectAssociation: DatagramAssociation, IOHandler {
+    weak var events: DatagramEvents?
+    private let loop: EventLoop
+    private let resolver: Resolver?
+    private var v4: Int32 = -1
+    private var v6: Int32 = -1
+    private var closed = false
+    // Shared receive buffer: one loop thread, and each datagram is delivered before the next read.
+    nonisolated(unsafe) private static let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+
+    init(loop: EventLoop, events: DatagramEvents, resolver: Resolver?) {
+        self.loop = loop
+        self.events = events
+        self.resolver = resolver
+    }
+
+    private func socketFor(_ e: Endpoint) -> Int32 {
+        if e.address.isIPv4 {
+            if v4 < 0 { v4 = open(AF_INET) }
+            return v4
+        }
+        if v6 < 0 { v6 = open(AF_INET6) }
+        return v6
+    }
+
+    private func open(_ family: Int32) -> Int32 {
+        let s = Sockets.make(family: family, type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { return -1 }
+        if family == AF_INET6 {
+            var one: Int32 = 1
+            setsockopt(s, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
+        }
+        loop.register(s, IOEvents.readable, self)
+        return s
+    }
+
+    @discardableResult
+    func send(_ payload: UnsafeRawBufferPointer, to destination: Destination) -> Bool {
+        guard !closed else { return false }
+        switch destination {
+        case .ip(let e):
+            let s = socketFor(e)
+            guard s >= 0 else { return false }
+            let addr = SocketAddress(e)
+            let n = addr.withSockaddr { sendto(s, payload.baseAddress, payload.count, 0, $0, $1) }
+            return n == payload.count
+        case .domain(let name, let port):
+            guard let resolver else { return false }
+            let copy = Array(payload)
+            resolver.resolve(name) { [weak self] addrs in
+                guard let self, let a = addrs.first else { return }
+                copy.withUnsafeBytes { _ = self.send($0, to: .ip(Endpoint(a, port))) }
+            }
+            return true
+        }
+    }
+
+    func handleIO(_ ev: UInt32) {
+        for s in [v4, v6] where s >= 0 {
+            // Bounded per wake-up so one busy association cannot starve the loop.
+            for _ in 0..<64 {
+                var from = SocketAddress()
+                let n = from.withMutableSockaddr { recvfrom(s, Self.buffer.baseAddress, Self.buffer.count, Int32(MSG_DONTWAIT), $0, $1) }
+                if n < 0 { break }
+                guard let ep = from.endpoint else { continue }
+                events?.datagramReceived(UnsafeRawBufferPointer(rebasing: Self.buffer[0..<n]), from: ep)
+                if closed { return }
+            }
+        }
+    }
+
+    func close() {
+        closed = true
+        for s in [v4, v6] where s >= 0 {
+            loop.unregister(s)
+            Glibc.close(s)
+        }
+        v4 = -1; v6 = -1
+    }
+
+    deinit { if !closed { close() } }
+}
+
+/// Refuses every flow: the `drop` outbound.
+public final class DropOutbound: Outbound {
+    public let name: String
+    let loop: EventLoop
+    public init(name: String = "drop", loop: EventLoop) { self.name = name; self.loop = loop }
+    public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+        let s = DirectStream(loop: loop, events: events)
+        s.failSoon(.notAllowed)
+        return s
+    }
+    public func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
+}
