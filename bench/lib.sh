@@ -1,0 +1,93 @@
+# Shared helpers for loft's benchmarks (sourced). Builds on the integration tests' topology
+# (Tests/integration/lib.sh: srv namespace, veth, servers, loft start/stop, trap cleanup).
+#
+# The app namespace loft-app-<id> is made here, before loft starts, and gets two paths to
+# the same servers (198.18.1.2, fd00:1::2):
+#   kernel: a plain veth straight to srv (routes 198.18.1.0/24, fd00:1::/64 via it)
+#   loft:   those routes removed; loft is started with tun.netns = this namespace, so its
+#           default routes send everything into the TUN, and loft dials from the root namespace.
+# Both are measured in the same run, one after the other, on the same namespace and servers.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$BENCH_DIR/../Tests/integration/lib.sh"
+RESULTS=${LOFT_BENCH_RESULTS:-$BENCH_DIR/results}
+mkdir -p "$RESULTS"
+CLK_TCK=$(getconf CLK_TCK)
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"  # 10k flows need >10k fds
+
+bench_require_loft() {
+    [ -x "$LOFT_BIN" ] && return 0
+    echo "warning: no loft binary at $LOFT_BIN (build it with 'swift build -c release' or set"\
+         "LOFT_BIN): only the kernel path is measured" >&2
+}
+
+# bench_topology [MTU]: srv namespace + servers are left to the caller; this makes the app
+# namespace with the kernel path switched on.
+bench_app_up() {
+    T_NETNS+=("$APP_NS"); register netns "$APP_NS"
+    ip netns add "$APP_NS" || die "ip netns add $APP_NS"
+    kernel_path_up "$APP_NS" "${1:-1500}" || die "kernel path"
+}
+
+kernel_routes_on() {
+    ip -n "$APP_NS" route replace 198.18.1.0/24 via 198.18.3.2
+    ip -n "$APP_NS" -6 route replace fd00:1::/64 via fd00:3::2
+}
+kernel_routes_off() {
+    ip -n "$APP_NS" route del 198.18.1.0/24 2>/dev/null
+    ip -n "$APP_NS" -6 route del fd00:1::/64 2>/dev/null
+    return 0
+}
+
+# All links on both paths to MTU (kernel veth, root<->srv veth).
+bench_mtu() {
+    ip -n "$APP_NS" link set "$KVETH_APP" mtu "$1"
+    ip -n "$SRV_NS" link set "$KVETH_SRV" mtu "$1"
+    topo_mtu "$1"
+}
+
+# bench_loft_start [loft_config key=value ...]: kernel routes off, loft up in APP_NS.
+bench_loft_start() {
+    kernel_routes_off
+    loft_start "$(loft_config "bench-$(date +%s%N)" "$@")" "$APP_NS" || {
+        echo "loft did not start: $(tail -5 "$LOFT_LOG" 2>/dev/null)" >&2; return 1; }
+}
+bench_loft_stop() {
+    loft_stop TERM || echo "warning: loft exit status $LOFT_RC" >&2
+    kernel_routes_on
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+hwm_kib() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+reset_hwm() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null; }
+
+# CPU % of one core between two cpu_ticks samples over MS milliseconds.
+cpu_pct() { awk -v a="$1" -v b="$2" -v ms="$3" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (b - a) / hz / (ms / 1000) * 100 }'; }
+
+# Integrity of a path in the same run: 50 MiB down (nginx) and up (sha256 sink), hashes
+# compared on both ends. Needs make_files, start_nginx and start_sink. Prints "ok" or why not.
+integrity_check() {
+    local want got
+    want=$(sha_of "$T_DIR/www/big")
+    got=$(in_app curl -sS --max-time 120 "http://$SRV4/big" | sha256sum | cut -d' ' -f1)
+    [ "$got" = "$want" ] || { echo "download sha256 mismatch"; return 1; }
+    got=$(in_app timeout 120 socat -t 30 - "TCP4:$SRV4:9000" <"$T_DIR/www/big" | cut -d' ' -f1)
+    [ "$got" = "$want" ] || { echo "upload sha256 mismatch"; return 1; }
+    echo ok
+}
+
+bench_meta() {      # JSON object describing this run
+    python3 - "$LOFT_BIN" "$LOFT_REPO" <<'EOF'
+import json, os, subprocess, sys, time
+def out(*c):
+    try: return subprocess.run(c, capture_output=True, text=True, cwd=sys.argv[2]).stdout.strip()
+    except Exception: return ""
+print(json.dumps({
+    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "kernel": os.uname().release, "cpus": os.cpu_count(),
+    "commit": out("git", "rev-parse", "--short", "HEAD"),
+    "loft_version": out(sys.argv[1], "--version"),
+}))
+EOF
+}

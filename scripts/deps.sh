@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package loft needs to build, run, test and benchmark: the one list,
+# used by scripts/quickstart and .ci/run. Debian 12, as root. Swift itself is expected at
+# /opt/swift (or on PATH); it is not a Debian package.
+set -eu
+
+PACKAGES=(
+    # build: lwIP and libyaml (pkg-config lwip / yaml-0.1) and the Swift toolchain's needs
+    liblwip-dev libyaml-dev pkg-config
+    binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
+    libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
+    # run: namespaces, links, routes
+    iproute2 nftables procps psmisc coreutils
+    # tests and benchmarks: real peers and clients
+    nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3
+)
+
+if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi
+
+# Packages with a service (nginx) must not start it on install: the tests start their own
+# servers inside their own namespaces. policy-rc.d 101 = "do not start", only while installing.
+made_policy=
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+fi
+trap '[ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d' EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+
+if ! command -v swift >/dev/null 2>&1 && [ ! -x /opt/swift/usr/bin/swift ]; then
+    echo "scripts/deps.sh: no Swift toolchain found (expected /opt/swift/usr/bin/swift)" >&2
+    exit 1
+fi
+[ -e /dev/net/tun ] || { mkdir -p /dev/net && mknod /dev/net/tun c 10 200 && chmod 600 /dev/net/tun; }
