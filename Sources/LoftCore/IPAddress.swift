@@ -59,7 +59,7 @@ public enum IPAddress: Hashable, Sendable, CustomStringConvertible {
             withUnsafeMutableBytes(of: &storage) { _ = write(to: $0.baseAddress!) }
             var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
             inet_ntop(AF_INET6, &storage, &buf, socklen_t(buf.count))
-            return String(cString: buf)
+            return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         }
     }
 

@@ -88,8 +88,12 @@ public final class EventLoop {
     public func run() {
         while !stopRequested {
             now = monotonicMilliseconds()
-            var timeout = Int32(deferred.isEmpty ? 1000 : 0)
+            // lwIP timers first; what they queued (data to flush, flows to close) runs before
+            // the loop sleeps.
+            var timeout = Int32(1000)
             if let hook = timerHook { timeout = min(timeout, Int32(hook())) }
+            runDeferred()
+            afterEvents?()
             for p in periodic { timeout = min(timeout, Int32(clamping: p.next > now ? p.next - now : 0)) }
             let n = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in

@@ -36,6 +36,8 @@ public final class Netstack {
     var udpAssociations: [UDPKey: UDPAssociation] = [:]
     /// Flows whose lwIP side must be closed outside lwIP callbacks.
     var finishing: [TCPFlow] = []
+    /// Flows with app bytes queued during this batch of packets.
+    var dirtyFlows: [TCPFlow] = []
     /// Remote → app copy buffer (one loop thread).
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
@@ -149,6 +151,11 @@ public final class Netstack {
 
     /// After each batch of events: close what finished inside lwIP callbacks.
     public func afterEvents() {
+        if !dirtyFlows.isEmpty {
+            let batch = dirtyFlows
+            dirtyFlows.removeAll(keepingCapacity: true)
+            for f in batch { f.drainToOutbound() }
+        }
         guard !finishing.isEmpty else { return }
         let batch = finishing
         finishing.removeAll(keepingCapacity: true)

@@ -176,18 +176,37 @@ final class TCPFlow: StreamEvents {
         lastActivity = stack.loop.now
         guard let p else {
             appFinished = true
-            if pending.isEmpty {
-                appFinForwarded = true
-                connection?.shutdownWrite()
-            }
-            finishIfDone()
+            markDirty()
             return false
         }
         let len = UInt64(clwip_pbuf_total(p))
         bytesUp &+= len
         stack.counters.tcpBytesUp &+= len
         pending.append(p)
-        return flushPending()
+        // Written after the current batch of packets: one writev for many segments.
+        markDirty()
+        return false
+    }
+
+    private var dirty = false
+
+    private func markDirty() {
+        if !dirty {
+            dirty = true
+            stack.dirtyFlows.append(self)
+        }
+    }
+
+    /// After a batch: hands queued app bytes to the outbound, then a pending FIN.
+    func drainToOutbound() {
+        dirty = false
+        guard state == .open else { return }
+        if flushPending() { return }
+        if pending.isEmpty && appFinished && !appFinForwarded {
+            appFinForwarded = true
+            connection?.shutdownWrite()
+            finishIfDone()
+        }
     }
 
     /// Writes queued app bytes to the outbound; returns true if the flow had to be aborted.
