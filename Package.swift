@@ -28,7 +28,7 @@ let package = Package(
         .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "CLinux"]),
-        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "CLinux"]),
+        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore"]),
         .executableTarget(
             name: "loft",
@@ -38,6 +38,7 @@ let package = Package(
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
+        .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
     ],
     swiftLanguageModes: [.v6]
 )
