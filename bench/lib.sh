@@ -30,12 +30,12 @@ bench_app_up() {
 }
 
 kernel_routes_on() {
-    ip -n "$APP_NS" route replace 198.18.1.0/24 via 198.18.3.2
-    ip -n "$APP_NS" -6 route replace fd00:1::/64 via fd00:3::2
+    ip -n "$APP_NS" route replace "$SRV_NET4" via "$KGW4"
+    ip -n "$APP_NS" -6 route replace "$SRV_NET6" via "$KGW6"
 }
 kernel_routes_off() {
-    ip -n "$APP_NS" route del 198.18.1.0/24 2>/dev/null
-    ip -n "$APP_NS" -6 route del fd00:1::/64 2>/dev/null
+    ip -n "$APP_NS" route del "$SRV_NET4" 2>/dev/null
+    ip -n "$APP_NS" -6 route del "$SRV_NET6" 2>/dev/null
     return 0
 }
 

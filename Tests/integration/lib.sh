@@ -22,10 +22,15 @@ SRV_NS=loft-srv-$T_ID
 APP_NS=loft-app-$T_ID
 VETH_ROOT=loft-${T_ID}r
 VETH_SRV=loft-${T_ID}s
-SRV4=198.18.1.2
-SRV6=fd00:1::2
-ROOT4=198.18.1.1
-ROOT6=fd00:1::1
+# LOFT_TEST_NET=n moves the srv subnet to 198.18.n.0/24 and fd00:n::/64 (default 1, as in
+# testing.md), for running beside another topology that already uses 198.18.1.0/24.
+NET=${LOFT_TEST_NET:-1}
+SRV_NET4=198.18.$NET.0/24
+SRV_NET6=fd00:$NET::/64
+SRV4=198.18.$NET.2
+SRV6=fd00:$NET::2
+ROOT4=198.18.$NET.1
+ROOT6=fd00:$NET::1
 TUN_NAME=loft0
 
 T_PASS=0
@@ -129,7 +134,9 @@ netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
 
 # The server namespace and its veth to the root namespace.
 topo_up() {
-    local mtu=${1:-1500}
+    local mtu=${1:-1500} r
+    r=$(ip -4 route show "$SRV_NET4"; ip -6 route show "$SRV_NET6")
+    [ -z "$r" ] || die "$SRV_NET4 / $SRV_NET6 already routed in the root namespace ($(echo "$r" | tr '\n' ';')): another topology is up; set LOFT_TEST_NET=<2..99> to use 198.18.<n>.0/24"
     T_NETNS+=("$SRV_NS"); register netns "$SRV_NS"
     T_LINKS+=("$VETH_ROOT"); register link "$VETH_ROOT"
     ip netns add "$SRV_NS" || die "ip netns add $SRV_NS"
@@ -244,8 +251,8 @@ start_echo() {
 # dnsmasq on :53 (v4 and v6) with one static record: probe.loft.test A 198.18.1.77,
 # AAAA fd00:1::77. Nothing is forwarded anywhere (--no-resolv, no servers).
 DNS_NAME=probe.loft.test
-DNS_A=198.18.1.77
-DNS_AAAA=fd00:1::77
+DNS_A=198.18.$NET.77
+DNS_AAAA=fd00:$NET::77
 start_dns() {
     bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
         --bind-interfaces --listen-address="$SRV4" --listen-address="$SRV6" --port=53 \
@@ -261,9 +268,12 @@ start_iperf() {
 # --- the kernel path (reference for benchmarks; LOFT_TEST_KERNEL=1 dry runs) ----------------
 
 # kernel_path_up NS [MTU]: NS (created if missing) joined straight to srv by a plain veth:
-#   NS: loft-<id>ka 198.18.3.1/24 fd00:3::1/64, routes to 198.18.1.0/24 and fd00:1::/64 via srv
-#   srv: loft-<id>ks 198.18.3.2/24 fd00:3::2/64
+#   NS: loft-<id>ka 198.18.K.1/24 fd00:K::1/64, routes to 198.18.1.0/24 and fd00:1::/64 via srv
+#   srv: loft-<id>ks 198.18.K.2/24 fd00:K::2/64            (K = 100 + LOFT_TEST_NET: 101)
 # so the same destinations (198.18.1.2, fd00:1::2) are reached with no loft in between.
+KNET=$((100 + NET))
+KGW4=198.18.$KNET.2
+KGW6=fd00:$KNET::2
 KVETH_APP=loft-${T_ID}ka
 KVETH_SRV=loft-${T_ID}ks
 kernel_path_up() {
@@ -276,14 +286,14 @@ kernel_path_up() {
     ip link add "$KVETH_APP" mtu "$mtu" netns "$ns" type veth peer name "$KVETH_SRV" mtu "$mtu" \
         netns "$SRV_NS" || return 1
     ip -n "$ns" link set lo up
-    ip -n "$ns" addr add 198.18.3.1/24 dev "$KVETH_APP"
-    ip -n "$ns" -6 addr add fd00:3::1/64 dev "$KVETH_APP" nodad
+    ip -n "$ns" addr add "198.18.$KNET.1/24" dev "$KVETH_APP"
+    ip -n "$ns" -6 addr add "fd00:$KNET::1/64" dev "$KVETH_APP" nodad
     ip -n "$ns" link set "$KVETH_APP" up
-    ip -n "$SRV_NS" addr add 198.18.3.2/24 dev "$KVETH_SRV"
-    ip -n "$SRV_NS" -6 addr add fd00:3::2/64 dev "$KVETH_SRV" nodad
+    ip -n "$SRV_NS" addr add "$KGW4/24" dev "$KVETH_SRV"
+    ip -n "$SRV_NS" -6 addr add "$KGW6/64" dev "$KVETH_SRV" nodad
     ip -n "$SRV_NS" link set "$KVETH_SRV" up
-    ip -n "$ns" route add 198.18.1.0/24 via 198.18.3.2
-    ip -n "$ns" -6 route add fd00:1::/64 via fd00:3::2
+    ip -n "$ns" route add "$SRV_NET4" via "$KGW4"
+    ip -n "$ns" -6 route add "$SRV_NET6" via "$KGW6"
 }
 kernel_path_down() {
     ip -n "$SRV_NS" link del "$KVETH_SRV" 2>/dev/null
