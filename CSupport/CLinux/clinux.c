@@ -157,3 +157,37 @@ int clinux_so_error(int fd) {
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
     return err;
 }
+
+int clinux_recv_batch(int fd, uint8_t *base, size_t slot, int count, int *lens) {
+    struct mmsghdr msgs[64];
+    struct iovec iov[64];
+    if (count > 64) count = 64;
+    memset(msgs, 0, sizeof(struct mmsghdr) * (size_t)count);
+    for (int i = 0; i < count; i++) {
+        iov[i].iov_base = base + (size_t)i * slot;
+        iov[i].iov_len = slot;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(fd, msgs, (unsigned)count, MSG_DONTWAIT, NULL);
+    if (n < 0) return -errno;
+    for (int i = 0; i < n; i++) {
+        lens[i] = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? -1 : (int)msgs[i].msg_len;
+    }
+    return n;
+}
+
+int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens, int count) {
+    struct mmsghdr msgs[64];
+    struct iovec iov[64];
+    if (count > 64) count = 64;
+    memset(msgs, 0, sizeof(struct mmsghdr) * (size_t)count);
+    for (int i = 0; i < count; i++) {
+        iov[i].iov_base = (void *)(base + (size_t)i * slot);
+        iov[i].iov_len = (size_t)lens[i];
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = sendmmsg(fd, msgs, (unsigned)count, MSG_DONTWAIT);
+    return n < 0 ? -errno : n;
+}

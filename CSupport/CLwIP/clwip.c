@@ -16,18 +16,23 @@
 #include "lwip/tcp.h"
 #include "lwip/timeouts.h"
 #include "lwip/udp.h"
+#include "lwip/priv/tcp_priv.h"
 
 #define MAX_NETIFS 4
 
 typedef struct {
     struct netif netif;
-    struct tcp_pcb **listeners;   // [65536], lazily allocated
-    struct udp_pcb **udp_pcbs;    // [65536]
 } input_slot;
 
 static clwip_callbacks cb;
 static input_slot slots[MAX_NETIFS];
 static int slot_count;
+// Listeners and UDP pcbs are shared by all inputs, one per port; which input a connection
+// belongs to is decided per pcb (tcp_bind_netif at SYN time) and per datagram (explicit netif).
+static struct tcp_pcb **listener_by_port;   // [65536]
+static struct udp_pcb **udp_by_port;    // [65536]
+// The input whose packet is being processed (valid inside clwip_input).
+static int current_input = 0;
 static clwip_stats stats;
 // The dummy put back after each input: nonzero so lwIP's routing still sees an up netif.
 static const uint32_t DUMMY_V4 = PP_HTONL(0x00000001UL);
@@ -120,9 +125,9 @@ int clwip_netif_add(uint16_t mtu) {
     ip_addr_copy(s->netif.ip6_addr[1], v6);
     netif_ip6_addr_set_state(&s->netif, 1, IP6_ADDR_PREFERRED);
     netif_set_ip6_autoconfig_enabled(&s->netif, 0);
-    s->listeners = calloc(65536, sizeof(struct tcp_pcb *));
-    s->udp_pcbs = calloc(65536, sizeof(struct udp_pcb *));
-    if (!s->listeners || !s->udp_pcbs) return -1;
+    if (!listener_by_port) listener_by_port = calloc(65536, sizeof(struct tcp_pcb *));
+    if (!udp_by_port) udp_by_port = calloc(65536, sizeof(struct udp_pcb *));
+    if (!listener_by_port || !udp_by_port) return -1;
     if (slot_count == 0) netif_set_default(&s->netif);
     netif_set_link_up(&s->netif);
     netif_set_up(&s->netif);
@@ -151,12 +156,12 @@ static void on_err(void *arg, err_t err) {
 }
 
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
-    int idx = (int)(intptr_t)arg;
+    (void)arg;
+    int idx = current_input;
     if (err != ERR_OK || pcb == NULL) return ERR_VAL;
     clwip_endpoint src, dst;
     endpoint_from(&src, &pcb->remote_ip, pcb->remote_port);
     endpoint_from(&dst, &pcb->local_ip, pcb->local_port);
-    tcp_bind_netif(pcb, &slots[idx].netif);
     tcp_nagle_disable(pcb);  // the outbound side already coalesces; forward writes at once
     uintptr_t token = cb.accepted((clwip_tcp *)pcb, idx, &src, &dst);
     if (token == 0) {
@@ -170,18 +175,15 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     return ERR_OK;
 }
 
-static void ensure_listener(int idx, u16_t port) {
-    input_slot *s = &slots[idx];
-    if (s->listeners[port]) return;
+static void ensure_listener(u16_t port) {
+    if (listener_by_port[port]) return;
     struct tcp_pcb *pcb = tcp_new_ip_type(IPADDR_TYPE_ANY);
     if (!pcb) return;
-    tcp_bind_netif(pcb, &s->netif);
     if (tcp_bind(pcb, IP_ANY_TYPE, port) != ERR_OK) { tcp_close(pcb); return; }
     struct tcp_pcb *l = tcp_listen_with_backlog(pcb, TCP_DEFAULT_LISTEN_BACKLOG);
     if (!l) { tcp_close(pcb); return; }
-    tcp_arg(l, (void *)(intptr_t)idx);
     tcp_accept(l, on_accept);
-    s->listeners[port] = l;
+    listener_by_port[port] = l;
     stats.tcp_listeners++;
 }
 
@@ -234,29 +236,28 @@ void clwip_tcp_abort(clwip_tcp *c) {
 // ---- UDP ----------------------------------------------------------------------------------
 
 static void on_udp(void *arg, struct udp_pcb *pcb, struct pbuf *p, const ip_addr_t *addr, u16_t port) {
-    int idx = (int)(intptr_t)arg;
+    (void)arg;
+    int idx = current_input;
     clwip_endpoint src, dst;
     endpoint_from(&src, addr, port);
     endpoint_from(&dst, ip_current_dest_addr(), pcb->local_port);
     cb.udp(idx, &src, &dst, (clwip_pbuf *)p);
 }
 
-static struct udp_pcb *ensure_udp(int idx, u16_t port) {
-    input_slot *s = &slots[idx];
-    if (s->udp_pcbs[port]) return s->udp_pcbs[port];
+static struct udp_pcb *ensure_udp(u16_t port) {
+    if (udp_by_port[port]) return udp_by_port[port];
     struct udp_pcb *pcb = udp_new_ip_type(IPADDR_TYPE_ANY);
     if (!pcb) return NULL;
-    udp_bind_netif(pcb, &s->netif);
     if (udp_bind(pcb, IP_ANY_TYPE, port) != ERR_OK) { udp_remove(pcb); return NULL; }
-    udp_recv(pcb, on_udp, (void *)(intptr_t)idx);
-    s->udp_pcbs[port] = pcb;
+    udp_recv(pcb, on_udp, NULL);
+    udp_by_port[port] = pcb;
     stats.udp_ports++;
     return pcb;
 }
 
 int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len) {
     if (idx < 0 || idx >= slot_count) return ERR_ARG;
-    struct udp_pcb *pcb = ensure_udp(idx, from->port);
+    struct udp_pcb *pcb = ensure_udp(from->port);
     if (!pcb) return ERR_MEM;
     struct pbuf *p = pbuf_alloc(PBUF_TRANSPORT, len, PBUF_RAM);
     if (!p) { stats.pbuf_alloc_failures++; return ERR_MEM; }
@@ -274,23 +275,35 @@ int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to
 int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port) {
     if (idx < 0 || idx >= slot_count || len < 20 || len > 0xFFFF) return -1;
     input_slot *s = &slots[idx];
-    if (syn_port >= 0) ensure_listener(idx, (u16_t)syn_port);
-    if (udp_port >= 0) ensure_udp(idx, (u16_t)udp_port);
+    if (syn_port >= 0) ensure_listener((u16_t)syn_port);
+    if (udp_port >= 0) ensure_udp((u16_t)udp_port);
     struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
     if (!p) { stats.pbuf_alloc_failures++; return -1; }
     memcpy(p->payload, packet, len);
+    current_input = idx;
+    // While this packet is processed, only its own input may look like a route for IPv4
+    // (lwIP's ip4_route takes the first netif whose address/mask matches; all masks are 0).
+    for (int i = 0; i < slot_count; i++) {
+        if (i != idx) ip_2_ip4(&slots[i].netif.ip_addr)->addr = 0;
+    }
+    struct tcp_pcb *head_before = tcp_active_pcbs;
     int v6 = (packet[0] >> 4) == 6;
     if (v6) {
         ip6_addr_t *slot = ip_2_ip6(&s->netif.ip6_addr[1]);
         memcpy(slot->addr, packet + 24, 16);
-        s->netif.ip_addr.u_addr.ip4.addr = DUMMY_V4;
         ip_input(p, &s->netif);   // consumes p
         memset(slot->addr, 0, 16);
         slot->addr[3] = PP_HTONL(1);
     } else {
         memcpy(&ip_2_ip4(&s->netif.ip_addr)->addr, packet + 16, 4);
         ip_input(p, &s->netif);
-        ip_2_ip4(&s->netif.ip_addr)->addr = DUMMY_V4;
+    }
+    for (int i = 0; i < slot_count; i++) ip_2_ip4(&slots[i].netif.ip_addr)->addr = DUMMY_V4;
+    // A SYN that created a connection: bind it to this input now, so its SYN-ACK
+    // retransmissions (sent later from timers) also leave by the input it came from.
+    if (syn_port >= 0 && tcp_active_pcbs != head_before && tcp_active_pcbs &&
+        tcp_active_pcbs->state == SYN_RCVD && tcp_active_pcbs->netif_idx == NETIF_NO_INDEX) {
+        tcp_bind_netif(tcp_active_pcbs, &s->netif);
     }
     return 0;
 }

@@ -33,8 +33,11 @@ public final class EventLoop {
 
     /// Called every iteration; returns milliseconds until it wants to run again (lwIP timers).
     public var timerHook: (() -> UInt32)?
-    /// Called after each batch of I/O events (deferred work such as closing flows).
-    public var afterEvents: (() -> Void)?
+    /// Called after each batch of I/O events, in the order added (deferred work: flushing
+    /// queued bytes, batched packet writes, closing flows).
+    private var afterEventHooks: [() -> Void] = []
+    public func addAfterEvents(_ hook: @escaping () -> Void) { afterEventHooks.append(hook) }
+    private func afterEvents() { for h in afterEventHooks { h() } }
     /// Milliseconds, cached once per iteration.
     public private(set) var now: UInt64 = monotonicMilliseconds()
 
@@ -93,7 +96,7 @@ public final class EventLoop {
             var timeout = Int32(1000)
             if let hook = timerHook { timeout = min(timeout, Int32(hook())) }
             runDeferred()
-            afterEvents?()
+            afterEvents()
             for p in periodic { timeout = min(timeout, Int32(clamping: p.next > now ? p.next - now : 0)) }
             let n = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
@@ -112,13 +115,13 @@ public final class EventLoop {
                 if fd < handlers.count, let h = handlers[fd] { h.handleIO(events[i]) }
             }
             runDeferred()
-            afterEvents?()
+            afterEvents()
             for i in periodic.indices where periodic[i].next <= now {
                 periodic[i].next = now + periodic[i].interval
                 periodic[i].action()
             }
             runDeferred()
-            afterEvents?()
+            afterEvents()
         }
     }
 }

@@ -21,6 +21,16 @@ public struct NetstackCounters: Sendable {
     public var totalDrops: UInt64 { drops.reduce(0, +) }
 }
 
+/// One input's share: what it delivered and what was dropped from it, by reason.
+public struct InputCounters: Sendable {
+    public var packetsIn: UInt64 = 0
+    public var bytesIn: UInt64 = 0
+    public var packetsOut: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    public var drops = [UInt64](repeating: 0, count: PacketDropReason.allCases.count)
+    public func dropped(_ r: PacketDropReason) -> UInt64 { drops[r.rawValue] }
+}
+
 /// Flow identity: the app's endpoint and the destination, plus the input it came in on.
 struct FlowKey: Hashable {
     var netif: Int

@@ -61,22 +61,34 @@ public final class Netstack {
         let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
         precondition(idx == inputs.count, "lwIP netif table full")
         inputs.append(Input(writer: writer, mtu: mtu))
+        inputCounters.append(InputCounters())
         return idx
     }
 
     /// Runs lwIP's timers; returns ms until the next is due.
     public func runTimers() -> UInt32 { clwip_check_timeouts() }
 
-    func drop(_ r: PacketDropReason) { counters.drops[r.rawValue] &+= 1 }
+    func drop(_ r: PacketDropReason, _ netif: Int) {
+        counters.drops[r.rawValue] &+= 1
+        inputCounters[netif].drops[r.rawValue] &+= 1
+    }
+
+    /// For inputs that drop before the stack sees a packet (an oversize datagram, say).
+    public func countDrop(_ r: PacketDropReason, input: Int) { drop(r, input) }
+
+    /// Per input (index from addInput): packets and drops by reason.
+    public internal(set) var inputCounters: [InputCounters] = []
 
     /// The hot path: one packet from an input.
     public func input(_ packet: UnsafeRawBufferPointer, from netif: Int) {
         counters.packetsIn &+= 1
         counters.bytesIn &+= UInt64(packet.count)
+        inputCounters[netif].packetsIn &+= 1
+        inputCounters[netif].bytesIn &+= UInt64(packet.count)
         let summary: PacketSummary
         switch PacketSummary.parse(packet, maxLength: inputs[netif].mtu) {
         case .failure(let reason):
-            drop(reason)
+            drop(reason, netif)
             return
         case .success(let s):
             summary = s
@@ -86,19 +98,19 @@ public final class Netstack {
             return
         }
         if summary.isEchoRequest && !settings.icmpReply {
-            drop(.icmpPolicy)
+            drop(.icmpPolicy, netif)
             return
         }
         let udpPort = summary.proto == IPProtocol.udp && !summary.isLaterFragment ? Int32(summary.destinationPort) : -1
         if clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count, -1, udpPort) != 0 {
-            drop(.stackMemory)
+            drop(.stackMemory, netif)
         }
     }
 
     /// Hands a held SYN to lwIP once the outbound is connected.
     func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
         packet.withUnsafeBufferPointer { b in
-            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1) != 0 { drop(.stackMemory) }
+            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1) != 0 { drop(.stackMemory, netif) }
         }
     }
 
@@ -109,6 +121,8 @@ public final class Netstack {
     func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
         counters.packetsOut &+= 1
         counters.bytesOut &+= UInt64(p.count)
+        inputCounters[netif].packetsOut &+= 1
+        inputCounters[netif].bytesOut &+= UInt64(p.count)
         inputs[netif].writer.writePacket(p)
     }
 
@@ -128,11 +142,11 @@ public final class Netstack {
         let decision = router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
         switch decision {
         case .drop(let reset):
-            drop(.rule)
+            drop(.rule, netif)
             if reset { send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
         case .outbound(let outbound):
             guard makeRoom() else {
-                drop(.flowCap)
+                drop(.flowCap, netif)
                 send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif)
                 return
             }
@@ -212,16 +226,16 @@ public final class Netstack {
         clwip_pbuf_free(pbuf)
         let decision = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
         guard case .outbound(let outbound) = decision else {
-            drop(.rule)
+            drop(.rule, netif)
             return
         }
         let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
         var assoc = udpAssociations[key]
         if assoc == nil {
-            guard makeRoom() else { drop(.flowCap); return }
+            guard makeRoom() else { drop(.flowCap, netif); return }
             let a = UDPAssociation(stack: self, key: key, now: loop.now)
             guard let outboundSide = outbound.openAssociation(events: a) else {
-                drop(.rule)
+                drop(.rule, netif)
                 return
             }
             a.outboundSide = outboundSide
@@ -286,7 +300,7 @@ final class UDPAssociation: DatagramEvents {
         var from = clwip_endpoint(remote)
         var to = clwip_endpoint(key.source)
         if clwip_udp_send(Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
-            stack.drop(.stackMemory)
+            stack.drop(.stackMemory, key.netif)
         }
     }
 }

@@ -62,7 +62,7 @@ enum Application {
         settings.udpIdleTimeoutMs = config.limits.udpIdleTimeout.milliseconds
         let netstack = Netstack(loop: loop, router: router, settings: settings)
         loop.timerHook = { netstack.runTimers() }
-        loop.afterEvents = { netstack.afterEvents() }
+        loop.addAfterEvents { netstack.afterEvents() }
 
         var tun: TunInput?
         if let t = config.tun {
@@ -78,14 +78,25 @@ enum Application {
         if config.socks5 != nil {
             Log.warn("input.unavailable", ["input": "socks5", "note": "not in this build; set socks5: off to silence"])
         }
-        if config.bridge != nil {
-            Log.warn("input.unavailable", ["input": "bridge", "note": "not in this build; set bridge: off to silence"])
+        var bridge: BridgeInput?
+        if let b = config.bridge {
+            let input = BridgeInput(settings: b, loop: loop, netstack: netstack)
+            do {
+                try input.start()
+            } catch {
+                Log.error("start.failed", ["input": "bridge", "error": error])
+                tun?.stop()
+                return 1
+            }
+            bridge = input
         }
 
-        Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off"])
+        Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
+                           "bridge": bridge != nil ? "on" : "off"])
         loop.run()
         Log.info("stopping", ["signal": signals.received])
         tun?.stop()
+        bridge?.stop()
         let c = netstack.counters
         Log.info("stopped", ["packets_in": c.packetsIn, "packets_out": c.packetsOut, "tcp_flows": c.tcpFlowsOpened,
                              "udp_associations": c.udpAssociationsOpened, "drops": c.totalDrops])

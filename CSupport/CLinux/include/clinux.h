@@ -46,4 +46,10 @@ int clinux_errno(void);
 int clinux_set_nodelay(int fd);
 int clinux_set_linger_reset(int fd);
 int clinux_so_error(int fd);
+
+/// recvmmsg into `count` slots of `slot` bytes each at `base`; lens[i] gets each datagram's
+/// length, or -1 when it was larger than the slot (MSG_TRUNC). Returns the count or -errno.
+int clinux_recv_batch(int fd, uint8_t *base, size_t slot, int count, int *lens);
+/// sendmmsg of `count` datagrams (connected socket); returns how many were sent or -errno.
+int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens, int count);
 #endif

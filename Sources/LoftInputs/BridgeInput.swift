@@ -1,0 +1,153 @@
+import CLinux
+import Glibc
+import LoftConfig
+import LoftCore
+import LoftIO
+import LoftNetstack
+
+/// The raw-IP UDP bridge: another process sends one whole IPv4/IPv6 packet per datagram from
+/// 127.0.0.1:peer-port to loft's 127.0.0.1:extension-port, and gets the stack's replies the
+/// same way. The socket is connected, so the kernel drops datagrams from any other source.
+/// Reads and writes are batched (recvmmsg/sendmmsg); replies queue during a batch of events
+/// and leave in one sendmmsg after it.
+public final class BridgeInput: IOHandler, PacketWriter {
+    public struct Counters: Sendable {
+        public var datagramsIn: UInt64 = 0
+        public var datagramsOut: UInt64 = 0
+        /// Datagrams larger than bridge.mtu (dropped whole, never truncated).
+        public var oversize: UInt64 = 0
+        /// ECONNREFUSED: the peer is not bound right now (it may start later).
+        public var peerMissing: UInt64 = 0
+        /// Replies that could not be sent (socket buffer full, peer missing).
+        public var sendDrops: UInt64 = 0
+    }
+
+    public struct StartError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    let settings: BridgeSettings
+    let loop: EventLoop
+    unowned let netstack: Netstack
+    private var fd: Int32 = -1
+    private var netif = 0
+    public private(set) var counters = Counters()
+    public var inputIndex: Int { netif }
+
+    private static let batch = 64
+    private let slot: Int
+    private let rx: UnsafeMutableRawBufferPointer
+    private var rxLens = [Int32](repeating: 0, count: BridgeInput.batch)
+    private let tx: UnsafeMutableRawBufferPointer
+    private var txLens = [Int32](repeating: 0, count: BridgeInput.batch)
+    private var txCount = 0
+
+    public init(settings: BridgeSettings, loop: EventLoop, netstack: Netstack) {
+        self.settings = settings
+        self.loop = loop
+        self.netstack = netstack
+        // One byte more than the MTU so an oversize datagram is recognised, not cut.
+        slot = settings.mtu + 1
+        rx = UnsafeMutableRawBufferPointer.allocate(byteCount: slot * Self.batch, alignment: 16)
+        tx = UnsafeMutableRawBufferPointer.allocate(byteCount: slot * Self.batch, alignment: 16)
+    }
+
+    deinit {
+        rx.deallocate()
+        tx.deallocate()
+    }
+
+    public func start() throws {
+        let s = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { throw StartError(description: "bridge: socket: \(String(cString: strerror(Sockets.errno)))") }
+        var size: Int32 = 4 << 20
+        setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, 4)
+        setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, 4)
+        let loopback = IPAddress.v4(0x7F00_0001)
+        let local = SocketAddress(Endpoint(loopback, settings.extensionPort))
+        guard local.withSockaddr({ bind(s, $0, $1) }) == 0 else {
+            let e = Sockets.errno
+            close(s)
+            throw StartError(description: "bridge: cannot bind 127.0.0.1:\(settings.extensionPort): \(String(cString: strerror(e)))")
+        }
+        let peer = SocketAddress(Endpoint(loopback, settings.peerPort))
+        guard peer.withSockaddr({ connect(s, $0, $1) }) == 0 else {
+            let e = Sockets.errno
+            close(s)
+            throw StartError(description: "bridge: cannot connect to 127.0.0.1:\(settings.peerPort): \(String(cString: strerror(e)))")
+        }
+        fd = s
+        netif = netstack.addInput(mtu: settings.mtu, writer: self)
+        loop.register(fd, IOEvents.readable, self)
+        loop.addAfterEvents { [weak self] in self?.flush() }
+        Log.info("bridge.up", ["listen": "127.0.0.1:\(settings.extensionPort)", "peer": "127.0.0.1:\(settings.peerPort)",
+                               "mtu": settings.mtu])
+    }
+
+    public func stop() {
+        guard fd >= 0 else { return }
+        flush()
+        loop.unregister(fd)
+        close(fd)
+        fd = -1
+        Log.info("bridge.down", [:])
+    }
+
+    public func handleIO(_ events: UInt32) {
+        // A few batches per wake-up, then let the loop serve others.
+        for _ in 0..<4 {
+            let n = rxLens.withUnsafeMutableBufferPointer { lens in
+                clinux_recv_batch(fd, rx.baseAddress!.assumingMemoryBound(to: UInt8.self), slot, Int32(Self.batch), lens.baseAddress)
+            }
+            if n < 0 {
+                if -n == ECONNREFUSED { counters.peerMissing &+= 1; continue }
+                return
+            }
+            for i in 0..<Int(n) {
+                counters.datagramsIn &+= 1
+                let len = Int(rxLens[i])
+                if len < 0 || len > settings.mtu {
+                    counters.oversize &+= 1
+                    netstack.countDrop(.tooLarge, input: netif)
+                    continue
+                }
+                netstack.input(UnsafeRawBufferPointer(rebasing: rx[i * slot ..< i * slot + len]), from: netif)
+            }
+            if Int(n) < Self.batch { return }
+        }
+    }
+
+    public func writePacket(_ packet: UnsafeRawBufferPointer) {
+        guard fd >= 0 else { return }
+        guard packet.count <= settings.mtu else {
+            counters.sendDrops &+= 1
+            return
+        }
+        if txCount == Self.batch { flush() }
+        let dst = tx.baseAddress! + txCount * slot
+        dst.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
+        txLens[txCount] = Int32(packet.count)
+        txCount += 1
+    }
+
+    /// Sends the queued replies in one sendmmsg.
+    func flush() {
+        guard txCount > 0, fd >= 0 else { return }
+        var sent = 0
+        while sent < txCount {
+            let n = txLens.withUnsafeBufferPointer { lens in
+                clinux_send_batch(fd, tx.baseAddress!.assumingMemoryBound(to: UInt8.self) + sent * slot, slot,
+                                  lens.baseAddress! + sent, Int32(txCount - sent))
+            }
+            if n <= 0 {
+                if -n == ECONNREFUSED { counters.peerMissing &+= 1 }
+                // The peer is gone or its buffer is full: these replies are lost (TCP retransmits).
+                counters.sendDrops &+= UInt64(txCount - sent)
+                break
+            }
+            counters.datagramsOut &+= UInt64(n)
+            sent += Int(n)
+        }
+        txCount = 0
+    }
+}
