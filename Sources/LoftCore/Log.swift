@@ -20,6 +20,10 @@ public enum Log {
     }
 
     public static func emit(_ level: Level, _ event: String, _ fields: KeyValuePairs<String, Any>) {
+        emit(level, event, fields.map { ($0.key, $0.value) })
+    }
+
+    public static func emit(_ level: Level, _ event: String, _ fields: [(String, Any)]) {
         guard level <= threshold else { return }
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)

@@ -159,7 +159,7 @@ public struct PacketSummary: Sendable {
         return .success(s)
     }
 
-    private static func hasFragmentHeader(_ p: UnsafeRawBufferPointer) -> Bool {
+    static func hasFragmentHeader(_ p: UnsafeRawBufferPointer) -> Bool {
         var next = p[6]
         var off = 40
         while off + 8 <= p.count {
@@ -194,5 +194,36 @@ public struct PacketSummary: Sendable {
             return .martian
         }
         return nil
+    }
+}
+
+extension PacketSummary {
+    /// Whether the packet is (part of) a fragmented datagram.
+    public func isFragmented(_ p: UnsafeRawBufferPointer) -> Bool {
+        if isLaterFragment { return true }
+        if version == 4 { return p[6] & 0x20 != 0 }
+        return transportOffset > 40 && PacketSummary.hasFragmentHeader(p)
+    }
+
+    /// Verifies the TCP, UDP or ICMP checksum of an unfragmented packet (fragments are checked
+    /// by the stack after reassembly). For inputs whose sender may be anyone (the bridge), so
+    /// that a bad checksum is counted rather than silently discarded inside lwIP.
+    public func transportChecksumIsValid(_ p: UnsafeRawBufferPointer) -> Bool {
+        if isFragmented(p) { return true }
+        let segment = UnsafeRawBufferPointer(rebasing: p[transportOffset...])
+        switch proto {
+        case IPProtocol.tcp:
+            return InternetChecksum.transport(source: source, destination: destination, proto: proto, segment: segment) == 0
+        case IPProtocol.udp:
+            // IPv4 UDP may omit its checksum (0); IPv6 may not.
+            if version == 4 && segment[6] == 0 && segment[7] == 0 { return true }
+            return InternetChecksum.transport(source: source, destination: destination, proto: proto, segment: segment) == 0
+        case IPProtocol.icmp:
+            return InternetChecksum.of(segment) == 0
+        case IPProtocol.icmpv6:
+            return InternetChecksum.transport(source: source, destination: destination, proto: proto, segment: segment) == 0
+        default:
+            return true
+        }
     }
 }

@@ -77,7 +77,7 @@ public final class BridgeInput: IOHandler, PacketWriter {
             throw StartError(description: "bridge: cannot connect to 127.0.0.1:\(settings.peerPort): \(String(cString: strerror(e)))")
         }
         fd = s
-        netif = netstack.addInput(mtu: settings.mtu, writer: self)
+        netif = netstack.addInput(mtu: settings.mtu, writer: self, verifyChecksums: true)
         loop.register(fd, IOEvents.readable, self)
         loop.addAfterEvents { [weak self] in self?.flush() }
         Log.info("bridge.up", ["listen": "127.0.0.1:\(settings.extensionPort)", "peer": "127.0.0.1:\(settings.peerPort)",

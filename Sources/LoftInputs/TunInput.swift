@@ -17,6 +17,7 @@ public final class TunInput: IOHandler, PacketWriter {
     unowned let netstack: Netstack
     private var fd: Int32 = -1
     private var netif = 0
+    public var inputIndex: Int { netif }
     private var createdNetns = false
     private var wroteResolvConf = false
     private var createdNetnsDir = false

@@ -29,6 +29,7 @@ public final class Netstack {
     struct Input {
         let writer: PacketWriter
         let mtu: Int
+        let verifyChecksums: Bool
     }
     var inputs: [Input] = []
 
@@ -56,11 +57,13 @@ public final class Netstack {
         loop.every(1000) { [weak self] in self?.sweep() }
     }
 
-    /// Adds an input; returns its index, used with `input(_:from:)`.
-    public func addInput(mtu: Int, writer: PacketWriter) -> Int {
+    /// Adds an input; returns its index, used with `input(_:from:)`. `verifyChecksums` checks
+    /// transport checksums before lwIP so bad ones are counted (for inputs fed by any process;
+    /// the TUN's packets come from the kernel).
+    public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false) -> Int {
         let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
         precondition(idx == inputs.count, "lwIP netif table full")
-        inputs.append(Input(writer: writer, mtu: mtu))
+        inputs.append(Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums))
         inputCounters.append(InputCounters())
         return idx
     }
@@ -92,6 +95,10 @@ public final class Netstack {
             return
         case .success(let s):
             summary = s
+        }
+        if inputs[netif].verifyChecksums && !summary.transportChecksumIsValid(packet) {
+            drop(.badChecksum, netif)
+            return
         }
         if summary.isTCPOpen {
             openTCP(packet, summary, netif: netif)

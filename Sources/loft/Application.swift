@@ -97,6 +97,16 @@ enum Application {
         Log.info("stopping", ["signal": signals.received])
         tun?.stop()
         bridge?.stop()
+        for (name, index) in [("tun", tun?.inputIndex), ("bridge", bridge?.inputIndex)] {
+            guard let index else { continue }
+            let ic = netstack.inputCounters[index]
+            var fields: [(String, Any)] = [("input", name), ("packets_in", ic.packetsIn), ("packets_out", ic.packetsOut)]
+            for r in PacketDropReason.allCases where ic.dropped(r) > 0 { fields.append(("drop_\(r)", ic.dropped(r))) }
+            if let b = bridge, name == "bridge" {
+                fields += [("oversize", b.counters.oversize), ("peer_missing", b.counters.peerMissing), ("send_drops", b.counters.sendDrops)]
+            }
+            Log.emit(.info, "input.stats", fields)
+        }
         let c = netstack.counters
         Log.info("stopped", ["packets_in": c.packetsIn, "packets_out": c.packetsOut, "tcp_flows": c.tcpFlowsOpened,
                              "udp_associations": c.udpAssociationsOpened, "drops": c.totalDrops])

@@ -207,3 +207,27 @@ final class PacketBuilderTests: XCTestCase {
 extension Result {
     var failure: Failure? { if case .failure(let f) = self { return f } else { return nil } }
 }
+
+final class TransportChecksumTests: XCTestCase {
+    func check(_ p: [UInt8]) -> Bool {
+        p.withUnsafeBytes { b in
+            guard case .success(let s) = PacketSummary.parse(b, maxLength: 1500) else { return false }
+            return s.transportChecksumIsValid(b)
+        }
+    }
+
+    func testValidAndCorrupted() {
+        var tcp = Make.tcp(src: "198.18.0.1", dst: "198.18.1.2", sport: 1, dport: 2, flags: 0x18, payload: Array("data".utf8))
+        XCTAssertTrue(check(tcp))
+        tcp[tcp.count - 1] ^= 0x01
+        XCTAssertFalse(check(tcp))
+        var udp6 = Make.udp(src: "fd00::1", dst: "fd00::2", sport: 1, dport: 53, payload: [9, 9, 9])
+        XCTAssertTrue(check(udp6))
+        udp6[udp6.count - 1] ^= 0x80
+        XCTAssertFalse(check(udp6))
+        // IPv4 UDP without a checksum is valid.
+        var udp4 = Make.udp(src: "198.18.0.1", dst: "198.18.1.2", sport: 1, dport: 53, payload: [1])
+        udp4[26] = 0; udp4[27] = 0
+        XCTAssertTrue(check(udp4))
+    }
+}
