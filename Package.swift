@@ -8,6 +8,7 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .executable(name: "loft", targets: ["loft"]),
+        .executable(name: "loft-front", targets: ["loft-front"]),
     ],
     targets: [
         .target(
@@ -22,12 +23,21 @@ let package = Package(
             path: "CSupport/CYAML",
             linkerSettings: [.linkedLibrary("yaml")]
         ),
+        .target(
+            name: "CTLS",
+            path: "CSupport/CTLS",
+            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
+        ),
         .target(name: "LoftCore", dependencies: ["CLinux"]),
+        .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
+        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CLinux"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds"]),
+        .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
-        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "CLinux"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "LoftProtocol", "LoftCarriers", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore"]),
         .executableTarget(
@@ -38,6 +48,8 @@ let package = Package(
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
+        .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
+        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
     ],
     swiftLanguageModes: [.v6]

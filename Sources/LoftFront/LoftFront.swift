@@ -1,0 +1,1 @@
+// The front: terminates loft sessions and dials their destinations.
