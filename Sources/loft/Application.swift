@@ -75,8 +75,20 @@ enum Application {
             }
             tun = input
         }
-        if config.socks5 != nil {
-            Log.warn("input.unavailable", ["input": "socks5", "note": "not in this build; set socks5: off to silence"])
+        var socks5: Socks5Server?
+        if let s = config.socks5 {
+            var options = Socks5Server.Options(s)
+            options.connectTimeoutMs = config.limits.connectTimeout.milliseconds
+            options.idleTimeoutMs = config.limits.tcpIdleTimeout.milliseconds
+            let server = Socks5Server(options: options, loop: loop, router: router)
+            do {
+                try server.start()
+            } catch {
+                Log.error("start.failed", ["input": "socks5", "error": error])
+                tun?.stop()
+                return 1
+            }
+            socks5 = server
         }
         var bridge: BridgeInput?
         if let b = config.bridge {
@@ -96,6 +108,7 @@ enum Application {
         loop.run()
         Log.info("stopping", ["signal": signals.received])
         tun?.stop()
+        socks5?.stop()
         bridge?.stop()
         for (name, index) in [("tun", tun?.inputIndex), ("bridge", bridge?.inputIndex)] {
             guard let index else { continue }

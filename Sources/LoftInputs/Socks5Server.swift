@@ -1,0 +1,979 @@
+import CLinux
+import Glibc
+import LoftConfig
+import LoftCore
+import LoftIO
+
+/// The SOCKS5 server (RFC 1928, no authentication) on a loopback address: CONNECT and UDP
+/// ASSOCIATE, each handed to the router like a TUN flow. Everything runs on the one event-loop
+/// thread with nonblocking sockets.
+///
+/// - One TCP listener and one UDP socket, bound to the same address and port number.
+/// - Each TCP client: greeting and request within `handshakeTimeoutMs`, then either a CONNECT
+///   relay (the reply waits for the outbound's connect, at most `connectTimeoutMs`) or a UDP
+///   association that lives exactly as long as the TCP connection.
+/// - The relay holds no bytes it was not forced to: it reads the client only when the outbound
+///   took everything so far, and the outbound only when the client socket took everything so
+///   far. Reads go into one shared scratch buffer; only a remainder that a socket refused is
+///   copied into the client's own buffer (allocated on first need, reused, freed at close).
+public final class Socks5Server: IOHandler {
+    public struct Options: Sendable {
+        public var listen: Endpoint
+        public var maxClients: Int
+        /// Greeting + request must be complete within this (slow or silent clients are closed).
+        public var handshakeTimeoutMs: UInt64 = 10_000
+        /// A CONNECT whose outbound has not connected within this is answered 0x06.
+        public var connectTimeoutMs: UInt64 = 10_000
+        /// A CONNECT relay with no bytes either way for this long is closed (0: never).
+        public var idleTimeoutMs: UInt64 = 0
+        /// After an error reply: how long the rest of the client's bytes are read and discarded
+        /// before the close (so the reply is not lost to a reset).
+        public var lingerMs: UInt64 = 2_000
+
+        public init(listen: Endpoint, maxClients: Int) {
+            self.listen = listen
+            self.maxClients = maxClients
+        }
+
+        public init(_ settings: Socks5Settings) {
+            self.init(listen: settings.listen, maxClients: settings.maxClients)
+        }
+    }
+
+    public struct StartError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Bytes read per call, and the capacity of each client's remainder buffer.
+    static let chunk = 128 * 1024
+
+    let options: Options
+    let loop: EventLoop
+    let router: FlowRouter
+    public private(set) var counters = Socks5Counters()
+    /// The address and port both sockets are bound to (the port is known after start when
+    /// `listen` named port 0).
+    public private(set) var bound: Endpoint
+
+    private var listenFD: Int32 = -1
+    private var udp: Socks5UDPRelay?
+    private var clients: [Int32: Socks5Client] = [:]
+    /// Clients with a deadline (handshake, connect, linger).
+    private var timed: [Int32: Socks5Client] = [:]
+    private var acceptPausedUntil: UInt64 = 0
+    private var lastLimitLog: UInt64 = 0
+    private var lastIdleSweep: UInt64 = 0
+    private var running = false
+    let scratch: UnsafeMutableRawBufferPointer
+
+    public init(options: Options, loop: EventLoop, router: FlowRouter) {
+        self.options = options
+        self.loop = loop
+        self.router = router
+        self.bound = options.listen
+        scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunk, alignment: 16)
+        counters.maxClients = options.maxClients
+    }
+
+    deinit {
+        stop()
+        scratch.deallocate()
+    }
+
+    // MARK: start and stop
+
+    public func start() throws {
+        let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else { throw StartError(description: "socks5: socket: \(String(cString: strerror(Sockets.errno)))") }
+        var one: Int32 = 1
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        let addr = SocketAddress(options.listen)
+        guard addr.withSockaddr({ bind(s, $0, $1) }) == 0 else {
+            let e = Sockets.errno
+            Glibc.close(s)
+            throw StartError(description: "socks5: cannot bind TCP \(options.listen): \(String(cString: strerror(e)))")
+        }
+        guard listen(s, 4096) == 0 else {
+            let e = Sockets.errno
+            Glibc.close(s)
+            throw StartError(description: "socks5: listen on \(options.listen): \(String(cString: strerror(e)))")
+        }
+        bound = Sockets.localEndpoint(s) ?? options.listen
+        let relay: Socks5UDPRelay
+        do {
+            relay = try Socks5UDPRelay(server: self, bound: bound)
+        } catch {
+            Glibc.close(s)
+            throw error
+        }
+        listenFD = s
+        udp = relay
+        running = true
+        loop.register(s, IOEvents.readable, self)
+        loop.every(100) { [weak self] in self?.sweep() }
+        Log.info("socks5.listening", ["listen": bound, "udp": bound, "max-clients": options.maxClients])
+    }
+
+    /// Closes every client (their outbounds too) and both sockets.
+    public func stop() {
+        guard running else { return }
+        running = false
+        for c in Array(clients.values) { c.close(graceful: true) }
+        udp?.stop()
+        udp = nil
+        loop.unregister(listenFD)
+        Glibc.close(listenFD)
+        listenFD = -1
+        Log.info("socks5.stopped", ["accepted": counters.clientsAccepted, "refused": counters.refusedAtLimit,
+                                    "bytes_up": counters.tcpBytesUp, "bytes_down": counters.tcpBytesDown,
+                                    "udp_up": counters.udpPacketsUp, "udp_down": counters.udpPacketsDown,
+                                    "udp_drops": counters.totalUDPDrops])
+    }
+
+    // MARK: accepting
+
+    public func handleIO(_ events: UInt32) {
+        guard running else { return }
+        for _ in 0..<64 {
+            var peer = SocketAddress()
+            // accept4 is not in Swift's Glibc import: accept, then nonblocking + close-on-exec.
+            let fd = peer.withMutableSockaddr { accept(listenFD, $0, $1) }
+            if fd >= 0 {
+                _ = fcntl(fd, F_SETFL, O_NONBLOCK | O_RDWR)
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            }
+            if fd < 0 {
+                let e = Sockets.errno
+                if e == EINTR || e == ECONNABORTED { continue }
+                if e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM {
+                    // Out of descriptors: stop accepting for a moment instead of spinning.
+                    acceptPausedUntil = loop.now + 100
+                    loop.modify(listenFD, 0)
+                    Log.warn("socks5.accept.paused", ["error": String(cString: strerror(e)), "open": counters.openClients])
+                }
+                return
+            }
+            if counters.openClients >= options.maxClients {
+                counters.refusedAtLimit &+= 1
+                _ = clinux_set_linger_reset(fd)
+                Glibc.close(fd)
+                if loop.now >= lastLimitLog + 1000 {
+                    lastLimitLog = loop.now
+                    Log.info("socks5.limit", ["max-clients": options.maxClients, "refused": counters.refusedAtLimit])
+                }
+                continue
+            }
+            _ = clinux_set_nodelay(fd)
+            let client = Socks5Client(server: self, fd: fd, peer: peer.endpoint ?? Socks5.unspecifiedBound)
+            clients[fd] = client
+            counters.openClients += 1
+            counters.clientsAccepted &+= 1
+            client.begin(deadline: loop.now + options.handshakeTimeoutMs)
+        }
+    }
+
+    // MARK: deadlines
+
+    func setDeadline(_ c: Socks5Client, _ at: UInt64) {
+        c.deadline = at
+        if at == 0 { timed[c.fd] = nil } else { timed[c.fd] = c }
+    }
+
+    func removed(_ c: Socks5Client) {
+        if clients[c.fd] === c {
+            clients[c.fd] = nil
+            counters.openClients -= 1
+        }
+        if timed[c.fd] === c { timed[c.fd] = nil }
+    }
+
+    private func sweep() {
+        guard running else { return }
+        let now = loop.now
+        if acceptPausedUntil != 0 && now >= acceptPausedUntil {
+            acceptPausedUntil = 0
+            loop.modify(listenFD, IOEvents.readable)
+        }
+        if !timed.isEmpty {
+            var expired: [Socks5Client] = []
+            for c in timed.values where c.deadline != 0 && c.deadline <= now { expired.append(c) }
+            for c in expired { c.deadlinePassed() }
+        }
+        if options.idleTimeoutMs > 0 && now >= lastIdleSweep + 1000 {
+            lastIdleSweep = now
+            var idle: [Socks5Client] = []
+            for c in clients.values where c.isIdle(now: now, limit: options.idleTimeoutMs) { idle.append(c) }
+            for c in idle {
+                counters.idleClosed &+= 1
+                c.close(graceful: true)
+            }
+        }
+    }
+
+    // MARK: hooks for clients and the UDP relay
+
+    func count(reply code: Socks5.ReplyCode) { counters.replies[Int(code.rawValue)] &+= 1 }
+    func countHandshakeTimeout() { counters.handshakeTimeouts &+= 1 }
+    func countConnectTimeout() { counters.connectTimeouts &+= 1 }
+    func countMethodRejected() { counters.methodRejected &+= 1 }
+    func countBadVersion() { counters.badVersion &+= 1 }
+    func countRelayEnd(reset: Bool) { if reset { counters.relaysReset &+= 1 } else { counters.relaysClosed &+= 1 } }
+    func countTCP(up: Int) { counters.tcpBytesUp &+= UInt64(up) }
+    func countTCP(down: Int) { counters.tcpBytesDown &+= UInt64(down) }
+    func countUDP(up bytes: Int) { counters.udpPacketsUp &+= 1; counters.udpBytesUp &+= UInt64(bytes) }
+    func countUDP(down bytes: Int) { counters.udpPacketsDown &+= 1; counters.udpBytesDown &+= UInt64(bytes) }
+    func countDrop(_ r: Socks5DropReason) { counters.udpDrops[r.rawValue] &+= 1 }
+    func associationOpened() { counters.activeAssociations += 1; counters.associationsOpened &+= 1 }
+    func associationClosed() { counters.activeAssociations -= 1 }
+
+    func openAssociation(for client: Socks5Client, namedPort: UInt16) -> Socks5Association? {
+        udp?.open(peer: client.peer.address, namedPort: namedPort)
+    }
+}
+
+/// A client's own remainder buffer: bytes a socket refused, sent before anything else is read.
+struct Socks5Pending {
+    private(set) var base: UnsafeMutableRawPointer?
+    private(set) var start = 0
+    private(set) var end = 0
+
+    var isEmpty: Bool { start == end }
+    var count: Int { end - start }
+    var bytes: UnsafeRawPointer? { base.map { UnsafeRawPointer($0 + start) } }
+
+    /// Keeps `n` bytes (n ≤ capacity − count; the relay never holds more than one chunk).
+    mutating func append(_ p: UnsafeRawPointer, _ n: Int) {
+        guard n > 0 else { return }
+        if base == nil { base = .allocate(byteCount: Socks5Server.chunk, alignment: 16) }
+        if start > 0 {
+            if start < end { memmove(base!, base! + start, end - start) }
+            end -= start
+            start = 0
+        }
+        let take = min(n, Socks5Server.chunk - end)
+        (base! + end).copyMemory(from: p, byteCount: take)
+        end += take
+    }
+
+    /// Free room at the tail after compacting (for reads straight into the buffer).
+    mutating func tail() -> UnsafeMutableRawBufferPointer {
+        if base == nil { base = .allocate(byteCount: Socks5Server.chunk, alignment: 16) }
+        if start > 0 {
+            if start < end { memmove(base!, base! + start, end - start) }
+            end -= start
+            start = 0
+        }
+        return UnsafeMutableRawBufferPointer(start: base! + end, count: Socks5Server.chunk - end)
+    }
+
+    mutating func grew(_ n: Int) { end += n }
+
+    mutating func consume(_ n: Int) {
+        start += n
+        if start >= end { start = 0; end = 0 }
+    }
+
+    mutating func release() {
+        base?.deallocate()
+        base = nil
+        start = 0
+        end = 0
+    }
+}
+
+/// One TCP client: handshake, then a CONNECT relay or a UDP association's control connection.
+final class Socks5Client: IOHandler, StreamEvents {
+    enum Phase { case greeting, request, connecting, relaying, associated, lingering, closed }
+
+    unowned let server: Socks5Server
+    let fd: Int32
+    let peer: Endpoint
+    var phase = Phase.greeting
+    var deadline: UInt64 = 0
+    private var mask: UInt32 = 0
+    private var registered = false
+    /// Handshake bytes received so far (freed when the handshake ends).
+    private var handshake: UnsafeMutableRawPointer?
+    private var handshakeCount = 0
+    private static let handshakeCapacity = 1024
+    private var stream: StreamConnection?
+    private var destination: Destination = .ip(Socks5.unspecifiedBound)
+    private var association: Socks5Association?
+    private var up = Socks5Pending()        // client → outbound, refused by the outbound
+    private var down = Socks5Pending()      // outbound → client, refused by the client socket
+    private var clientEOF = false           // FIN from the client read
+    private var upShut = false              // … and passed on (shutdownWrite)
+    private var remoteEOF = false           // EOF from the outbound read
+    private var downShut = false            // … and passed on (shutdown(SHUT_WR))
+    private var lastActivity: UInt64 = 0
+
+    init(server: Socks5Server, fd: Int32, peer: Endpoint) {
+        self.server = server
+        self.fd = fd
+        self.peer = peer
+    }
+
+    deinit {
+        handshake?.deallocate()
+        up.release()
+        down.release()
+    }
+
+    func begin(deadline at: UInt64) {
+        handshake = .allocate(byteCount: Self.handshakeCapacity, alignment: 8)
+        server.setDeadline(self, at)
+        setMask(IOEvents.readable)
+    }
+
+    private func setMask(_ m: UInt32) {
+        guard phase != .closed else { return }
+        if !registered {
+            mask = m
+            server.loop.register(fd, m, self)
+            registered = true
+        } else if m != mask {
+            mask = m
+            server.loop.modify(fd, m)
+        }
+    }
+
+    /// The client socket's interest in the relay: read while the outbound has taken every byte
+    /// so far, write while bytes wait for the client.
+    private func updateRelayMask() {
+        var m: UInt32 = 0
+        if !clientEOF && up.isEmpty { m |= IOEvents.readable }
+        if !down.isEmpty { m |= IOEvents.writable }
+        if m == 0 && quiet { return }
+        if quiet {
+            // Re-armed after a hang-up parked it (see handleIO).
+            quiet = false
+            registered = false
+        }
+        setMask(m)
+    }
+
+    /// The client socket hung up while the relay wanted nothing from it; it is out of epoll
+    /// until the relay wants to read or write it again (level-triggered HUP would spin).
+    private var quiet = false
+
+    func isIdle(now: UInt64, limit: UInt64) -> Bool {
+        phase == .relaying && now >= lastActivity + limit
+    }
+
+    // MARK: I/O on the client socket
+
+    func handleIO(_ ev: UInt32) {
+        switch phase {
+        case .greeting, .request:
+            if ev & IOEvents.error != 0 { close(graceful: false); return }
+            readHandshake()
+        case .connecting:
+            // Not reading; an error or hang-up means the client is gone.
+            if ev & (IOEvents.error | IOEvents.hangup) != 0 {
+                stream?.reset()
+                stream = nil
+                close(graceful: false)
+            }
+        case .relaying:
+            relayIO(ev)
+        case .associated:
+            controlIO(ev)
+        case .lingering:
+            discardInput()
+        case .closed:
+            return
+        }
+    }
+
+    private func readHandshake() {
+        guard let buf = handshake else { return }
+        let room = Self.handshakeCapacity - handshakeCount
+        guard room > 0 else { return }
+        let n = recv(fd, buf + handshakeCount, room, 0)
+        if n == 0 { close(graceful: true); return }
+        if n < 0 {
+            let e = Sockets.errno
+            if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return }
+            close(graceful: false)
+            return
+        }
+        handshakeCount += n
+        processHandshake()
+    }
+
+    private func consumeHandshake(_ n: Int) {
+        guard let buf = handshake else { return }
+        if n < handshakeCount { memmove(buf, buf + n, handshakeCount - n) }
+        handshakeCount -= n
+    }
+
+    private func processHandshake() {
+        guard let buf = handshake else { return }
+        while phase == .greeting || phase == .request {
+            let bytes = UnsafeRawBufferPointer(start: buf, count: handshakeCount)
+            if phase == .greeting {
+                switch Socks5.Greeting.parse(bytes) {
+                case .incomplete:
+                    return
+                case .malformed:
+                    server.countBadVersion()
+                    Log.debug("socks5.bad-version", ["client": peer])
+                    close(graceful: false)
+                    return
+                case .complete(let g, let length):
+                    consumeHandshake(length)
+                    guard g.offersNoAuthentication else {
+                        server.countMethodRejected()
+                        Log.debug("socks5.no-method", ["client": peer, "methods": g.methodCount])
+                        sendHandshake(Socks5.methodSelection(Socks5.methodNoAcceptable))
+                        linger()
+                        return
+                    }
+                    guard sendHandshake(Socks5.methodSelection(Socks5.methodNoAuthentication)) else { return }
+                    phase = .request
+                }
+            } else {
+                switch Socks5.Request.parse(bytes) {
+                case .incomplete:
+                    return
+                case .malformed(let m):
+                    Log.debug("socks5.bad-request", ["client": peer, "error": "\(m)"])
+                    if let code = m.reply {
+                        reply(code)
+                        linger()
+                    } else {
+                        server.countBadVersion()
+                        close(graceful: false)
+                    }
+                    return
+                case .complete(let request, let length):
+                    consumeHandshake(length)
+                    start(request)
+                    return
+                }
+            }
+        }
+    }
+
+    /// A handshake message; the send buffer of a fresh socket takes it whole, or the client
+    /// is not worth keeping.
+    @discardableResult
+    private func sendHandshake(_ bytes: [UInt8]) -> Bool {
+        let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        if n == bytes.count { return true }
+        close(graceful: false)
+        return false
+    }
+
+    private func reply(_ code: Socks5.ReplyCode, bound: Endpoint = Socks5.unspecifiedBound) {
+        server.count(reply: code)
+        var storage = (UInt64(0), UInt64(0), UInt64(0))
+        let n = withUnsafeMutableBytes(of: &storage) { raw -> Int in
+            let len = Socks5.writeReply(code, bound: bound, to: raw.baseAddress!)
+            return send(fd, raw.baseAddress, len, Int32(MSG_NOSIGNAL)) == len ? len : -1
+        }
+        if n < 0 { Log.debug("socks5.reply-failed", ["client": peer]) }
+    }
+
+    /// After an error reply: FIN, then read and discard until the client closes or lingerMs
+    /// passes, so the reply is read before any reset.
+    private func linger() {
+        guard phase != .closed else { return }
+        stream = nil
+        phase = .lingering
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        handshake?.deallocate()
+        handshake = nil
+        handshakeCount = 0
+        server.setDeadline(self, server.loop.now + server.options.lingerMs)
+        setMask(IOEvents.readable)
+    }
+
+    private func discardInput() {
+        for _ in 0..<8 {
+            let n = recv(fd, server.scratch.baseAddress, server.scratch.count, 0)
+            if n > 0 { continue }
+            if n < 0 {
+                let e = Sockets.errno
+                if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return }
+            }
+            close(graceful: n == 0)
+            return
+        }
+    }
+
+    func deadlinePassed() {
+        switch phase {
+        case .greeting, .request:
+            server.countHandshakeTimeout()
+            Log.debug("socks5.handshake-timeout", ["client": peer, "phase": phase == .greeting ? "greeting" : "request"])
+            close(graceful: false)
+        case .connecting:
+            server.countConnectTimeout()
+            Log.debug("socks5.connect-timeout", ["client": peer, "dst": destination])
+            stream?.reset()
+            stream = nil
+            reply(.ttlExpired)
+            linger()
+        case .lingering:
+            close(graceful: true)
+        default:
+            server.setDeadline(self, 0)
+        }
+    }
+
+    // MARK: the request
+
+    private func start(_ request: Socks5.Request) {
+        destination = request.destination
+        switch request.command {
+        case .connect:
+            let decision = server.router.route(FlowRequest(network: .tcp, source: peer, destination: destination))
+            switch decision {
+            case .drop:
+                Log.debug("socks5.connect", ["client": peer, "dst": destination, "result": "drop-rule"])
+                reply(.notAllowed)
+                linger()
+            case .outbound(let outbound):
+                phase = .connecting
+                server.setDeadline(self, server.loop.now + server.options.connectTimeoutMs)
+                setMask(0)
+                Log.debug("socks5.connect", ["client": peer, "dst": destination, "outbound": outbound.name])
+                stream = outbound.openStream(to: destination, events: self)
+            }
+        case .udpAssociate:
+            // DST.PORT: the port the client will send from, or 0 (not known yet).
+            guard let a = server.openAssociation(for: self, namedPort: destination.port) else {
+                reply(.generalFailure)
+                linger()
+                return
+            }
+            association = a
+            phase = .associated
+            server.setDeadline(self, 0)
+            handshake?.deallocate()
+            handshake = nil
+            handshakeCount = 0
+            Log.debug("socks5.associate", ["client": peer, "port": destination.port])
+            reply(.succeeded, bound: server.bound)
+            setMask(IOEvents.readable)
+        case .bind:
+            reply(.commandNotSupported)
+            linger()
+        }
+    }
+
+    // MARK: outbound events
+
+    func streamConnected() {
+        guard phase == .connecting, let stream else { return }
+        server.setDeadline(self, 0)
+        phase = .relaying
+        lastActivity = server.loop.now
+        reply(.succeeded)
+        // Bytes the client sent after its request, before the reply: first in line.
+        if let buf = handshake, handshakeCount > 0 { up.append(buf, handshakeCount) }
+        handshake?.deallocate()
+        handshake = nil
+        handshakeCount = 0
+        if !up.isEmpty { flushUp(); if phase == .closed { return } }
+        stream.setReadInterest(true)
+        updateRelayMask()
+    }
+
+    func streamFailed(_ failure: FlowFailure) {
+        guard phase == .connecting else { return }
+        stream = nil
+        let code = Socks5.ReplyCode(failure)
+        Log.debug("socks5.connect-failed", ["client": peer, "dst": destination, "reason": failure])
+        reply(code)
+        linger()
+    }
+
+    func streamWritable() {
+        guard phase == .relaying else { return }
+        flushUp()
+    }
+
+    func streamReadable() {
+        guard phase == .relaying, let stream else { return }
+        if remoteEOF { stream.setReadInterest(false); return }
+        if !down.isEmpty {
+            // Paused, but woken for an error or hang-up: take what fits behind the remainder.
+            let room = down.tail()
+            guard room.count > 0 else { return }
+            switch stream.read(into: room) {
+            case .data(let n):
+                down.grew(n)
+                server.countTCP(down: n)
+                lastActivity = server.loop.now
+            case .wouldBlock: break
+            case .eof: remoteEOF = true
+            case .failed: abort(); return
+            }
+            stream.setReadInterest(false)
+            return
+        }
+        let scratch = server.scratch
+        for _ in 0..<4 {
+            switch stream.read(into: scratch) {
+            case .data(let n):
+                lastActivity = server.loop.now
+                server.countTCP(down: n)
+                var k = send(fd, scratch.baseAddress, n, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                if k < 0 {
+                    let e = Sockets.errno
+                    guard e == EAGAIN || e == EWOULDBLOCK else { abort(); return }
+                    k = 0
+                }
+                if k < n {
+                    down.append(scratch.baseAddress! + k, n - k)
+                    stream.setReadInterest(false)
+                    updateRelayMask()
+                    return
+                }
+                if n < scratch.count { return }
+            case .wouldBlock:
+                return
+            case .eof:
+                remoteEOF = true
+                stream.setReadInterest(false)
+                _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+                downShut = true
+                finishIfDone()
+                return
+            case .failed:
+                abort()
+                return
+            }
+        }
+    }
+
+    // MARK: the relay
+
+    private func relayIO(_ ev: UInt32) {
+        if ev & IOEvents.error != 0 {
+            // The client reset (or the socket failed): reset the outbound too.
+            _ = clinux_so_error(fd)
+            abort()
+            return
+        }
+        if ev & IOEvents.writable != 0 && !down.isEmpty {
+            flushDown()
+            if phase != .relaying { return }
+        }
+        if ev & (IOEvents.readable | IOEvents.hangup) != 0 && mask & IOEvents.readable != 0 {
+            readClient()
+            return
+        }
+        if ev & IOEvents.hangup != 0 && mask & IOEvents.readable == 0 && mask & IOEvents.writable == 0 {
+            // Both directions of the client socket are shut and nothing is wanted from it now.
+            server.loop.unregister(fd)
+            quiet = true
+        }
+    }
+
+    private func readClient() {
+        guard let stream, !clientEOF, up.isEmpty else { return }
+        let scratch = server.scratch
+        for _ in 0..<4 {
+            let n = recv(fd, scratch.baseAddress, scratch.count, 0)
+            if n > 0 {
+                lastActivity = server.loop.now
+                server.countTCP(up: n)
+                var iov = iovec(iov_base: scratch.baseAddress, iov_len: n)
+                let k = stream.write(&iov, count: 1)
+                if k < 0 { abort(); return }
+                if k < n {
+                    up.append(scratch.baseAddress! + k, n - k)
+                    break
+                }
+                if n < scratch.count { break }
+                continue
+            }
+            if n == 0 {
+                clientEOF = true
+                stream.shutdownWrite()
+                upShut = true
+                break
+            }
+            let e = Sockets.errno
+            if e == EAGAIN || e == EWOULDBLOCK { break }
+            if e == EINTR { continue }
+            abort()
+            return
+        }
+        updateRelayMask()
+        finishIfDone()
+    }
+
+    private func flushUp() {
+        guard let stream else { return }
+        if !up.isEmpty {
+            var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: up.bytes), iov_len: up.count)
+            let k = stream.write(&iov, count: 1)
+            if k < 0 { abort(); return }
+            up.consume(k)
+            if !up.isEmpty { return }
+        }
+        if clientEOF && !upShut {
+            stream.shutdownWrite()
+            upShut = true
+        }
+        updateRelayMask()
+        finishIfDone()
+    }
+
+    private func flushDown() {
+        let k = send(fd, down.bytes, down.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+        if k < 0 {
+            let e = Sockets.errno
+            if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return }
+            abort()
+            return
+        }
+        down.consume(k)
+        guard down.isEmpty else { return }
+        if remoteEOF {
+            if !downShut {
+                _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+                downShut = true
+            }
+        } else {
+            stream?.setReadInterest(true)
+        }
+        updateRelayMask()
+        finishIfDone()
+    }
+
+    private func finishIfDone() {
+        guard phase == .relaying, clientEOF, upShut, remoteEOF, downShut, up.isEmpty, down.isEmpty else { return }
+        server.countRelayEnd(reset: false)
+        close(graceful: true)
+    }
+
+    /// Resets both sides.
+    private func abort() {
+        guard phase != .closed else { return }
+        if phase == .relaying { server.countRelayEnd(reset: true) }
+        stream?.reset()
+        stream = nil
+        close(graceful: false)
+    }
+
+    // MARK: UDP ASSOCIATE control connection
+
+    private func controlIO(_ ev: UInt32) {
+        // Bytes on the control connection mean nothing; its end ends the association.
+        if ev & IOEvents.error != 0 { close(graceful: false); return }
+        discardInput()
+    }
+
+    // MARK: closing
+
+    /// Closes the client socket (with a reset unless `graceful`), its outbound and its
+    /// association.
+    func close(graceful: Bool) {
+        guard phase != .closed else { return }
+        if let s = stream {
+            stream = nil
+            if graceful { s.close() } else { s.reset() }
+        }
+        if let a = association {
+            association = nil
+            a.close()
+        }
+        phase = .closed
+        server.removed(self)
+        if registered && !quiet { server.loop.unregister(fd) }
+        registered = false
+        if !graceful { _ = clinux_set_linger_reset(fd) }
+        Glibc.close(fd)
+        handshake?.deallocate()
+        handshake = nil
+        up.release()
+        down.release()
+    }
+}
+
+// MARK: - UDP ASSOCIATE
+
+/// The one UDP socket for every association, bound to the TCP listener's address and port.
+/// Datagrams are matched to associations by source endpoint: an association whose request
+/// named a port is found by (peer IP, port) from the start; one that named port 0 takes the
+/// first source port its peer IP sends from that no other association holds.
+final class Socks5UDPRelay: IOHandler {
+    unowned let server: Socks5Server
+    let fd: Int32
+    private var bySource: [Endpoint: Socks5Association] = [:]
+    /// Port-0 associations that have not seen their first datagram yet, oldest first.
+    private var unclaimed: [Socks5Association] = []
+    private let rx: UnsafeMutableRawBufferPointer
+    private let header: UnsafeMutableRawPointer
+
+    init(server: Socks5Server, bound: Endpoint) throws {
+        let s = Sockets.make(family: Sockets.family(of: bound), type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { throw Socks5Server.StartError(description: "socks5: UDP socket: \(String(cString: strerror(Sockets.errno)))") }
+        var size: Int32 = 4 << 20
+        setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, 4)
+        setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, 4)
+        let addr = SocketAddress(bound)
+        guard addr.withSockaddr({ bind(s, $0, $1) }) == 0 else {
+            let e = Sockets.errno
+            Glibc.close(s)
+            throw Socks5Server.StartError(description: "socks5: cannot bind UDP \(bound): \(String(cString: strerror(e)))")
+        }
+        self.server = server
+        fd = s
+        rx = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+        header = .allocate(byteCount: Socks5.maxUDPHeaderLength, alignment: 16)
+        server.loop.register(s, IOEvents.readable, self)
+    }
+
+    deinit {
+        rx.deallocate()
+        header.deallocate()
+    }
+
+    func stop() {
+        for a in unclaimed { a.close() }
+        for a in Array(bySource.values) { a.close() }
+        server.loop.unregister(fd)
+        Glibc.close(fd)
+    }
+
+    func open(peer: IPAddress, namedPort: UInt16) -> Socks5Association? {
+        let a = Socks5Association(relay: self, peer: peer)
+        if namedPort != 0 {
+            let source = Endpoint(peer, namedPort)
+            guard bySource[source] == nil else { return nil }
+            a.source = source
+            bySource[source] = a
+        } else {
+            unclaimed.append(a)
+        }
+        server.associationOpened()
+        return a
+    }
+
+    func closed(_ a: Socks5Association) {
+        if let s = a.source, bySource[s] === a { bySource[s] = nil }
+        if let i = unclaimed.firstIndex(where: { $0 === a }) { unclaimed.remove(at: i) }
+        server.associationClosed()
+    }
+
+    private func association(for source: Endpoint) -> Socks5Association? {
+        if let a = bySource[source] { return a }
+        guard let i = unclaimed.firstIndex(where: { $0.peer == source.address }) else { return nil }
+        let a = unclaimed.remove(at: i)
+        a.source = source
+        bySource[source] = a
+        return a
+    }
+
+    func handleIO(_ events: UInt32) {
+        // Bounded per wake-up so a flood cannot starve the loop.
+        for _ in 0..<64 {
+            var from = SocketAddress()
+            let n = from.withMutableSockaddr { recvfrom(fd, rx.baseAddress, rx.count, Int32(MSG_DONTWAIT), $0, $1) }
+            if n < 0 { return }
+            guard let source = from.endpoint, let a = association(for: source) else {
+                server.countDrop(.foreignSource)
+                continue
+            }
+            let datagram = UnsafeRawBufferPointer(rebasing: rx[0..<n])
+            guard let frag = Socks5.UDPHeader.fragmentByte(datagram) else { server.countDrop(.malformed); continue }
+            guard frag == 0 else { server.countDrop(.fragmented); continue }
+            switch Socks5.UDPHeader.parse(datagram) {
+            case .complete(let h, let length):
+                a.forward(UnsafeRawBufferPointer(rebasing: datagram[length...]), to: h.destination)
+            default:
+                server.countDrop(.malformed)
+            }
+        }
+    }
+
+    /// A reply from `from` to the association's client: header + payload in one sendmsg.
+    func sendToClient(_ a: Socks5Association, _ payload: UnsafeRawBufferPointer, from: Endpoint) {
+        guard let client = a.source else { return }
+        let hlen = Socks5.UDPHeader.write(source: .ip(from), to: header)
+        var iov = (iovec(iov_base: header, iov_len: hlen),
+                   iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count))
+        let to = SocketAddress(client)
+        let n = to.withSockaddr { sa, len -> Int in
+            withUnsafeMutableBytes(of: &iov) { raw -> Int in
+                var msg = msghdr()
+                msg.msg_name = UnsafeMutableRawPointer(mutating: sa)
+                msg.msg_namelen = len
+                msg.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
+                msg.msg_iovlen = 2
+                return sendmsg(fd, &msg, Int32(MSG_DONTWAIT))
+            }
+        }
+        if n == hlen + payload.count {
+            server.countUDP(down: payload.count)
+        } else {
+            server.countDrop(.clientSendFailed)
+        }
+    }
+
+    func route(_ a: Socks5Association, to destination: Destination) -> DatagramAssociation? {
+        let source = a.source ?? Endpoint(a.peer, 0)
+        switch server.router.route(FlowRequest(network: .udp, source: source, destination: destination)) {
+        case .drop:
+            server.countDrop(.ruleDropped)
+            return nil
+        case .outbound(let o):
+            guard let out = o.openAssociation(events: a) else {
+                server.countDrop(.noOutbound)
+                return nil
+            }
+            Log.debug("socks5.udp-route", ["client": source, "dst": destination, "outbound": o.name])
+            return out
+        }
+    }
+
+    func countUp(_ bytes: Int) { server.countUDP(up: bytes) }
+    func countSendFailed() { server.countDrop(.sendFailed) }
+}
+
+/// One UDP ASSOCIATE: the client's datagrams to one outbound association (chosen by the
+/// router for the first destination), its replies back to the client.
+final class Socks5Association: DatagramEvents {
+    unowned let relay: Socks5UDPRelay
+    let peer: IPAddress
+    var source: Endpoint?
+    private var outbound: DatagramAssociation?
+    private var closed = false
+
+    init(relay: Socks5UDPRelay, peer: IPAddress) {
+        self.relay = relay
+        self.peer = peer
+    }
+
+    func forward(_ payload: UnsafeRawBufferPointer, to destination: Destination) {
+        guard !closed else { return }
+        if outbound == nil {
+            outbound = relay.route(self, to: destination)
+            guard outbound != nil else { return }
+        }
+        if outbound!.send(payload, to: destination) {
+            relay.countUp(payload.count)
+        } else {
+            relay.countSendFailed()
+        }
+    }
+
+    func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint) {
+        guard !closed else { return }
+        relay.sendToClient(self, payload, from: from)
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        outbound?.close()
+        outbound = nil
+        relay.closed(self)
+    }
+}
