@@ -15,6 +15,8 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 // Enters netns_path on this thread; returns the fd of the thread's previous namespace, or -errno.
@@ -190,4 +192,61 @@ int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens,
     }
     int n = sendmmsg(fd, msgs, (unsigned)count, MSG_DONTWAIT);
     return n < 0 ? -errno : n;
+}
+
+static int fill_unix(struct sockaddr_un *a, const char *path) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a->sun_path) return -ENAMETOOLONG;
+    strcpy(a->sun_path, path);
+    return 0;
+}
+
+int clinux_unix_connect(const char *path) {
+    struct sockaddr_un a;
+    int r = fill_unix(&a, path);
+    if (r) return r;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) { int e = errno; close(fd); return -e; }
+    return fd;
+}
+
+int clinux_unix_listen(const char *path, unsigned mode) {
+    struct sockaddr_un a;
+    int r = fill_unix(&a, path);
+    if (r) return r;
+    int probe = clinux_unix_connect(path);
+    if (probe >= 0) { close(probe); return -EADDRINUSE; }
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    // Created with no permissions for others from the first moment, then set exactly.
+    mode_t old = umask(0177);
+    int b = bind(fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (b != 0 || chmod(path, (mode_t)mode) != 0 || listen(fd, 64) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+long clinux_peer_uid(int fd) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    return (long)cred.uid;
+}
+
+int clinux_accept(int fd) {
+    int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return c < 0 ? -errno : c;
+}
+
+int clinux_terminal_width(int fd) {
+    struct winsize w;
+    if (ioctl(fd, TIOCGWINSZ, &w) != 0) return 0;
+    return w.ws_col;
 }

@@ -161,13 +161,56 @@ public final class Netstack {
             tcpFlows[key] = flow
             counters.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
+            finishedUsage[outbound.name, default: OutboundUsage()].flows &+= 1
             flow.connection = outbound.openStream(to: .ip(key.destination), events: flow)
         }
     }
 
     /// Called by a flow when it is completely done.
     func remove(_ flow: TCPFlow) {
-        if tcpFlows[flow.key] === flow { tcpFlows[flow.key] = nil }
+        if tcpFlows[flow.key] === flow {
+            tcpFlows[flow.key] = nil
+            finishedUsage[flow.outboundName, default: OutboundUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
+        }
+    }
+
+    /// Per outbound name: flows opened and bytes of flows already finished.
+    var finishedUsage: [String: OutboundUsage] = [:]
+
+    public struct OutboundUsage: Sendable {
+        public var flows: UInt64 = 0
+        public var liveFlows = 0
+        public var bytesUp: UInt64 = 0
+        public var bytesDown: UInt64 = 0
+        mutating func add(up: UInt64, down: UInt64) { bytesUp &+= up; bytesDown &+= down }
+    }
+
+    /// Usage per outbound name, live flows included.
+    public func outboundUsage() -> [String: OutboundUsage] {
+        var u = finishedUsage
+        for f in tcpFlows.values {
+            u[f.outboundName, default: OutboundUsage()].add(up: f.bytesUp, down: f.bytesDown)
+            u[f.outboundName]!.liveFlows += 1
+        }
+        for a in udpAssociations.values {
+            u[a.outboundName, default: OutboundUsage()].add(up: a.bytesUp, down: a.bytesDown)
+            u[a.outboundName]!.liveFlows += 1
+        }
+        return u
+    }
+
+    /// Live TCP flows by state.
+    public func tcpStateCounts() -> [(String, Int)] {
+        var connecting = 0, handshaking = 0, open = 0, closing = 0
+        for f in tcpFlows.values {
+            switch f.state {
+            case .connecting: connecting += 1
+            case .handshaking: handshaking += 1
+            case .open: if f.isHalfClosed { closing += 1 } else { open += 1 }
+            case .closed: closing += 1
+            }
+        }
+        return [("connecting", connecting), ("handshaking", handshaking), ("established", open), ("closing", closing)]
     }
 
     /// After each batch of events: close what finished inside lwIP callbacks.
@@ -247,6 +290,7 @@ public final class Netstack {
             }
             a.outboundSide = outboundSide
             a.outboundName = outbound.name
+            finishedUsage[outbound.name, default: OutboundUsage()].flows &+= 1
             udpAssociations[key] = a
             counters.udpAssociationsOpened &+= 1
             assoc = a
@@ -258,6 +302,9 @@ public final class Netstack {
     }
 
     func closeAssociation(_ a: UDPAssociation) {
+        if udpAssociations[a.key] === a {
+            finishedUsage[a.outboundName, default: OutboundUsage()].add(up: a.bytesUp, down: a.bytesDown)
+        }
         a.outboundSide?.close()
         a.outboundSide = nil
         udpAssociations[a.key] = nil

@@ -29,6 +29,7 @@ final class TCPFlow: StreamEvents {
     private var appFinForwarded = false    // … and passed on (shutdownWrite)
     private var remoteFinished = false     // EOF from the outbound seen and FIN queued in lwIP
     private var closeQueued = false
+    var isHalfClosed: Bool { appFinished || remoteFinished }
     let createdAt: UInt64
     var lastActivity: UInt64
     var bytesUp: UInt64 = 0

@@ -11,8 +11,9 @@ public final class Router: FlowRouter {
     }
 
     public private(set) var rules: [CompiledRule]
-    public let defaultDecision: RouteDecision
+    public private(set) var defaultDecision: RouteDecision
     public private(set) var defaultMatches: UInt64 = 0
+    private let outbounds: [String: Outbound]
 
     public struct UnknownOutbound: Error, CustomStringConvertible {
         public var name: String
@@ -21,6 +22,18 @@ public final class Router: FlowRouter {
 
     /// `outbounds` holds every outbound by name, including the built-in `direct`.
     public init(rules: [RuleSettings], defaultAction: RuleAction, outbounds: [String: Outbound]) throws {
+        self.outbounds = outbounds
+        (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
+    }
+
+    /// Swaps in new rules (`loft reload`); on error the old ones stay.
+    public func reload(rules: [RuleSettings], defaultAction: RuleAction) throws {
+        (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
+        defaultMatches = 0
+    }
+
+    private static func compile(_ rules: [RuleSettings], _ defaultAction: RuleAction,
+                                _ outbounds: [String: Outbound]) throws -> ([CompiledRule], RouteDecision) {
         func decide(_ a: RuleAction) throws -> RouteDecision {
             switch a {
             case .direct:
@@ -33,8 +46,22 @@ public final class Router: FlowRouter {
                 return .outbound(o)
             }
         }
-        self.rules = try rules.map { CompiledRule(settings: $0, decision: try decide($0.action)) }
-        self.defaultDecision = try decide(defaultAction)
+        return (try rules.map { CompiledRule(settings: $0, decision: try decide($0.action)) }, try decide(defaultAction))
+    }
+
+    /// One line describing a rule, for status.
+    public static func summary(_ r: RuleSettings) -> String {
+        var parts: [String] = []
+        switch r.action {
+        case .direct: parts.append("direct")
+        case .drop(let reset): parts.append(reset ? "drop(reset)" : "drop")
+        case .via(let o): parts.append("via \(o)")
+        }
+        if let n = r.network { parts.append(n) }
+        if !r.to.isEmpty { parts.append(r.to.count <= 2 ? r.to.map(\.description).joined(separator: ",") : "\(r.to.count) prefixes") }
+        if !r.ports.isEmpty { parts.append("ports " + r.ports.map { $0.lowerBound == $0.upperBound ? "\($0.lowerBound)" : "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ",")) }
+        if !r.domains.isEmpty { parts.append(r.domains.count <= 2 ? r.domains.joined(separator: ",") : "\(r.domains.count) domains") }
+        return parts.joined(separator: " ")
     }
 
     public func route(_ request: FlowRequest) -> RouteDecision {

@@ -1,6 +1,7 @@
 import CLinux
 import Glibc
 import LoftConfig
+import LoftControl
 import LoftCore
 import LoftIO
 import LoftInputs
@@ -22,7 +23,7 @@ enum Application {
         return nil
     }
 
-    static func run(_ config: Configuration) -> Int32 {
+    static func run(_ config: Configuration, configPath: String?) -> Int32 {
         Log.threshold = switch config.log {
         case .error: .error
         case .warn: .warn
@@ -33,6 +34,7 @@ enum Application {
         let loop: EventLoop
         do { loop = try EventLoop() } catch { Log.error("start.failed", ["error": error]); return 1 }
         let signals = SignalWatcher(loop: loop)
+        let runtime = Runtime(config: config, configPath: configPath, loop: loop)
 
         let resolver = try? Resolver(loop: loop)
         var outbounds: [String: Outbound] = [
@@ -46,6 +48,7 @@ enum Application {
             case .loft: break  // refused by unsupported()
             }
         }
+        runtime.outbounds = outbounds
         let router: Router
         do {
             router = try Router(rules: config.rules, defaultAction: config.defaultAction, outbounds: outbounds)
@@ -53,6 +56,7 @@ enum Application {
             Log.error("start.failed", ["error": error])
             return 2
         }
+        runtime.router = router
 
         var settings = Netstack.Settings()
         settings.icmpReply = config.tun?.icmp != .drop
@@ -61,8 +65,37 @@ enum Application {
         settings.tcpIdleTimeoutMs = config.limits.tcpIdleTimeout.milliseconds
         settings.udpIdleTimeoutMs = config.limits.udpIdleTimeout.milliseconds
         let netstack = Netstack(loop: loop, router: router, settings: settings)
+        runtime.netstack = netstack
         loop.timerHook = { netstack.runTimers() }
         loop.addAfterEvents { netstack.afterEvents() }
+
+        // Everything started so far is undone if a later step fails.
+        func abandon(_ input: String, _ error: Error) -> Int32 {
+            Log.error("start.failed", ["input": input, "error": error])
+            runtime.stopAll()
+            return 1
+        }
+
+        do {
+            runtime.control = try ControlServer(path: config.control, loop: loop) { [unowned runtime] line in
+                runtime.handle(line)
+            }
+        } catch {
+            // Several lofts may run at once (one per namespace); only the first gets the default
+            // socket unless the files name their own. A path the file names must be free.
+            guard config.control == Configuration.defaultControl, let fallback = try? ControlServer(
+                path: "/run/loft/control.\(getpid()).sock", loop: loop, handler: { [unowned runtime] in runtime.handle($0) })
+            else { return abandon("control", error) }
+            Log.warn("control.fallback", ["wanted": config.control, "using": fallback.path, "reason": error])
+            runtime.control = fallback
+        }
+        if let m = config.metrics {
+            do {
+                runtime.metrics = try MetricsServer(listen: m, loop: loop) { [unowned runtime] in runtime.report().prometheus() }
+            } catch {
+                return abandon("metrics", error)
+            }
+        }
 
         var tun: TunInput?
         if let t = config.tun {
@@ -70,25 +103,13 @@ enum Application {
             do {
                 try input.start()
             } catch {
-                Log.error("start.failed", ["input": "tun", "error": error])
-                return 1
+                return abandon("tun", error)
             }
             tun = input
+            runtime.tun = input
         }
-        var socks5: Socks5Server?
-        if let s = config.socks5 {
-            var options = Socks5Server.Options(s)
-            options.connectTimeoutMs = config.limits.connectTimeout.milliseconds
-            options.idleTimeoutMs = config.limits.tcpIdleTimeout.milliseconds
-            let server = Socks5Server(options: options, loop: loop, router: router)
-            do {
-                try server.start()
-            } catch {
-                Log.error("start.failed", ["input": "socks5", "error": error])
-                tun?.stop()
-                return 1
-            }
-            socks5 = server
+        if config.socks5 != nil {
+            Log.warn("input.unavailable", ["input": "socks5", "note": "not in this build; set socks5: off to silence"])
         }
         var bridge: BridgeInput?
         if let b = config.bridge {
@@ -96,20 +117,198 @@ enum Application {
             do {
                 try input.start()
             } catch {
-                Log.error("start.failed", ["input": "bridge", "error": error])
-                tun?.stop()
-                return 1
+                return abandon("bridge", error)
             }
             bridge = input
+            runtime.bridge = input
         }
 
         Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
-                           "bridge": bridge != nil ? "on" : "off"])
+                           "bridge": bridge != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
         loop.run()
         Log.info("stopping", ["signal": signals.received])
-        tun?.stop()
-        socks5?.stop()
-        bridge?.stop()
+        runtime.logInputStats()
+        runtime.stopAll()
+        let c = netstack.counters
+        Log.info("stopped", ["packets_in": c.packetsIn, "packets_out": c.packetsOut, "tcp_flows": c.tcpFlowsOpened,
+                             "udp_associations": c.udpAssociationsOpened, "drops": c.totalDrops])
+        return 0
+    }
+}
+
+/// Holds the running parts, answers the control socket and builds status reports.
+final class Runtime {
+    let config: Configuration
+    let configPath: String?
+    let loop: EventLoop
+    let started = monotonicMilliseconds()
+    var outbounds: [String: Outbound] = [:]
+    var router: Router?
+    var netstack: Netstack?
+    var tun: TunInput?
+    var bridge: BridgeInput?
+    var control: ControlServer?
+    var metrics: MetricsServer?
+
+    init(config: Configuration, configPath: String?, loop: EventLoop) {
+        self.config = config
+        self.configPath = configPath
+        self.loop = loop
+    }
+
+    func stopAll() {
+        tun?.stop(); tun = nil
+        bridge?.stop(); bridge = nil
+        metrics?.stop(); metrics = nil
+        control?.stop(); control = nil
+    }
+
+    /// One control request.
+    func handle(_ line: String) -> Result<String, ControlServer.ControlError> {
+        let words = line.split(separator: " ").map(String.init)
+        switch words.first ?? "" {
+        case "status":
+            if words.count > 2 { return .failure(.init("usage: status [json|text[=WIDTH]]")) }
+            let r = report()
+            let mode = words.count > 1 ? words[1] : "text"
+            if mode == "json" { return .success(r.json.serialized + "\n") }
+            if mode == "text" { return .success(r.text()) }
+            if mode.hasPrefix("text="), let w = Int(mode.dropFirst(5)), w >= 40, w <= 1000 { return .success(r.text(width: w)) }
+            return .failure(.init("status: unknown format \"\(mode)\""))
+        case "flows":
+            return flows(words.dropFirst())
+        case "metrics":
+            return .success(report().prometheus())
+        case "path-changed":
+            // No holder outbound in this build: nothing to re-dial.
+            Log.info("path.changed", ["source": "control", "sessions": 0])
+            return .success("no sessions to resume\n")
+        case "reload":
+            return reload()
+        case "":
+            return .failure(.init("empty request"))
+        default:
+            return .failure(.init("unknown command \"\(words[0].prefix(32))\" (status, flows, metrics, path-changed, reload)"))
+        }
+    }
+
+    private func flows(_ args: ArraySlice<String>) -> Result<String, ControlServer.ControlError> {
+        var json = false
+        var sort = "bytes"
+        for a in args {
+            if a == "json" { json = true } else if a.hasPrefix("sort=") { sort = String(a.dropFirst(5)) } else {
+                return .failure(.init("usage: flows [json] [sort=bytes|age|up|down]"))
+            }
+        }
+        guard ["bytes", "age", "up", "down"].contains(sort) else { return .failure(.init("flows: unknown sort \"\(sort)\"")) }
+        var rows = (netstack?.flowSnapshot() ?? []).map {
+            StatusReport.Flow(network: $0.0.rawValue, source: $0.1.description, destination: $0.2.description,
+                              outbound: $0.3, bytesUp: $0.4, bytesDown: $0.5, ageMs: $0.6)
+        }
+        switch sort {
+        case "age": rows.sort { $0.ageMs > $1.ageMs }
+        case "up": rows.sort { $0.bytesUp > $1.bytesUp }
+        case "down": rows.sort { $0.bytesDown > $1.bytesDown }
+        default: rows.sort { $0.bytesUp + $0.bytesDown > $1.bytesUp + $1.bytesDown }
+        }
+        if json { return .success(JSON.array(rows.map(\.json)).serialized + "\n") }
+        var out = Format.pad("NET", 4) + Format.pad("SOURCE", 26) + Format.pad("DESTINATION", 26) + Format.pad("VIA", 8)
+            + Format.padLeft("UP", 10) + Format.padLeft("DOWN", 10) + Format.padLeft("AGE", 10) + "\n"
+        if rows.isEmpty { out += "(no live flows)\n" }
+        for r in rows {
+            out += Format.pad(r.network, 4) + Format.pad(r.source, 26) + Format.pad(r.destination, 26) + Format.pad(r.outbound, 8)
+                + Format.padLeft(Format.bytes(r.bytesUp), 10) + Format.padLeft(Format.bytes(r.bytesDown), 10)
+                + Format.padLeft(Format.duration(r.ageMs), 10) + "\n"
+        }
+        return .success(out)
+    }
+
+    private func reload() -> Result<String, ControlServer.ControlError> {
+        guard let path = configPath else { return .failure(.init("reload: loft runs on its built-in default (no file to read)")) }
+        let fresh: Configuration
+        do { fresh = try ConfigLoader.load(path: path) } catch { return .failure(.init(error.description)) }
+        do {
+            try router?.reload(rules: fresh.rules, defaultAction: fresh.defaultAction)
+        } catch {
+            return .failure(.init("reload: \(error)"))
+        }
+        Log.info("rules.reloaded", ["rules": fresh.rules.count])
+        return .success("rules reloaded: \(fresh.rules.count)\n")
+    }
+
+    func report() -> StatusReport {
+        var r = StatusReport()
+        r.version = version
+        r.pid = getpid()
+        r.uptimeMs = monotonicMilliseconds() - started
+        var rss: UInt64 = 0, peak: UInt64 = 0
+        _ = clinux_memory(&rss, &peak)
+        r.residentBytes = rss
+        r.peakResidentBytes = peak
+        func drops(_ c: InputCounters) -> [(String, UInt64)] {
+            PacketDropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
+        }
+        if let t = config.tun {
+            var i = StatusReport.Input(name: "tun", state: tun != nil ? "up" : "down",
+                                       detail: "\(t.name)\(t.netns.map { " in netns \($0)" } ?? " (host)"), mtu \(t.mtu)")
+            if let tun, let ns = netstack {
+                let c = ns.inputCounters[tun.inputIndex]
+                i.packetsIn = c.packetsIn; i.packetsOut = c.packetsOut; i.bytesIn = c.bytesIn; i.bytesOut = c.bytesOut
+                i.drops = drops(c)
+                i.extra = [("write-drops", tun.writeDrops)]
+            }
+            r.inputs.append(i)
+        } else {
+            r.inputs.append(StatusReport.Input(name: "tun", state: "off", detail: ""))
+        }
+        if let b = config.bridge {
+            var i = StatusReport.Input(name: "bridge", state: bridge != nil ? "up" : "down",
+                                       detail: "127.0.0.1:\(b.extensionPort) <-> 127.0.0.1:\(b.peerPort), mtu \(b.mtu)")
+            if let bridge, let ns = netstack {
+                let c = ns.inputCounters[bridge.inputIndex]
+                i.packetsIn = c.packetsIn; i.packetsOut = c.packetsOut; i.bytesIn = c.bytesIn; i.bytesOut = c.bytesOut
+                i.drops = drops(c)
+                i.extra = [("oversize", bridge.counters.oversize), ("peer-missing", bridge.counters.peerMissing),
+                           ("send-drops", bridge.counters.sendDrops)]
+            }
+            r.inputs.append(i)
+        } else {
+            r.inputs.append(StatusReport.Input(name: "bridge", state: "off", detail: ""))
+        }
+        if config.socks5 == nil {
+            r.inputs.append(StatusReport.Input(name: "socks5", state: "off", detail: ""))
+        } else {
+            r.inputs.append(StatusReport.Input(name: "socks5", state: "down", detail: "not in this build"))
+        }
+        let usage = netstack?.outboundUsage() ?? [:]
+        for name in outbounds.keys.sorted(by: { ($0 == "direct" ? "" : $0) < ($1 == "direct" ? "" : $1) }) {
+            let o = outbounds[name]!
+            let type = o is DropOutbound ? "drop" : "direct"
+            var s = StatusReport.Outbound(name: name, type: type, state: "ready")
+            if let u = usage[name] {
+                s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
+            }
+            r.outbounds.append(s)
+        }
+        if let ns = netstack {
+            r.tcpFlowsByState = ns.tcpStateCounts()
+            r.udpAssociations = ns.udpAssociationCount
+            r.maxFlows = ns.settings.maxFlows
+            let c = ns.counters
+            r.totals = [("tcp-flows-opened", c.tcpFlowsOpened), ("tcp-connect-failures", c.tcpFlowsFailed),
+                        ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
+                        ("flows-idle-closed", c.idleClosed)]
+            r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
+        }
+        if let router {
+            r.rules = router.rules.enumerated().map { StatusReport.Rule(index: $0.offset + 1, summary: Router.summary($0.element.settings), matches: $0.element.matches) }
+            r.defaultMatches = router.defaultMatches
+        }
+        return r
+    }
+
+    func logInputStats() {
+        guard let netstack else { return }
         for (name, index) in [("tun", tun?.inputIndex), ("bridge", bridge?.inputIndex)] {
             guard let index else { continue }
             let ic = netstack.inputCounters[index]
@@ -120,10 +319,6 @@ enum Application {
             }
             Log.emit(.info, "input.stats", fields)
         }
-        let c = netstack.counters
-        Log.info("stopped", ["packets_in": c.packetsIn, "packets_out": c.packetsOut, "tcp_flows": c.tcpFlowsOpened,
-                             "udp_associations": c.udpAssociationsOpened, "drops": c.totalDrops])
-        return 0
     }
 }
 

@@ -1,5 +1,7 @@
+import CLinux
 import Glibc
 import LoftConfig
+import LoftControl
 import LoftCore
 
 // `loft`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage or
@@ -10,6 +12,11 @@ let version = "0.1.0"
 let usage = """
 usage: loft run [-c FILE]      run (built-in default configuration without -c)
        loft check -c FILE      validate a configuration file and exit
+       loft status [-c FILE] [--json] [--watch] [--flows [--sort bytes|age|up|down]]
+                               ask the running loft (its control socket: from FILE's
+                               `control:`, else /run/loft/control.sock)
+       loft path-changed [-c FILE]   re-dial sessions after a network change
+       loft reload [-c FILE]   re-read the rules of the running loft's file
        loft --version | --help
 
 The built-in default runs SOCKS5 on 127.0.0.1:11080 and the UDP bridge on
@@ -22,8 +29,8 @@ func fail(_ message: String, code: Int32) -> Never {
     exit(code)
 }
 
-func say(_ message: String) {
-    var line = Array((message + "\n").utf8)
+func say(_ message: String, newline: Bool = true) {
+    var line = Array((message + (newline ? "\n" : "")).utf8)
     _ = write(1, &line, line.count)
 }
 
@@ -31,7 +38,7 @@ var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { fail(usage, code: 2) }
 args.removeFirst()
 
-func configPath(_ args: [String], required: Bool) -> String? {
+func configPath(_ args: [String], required: Bool, flags: Set<String> = [], values: Set<String> = []) -> String? {
     var path: String?
     var i = 0
     while i < args.count {
@@ -40,12 +47,63 @@ func configPath(_ args: [String], required: Bool) -> String? {
             guard i + 1 < args.count else { fail("loft: -c needs a file", code: 2) }
             path = args[i + 1]
             i += 2
+        case let f where flags.contains(f):
+            i += 1
+        case let v where values.contains(v):
+            guard i + 1 < args.count else { fail("loft: \(v) needs a value", code: 2) }
+            i += 2
         default:
             fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
         }
     }
     if required && path == nil { fail("loft: \(command) needs -c FILE", code: 2) }
     return path
+}
+
+func value(_ args: [String], _ name: String) -> String? {
+    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
+    return args[i + 1]
+}
+
+/// The control socket named by FILE (or the default), for the client commands.
+func controlSocket(_ args: [String], flags: Set<String> = [], values: Set<String> = []) -> String {
+    let path = configPath(args, required: false, flags: flags, values: values)
+    return path.map { loadConfig($0).control } ?? Configuration.defaultControl
+}
+
+func ask(_ socket: String, _ request: String) -> String {
+    do {
+        return try ControlClient.request(socket, request)
+    } catch {
+        fail("loft: \(error.description)", code: 1)
+    }
+}
+
+func status(_ args: [String]) -> Never {
+    let socket = controlSocket(args, flags: ["--json", "--watch", "--flows"], values: ["--sort"])
+    let json = args.contains("--json")
+    if args.contains("--flows") {
+        let sort = value(args, "--sort") ?? "bytes"
+        say(ask(socket, "flows sort=\(sort)\(json ? " json" : "")"), newline: false)
+        exit(0)
+    }
+    if !args.contains("--watch") {
+        say(ask(socket, json ? "status json" : "status text=\(terminalWidth())"), newline: false)
+        exit(0)
+    }
+    // Like top: redraw in place once a second until interrupted.
+    say("\u{1B}[?25l\u{1B}[2J", newline: false)
+    while true {
+        let body = ask(socket, json ? "status json" : "status text=\(terminalWidth())")
+        let lines = body.split(separator: "\n", omittingEmptySubsequences: false)
+        say("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", newline: false)
+        sleep(1)
+    }
+}
+
+func terminalWidth() -> Int {
+    let w = Int(clinux_terminal_width(1))
+    return w >= 40 ? min(w, 1000) : 80
 }
 
 func loadConfig(_ path: String?) -> Configuration {
@@ -68,9 +126,16 @@ case "check":
     if let problem = Application.unsupported(config) { fail("\(path): \(problem)", code: 2) }
     say("\(path): ok")
 case "run":
-    let config = loadConfig(configPath(args, required: false))
+    let path = configPath(args, required: false)
+    let config = loadConfig(path)
     if let problem = Application.unsupported(config) { fail("loft: \(problem)", code: 2) }
-    exit(Application.run(config))
+    exit(Application.run(config, configPath: path))
+case "status":
+    status(args)
+case "path-changed":
+    say(ask(controlSocket(args), "path-changed"), newline: false)
+case "reload":
+    say(ask(controlSocket(args), "reload"), newline: false)
 default:
     fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
 }

@@ -52,4 +52,16 @@ int clinux_so_error(int fd);
 int clinux_recv_batch(int fd, uint8_t *base, size_t slot, int count, int *lens);
 /// sendmmsg of `count` datagrams (connected socket); returns how many were sent or -errno.
 int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens, int count);
+
+/// A nonblocking listening AF_UNIX stream socket at `path` with mode `mode`. A stale socket
+/// file is replaced; a live one (something accepts on it) gives -EADDRINUSE.
+int clinux_unix_listen(const char *path, unsigned mode);
+/// A blocking AF_UNIX stream connection to `path`, or -errno.
+int clinux_unix_connect(const char *path);
+/// Columns of the terminal on fd, or 0 when it is not a terminal.
+int clinux_terminal_width(int fd);
+/// accept4 with SOCK_NONBLOCK|SOCK_CLOEXEC; the fd or -errno.
+int clinux_accept(int fd);
+/// The peer's uid on an AF_UNIX socket, or -1.
+long clinux_peer_uid(int fd);
 #endif

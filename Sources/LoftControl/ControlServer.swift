@@ -1,0 +1,257 @@
+import CLinux
+import Glibc
+import LoftCore
+import LoftIO
+
+/// A connection that reads one request (up to a terminator, bounded in size and time),
+/// answers once and closes. Shared by the control socket and the metrics listener.
+final class OneShotConnection: IOHandler {
+    let fd: Int32
+    let loop: EventLoop
+    let terminator: [UInt8]
+    let limit: Int
+    let respond: ([UInt8]) -> [UInt8]
+    let opened: UInt64
+    var request: [UInt8] = []
+    var response: [UInt8] = []
+    var sent = 0
+    var answered = false
+    var closed = false
+    var onClose: ((OneShotConnection) -> Void)?
+
+    init(fd: Int32, loop: EventLoop, terminator: [UInt8], limit: Int, respond: @escaping ([UInt8]) -> [UInt8]) {
+        self.fd = fd
+        self.loop = loop
+        self.terminator = terminator
+        self.limit = limit
+        self.respond = respond
+        self.opened = loop.now
+        loop.register(fd, IOEvents.readable, self)
+    }
+
+    func handleIO(_ events: UInt32) {
+        if !answered {
+            var buf = [UInt8](repeating: 0, count: 4096)
+            let n = read(fd, &buf, buf.count)
+            if n == 0 || (n < 0 && errno != EAGAIN) { close(); return }
+            if n < 0 { return }
+            request.append(contentsOf: buf[0..<n])
+            if let end = find(terminator, in: request) {
+                answer(Array(request[..<end]))
+            } else if request.count > limit {
+                answer(nil)
+            }
+            return
+        }
+        flush()
+    }
+
+    private func answer(_ req: [UInt8]?) {
+        answered = true
+        response = req.map(respond) ?? Array("error request too long\n".utf8)
+        loop.modify(fd, IOEvents.writable)
+        flush()
+    }
+
+    private func flush() {
+        while sent < response.count {
+            let n = response.withUnsafeBytes { write(fd, $0.baseAddress! + sent, response.count - sent) }
+            if n < 0 {
+                if errno == EAGAIN { return }
+                break
+            }
+            sent += n
+        }
+        close()
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        loop.unregister(fd)
+        Glibc.close(fd)
+        onClose?(self)
+    }
+
+    private func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
+        guard hay.count >= needle.count else { return nil }
+        for i in 0...(hay.count - needle.count) where hay[i] == needle[0] {
+            if Array(hay[i..<i + needle.count]) == needle { return i }
+        }
+        return nil
+    }
+}
+
+/// The control socket: a Unix stream socket, mode 0600, that answers one line-request per
+/// connection (`status`, `status json`, `flows`, `metrics`, `path-changed`, `reload`).
+/// Answers start with `ok` or `error <why>` on their first line.
+public final class ControlServer: IOHandler {
+    public let path: String
+    let loop: EventLoop
+    let fd: Int32
+    let handler: (String) -> Result<String, ControlError>
+    var connections: [ObjectIdentifier: OneShotConnection] = [:]
+    public private(set) var refusedPeers: UInt64 = 0
+    public private(set) var badRequests: UInt64 = 0
+    static let maxClients = 32
+    static let deadlineMs: UInt64 = 2000
+
+    public struct ControlError: Error, CustomStringConvertible {
+        public var description: String
+        public init(_ d: String) { description = d }
+    }
+
+    public init(path: String, loop: EventLoop, handler: @escaping (String) -> Result<String, ControlError>) throws {
+        self.path = path
+        self.loop = loop
+        self.handler = handler
+        if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
+            let dir = String(path[..<slash])
+            if access(dir, F_OK) != 0 { mkdir(dir, 0o755) }
+        }
+        let r = clinux_unix_listen(path, 0o600)
+        guard r >= 0 else {
+            throw ControlError(-r == EADDRINUSE ? "control socket \(path) is in use by another loft"
+                                                 : "control socket \(path): \(String(cString: strerror(-r)))")
+        }
+        fd = r
+        loop.register(fd, IOEvents.readable, self)
+        loop.every(1000) { [weak self] in self?.expire() }
+    }
+
+    public func handleIO(_ events: UInt32) {
+        while true {
+            let c = clinux_accept(fd)
+            if c < 0 { return }
+            // Only root and loft's own user; the file mode says the same, this holds for root too.
+            let uid = clinux_peer_uid(c)
+            if uid < 0 || (uid != 0 && uid != Int(geteuid())) || connections.count >= Self.maxClients {
+                refusedPeers &+= 1
+                var msg = Array("error permission denied\n".utf8)
+                _ = write(c, &msg, msg.count)
+                close(c)
+                continue
+            }
+            let conn = OneShotConnection(fd: c, loop: loop, terminator: [10], limit: 1024) { [weak self] req in
+                guard let self else { return [] }
+                return Array(self.respond(req).utf8)
+            }
+            conn.onClose = { [weak self] c in self?.connections[ObjectIdentifier(c)] = nil }
+            connections[ObjectIdentifier(conn)] = conn
+        }
+    }
+
+    private func respond(_ raw: [UInt8]) -> String {
+        guard let text = String(validating: raw, as: UTF8.self), !text.contains("\0") else {
+            badRequests &+= 1
+            return "error request is not UTF-8 text\n"
+        }
+        let line = text.hasSuffix("\r") ? String(text.dropLast()) : text
+        switch handler(line) {
+        case .success(let body): return "ok\n" + body
+        case .failure(let e):
+            badRequests &+= 1
+            return "error \(e.description)\n"
+        }
+    }
+
+    private func expire() {
+        for c in Array(connections.values) where loop.now - c.opened > Self.deadlineMs { c.close() }
+    }
+
+    public func stop() {
+        for c in Array(connections.values) { c.close() }
+        loop.unregister(fd)
+        close(fd)
+        unlink(path)
+    }
+}
+
+/// Prometheus metrics over HTTP/1.1 on a loopback address: `GET /metrics`.
+public final class MetricsServer: IOHandler {
+    let loop: EventLoop
+    let fd: Int32
+    let render: () -> String
+    var connections: [ObjectIdentifier: OneShotConnection] = [:]
+
+    public init(listen: Endpoint, loop: EventLoop, render: @escaping () -> String) throws {
+        self.loop = loop
+        self.render = render
+        let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else { throw ControlServer.ControlError("metrics: socket failed") }
+        var one: Int32 = 1
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+        let addr = SocketAddress(listen)
+        guard addr.withSockaddr({ bind(s, $0, $1) }) == 0, Glibc.listen(s, 64) == 0 else {
+            let e = Sockets.errno
+            close(s)
+            throw ControlServer.ControlError("metrics: cannot listen on \(listen): \(String(cString: strerror(e)))")
+        }
+        fd = s
+        loop.register(fd, IOEvents.readable, self)
+        loop.every(1000) { [weak self] in
+            guard let self else { return }
+            for c in Array(self.connections.values) where loop.now - c.opened > 5000 { c.close() }
+        }
+    }
+
+    public func handleIO(_ events: UInt32) {
+        while true {
+            let c = clinux_accept(fd)
+            if c < 0 { return }
+            if connections.count >= 64 { close(c); continue }
+            let conn = OneShotConnection(fd: c, loop: loop, terminator: Array("\r\n\r\n".utf8), limit: 8192) { [weak self] req in
+                guard let self else { return [] }
+                return self.answer(req)
+            }
+            conn.onClose = { [weak self] c in self?.connections[ObjectIdentifier(c)] = nil }
+            connections[ObjectIdentifier(conn)] = conn
+        }
+    }
+
+    func answer(_ req: [UInt8]) -> [UInt8] {
+        let head = String(decoding: req.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
+        let parts = head.split(separator: " ")
+        func reply(_ status: String, _ type: String, _ body: String) -> [UInt8] {
+            let b = Array(body.utf8)
+            return Array("HTTP/1.1 \(status)\r\nContent-Type: \(type)\r\nContent-Length: \(b.count)\r\nConnection: close\r\n\r\n".utf8) + b
+        }
+        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return reply("400 Bad Request", "text/plain", "bad request\n") }
+        guard parts[0] == "GET" || parts[0] == "HEAD" else { return reply("405 Method Not Allowed", "text/plain", "GET only\n") }
+        guard parts[1] == "/metrics" || parts[1].hasPrefix("/metrics?") else { return reply("404 Not Found", "text/plain", "see /metrics\n") }
+        return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render())
+    }
+
+    public func stop() {
+        for c in Array(connections.values) { c.close() }
+        loop.unregister(fd)
+        close(fd)
+    }
+}
+
+/// The client side, for `loft status` and `loft path-changed`.
+public enum ControlClient {
+    /// Sends one request and returns the body, or throws the server's error.
+    public static func request(_ path: String, _ line: String) throws(ControlServer.ControlError) -> String {
+        let fd = clinux_unix_connect(path)
+        guard fd >= 0 else {
+            throw ControlServer.ControlError("cannot reach loft at \(path): \(String(cString: strerror(-fd)))")
+        }
+        defer { close(fd) }
+        var req = Array((line + "\n").utf8)
+        _ = write(fd, &req, req.count)
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = read(fd, &buf, buf.count)
+            if n <= 0 { break }
+            out.append(contentsOf: buf[0..<n])
+        }
+        let text = String(decoding: out, as: UTF8.self)
+        if text.hasPrefix("ok\n") { return String(text.dropFirst(3)) }
+        if text.hasPrefix("error ") {
+            throw ControlServer.ControlError(String(text.dropFirst(6).prefix { $0 != "\n" }))
+        }
+        throw ControlServer.ControlError("no answer from loft at \(path)")
+    }
+}
