@@ -281,6 +281,10 @@ public enum Socks5 {
             p.count >= 4 ? p[2] : nil
         }
 
+        public static func fragmentByte(_ bytes: [UInt8]) -> UInt8? {
+            bytes.withUnsafeBytes { fragmentByte($0) }
+        }
+
         /// The header of a datagram to the client: RSV RSV 0 + `source` (room for
         /// maxUDPHeaderLength); returns its length.
         @discardableResult
