@@ -108,8 +108,19 @@ enum Application {
             tun = input
             runtime.tun = input
         }
-        if config.socks5 != nil {
-            Log.warn("input.unavailable", ["input": "socks5", "note": "not in this build; set socks5: off to silence"])
+        var socks5: Socks5Server?
+        if let s = config.socks5 {
+            var options = Socks5Server.Options(s)
+            options.connectTimeoutMs = config.limits.connectTimeout.milliseconds
+            options.idleTimeoutMs = config.limits.tcpIdleTimeout.milliseconds
+            let server = Socks5Server(options: options, loop: loop, router: router)
+            do {
+                try server.start()
+            } catch {
+                return abandon("socks5", error)
+            }
+            socks5 = server
+            runtime.socks5 = server
         }
         var bridge: BridgeInput?
         if let b = config.bridge {
@@ -124,7 +135,8 @@ enum Application {
         }
 
         Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
-                           "bridge": bridge != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
+                           "bridge": bridge != nil ? "on" : "off",
+                           "socks5": socks5 != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
         loop.run()
         Log.info("stopping", ["signal": signals.received])
         runtime.logInputStats()
@@ -147,6 +159,7 @@ final class Runtime {
     var netstack: Netstack?
     var tun: TunInput?
     var bridge: BridgeInput?
+    var socks5: Socks5Server?
     var control: ControlServer?
     var metrics: MetricsServer?
 
@@ -158,6 +171,7 @@ final class Runtime {
 
     func stopAll() {
         tun?.stop(); tun = nil
+        socks5?.stop(); socks5 = nil
         bridge?.stop(); bridge = nil
         metrics?.stop(); metrics = nil
         control?.stop(); control = nil
@@ -275,10 +289,20 @@ final class Runtime {
         } else {
             r.inputs.append(StatusReport.Input(name: "bridge", state: "off", detail: ""))
         }
-        if config.socks5 == nil {
-            r.inputs.append(StatusReport.Input(name: "socks5", state: "off", detail: ""))
+        if let s = config.socks5 {
+            var i = StatusReport.Input(name: "socks5", state: socks5 != nil ? "up" : "down", detail: "\(s.listen)")
+            if let socks5 {
+                let c = socks5.counters
+                i.packetsIn = c.udpPacketsUp; i.packetsOut = c.udpPacketsDown
+                i.bytesIn = c.tcpBytesUp &+ c.udpBytesUp; i.bytesOut = c.tcpBytesDown &+ c.udpBytesDown
+                i.drops = Socks5DropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
+                i.extra = [("clients", UInt64(c.openClients)), ("max-clients", UInt64(c.maxClients)),
+                           ("udp-associations", UInt64(c.activeAssociations)), ("clients-accepted", c.clientsAccepted),
+                           ("refused-at-limit", c.refusedAtLimit), ("handshake-timeouts", c.handshakeTimeouts)]
+            }
+            r.inputs.append(i)
         } else {
-            r.inputs.append(StatusReport.Input(name: "socks5", state: "down", detail: "not in this build"))
+            r.inputs.append(StatusReport.Input(name: "socks5", state: "off", detail: ""))
         }
         let usage = netstack?.outboundUsage() ?? [:]
         for name in outbounds.keys.sorted(by: { ($0 == "direct" ? "" : $0) < ($1 == "direct" ? "" : $1) }) {
