@@ -418,7 +418,7 @@ final class Socks5Client: IOHandler, StreamEvents {
                 case .malformed:
                     server.countBadVersion()
                     Log.debug("socks5.bad-version", ["client": peer])
-                    close(graceful: false)
+                    close(graceful: true)
                     return
                 case .complete(let g, let length):
                     consumeHandshake(length)
@@ -443,7 +443,7 @@ final class Socks5Client: IOHandler, StreamEvents {
                         linger()
                     } else {
                         server.countBadVersion()
-                        close(graceful: false)
+                        close(graceful: true)
                     }
                     return
                 case .complete(let request, let length):
