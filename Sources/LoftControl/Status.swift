@@ -47,6 +47,9 @@ public struct StatusReport: Sendable {
         public var index: Int
         public var summary: String
         public var matches: UInt64
+        public var flows: UInt64 = 0
+        public var bytesUp: UInt64 = 0
+        public var bytesDown: UInt64 = 0
         public init(index: Int, summary: String, matches: UInt64) { self.index = index; self.summary = summary; self.matches = matches }
     }
 
@@ -112,7 +115,8 @@ extension StatusReport {
             ("totals", pairs(totals)),
             ("drops", pairs(drops)),
             ("drop_groups", pairs(dropGroups)),
-            ("rules", .array(rules.map { .object([("index", .int(Int64($0.index))), ("rule", .string($0.summary)), ("matches", .uint($0.matches))]) })),
+            ("rules", .array(rules.map { .object([("index", .int(Int64($0.index))), ("rule", .string($0.summary)), ("matches", .uint($0.matches)),
+                                                  ("flows", .uint($0.flows)), ("bytes_up", .uint($0.bytesUp)), ("bytes_down", .uint($0.bytesDown))]) })),
             ("default_matches", .uint(defaultMatches)),
         ])
     }
@@ -285,9 +289,16 @@ extension StatusReport {
             sample("loft_outbound_bytes_total", [("outbound", o.name), ("direction", "up")], o.bytesUp)
             sample("loft_outbound_bytes_total", [("outbound", o.name), ("direction", "down")], o.bytesDown)
         }
-        family("loft_rule_matches_total", "counter", "Flows matched by each rule (default: none matched).")
+        family("loft_rule_matches_total", "counter", "Route decisions made by each rule (default: none matched).")
         for r in rules { sample("loft_rule_matches_total", [("rule", String(r.index))], r.matches) }
         sample("loft_rule_matches_total", [("rule", "default")], defaultMatches)
+        family("loft_rule_flows_total", "counter", "Flows started under each rule.")
+        for r in rules { sample("loft_rule_flows_total", [("rule", String(r.index))], r.flows) }
+        family("loft_rule_bytes_total", "counter", "Bytes of the flows each rule decided, by direction.")
+        for r in rules {
+            sample("loft_rule_bytes_total", [("rule", String(r.index)), ("direction", "up")], r.bytesUp)
+            sample("loft_rule_bytes_total", [("rule", String(r.index)), ("direction", "down")], r.bytesDown)
+        }
         return out
     }
 

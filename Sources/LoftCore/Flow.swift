@@ -16,7 +16,7 @@ public enum Destination: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-public enum FlowNetwork: String, Sendable { case tcp, udp }
+public enum FlowNetwork: String, Sendable { case tcp, udp, icmp }
 
 /// Why an outbound could not carry a flow; inputs map it to their own signal (an RST or ICMP
 /// unreachable for TUN flows, a SOCKS5 reply code).
@@ -122,4 +122,6 @@ public enum RouteDecision {
 /// Chooses the outbound for each new flow (the router implements it).
 public protocol FlowRouter: AnyObject {
     func route(_ request: FlowRequest) -> RouteDecision
+    /// Which rule decided the last route() call (-1: the default), for per-rule accounting.
+    var lastMatch: Int { get }
 }

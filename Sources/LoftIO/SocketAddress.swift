@@ -68,9 +68,18 @@ public struct SocketAddress {
 }
 
 public enum Sockets {
+    /// Set once at start-up in host mode: every socket loft makes carries this SO_MARK, so
+    /// policy routing keeps loft's own traffic out of its TUN. 0: no mark.
+    nonisolated(unsafe) public static var outboundMark: UInt32 = 0
+
     /// A nonblocking, close-on-exec socket.
     public static func make(family: Int32, type: Int32) -> Int32 {
-        socket(family, type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(family, type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        if fd >= 0 && outboundMark != 0 {
+            var m = outboundMark
+            setsockopt(fd, SOL_SOCKET, SO_MARK, &m, socklen_t(MemoryLayout<UInt32>.size))
+        }
+        return fd
     }
 
     public static func family(of e: Endpoint) -> Int32 { e.address.isIPv4 ? AF_INET : AF_INET6 }

@@ -45,7 +45,7 @@ public final class Socks5Server: IOHandler {
     }
 
     /// Bytes read per call, and the capacity of each client's remainder buffer.
-    static let chunk = 128 * 1024
+    nonisolated(unsafe) static var chunk = 128 * 1024  // EXPERIMENT
 
     let options: Options
     let loop: EventLoop
@@ -71,6 +71,7 @@ public final class Socks5Server: IOHandler {
         self.loop = loop
         self.router = router
         self.bound = options.listen
+        if let v = getenv("S5CHUNK") { Self.chunk = Int(atoi(v)) }  // EXPERIMENT
         scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunk, alignment: 16)
         counters.maxClients = options.maxClients
     }

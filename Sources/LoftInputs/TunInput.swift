@@ -28,8 +28,12 @@ public final class TunInput: IOHandler, PacketWriter {
 
     static let stateDir = "/run/loft"
 
-    public init(settings: TunSettings, loop: EventLoop, netstack: Netstack) {
+    /// Host mode only: the policy routes for the rules (nil in namespace mode).
+    let hostRoutes: HostRoutes?
+
+    public init(settings: TunSettings, loop: EventLoop, netstack: Netstack, hostPlan: HostRoutes.Plan? = nil) {
         self.settings = settings
+        self.hostRoutes = settings.netns == nil ? hostPlan.map(HostRoutes.init) : nil
         self.loop = loop
         self.netstack = netstack
         buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(settings.mtu, 1500) + 64, alignment: 16)
@@ -57,9 +61,6 @@ public final class TunInput: IOHandler, PacketWriter {
     }
 
     private func setUp() throws {
-        if settings.netns == nil && settings.routeAll {
-            throw StartError(description: "tun.route-all: true in host mode (no tun.netns) would send loft's own sockets into its TUN; set tun.netns, or route-all: false")
-        }
         if let ns = settings.netns, let marker = markerPath {
             mkdir(Self.stateDir, 0o755)
             if access("/var/run/netns/\(ns)", F_OK) != 0 {
@@ -87,7 +88,9 @@ public final class TunInput: IOHandler, PacketWriter {
             try Command.run(ip + ["-6", "addr", "add", v6.description, "dev", settings.name, "nodad"])
         }
         try Command.run(ip + ["link", "set", "dev", settings.name, "up"])
-        if settings.routeAll {
+        if let hostRoutes {
+            try hostRoutes.install()
+        } else if settings.routeAll {
             if settings.ipv4 != nil { try Command.run(ip + ["route", "replace", "default", "dev", settings.name]) }
             if settings.ipv6 != nil { try Command.run(ip + ["-6", "route", "replace", "default", "dev", settings.name]) }
         }
@@ -119,6 +122,7 @@ public final class TunInput: IOHandler, PacketWriter {
 
     /// Removes the device, routes, resolv.conf and the namespace if loft created it.
     public func stop() {
+        hostRoutes?.remove()
         if fd >= 0 {
             loop.unregister(fd)
             close(fd)  // the device (and its addresses and routes) goes with the last fd

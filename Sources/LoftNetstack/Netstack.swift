@@ -104,9 +104,19 @@ public final class Netstack {
             openTCP(packet, summary, netif: netif)
             return
         }
-        if summary.isEchoRequest && !settings.icmpReply {
-            drop(.icmpPolicy, netif)
-            return
+        if summary.isEchoRequest {
+            if !settings.icmpReply {
+                drop(.icmpPolicy, netif)
+                return
+            }
+            // Echo is answered by lwIP itself, unless a rule drops its destination.
+            let request = FlowRequest(network: .icmp, source: Endpoint(summary.source, 0),
+                                      destination: .ip(Endpoint(summary.destination, 0)))
+            if case .drop = router.route(request) {
+                drop(.rule, netif)
+                return
+            }
+            ruleUsage[router.lastMatch, default: RuleUsage()].flows &+= 1
         }
         let udpPort = summary.proto == IPProtocol.udp && !summary.isLaterFragment ? Int32(summary.destinationPort) : -1
         if clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count, -1, udpPort) != 0 {
@@ -147,6 +157,8 @@ public final class Netstack {
             return
         }
         let decision = router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
+        let rule = router.lastMatch
+        ruleUsage[rule, default: RuleUsage()].flows &+= 1
         switch decision {
         case .drop(let reset):
             drop(.rule, netif)
@@ -161,6 +173,7 @@ public final class Netstack {
             tcpFlows[key] = flow
             counters.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
+            flow.ruleIndex = rule
             finishedUsage[outbound.name, default: OutboundUsage()].flows &+= 1
             flow.connection = outbound.openStream(to: .ip(key.destination), events: flow)
         }
@@ -171,6 +184,7 @@ public final class Netstack {
         if tcpFlows[flow.key] === flow {
             tcpFlows[flow.key] = nil
             finishedUsage[flow.outboundName, default: OutboundUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
+            ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
         }
     }
 
@@ -198,6 +212,28 @@ public final class Netstack {
         }
         return u
     }
+
+    public struct RuleUsage: Sendable {
+        public var flows: UInt64 = 0
+        public var bytesUp: UInt64 = 0
+        public var bytesDown: UInt64 = 0
+        mutating func add(up: UInt64, down: UInt64) { bytesUp &+= up; bytesDown &+= down }
+    }
+
+    /// Per rule index (-1: the default): flows it decided and bytes of finished ones.
+    var ruleUsage: [Int: RuleUsage] = [:]
+
+    /// Flows and bytes per rule index (-1: the default), live flows included. Indices refer
+    /// to the rules in force when each flow started.
+    public func ruleUsageSnapshot() -> [Int: RuleUsage] {
+        var u = ruleUsage
+        for f in tcpFlows.values { u[f.ruleIndex, default: RuleUsage()].add(up: f.bytesUp, down: f.bytesDown) }
+        for a in udpAssociations.values { u[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown) }
+        return u
+    }
+
+    /// Forgets per-rule accounting (the rules were replaced).
+    public func resetRuleUsage() { ruleUsage = [:] }
 
     /// Live TCP flows by state.
     public func tcpStateCounts() -> [(String, Int)] {
@@ -275,6 +311,7 @@ public final class Netstack {
         _ = clwip_pbuf_copy(pbuf, scratch.baseAddress, UInt16(len))
         clwip_pbuf_free(pbuf)
         let decision = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
+        let rule = router.lastMatch
         guard case .outbound(let outbound) = decision else {
             drop(.rule, netif)
             return
@@ -290,6 +327,8 @@ public final class Netstack {
             }
             a.outboundSide = outboundSide
             a.outboundName = outbound.name
+            a.ruleIndex = rule
+            ruleUsage[rule, default: RuleUsage()].flows &+= 1
             finishedUsage[outbound.name, default: OutboundUsage()].flows &+= 1
             udpAssociations[key] = a
             counters.udpAssociationsOpened &+= 1
@@ -304,6 +343,7 @@ public final class Netstack {
     func closeAssociation(_ a: UDPAssociation) {
         if udpAssociations[a.key] === a {
             finishedUsage[a.outboundName, default: OutboundUsage()].add(up: a.bytesUp, down: a.bytesDown)
+            ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
         }
         a.outboundSide?.close()
         a.outboundSide = nil
@@ -333,6 +373,7 @@ final class UDPAssociation: DatagramEvents {
     let key: UDPKey
     var outboundSide: DatagramAssociation?
     var outboundName = ""
+    var ruleIndex = -1
     var lastActivity: UInt64
     let createdAt: UInt64
     var bytesUp: UInt64 = 0

@@ -17,6 +17,7 @@ final class TCPFlow: StreamEvents {
     var state = State.connecting
     var connection: StreamConnection?
     var outboundName = ""
+    var ruleIndex = -1
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
     private var heldSYN: [UInt8]
     private let synSummary: PacketSummary

@@ -8,6 +8,41 @@ public final class Router: FlowRouter {
         public let settings: RuleSettings
         public let decision: RouteDecision
         public var matches: UInt64 = 0
+        let destinations: PrefixSet
+        let exactDomains: Set<String>
+        let domainSuffixes: [String]   // "example.com" for "*.example.com"
+        let network: FlowNetwork?
+
+        init(settings: RuleSettings, decision: RouteDecision) {
+            self.settings = settings
+            self.decision = decision
+            destinations = PrefixSet(settings.to)
+            exactDomains = Set(settings.domains.filter { !$0.hasPrefix("*.") })
+            domainSuffixes = settings.domains.filter { $0.hasPrefix("*.") }.map { String($0.dropFirst(2)) }
+            network = settings.network.flatMap(FlowNetwork.init(rawValue:))
+        }
+
+        /// Every matcher the rule names must match.
+        func matches(_ r: FlowRequest) -> Bool {
+            if let network, network != r.network { return false }
+            if !settings.ports.isEmpty {
+                // ICMP has no ports: a rule about ports never matches it.
+                if r.network == .icmp { return false }
+                let p = r.destination.port
+                if !settings.ports.contains(where: { $0.contains(p) }) { return false }
+            }
+            if !settings.to.isEmpty {
+                guard case .ip(let e) = r.destination, destinations.contains(e.address.unmappedIPv4) else { return false }
+            }
+            if !settings.domains.isEmpty {
+                guard case .domain(let name, _) = r.destination else { return false }
+                var n = name.lowercased()
+                if n.hasSuffix(".") { n.removeLast() }
+                if exactDomains.contains(n) { return true }
+                return domainSuffixes.contains { n == $0 || n.hasSuffix("." + $0) }
+            }
+            return true
+        }
     }
 
     public private(set) var rules: [CompiledRule]
@@ -64,30 +99,62 @@ public final class Router: FlowRouter {
         return parts.joined(separator: " ")
     }
 
+    /// The index of the rule that decided the last route() call, or -1 for the default.
+    public private(set) var lastMatch = -1
+
     public func route(_ request: FlowRequest) -> RouteDecision {
-        for i in rules.indices where Router.matches(rules[i].settings, request) {
+        for i in rules.indices where rules[i].matches(request) {
             rules[i].matches &+= 1
+            lastMatch = i
             return rules[i].decision
         }
         defaultMatches &+= 1
+        lastMatch = -1
         return defaultDecision
     }
 
-    /// One rule against one flow: every matcher the rule names must match.
+    /// One rule against one flow (for tests and `loft check`).
     public static func matches(_ rule: RuleSettings, _ r: FlowRequest) -> Bool {
-        if let n = rule.network, n != r.network.rawValue { return false }
-        if !rule.ports.isEmpty {
-            let p = r.destination.port
-            if !rule.ports.contains(where: { $0.contains(p) }) { return false }
+        CompiledRule(settings: rule, decision: .drop(reset: false)).matches(r)
+    }
+
+    /// Rules that can never match because an earlier rule matches everything they would:
+    /// (index of the shadowed rule, index of the rule that shadows it), 0-based.
+    public static func shadowed(_ rules: [RuleSettings]) -> [(Int, Int)] {
+        let compiled = rules.map { CompiledRule(settings: $0, decision: .drop(reset: false)) }
+        var out: [(Int, Int)] = []
+        for j in compiled.indices {
+            for i in 0..<j where covers(compiled[i], compiled[j]) {
+                out.append((j, i))
+                break
+            }
         }
-        if !rule.to.isEmpty {
-            guard case .ip(let e) = r.destination else { return false }
-            let address = e.address.unmappedIPv4
-            if !rule.to.contains(where: { $0.contains(address) }) { return false }
+        return out
+    }
+
+    /// Whether every flow `b` matches is also matched by `a`.
+    static func covers(_ a: CompiledRule, _ b: CompiledRule) -> Bool {
+        if let n = a.network, n != b.network { return false }
+        if !a.settings.ports.isEmpty {
+            if b.settings.ports.isEmpty { return false }
+            for r in b.settings.ports where !a.settings.ports.contains(where: { $0.lowerBound <= r.lowerBound && $0.upperBound >= r.upperBound }) {
+                return false
+            }
         }
-        if !rule.domains.isEmpty {
-            guard case .domain(let name, _) = r.destination else { return false }
-            if !rule.domains.contains(where: { domain($0, matches: name) }) { return false }
+        if !a.settings.to.isEmpty {
+            // b must be limited to addresses inside a's set (a rule with only domains never
+            // matches an address destination, and the reverse).
+            if b.settings.to.isEmpty || !b.settings.domains.isEmpty { return false }
+            if !a.destinations.covers(b.destinations) { return false }
+        }
+        if !a.settings.domains.isEmpty {
+            if b.settings.domains.isEmpty || !b.settings.to.isEmpty { return false }
+            for d in b.settings.domains {
+                let name = d.hasPrefix("*.") ? String(d.dropFirst(2)) : d
+                let aCovers = a.exactDomains.contains(d) && !d.hasPrefix("*.")
+                    || a.domainSuffixes.contains { name == $0 || name.hasSuffix("." + $0) }
+                if !aCovers { return false }
+            }
         }
         return true
     }

@@ -17,9 +17,6 @@ enum Application {
         for o in config.outbounds {
             if case .loft = o.kind { return "\(o.position): outbound \"\(o.name)\": type loft is not available in this build" }
         }
-        if let tun = config.tun, tun.netns == nil, tun.routeAll {
-            return "tun.route-all: true needs tun.netns (in host mode loft's own sockets would be routed into its TUN); set route-all: false"
-        }
         return nil
     }
 
@@ -99,7 +96,17 @@ enum Application {
 
         var tun: TunInput?
         if let t = config.tun {
-            let input = TunInput(settings: t, loop: loop, netstack: netstack)
+            var plan: HostRoutes.Plan?
+            if t.netns == nil {
+                // Host mode: mark loft's own sockets, route rule prefixes by action.
+                Sockets.outboundMark = HostRoutes.mark
+                var into: [IPPrefix] = [], off: [IPPrefix] = []
+                for rule in config.rules where rule.ports.isEmpty && rule.network == nil && rule.domains.isEmpty {
+                    if case .direct = rule.action { off += rule.to } else { into += rule.to }
+                }
+                plan = HostRoutes.Plan(tun: t.name, routeAll: t.routeAll, intoTun: into, offTun: off)
+            }
+            let input = TunInput(settings: t, loop: loop, netstack: netstack, hostPlan: plan)
             do {
                 try input.start()
             } catch {
@@ -243,6 +250,7 @@ final class Runtime {
         do { fresh = try ConfigLoader.load(path: path) } catch { return .failure(.init(error.description)) }
         do {
             try router?.reload(rules: fresh.rules, defaultAction: fresh.defaultAction)
+            netstack?.resetRuleUsage()
         } catch {
             return .failure(.init("reload: \(error)"))
         }
@@ -325,7 +333,12 @@ final class Runtime {
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
         }
         if let router {
-            r.rules = router.rules.enumerated().map { StatusReport.Rule(index: $0.offset + 1, summary: Router.summary($0.element.settings), matches: $0.element.matches) }
+            let usage = netstack?.ruleUsageSnapshot() ?? [:]
+            r.rules = router.rules.enumerated().map {
+                var rule = StatusReport.Rule(index: $0.offset + 1, summary: Router.summary($0.element.settings), matches: $0.element.matches)
+                if let u = usage[$0.offset] { rule.flows = u.flows; rule.bytesUp = u.bytesUp; rule.bytesDown = u.bytesDown }
+                return rule
+            }
             r.defaultMatches = router.defaultMatches
         }
         return r

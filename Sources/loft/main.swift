@@ -3,6 +3,7 @@ import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
+import LoftRouting
 
 // `loft`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage or
 // configuration error; errors go to stderr, one line each.
@@ -124,6 +125,11 @@ case "check":
     let path = configPath(args, required: true)!
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { fail("\(path): \(problem)", code: 2) }
+    // Rules that can never match are reported, not refused: the file is still valid.
+    for (shadowed, by) in Router.shadowed(config.rules) {
+        let a = config.rules[shadowed].position, b = config.rules[by].position
+        say("\(a): warning: rule \(shadowed + 1) can never match: rule \(by + 1) (line \(b.line)) matches everything it would")
+    }
     say("\(path): ok")
 case "run":
     let path = configPath(args, required: false)

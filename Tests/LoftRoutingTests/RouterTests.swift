@@ -65,3 +65,77 @@ final class RouterTests: XCTestCase {
         XCTAssertThrowsError(try Router(rules: [], defaultAction: .via(outbound: "nope"), outbounds: ["direct": direct]))
     }
 }
+
+final class PrefixSetTests: XCTestCase {
+    func testMembershipAndMerging() {
+        let set = PrefixSet(["198.18.0.0/24", "198.18.1.0/24", "198.18.0.128/25", "10.0.0.0/8", "fd00::/16", "fd00:1::/32"].map { IPPrefix($0)! })
+        XCTAssertEqual(set.rangeCount, 3)  // 198.18.0.0-198.18.1.255, 10/8, fd00::/16
+        XCTAssertTrue(set.contains(IPAddress("198.18.1.255")!))
+        XCTAssertFalse(set.contains(IPAddress("198.18.2.0")!))
+        XCTAssertTrue(set.contains(IPAddress("10.255.255.255")!))
+        XCTAssertFalse(set.contains(IPAddress("11.0.0.0")!))
+        XCTAssertTrue(set.contains(IPAddress("fd00:ffff::1")!))
+        XCTAssertFalse(set.contains(IPAddress("fd01::")!))
+        XCTAssertTrue(PrefixSet([IPPrefix("0.0.0.0/0")!]).contains(IPAddress("255.255.255.255")!))
+        XCTAssertTrue(PrefixSet([IPPrefix("::/0")!]).contains(IPAddress("ffff::1")!))
+        XCTAssertFalse(PrefixSet([IPPrefix("::/0")!]).contains(IPAddress("1.2.3.4")!))
+    }
+
+    func testAgreesWithLinearScanOnRandomPrefixes() {
+        var rng = SystemRandomNumberGenerator()
+        var prefixes: [IPPrefix] = []
+        for _ in 0..<2000 {
+            let a = UInt32.random(in: 0...UInt32.max, using: &rng)
+            prefixes.append(IPPrefix(.v4(a), Int.random(in: 8...32, using: &rng))!)
+        }
+        let set = PrefixSet(prefixes)
+        for _ in 0..<5000 {
+            let probe = IPAddress.v4(UInt32.random(in: 0...UInt32.max, using: &rng))
+            XCTAssertEqual(set.contains(probe), prefixes.contains { $0.contains(probe) }, "\(probe)")
+        }
+        // Probes inside known prefixes.
+        for p in prefixes.prefix(500) { XCTAssertTrue(set.contains(p.address)) }
+    }
+
+    func testHundredThousandPrefixesBuildQuickly() {
+        var prefixes: [IPPrefix] = []
+        prefixes.reserveCapacity(100_000)
+        for i in 0..<100_000 { prefixes.append(IPPrefix(.v4(UInt32(i) << 8), 24)!) }
+        let set = PrefixSet(prefixes)
+        XCTAssertEqual(set.rangeCount, 1)
+        XCTAssertTrue(set.contains(IPAddress("0.1.134.159")!))
+        XCTAssertFalse(set.contains(IPAddress("1.134.160.0")!))
+    }
+}
+
+final class ShadowTests: XCTestCase {
+    let pos = SourcePosition(file: "t.yaml", line: 1, column: 1)
+
+    func testShadowedRulesAreFound() {
+        let rules = [
+            RuleSettings(action: .direct, to: [IPPrefix("198.18.0.0/15")!], position: pos),
+            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!], position: pos),       // shadowed by 0
+            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!], network: "tcp", position: pos), // shadowed by 0
+            RuleSettings(action: .drop(reset: false), to: [IPPrefix("203.0.113.0/24")!], position: pos),       // not
+            RuleSettings(action: .direct, domains: ["*.example.com"], position: pos),
+            RuleSettings(action: .drop(reset: false), domains: ["a.example.com", "*.b.example.com"], position: pos), // by 4
+            RuleSettings(action: .drop(reset: false), domains: ["badexample.com"], position: pos),             // not
+            RuleSettings(action: .direct, ports: [80...80], position: pos),
+            RuleSettings(action: .drop(reset: false), to: [IPPrefix("192.0.2.0/24")!], ports: [80...80], position: pos), // by 7
+            RuleSettings(action: .drop(reset: false), to: [IPPrefix("192.0.2.0/24")!], ports: [80...81], position: pos), // not
+        ]
+        let found = Router.shadowed(rules).map { "\($0.0)<\($0.1)" }
+        XCTAssertEqual(found, ["1<0", "2<0", "5<4", "8<7"])
+    }
+
+    func testIcmpMatchesOnlyRulesWithoutPorts() throws {
+        let rules = [
+            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [0...65535], position: pos),
+            RuleSettings(action: .drop(reset: true), to: [IPPrefix("198.18.1.0/24")!], position: pos),
+        ]
+        let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": StubOutbound("direct")])
+        let icmp = FlowRequest(network: .icmp, source: Endpoint(IPAddress("198.18.0.1")!, 0), destination: .ip(Endpoint(IPAddress("198.18.1.2")!, 0)))
+        guard case .drop(reset: true) = r.route(icmp) else { return XCTFail("ICMP should match the port-less rule") }
+        XCTAssertEqual(r.lastMatch, 1)
+    }
+}
