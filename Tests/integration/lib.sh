@@ -116,6 +116,9 @@ cleanup() {
         ip netns del "$ns" 2>/dev/null
         rm -rf "/etc/netns/$ns"
     done
+    if [ -n "${LOFT_KEEP_LOGS:-}" ]; then      # keep loft's logs (and the servers') for a look
+        mkdir -p "$LOFT_KEEP_LOGS" && cp "$T_DIR"/*.log "$LOFT_KEEP_LOGS"/ 2>/dev/null
+    fi
     rm -rf "$T_DIR"
     exit $rc
 }
@@ -343,6 +346,7 @@ loft_start() {
     LOFT_NS=$ns
     LOFT_TUN=$tun
     LOFT_RC=
+    : >"$LOFT_LOG"
     "$LOFT_BIN" run -c "$cfg" >"$LOFT_LOG" 2>&1 </dev/null &
     LOFT_PID=$!
     register_pid "$LOFT_PID"
@@ -383,6 +387,16 @@ kernel_stop() {
     ip netns del "$LOFT_NS" 2>/dev/null
     rm -rf "/etc/netns/$LOFT_NS"
     LOFT_RC=0
+}
+
+# loft_died: true (and says how) if the loft started by loft_start is no longer running.
+loft_died() {
+    [ -n "$LOFT_PID" ] || return 1
+    kill -0 "$LOFT_PID" 2>/dev/null && return 1
+    wait "$LOFT_PID"; LOFT_RC=$?
+    note "loft (pid $LOFT_PID) died with exit status $LOFT_RC: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
+    LOFT_PID=
+    return 0
 }
 
 # loft_stop [SIGNAL]: signal loft (TERM), wait up to 15 s; sets LOFT_RC; returns 0 iff it
