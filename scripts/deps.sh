@@ -13,6 +13,13 @@ PACKAGES=(
     iproute2 nftables procps psmisc coreutils
     # tests and benchmarks: real peers and clients
     nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3
+    # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below
+    microsocks dante-server python3-pip
+)
+
+# PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks.
+PYPI_PACKAGES=(
+    python-socks==3.2.1
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi
@@ -30,6 +37,8 @@ trap '[ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d' EXIT
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+# Debian's own python3 is externally managed (PEP 668); these are test-only clients.
+python3 -m pip install --quiet --root-user-action=ignore --break-system-packages "${PYPI_PACKAGES[@]}"
 
 if ! command -v swift >/dev/null 2>&1 && [ ! -x /opt/swift/usr/bin/swift ]; then
     echo "scripts/deps.sh: no Swift toolchain found (expected /opt/swift/usr/bin/swift)" >&2
