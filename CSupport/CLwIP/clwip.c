@@ -351,4 +351,21 @@ ssize_t clwip_pbuf_writev(int fd, clwip_pbuf *const *chains, int count) {
     return w < 0 ? -errno : w;
 }
 
+uint32_t clwip_reap_timewait(void) {
+    uint32_t n = 0;
+    struct tcp_pcb *pcb = tcp_tw_pcbs;
+    while (pcb != NULL) {
+        struct tcp_pcb *next = pcb->next;
+        // Only connections Swift has let go of (clwip_tcp_close detached them); a flow still
+        // holding its pcb closes it first. tcp_abort on a TIME_WAIT pcb removes it from
+        // tcp_tw_pcbs and frees it, sending nothing.
+        if (pcb->callback_arg == NULL) {
+            tcp_abort(pcb);
+            n++;
+        }
+        pcb = next;
+    }
+    return n;
+}
+
 void clwip_get_stats(clwip_stats *out) { *out = stats; }

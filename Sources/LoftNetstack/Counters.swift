@@ -12,6 +12,8 @@ public struct NetstackCounters: Sendable {
     public var udpAssociationsOpened: UInt64 = 0
     public var flowsEvicted: UInt64 = 0
     public var idleClosed: UInt64 = 0
+    /// Closed connections freed from lwIP's TIME_WAIT at once (see clwip_reap_timewait).
+    public var timeWaitReaped: UInt64 = 0
     public var tcpBytesUp: UInt64 = 0      // app → remote
     public var tcpBytesDown: UInt64 = 0    // remote → app
     public var udpDatagramsUp: UInt64 = 0

@@ -251,6 +251,7 @@ public final class Netstack {
 
     /// After each batch of events: close what finished inside lwIP callbacks.
     public func afterEvents() {
+        defer { counters.timeWaitReaped &+= UInt64(clwip_reap_timewait()) }
         if !dirtyFlows.isEmpty {
             let batch = dirtyFlows
             dirtyFlows.removeAll(keepingCapacity: true)

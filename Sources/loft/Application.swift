@@ -329,7 +329,7 @@ final class Runtime {
             let c = ns.counters
             r.totals = [("tcp-flows-opened", c.tcpFlowsOpened), ("tcp-connect-failures", c.tcpFlowsFailed),
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
-                        ("flows-idle-closed", c.idleClosed)]
+                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped)]
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
         }
         if let router {

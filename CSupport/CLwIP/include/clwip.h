@@ -84,6 +84,12 @@ ssize_t clwip_pbuf_writev(int fd, clwip_pbuf *const *chains, int count);
 /// Returns 0 or a negative lwIP error.
 int clwip_udp_send(int netif, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len);
 
+/// Frees every connection lwIP holds in TIME_WAIT. The app side is the local kernel over a
+/// lossless TUN, so TIME_WAIT protects nothing here, while it would keep a pcb per closed
+/// connection for 2 minutes and answer a reused 4-tuple's SYN with a stale ACK. Returns how
+/// many were freed.
+uint32_t clwip_reap_timewait(void);
+
 /// Live lwIP objects (for status and the flow-memory benchmark).
 typedef struct { uint32_t tcp_listeners, udp_ports, pbuf_alloc_failures; } clwip_stats;
 void clwip_get_stats(clwip_stats *out);
