@@ -1,3 +1,394 @@
+// OpenSSL shim for loft's carriers: see include/ctls.h. The only file that includes OpenSSL.
 #include "ctls.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+struct ctls_ctx {
+    SSL_CTX *ssl;
+    int server;
+    int verify_chain;       // client: chain and hostname are checked
+    int has_pin;
+    uint8_t pin[32];
+    uint8_t alpn[256];      // server: accepted names, wire format
+    size_t alpn_len;
+};
+
+struct ctls_conn {
+    SSL *ssl;
+    ctls_ctx *ctx;
+    int shutdown_sent;
+    char err[320];
+};
+
 int ctls_version_number(void) { return (int)OpenSSL_version_num(); }
+
+static void put_err(char *err, size_t errlen, const char *what) {
+    if (!err || errlen == 0) return;
+    unsigned long e = ERR_get_error();
+    if (e) {
+        char buf[200];
+        ERR_error_string_n(e, buf, sizeof buf);
+        snprintf(err, errlen, "%s: %s", what, buf);
+    } else {
+        snprintf(err, errlen, "%s", what);
+    }
+    ERR_clear_error();
+}
+
+static SSL_CTX *base_ctx(const SSL_METHOD *m, char *err, size_t errlen) {
+    SSL_CTX *s = SSL_CTX_new(m);
+    if (!s) { put_err(err, errlen, "SSL_CTX_new"); return NULL; }
+    if (SSL_CTX_set_min_proto_version(s, TLS1_3_VERSION) != 1) {
+        put_err(err, errlen, "TLS 1.3 not available");
+        SSL_CTX_free(s);
+        return NULL;
+    }
+    // Partial writes and a buffer that may move between retries: the carrier's output buffer
+    // is compacted while a write waits. Read-ahead: one recv per burst of records, not two
+    // per record.
+    SSL_CTX_set_mode(s, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(s, 1);
+    SSL_CTX_set_default_read_buffer_len(s, 64 * 1024);
+    SSL_CTX_set_options(s, SSL_OP_NO_COMPRESSION);
+    return s;
+}
+
+ctls_ctx *ctls_client_ctx_new(const char *ca_file, const uint8_t *pin_sha256, int insecure,
+                              char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    SSL_CTX *s = base_ctx(TLS_client_method(), err, errlen);
+    if (!s) return NULL;
+    ctls_ctx *c = calloc(1, sizeof *c);
+    if (!c) { SSL_CTX_free(s); snprintf(err, errlen, "out of memory"); return NULL; }
+    c->ssl = s;
+    if (insecure) {
+        SSL_CTX_set_verify(s, SSL_VERIFY_NONE, NULL);
+        return c;
+    }
+    if (pin_sha256) {
+        c->has_pin = 1;
+        memcpy(c->pin, pin_sha256, 32);
+    }
+    if (ca_file) {
+        if (SSL_CTX_load_verify_locations(s, ca_file, NULL) != 1) {
+            char what[300];
+            snprintf(what, sizeof what, "cannot load CA file %s", ca_file);
+            put_err(err, errlen, what);
+            ctls_ctx_free(c);
+            return NULL;
+        }
+        c->verify_chain = 1;
+    } else if (!pin_sha256) {
+        if (SSL_CTX_set_default_verify_paths(s) != 1) {
+            put_err(err, errlen, "cannot load the system trust store");
+            ctls_ctx_free(c);
+            return NULL;
+        }
+        c->verify_chain = 1;
+    }
+    SSL_CTX_set_verify(s, c->verify_chain ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+    return c;
+}
+
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg) {
+    (void)ssl;
+    ctls_ctx *c = arg;
+    if (c->alpn_len == 0) return SSL_TLSEXT_ERR_NOACK;
+    unsigned char *o = NULL;
+    if (SSL_select_next_proto(&o, outlen, c->alpn, (unsigned)c->alpn_len, in, inlen)
+        != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = o;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+ctls_ctx *ctls_server_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    SSL_CTX *s = base_ctx(TLS_server_method(), err, errlen);
+    if (!s) return NULL;
+    ctls_ctx *c = calloc(1, sizeof *c);
+    if (!c) { SSL_CTX_free(s); snprintf(err, errlen, "out of memory"); return NULL; }
+    c->ssl = s;
+    c->server = 1;
+    char what[300];
+    if (SSL_CTX_use_certificate_chain_file(s, cert_file) != 1) {
+        snprintf(what, sizeof what, "cannot load certificate %s", cert_file);
+        put_err(err, errlen, what);
+        ctls_ctx_free(c);
+        return NULL;
+    }
+    if (SSL_CTX_use_PrivateKey_file(s, key_file, SSL_FILETYPE_PEM) != 1) {
+        snprintf(what, sizeof what, "cannot load private key %s", key_file);
+        put_err(err, errlen, what);
+        ctls_ctx_free(c);
+        return NULL;
+    }
+    if (SSL_CTX_check_private_key(s) != 1) {
+        put_err(err, errlen, "the private key does not match the certificate");
+        ctls_ctx_free(c);
+        return NULL;
+    }
+    // No resumption: one handshake per carrier connection, no tickets to send.
+    SSL_CTX_set_num_tickets(s, 0);
+    SSL_CTX_set_options(s, SSL_OP_NO_TICKET);
+    SSL_CTX_set_alpn_select_cb(s, alpn_select, c);
+    return c;
+}
+
+int ctls_ctx_set_alpn(ctls_ctx *ctx, const uint8_t *wire, size_t len) {
+    if (len > sizeof ctx->alpn) return -1;
+    if (ctx->server) {
+        memcpy(ctx->alpn, wire, len);
+        ctx->alpn_len = len;
+        return 0;
+    }
+    return SSL_CTX_set_alpn_protos(ctx->ssl, wire, (unsigned)len) == 0 ? 0 : -1;
+}
+
+void ctls_ctx_free(ctls_ctx *ctx) {
+    if (!ctx) return;
+    SSL_CTX_free(ctx->ssl);
+    free(ctx);
+}
+
+static int is_ip_literal(const char *name) {
+    if (strchr(name, ':')) return 1;  // IPv6
+    for (const char *p = name; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || *p == '.')) return 0;
+    return 1;
+}
+
+ctls_conn *ctls_conn_new(ctls_ctx *ctx, int fd, const char *server_name) {
+    ctls_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ctx = ctx;
+    c->ssl = SSL_new(ctx->ssl);
+    if (!c->ssl) { free(c); return NULL; }
+    if (SSL_set_fd(c->ssl, fd) != 1) { SSL_free(c->ssl); free(c); return NULL; }
+    if (ctx->server) {
+        SSL_set_accept_state(c->ssl);
+    } else {
+        SSL_set_connect_state(c->ssl);
+        if (server_name && *server_name) {
+            int ip = is_ip_literal(server_name);
+            if (!ip) SSL_set_tlsext_host_name(c->ssl, server_name);
+            if (ctx->verify_chain) {
+                int ok = ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), server_name)
+                            : SSL_set1_host(c->ssl, server_name);
+                if (ok != 1) { SSL_free(c->ssl); free(c); ERR_clear_error(); return NULL; }
+            }
+        }
+    }
+    return c;
+}
+
+void ctls_conn_free(ctls_conn *c) {
+    if (!c) return;
+    SSL_free(c->ssl);
+    free(c);
+}
+
+// Maps an OpenSSL failure to a CTLS_ code, filling c->err on errors.
+static int classify(ctls_conn *c, int ret, const char *op) {
+    int e = SSL_get_error(c->ssl, ret);
+    switch (e) {
+    case SSL_ERROR_WANT_READ: return CTLS_WANT_READ;
+    case SSL_ERROR_WANT_WRITE: return CTLS_WANT_WRITE;
+    case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); return CTLS_CLOSED;
+    case SSL_ERROR_SYSCALL: {
+        int saved = errno;
+        if (ERR_peek_error() == 0) {
+            if (saved == 0) return CTLS_CLOSED;
+            snprintf(c->err, sizeof c->err, "%s: %s", op, strerror(saved));
+            return CTLS_ERROR;
+        }
+        break;
+    }
+    case SSL_ERROR_SSL: {
+        unsigned long top = ERR_peek_error();
+        if (ERR_GET_LIB(top) == ERR_LIB_SSL && ERR_GET_REASON(top) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+            ERR_clear_error();
+            return CTLS_CLOSED;
+        }
+        break;
+    }
+    default: break;
+    }
+    long vr = SSL_get_verify_result(c->ssl);
+    if (!c->ctx->server && vr != X509_V_OK) {
+        snprintf(c->err, sizeof c->err, "certificate verify failed: %s",
+                 X509_verify_cert_error_string(vr));
+        ERR_clear_error();
+        return CTLS_ERROR;
+    }
+    put_err(c->err, sizeof c->err, op);
+    return CTLS_ERROR;
+}
+
+static int spki_sha256(X509 *cert, uint8_t out[32]) {
+    X509_PUBKEY *pk = X509_get_X509_PUBKEY(cert);
+    if (!pk) return -1;
+    int n = i2d_X509_PUBKEY(pk, NULL);
+    if (n <= 0) return -1;
+    unsigned char *der = OPENSSL_malloc((size_t)n);
+    if (!der) return -1;
+    unsigned char *p = der;
+    i2d_X509_PUBKEY(pk, &p);
+    SHA256(der, (size_t)n, out);
+    OPENSSL_free(der);
+    return 0;
+}
+
+int ctls_handshake(ctls_conn *c) {
+    ERR_clear_error();
+    int r = SSL_do_handshake(c->ssl);
+    if (r != 1) {
+        int k = classify(c, r, "TLS handshake");
+        if (k == CTLS_CLOSED) {
+            snprintf(c->err, sizeof c->err, "TLS handshake: the peer closed the connection");
+            return CTLS_ERROR;
+        }
+        return k;
+    }
+    if (!c->ctx->server && c->ctx->has_pin) {
+        X509 *cert = SSL_get0_peer_certificate(c->ssl);
+        uint8_t got[32];
+        if (!cert || spki_sha256(cert, got) != 0) {
+            snprintf(c->err, sizeof c->err, "certificate pin: the server sent no usable certificate");
+            return CTLS_ERROR;
+        }
+        if (CRYPTO_memcmp(got, c->ctx->pin, 32) != 0) {
+            unsigned char b64[64];
+            EVP_EncodeBlock(b64, got, 32);
+            snprintf(c->err, sizeof c->err,
+                     "certificate pin mismatch: the server's key is sha256/%s", (const char *)b64);
+            return CTLS_ERROR;
+        }
+    }
+    return CTLS_OK;
+}
+
+long ctls_read(ctls_conn *c, void *buf, size_t len) {
+    ERR_clear_error();
+    size_t got = 0;
+    int r = SSL_read_ex(c->ssl, buf, len, &got);
+    if (r == 1) return (long)got;
+    return classify(c, 0, "TLS read");
+}
+
+long ctls_write(ctls_conn *c, const void *buf, size_t len) {
+    ERR_clear_error();
+    size_t put = 0;
+    int r = SSL_write_ex(c->ssl, buf, len, &put);
+    if (r == 1) return (long)put;
+    int k = classify(c, 0, "TLS write");
+    return k == CTLS_CLOSED ? CTLS_ERROR : k;
+}
+
+int ctls_shutdown(ctls_conn *c) {
+    if (c->shutdown_sent) return CTLS_OK;
+    ERR_clear_error();
+    int r = SSL_shutdown(c->ssl);
+    if (r >= 0) { c->shutdown_sent = 1; return CTLS_OK; }
+    int k = classify(c, r, "TLS shutdown");
+    if (k == CTLS_WANT_WRITE) return k;
+    c->shutdown_sent = 1;
+    return k == CTLS_WANT_READ ? CTLS_OK : CTLS_ERROR;
+}
+
+size_t ctls_pending(ctls_conn *c) { return (size_t)SSL_pending(c->ssl); }
+
+const char *ctls_conn_error(ctls_conn *c) { return c->err; }
+
+size_t ctls_conn_alpn(ctls_conn *c, char *buf, size_t len) {
+    const unsigned char *p = NULL;
+    unsigned n = 0;
+    SSL_get0_alpn_selected(c->ssl, &p, &n);
+    if (!p || n == 0 || len == 0) { if (len) buf[0] = 0; return 0; }
+    if (n >= len) n = (unsigned)len - 1;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    return n;
+}
+
+const char *ctls_conn_version(ctls_conn *c) { return SSL_get_version(c->ssl); }
+const char *ctls_conn_cipher(ctls_conn *c) { return SSL_get_cipher_name(c->ssl); }
+
+int ctls_spki_sha256_file(const char *cert_file, uint8_t out[32], char *err, size_t errlen) {
+    FILE *f = fopen(cert_file, "r");
+    if (!f) { snprintf(err, errlen, "cannot open %s: %s", cert_file, strerror(errno)); return -1; }
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    if (!x) { put_err(err, errlen, "not a PEM certificate"); return -1; }
+    int r = spki_sha256(x, out);
+    X509_free(x);
+    if (r != 0) snprintf(err, errlen, "cannot encode the public key");
+    return r;
+}
+
+void ctls_sha1(const void *data, size_t len, uint8_t out[20]) { SHA1(data, len, out); }
+void ctls_sha256(const void *data, size_t len, uint8_t out[32]) { SHA256(data, len, out); }
+
+struct ctls_sha256_ctx { EVP_MD_CTX *md; };
+
+ctls_sha256_ctx *ctls_sha256_new(void) {
+    ctls_sha256_ctx *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    h->md = EVP_MD_CTX_new();
+    if (!h->md || EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(h->md);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void ctls_sha256_update(ctls_sha256_ctx *h, const void *data, size_t len) {
+    EVP_DigestUpdate(h->md, data, len);
+}
+
+void ctls_sha256_final(ctls_sha256_ctx *h, uint8_t out[32]) {
+    unsigned n = 32;
+    EVP_DigestFinal_ex(h->md, out, &n);
+    EVP_MD_CTX_free(h->md);
+    free(h);
+}
+
+int ctls_random(void *buf, size_t len) { return RAND_bytes(buf, (int)len) == 1 ? 0 : -1; }
+
+void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase) {
+    uint8_t k[8];
+    for (int i = 0; i < 8; i++) k[i] = key[(phase + (size_t)i) & 3];
+    uint64_t k64;
+    memcpy(&k64, k, 8);
+    size_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+        uint64_t a, b, c2, d;
+        memcpy(&a, p + i, 8); memcpy(&b, p + i + 8, 8);
+        memcpy(&c2, p + i + 16, 8); memcpy(&d, p + i + 24, 8);
+        a ^= k64; b ^= k64; c2 ^= k64; d ^= k64;
+        memcpy(p + i, &a, 8); memcpy(p + i + 8, &b, 8);
+        memcpy(p + i + 16, &c2, 8); memcpy(p + i + 24, &d, 8);
+    }
+    for (; i + 8 <= len; i += 8) {
+        uint64_t a;
+        memcpy(&a, p + i, 8);
+        a ^= k64;
+        memcpy(p + i, &a, 8);
+    }
+    for (; i < len; i++) p[i] ^= k[i & 7];
+}

@@ -1,5 +1,90 @@
-// OpenSSL shim: the only C that includes OpenSSL headers.
+// OpenSSL shim: the only C that includes OpenSSL headers. Plain C types only, so Swift imports
+// it cleanly. Every function is called from the event-loop thread; nothing here blocks except
+// the file reads in the context constructors (done at start-up).
 #ifndef CTLS_H
 #define CTLS_H
+#include <stddef.h>
+#include <stdint.h>
+
+/// Results of ctls_handshake / ctls_read / ctls_write / ctls_shutdown. Non-negative values of
+/// read/write are byte counts.
+enum {
+    CTLS_OK = 0,
+    CTLS_WANT_READ = -1,   // retry when the fd is readable
+    CTLS_WANT_WRITE = -2,  // retry when the fd is writable
+    CTLS_CLOSED = -3,      // the peer closed (close_notify or EOF)
+    CTLS_ERROR = -4,       // fatal; ctls_conn_error() says why
+};
+
+typedef struct ctls_ctx ctls_ctx;
+typedef struct ctls_conn ctls_conn;
+
+/// OpenSSL's version number (OPENSSL_VERSION_NUMBER of the library loaded).
 int ctls_version_number(void);
+
+/// A client context, TLS 1.3 only. Verification, in this order of precedence:
+///   insecure != 0: no verification at all (only when the configuration says so);
+///   otherwise, if ca_file is non-NULL: the chain must verify against that PEM file and the
+///     certificate must match the server name given to ctls_conn_new (DNS name or IP literal);
+///   if pin_sha256 is non-NULL (32 bytes): the SHA-256 of the server certificate's DER
+///     SubjectPublicKeyInfo must equal it (checked after the handshake, before any data);
+///     with a pin and no ca_file the chain is not checked (a pinned self-signed certificate);
+///   neither ca_file nor pin: the system trust store and the hostname check.
+/// Returns NULL on failure with a message in err.
+ctls_ctx *ctls_client_ctx_new(const char *ca_file, const uint8_t *pin_sha256, int insecure,
+                              char *err, size_t errlen);
+
+/// A server context, TLS 1.3 only, with a PEM certificate chain and private key.
+ctls_ctx *ctls_server_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen);
+
+/// ALPN in wire format (length-prefixed names). Client: the list offered. Server: the names
+/// accepted, in preference order; a client offering none of them fails the handshake, a
+/// client offering no ALPN at all is accepted. Returns 0 or -1.
+int ctls_ctx_set_alpn(ctls_ctx *ctx, const uint8_t *wire, size_t len);
+
+void ctls_ctx_free(ctls_ctx *ctx);
+
+/// A connection over the connected, nonblocking socket fd (not owned: the caller closes it).
+/// server_name: client only, the SNI (sent when it is not an IP literal) and the name the
+/// certificate must match; NULL on the server side.
+ctls_conn *ctls_conn_new(ctls_ctx *ctx, int fd, const char *server_name);
+void ctls_conn_free(ctls_conn *c);
+
+int ctls_handshake(ctls_conn *c);
+/// Bytes read (> 0) or a CTLS_ code (never 0).
+long ctls_read(ctls_conn *c, void *buf, size_t len);
+/// Bytes written (> 0, possibly fewer than len) or a CTLS_ code. After CTLS_WANT_WRITE the
+/// next call must pass the same bytes again (the buffer may move, it may be longer).
+long ctls_write(ctls_conn *c, const void *buf, size_t len);
+/// Sends close_notify once (does not wait for the peer's). CTLS_OK, CTLS_WANT_WRITE, CTLS_ERROR.
+int ctls_shutdown(ctls_conn *c);
+/// Decrypted bytes buffered inside OpenSSL, readable without touching the fd.
+size_t ctls_pending(ctls_conn *c);
+/// The last error's text ("" when none).
+const char *ctls_conn_error(ctls_conn *c);
+/// The negotiated ALPN name copied into buf (NUL-terminated); its length, 0 when none.
+size_t ctls_conn_alpn(ctls_conn *c, char *buf, size_t len);
+/// "TLSv1.3" and the cipher suite name, for logs.
+const char *ctls_conn_version(ctls_conn *c);
+const char *ctls_conn_cipher(ctls_conn *c);
+
+/// SHA-256 of the DER SubjectPublicKeyInfo of the first certificate in a PEM file (the value a
+/// client pins). 0 or -1 with a message in err.
+int ctls_spki_sha256_file(const char *cert_file, uint8_t out[32], char *err, size_t errlen);
+
+/// Digests and randomness.
+void ctls_sha1(const void *data, size_t len, uint8_t out[20]);
+void ctls_sha256(const void *data, size_t len, uint8_t out[32]);
+typedef struct ctls_sha256_ctx ctls_sha256_ctx;
+ctls_sha256_ctx *ctls_sha256_new(void);
+void ctls_sha256_update(ctls_sha256_ctx *h, const void *data, size_t len);
+/// Writes the digest and frees h.
+void ctls_sha256_final(ctls_sha256_ctx *h, uint8_t out[32]);
+/// Cryptographically strong random bytes; 0 or -1.
+int ctls_random(void *buf, size_t len);
+
+/// WebSocket masking (RFC 6455 5.3), in place: byte i of p is XORed with key[(phase + i) % 4].
+/// Plain C here because it is on the data path and C at -O0 is fast enough in debug builds.
+void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase);
+
 #endif

@@ -1,0 +1,194 @@
+import LoftCore
+import LoftIO
+
+/// The carriers this module builds.
+public enum CarrierKind: String, Sendable, CaseIterable {
+    case ws
+    case get
+}
+
+/// Why a carrier ended. A carrier closed with `close()` or `abort()` by its own embedder reports
+/// nothing.
+public enum CarrierCloseReason: Sendable, Equatable, CustomStringConvertible {
+    /// The peer ended the channel cleanly (ws Close 1000/1001 or none; get: the last chunk).
+    case closed
+    /// ws: the peer closed with another code.
+    case peerClosed(code: UInt16, reason: String)
+    /// The peer broke RFC 6455 or HTTP/1.1; it was told (close code or 4xx) when possible.
+    case protocolError(String)
+    /// Client: the server refused the handshake (its HTTP status, or 0 when it was not HTTP).
+    case rejected(status: Int, String)
+    /// TLS failed: handshake, certificate verification, pin, or a record error later.
+    case tls(String)
+    /// Client: no TCP connection (refused, unreachable, no address for the name).
+    case connectFailed(String)
+    /// A deadline passed: connect, handshake, join or close.
+    case timeout(String)
+    /// The connection broke without a proper end (reset, EOF without Close or last chunk).
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .closed: return "closed"
+        case .peerClosed(let c, let r): return "peer closed \(c)\(r.isEmpty ? "" : " \(r)")"
+        case .protocolError(let s): return "protocol error: \(s)"
+        case .rejected(let st, let s): return st > 0 ? "rejected \(st): \(s)" : "rejected: \(s)"
+        case .tls(let s): return "tls: \(s)"
+        case .connectFailed(let s): return "connect failed: \(s)"
+        case .timeout(let s): return "timeout: \(s)"
+        case .io(let s): return "io: \(s)"
+        }
+    }
+}
+
+/// What a server saw of the request that opened a carrier (the listener's admit hook gets it
+/// before the carrier exists; the carrier keeps it).
+public struct CarrierRequest: Sendable {
+    public var kind: CarrierKind
+    public var peer: Endpoint?
+    public var path: String
+    public var query: String?
+    /// The first request's headers (get: the GET's).
+    public var headers: HTTPHeaders
+    /// get: the client's session id (32 lowercase hex digits); nil for ws.
+    public var sessionID: String?
+}
+
+/// Events of one carrier, on the loop thread.
+public protocol CarrierDelegate: AnyObject {
+    /// Client side: the channel is up (TLS verified, upgrade or GET/POST pair accepted); writes
+    /// are taken from now on. Server carriers are handed over already connected and never
+    /// call this.
+    func carrierConnected(_ carrier: Carrier)
+    /// Session bytes, in order. The buffer is valid only during the call and must be used
+    /// whole (copy what is kept). `setReading(false)` inside the call stops further deliveries
+    /// at once; the rest stays in the carrier until `setReading(true)`.
+    func carrier(_ carrier: Carrier, received bytes: UnsafeRawBufferPointer)
+    /// Space freed after a `write` took less than it was given.
+    func carrierWritable(_ carrier: Carrier)
+    /// The carrier ended; nothing follows.
+    func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason)
+}
+
+/// A reliable, ordered, bidirectional byte channel for one loft session. Message and chunk
+/// boundaries carry no meaning. Everything happens on the loop thread.
+public protocol Carrier: AnyObject {
+    var kind: CarrierKind { get }
+    var delegate: CarrierDelegate? { get set }
+    /// True between connected (or accepted) and closed.
+    var isOpen: Bool { get }
+    /// The peer's address (the front, or the client), once known.
+    var peer: Endpoint? { get }
+    /// Server side: the request that opened it.
+    var request: CarrierRequest? { get }
+    /// "TLSv1.3 TLS_AES_256_GCM_SHA384 alpn=http/1.1", for logs.
+    var tlsDescription: String { get }
+
+    /// Takes up to `bytes.count` bytes into the carrier's bounded output buffer and returns how
+    /// many it took (0 when full or not open). When it took less than offered,
+    /// `carrierWritable` follows once at least half the buffer is free. Bytes taken in one
+    /// loop iteration are framed together (one ws frame / one chunk per 64 KiB) and sent
+    /// after the current batch of events.
+    func write(_ bytes: UnsafeRawBufferPointer) -> Int
+    /// How many bytes `write` would take now.
+    var writableBytes: Int { get }
+    /// Bytes taken but not yet handed to the kernel (framing included).
+    var bufferedBytes: Int { get }
+    /// Sends what is buffered now instead of after the current batch of events.
+    func flush()
+    /// Pauses (false) or resumes (true) deliveries. While paused nothing is read from the
+    /// socket, so the peer is held back by TCP.
+    func setReading(_ on: Bool)
+    /// Graceful close: buffered bytes go out, then the carrier's own end (ws Close, get last
+    /// chunk), then TLS close_notify. The delegate hears nothing more.
+    func close()
+    /// Immediate close, nothing more is sent.
+    func abort()
+}
+
+/// Where and how a client dials.
+public struct CarrierClientOptions: Sendable {
+    public var kind: CarrierKind
+    /// Name or IP literal (IPv6 with or without brackets).
+    public var host: String
+    public var port: UInt16
+    /// The session path on the front, as in `/loft`.
+    public var path: String
+    public var tls: TLSClientOptions
+    /// Name resolution, TCP, TLS and the carrier handshake together.
+    public var connectTimeoutMs: UInt64
+    /// Output buffer per TLS connection (the bound on bytes a slow peer can make us hold).
+    public var outputBufferBytes: Int
+
+    public init(kind: CarrierKind, host: String, port: UInt16, path: String = "/loft", tls: TLSClientOptions,
+                connectTimeoutMs: UInt64 = 10_000, outputBufferBytes: Int = 256 * 1024) {
+        self.kind = kind
+        self.host = host
+        self.port = port
+        self.path = path
+        self.tls = tls
+        self.connectTimeoutMs = connectTimeoutMs
+        self.outputBufferBytes = outputBufferBytes
+    }
+
+    /// The Host header: the server name (or host) with the port unless it is 443.
+    var hostHeader: String {
+        var h = tls.serverName ?? host
+        if h.contains(":") && !h.hasPrefix("[") { h = "[\(h)]" }
+        return port == 443 ? h : "\(h):\(port)"
+    }
+
+    var verifyName: String {
+        var h = tls.serverName ?? host
+        if h.hasPrefix("[") && h.hasSuffix("]") { h = String(h.dropFirst().dropLast()) }
+        return h
+    }
+}
+
+/// Dials carriers to one front. Make it once (the TLS context, with its CA file, is loaded
+/// here) and call `dial` for each connection attempt.
+public final class CarrierClient {
+    public let options: CarrierClientOptions
+    let runtime: CarrierRuntime
+    let context: TLSContext
+
+    public init(_ options: CarrierClientOptions, runtime: CarrierRuntime) throws {
+        guard options.path.hasPrefix("/"), !options.path.contains("?"), !options.path.contains(" ") else {
+            throw TLSError("carrier path must start with / and have no query: \(options.path)")
+        }
+        self.options = options
+        self.runtime = runtime
+        context = try TLSContext(client: options.tls)
+    }
+
+    /// Starts a connection; its outcome arrives as `carrierConnected` or `carrier(_:closed:)`
+    /// (never from inside this call). The caller keeps the carrier alive.
+    public func dial(delegate: CarrierDelegate) -> Carrier {
+        switch options.kind {
+        case .ws:
+            let c = WSCarrier(client: self, delegate: delegate)
+            c.start()
+            return c
+        case .get:
+            let c = GetClientCarrier(client: self, delegate: delegate)
+            c.start()
+            return c
+        }
+    }
+
+    /// Resolves the host, then calls `body` with the addresses, or ends with connectFailed.
+    func resolve(_ fail: @escaping (CarrierCloseReason) -> Void, _ body: @escaping ([Endpoint]) -> Void) {
+        let port = options.port
+        let host = options.host
+        runtime.resolve(host) { addresses in
+            if addresses.isEmpty { fail(.connectFailed("no address for \(host)")) } else { body(addresses.map { Endpoint($0, port) }) }
+        }
+    }
+}
+
+/// Formats TLS details of a connection for logs.
+func describeTLS(_ c: TLSConnection?) -> String {
+    guard let c, c.isOpen else { return "" }
+    let a = c.alpn
+    return "\(c.tlsVersion) \(c.tlsCipher)" + (a.isEmpty ? "" : " alpn=\(a)")
+}

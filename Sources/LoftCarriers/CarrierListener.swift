@@ -1,0 +1,281 @@
+import CLinux
+import Glibc
+import LoftCore
+import LoftIO
+
+/// Where and how the front listens.
+public struct CarrierServerOptions: Sendable {
+    /// The front's listen address (the one listener loft allows off loopback).
+    public var listen: Endpoint
+    /// The session path; requests for anything else get 404.
+    public var path: String
+    /// Which carriers this listener serves (one port can serve both: an upgrade request is
+    /// ws, a plain GET/POST with `?session=` is get).
+    public var kinds: Set<CarrierKind>
+    public var tls: TLSServerOptions
+    /// TLS handshake plus the request head, per connection.
+    public var handshakeTimeoutMs: UInt64
+    /// get: how long the first of the GET/POST pair waits for the other.
+    public var joinTimeoutMs: UInt64
+    /// Connections in the handshake at once; more are closed at accept.
+    public var maxPendingHandshakes: Int
+    /// Output buffer per TLS connection.
+    public var outputBufferBytes: Int
+
+    public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get], tls: TLSServerOptions,
+                handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
+                outputBufferBytes: Int = 256 * 1024) {
+        self.listen = listen
+        self.path = path
+        self.kinds = kinds
+        self.tls = tls
+        self.handshakeTimeoutMs = handshakeTimeoutMs
+        self.joinTimeoutMs = joinTimeoutMs
+        self.maxPendingHandshakes = maxPendingHandshakes
+        self.outputBufferBytes = outputBufferBytes
+    }
+}
+
+public protocol CarrierListenerDelegate: AnyObject {
+    /// Called with each valid request before a carrier is made (get: for each of the two);
+    /// false answers 403. The session's own authentication (the HELLO token) comes later, on
+    /// the carrier. Default: true.
+    func carrierListener(_ listener: CarrierListener, admit request: CarrierRequest) -> Bool
+    /// A carrier is up. Keep it (the listener does not) and set its delegate here.
+    func carrierListener(_ listener: CarrierListener, accepted carrier: Carrier)
+}
+
+extension CarrierListenerDelegate {
+    public func carrierListener(_ listener: CarrierListener, admit request: CarrierRequest) -> Bool { true }
+}
+
+/// Counters of one listener.
+public struct CarrierListenerStats: Sendable {
+    public var accepted = 0          // TCP connections accepted
+    public var refused = 0           // closed at accept (too many handshakes)
+    public var handshakeFailed = 0   // TLS failures, timeouts, closes before a request
+    public var rejected = 0          // answered with an HTTP error
+    public var carriers = 0          // carriers handed to the delegate
+}
+
+/// Accepts TCP connections, does TLS, reads the request head (strictly: see HTTPParser) and
+/// turns it into a ws carrier or one leg of a get carrier.
+public final class CarrierListener: IOHandler {
+    public let options: CarrierServerOptions
+    public private(set) var localEndpoint: Endpoint
+    public private(set) var stats = CarrierListenerStats()
+    public weak var delegate: CarrierListenerDelegate?
+    let runtime: CarrierRuntime
+    private let context: TLSContext
+    private var fd: Int32
+    private var pending: [ObjectIdentifier: PendingRequest] = [:]
+    private var joins: [String: GetServerCarrier] = [:]
+
+    public init(_ options: CarrierServerOptions, runtime: CarrierRuntime, delegate: CarrierListenerDelegate) throws {
+        guard options.path.hasPrefix("/"), !options.path.contains("?") else {
+            throw TLSError("carrier path must start with / and have no query: \(options.path)")
+        }
+        self.options = options
+        self.runtime = runtime
+        self.delegate = delegate
+        context = try TLSContext(server: options.tls)
+        let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
+        var one: Int32 = 1
+        _ = setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        let addr = SocketAddress(options.listen)
+        if addr.withSockaddr({ bind(s, $0, $1) }) != 0 {
+            let e = Sockets.errno
+            Glibc.close(s)
+            throw SystemError("bind \(options.listen)", e)
+        }
+        if listen(s, 1024) != 0 {
+            let e = Sockets.errno
+            Glibc.close(s)
+            throw SystemError("listen \(options.listen)", e)
+        }
+        fd = s
+        localEndpoint = Sockets.localEndpoint(s) ?? options.listen
+        runtime.loop.register(s, IOEvents.readable, self)
+        Log.info("carrier.listen", ["address": localEndpoint, "path": options.path,
+                                    "carriers": options.kinds.map(\.rawValue).sorted().joined(separator: ",")])
+    }
+
+    deinit { close() }
+
+    /// Stops accepting; connections still in the handshake are dropped. Carriers already handed
+    /// out are not touched.
+    public func close() {
+        guard fd >= 0 else { return }
+        runtime.loop.unregister(fd)
+        Glibc.close(fd)
+        fd = -1
+        for p in pending.values { p.conn.abort() }
+        pending.removeAll()
+        for j in joins.values { j.abort() }
+        joins.removeAll()
+    }
+
+    public func handleIO(_ events: UInt32) {
+        while fd >= 0 {
+            let s = clinux_accept(fd)
+            if s < 0 {
+                let e = -s
+                if e == EAGAIN || e == EWOULDBLOCK { return }
+                if e == EINTR || e == ECONNABORTED { continue }
+                Log.warn("carrier.accept", ["error": String(cString: strerror(e))])
+                return
+            }
+            stats.accepted += 1
+            if pending.count >= options.maxPendingHandshakes {
+                stats.refused += 1
+                Glibc.close(s)
+                continue
+            }
+            _ = clinux_set_nodelay(s)
+            var peer = SocketAddress()
+            _ = peer.withMutableSockaddr { getpeername(s, $0, $1) }
+            guard let conn = TLSConnection.accepted(runtime: runtime, context: context, fd: s, peer: peer.endpoint,
+                                                    inputBytes: 64 * 1024, outputBytes: options.outputBufferBytes) else {
+                Glibc.close(s)
+                continue
+            }
+            let p = PendingRequest(conn: conn, listener: self)
+            pending[ObjectIdentifier(p)] = p
+            let timeout = options.handshakeTimeoutMs
+            runtime.after(timeout) { [weak self, weak p] in
+                guard let self, let p, self.pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return }
+                self.stats.handshakeFailed += 1
+                Log.debug("carrier.handshake_timeout", ["peer": p.conn.peer.map { "\($0)" } ?? ""])
+                p.conn.abort()
+            }
+        }
+    }
+
+    // MARK: from PendingRequest
+
+    func handshakeEnded(_ p: PendingRequest, _ reason: CarrierCloseReason?) {
+        guard pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return }
+        stats.handshakeFailed += 1
+        Log.debug("carrier.handshake_failed", ["peer": p.conn.peer.map { "\($0)" } ?? "", "reason": reason ?? .closed])
+    }
+
+    func reject(_ p: PendingRequest, _ e: HTTPError) {
+        pending.removeValue(forKey: ObjectIdentifier(p))
+        stats.rejected += 1
+        Log.info("carrier.rejected", ["peer": p.conn.peer.map { "\($0)" } ?? "", "status": e.status, "reason": e.message])
+        let extra = e.status == 426 ? "Sec-WebSocket-Version: 13\r\n" : ""
+        _ = p.conn.append(HTTPParser.errorResponse(e.status, extra: extra))
+        p.conn.close(lingerMs: 1000)
+    }
+
+    func route(_ p: PendingRequest, _ head: HTTPRequestHead, consumed: Int) {
+        do throws(HTTPError) {
+            try dispatch(p, head, consumed: consumed)
+        } catch {
+            reject(p, error)
+        }
+    }
+
+    private func dispatch(_ p: PendingRequest, _ head: HTTPRequestHead, consumed: Int) throws(HTTPError) {
+        let conn = p.conn
+        guard let host = try head.headers.single("host"), !host.isEmpty else { throw HTTPError(400, "Host header missing") }
+        _ = host
+        guard head.method == "GET" || head.method == "POST" else { throw HTTPError(405, "method \(head.method) not allowed") }
+        guard head.path == options.path else { throw HTTPError(404, "no such path \(head.path)") }
+        if !head.headers.values("upgrade").isEmpty {
+            guard options.kinds.contains(.ws) else { throw HTTPError(400, "WebSocket is not served here") }
+            let key = try WSHandshake.validate(request: head)
+            let request = CarrierRequest(kind: .ws, peer: conn.peer, path: head.path, query: head.query,
+                                         headers: head.headers, sessionID: nil)
+            try admit(request)
+            pending.removeValue(forKey: ObjectIdentifier(p))
+            conn.inStart += consumed
+            let carrier = WSCarrier(server: conn, request: request, key: key)
+            stats.carriers += 1
+            Log.debug("carrier.ws.accepted", ["peer": conn.peer.map { "\($0)" } ?? ""])
+            delegate?.carrierListener(self, accepted: carrier)
+            return
+        }
+        guard options.kinds.contains(.get) else { throw HTTPError(400, "a WebSocket upgrade is required") }
+        guard let raw = try head.queryParameter("session") else { throw HTTPError(400, "session parameter missing") }
+        let id = raw.lowercased()
+        guard id.utf8.count == 32, Hex.decode(id) != nil else { throw HTTPError(400, "session id is not 32 hex digits") }
+        let te = head.headers.values("transfer-encoding")
+        let cl = head.headers.values("content-length")
+        if head.method == "GET" {
+            guard te.isEmpty, cl.allSatisfy({ $0 == "0" }), cl.count <= 1 else { throw HTTPError(400, "a GET has no body") }
+        } else {
+            guard te.count == 1, te[0].lowercased() == "chunked" else { throw HTTPError(400, "the POST body must be chunked") }
+            guard cl.isEmpty else { throw HTTPError(400, "Content-Length with Transfer-Encoding") }
+        }
+        let request = CarrierRequest(kind: .get, peer: conn.peer, path: head.path, query: head.query,
+                                     headers: head.headers, sessionID: id)
+        try admit(request)
+        var carrier = joins[id]
+        let isNew = carrier == nil
+        if carrier == nil {
+            carrier = GetServerCarrier(sessionID: id, runtime: runtime, listener: self)
+        }
+        let c = carrier!
+        let attached = head.method == "GET" ? c.attachDown(conn, request) : c.attachUp(conn, request)
+        guard attached else { throw HTTPError(409, "session \(id) already has a \(head.method)") }
+        pending.removeValue(forKey: ObjectIdentifier(p))
+        conn.inStart += consumed
+        if isNew {
+            joins[id] = c
+            let timeout = options.joinTimeoutMs
+            runtime.after(timeout) { [weak self, weak c] in
+                guard let self, let c, c.isJoining else { return }
+                Log.info("carrier.get.join_timeout", ["session": id])
+                self.joins.removeValue(forKey: id)
+                self.stats.rejected += 1
+                c.joinTimedOut()
+            }
+        }
+        if c.isComplete {
+            joins.removeValue(forKey: id)
+            c.join()
+            stats.carriers += 1
+            Log.debug("carrier.get.accepted", ["peer": conn.peer.map { "\($0)" } ?? "", "session": id])
+            delegate?.carrierListener(self, accepted: c)
+        }
+    }
+
+    private func admit(_ r: CarrierRequest) throws(HTTPError) {
+        if let d = delegate, !d.carrierListener(self, admit: r) { throw HTTPError(403, "refused by the front") }
+    }
+
+    func forget(_ c: GetServerCarrier) {
+        if joins[c.sessionID] === c { joins.removeValue(forKey: c.sessionID) }
+    }
+}
+
+/// A server connection until its request head is read.
+final class PendingRequest: TLSConnectionOwner {
+    let conn: TLSConnection
+    private weak var listener: CarrierListener?
+
+    init(conn: TLSConnection, listener: CarrierListener) {
+        self.conn = conn
+        self.listener = listener
+        conn.owner = self
+    }
+
+    func tlsReady(_ c: TLSConnection) {}
+    func tlsFlushed(_ c: TLSConnection) {}
+
+    func tlsReceived(_ c: TLSConnection) {
+        guard let listener, c.owner === self else { return }
+        let avail = UnsafeRawBufferPointer(start: c.input + c.inStart, count: c.inEnd - c.inStart)
+        switch HTTPParser.parseRequest(avail) {
+        case .incomplete: return
+        case .failure(let e): listener.reject(self, e)
+        case .complete(let head, let consumed): listener.route(self, head, consumed: consumed)
+        }
+    }
+
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
+        listener?.handshakeEnded(self, reason)
+    }
+}

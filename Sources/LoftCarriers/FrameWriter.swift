@@ -1,0 +1,112 @@
+import Glibc
+
+/// Builds ws frames or HTTP chunks in place in a TLSConnection's output buffer. Bytes written
+/// in one loop iteration extend one open frame (up to 0xFFFF payload bytes); the header is
+/// filled in when the frame is finalized (before each flush), so session bytes are copied once,
+/// into the buffer SSL_write reads from.
+///
+/// The header space reserved is fixed: 4 bytes for server ws frames (8 with a mask key for
+/// client frames), 6 for a chunk (four hex digits and CRLF). A ws frame under 126 bytes needs
+/// 2 bytes less; then the (small) frame is moved down so frames stay contiguous.
+struct FrameWriter {
+    enum Style { case ws(masked: Bool), chunked }
+
+    let style: Style
+    let reserve: Int
+    let trailer: Int
+    static let maxPayload = 0xFFFF
+    /// Output space kept back from session bytes for control frames and endings.
+    static let controlReserve = 256
+
+    private(set) var open = -1
+    private(set) var openLength = 0
+
+    init(_ style: Style) {
+        self.style = style
+        switch style {
+        case .ws(let masked): reserve = masked ? 8 : 4; trailer = 0
+        case .chunked: reserve = ChunkedEncoder.headerBytes; trailer = ChunkedEncoder.trailerBytes
+        }
+    }
+
+    /// Session bytes the buffer can take now.
+    func writable(_ c: TLSConnection) -> Int {
+        let free = c.outCap - Self.controlReserve - c.pending
+        guard free > 0 else { return 0 }
+        let frames = free / Self.maxPayload + 1
+        return max(0, free - frames * (reserve + trailer))
+    }
+
+    mutating func write(_ c: TLSConnection, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let base = bytes.baseAddress else { return 0 }
+        var taken = 0
+        let limit = c.outCap - Self.controlReserve
+        while taken < bytes.count {
+            if open < 0 {
+                let need = reserve + 1 + trailer
+                if limit - c.pending < need { break }
+                if c.outTail - Self.controlReserve < need { c.compactOutput() }
+                open = c.outEnd
+                openLength = 0
+                c.outEnd += reserve
+            }
+            let byLimit = limit - c.pending - trailer
+            let byTail = c.outTail - trailer
+            let room = min(byLimit, byTail, Self.maxPayload - openLength)
+            if room <= 0 {
+                if openLength == Self.maxPayload { finalize(c); continue }
+                if byTail <= 0 && byLimit > 0 {
+                    open -= c.compactOutput()
+                    continue
+                }
+                break
+            }
+            let n = min(room, bytes.count - taken)
+            (c.output + c.outEnd).copyMemory(from: base + taken, byteCount: n)
+            c.outEnd += n
+            openLength += n
+            taken += n
+        }
+        return taken
+    }
+
+    /// Mask keys for client ws frames (the runtime's random pool).
+    var keySource: (() -> (UInt8, UInt8, UInt8, UInt8))?
+
+    /// Fills in the open frame's header (and mask, and chunk CRLF). Call before flushing.
+    mutating func finalize(_ c: TLSConnection) {
+        guard open >= 0 else { return }
+        defer { open = -1; openLength = 0 }
+        if openLength == 0 {
+            c.outEnd = open
+            return
+        }
+        switch style {
+        case .chunked:
+            ChunkedEncoder.writeHeader(openLength, to: c.output + open)
+            c.output.storeBytes(of: 0x0D, toByteOffset: c.outEnd, as: UInt8.self)
+            c.output.storeBytes(of: 0x0A, toByteOffset: c.outEnd + 1, as: UInt8.self)
+            c.outEnd += 2
+        case .ws(let masked):
+            let key = masked ? keySource?() : nil
+            let h = WSFrameHeader(opcode: WSOpcode.binary, maskKey: key, payloadLength: UInt64(openLength))
+            let hs = h.size
+            var payload = c.output + open + reserve
+            if hs < reserve {
+                let gap = reserve - hs
+                if open == c.outStart {
+                    h.encode(to: c.output + open + gap)
+                    c.outStart += gap
+                } else {
+                    h.encode(to: c.output + open)
+                    memmove(c.output + open + hs, payload, openLength)
+                    payload = c.output + open + hs
+                    c.outEnd -= gap
+                }
+            } else {
+                h.encode(to: c.output + open)
+            }
+            if let key { wsMask(payload, openLength, key, phase: 0) }
+        }
+    }
+}

@@ -1,0 +1,610 @@
+import LoftCore
+import LoftIO
+
+/// The `get` carrier, client side: two TLS connections to the front, joined by a session id
+/// the client picks (128 random bits, hex). Downstream is one long-lived
+/// `GET <path>?session=<id>` whose `200` response streams chunks; upstream is a
+/// `POST <path>?session=<id>` whose chunked body streams. The front answers the GET only once
+/// both requests have arrived, so that 200 means the channel is up.
+final class GetClientCarrier: Carrier, TLSConnectionOwner {
+    enum State { case resolving, connecting, open, closing, closed }
+
+    let kind = CarrierKind.get
+    weak var delegate: CarrierDelegate?
+    private let client: CarrierClient
+    private let runtime: CarrierRuntime
+    let sessionID = Hex.encode(Crypto.random(16))
+    private var down: TLSConnection?
+    private var up: TLSConnection?
+    private var state = State.resolving
+    private var downHead = false
+    private var upReady = false
+    private var upEnded = false
+    private var chunks = ChunkedDecoder()
+    private var out = FrameWriter(.chunked)
+    private var readingPaused = false
+    private var wantWritable = false
+    private var flushScheduled = false
+    private var processScheduled = false
+    private var flushAction: (() -> Void)!
+    private var processAction: (() -> Void)!
+    private var peerAddress: Endpoint?
+
+    var isOpen: Bool { state == .open }
+    var peer: Endpoint? { peerAddress }
+    var request: CarrierRequest? { nil }
+    var tlsDescription: String { describeTLS(down) }
+
+    init(client: CarrierClient, delegate: CarrierDelegate) {
+        self.client = client
+        runtime = client.runtime
+        self.delegate = delegate
+        flushAction = { [weak self] in
+            guard let self else { return }
+            self.flushScheduled = false
+            self.flush()
+            self.afterFlush()
+        }
+        processAction = { [weak self] in
+            guard let self else { return }
+            self.processScheduled = false
+            self.processDown()
+        }
+    }
+
+    deinit {
+        if state != .closed && state != .closing { down?.abort(); up?.abort() }
+    }
+
+    func start() {
+        let timeout = client.options.connectTimeoutMs
+        runtime.after(timeout) { [weak self] in
+            guard let self, self.state == .resolving || self.state == .connecting else { return }
+            self.fail(.timeout("no get channel within \(timeout) ms"))
+        }
+        client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
+            guard let self, self.state == .resolving else { return }
+            self.state = .connecting
+            let o = self.client.options
+            self.down = TLSConnection.dial(runtime: self.runtime, context: self.client.context, serverName: o.verifyName,
+                                           addresses: endpoints, inputBytes: 64 * 1024, outputBytes: 4096, owner: self)
+            self.up = TLSConnection.dial(runtime: self.runtime, context: self.client.context, serverName: o.verifyName,
+                                         addresses: endpoints, inputBytes: 16 * 1024,
+                                         outputBytes: o.outputBufferBytes, owner: self)
+        }
+    }
+
+    private var target: String { "\(client.options.path)?session=\(sessionID)" }
+
+    // MARK: TLS events
+
+    func tlsReady(_ c: TLSConnection) {
+        guard state == .connecting else { return }
+        let host = client.options.hostHeader
+        if c === down {
+            peerAddress = c.peer
+            _ = c.append("GET \(target) HTTP/1.1\r\nHost: \(host)\r\nAccept: application/octet-stream\r\n"
+                + "Cache-Control: no-cache\r\n\r\n")
+            c.flush()
+        } else if c === up {
+            _ = c.append("POST \(target) HTTP/1.1\r\nHost: \(host)\r\nContent-Type: application/octet-stream\r\n"
+                + "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n\r\n")
+            c.flush()
+            upReady = true
+            maybeOpen()
+        }
+    }
+
+    func tlsReceived(_ c: TLSConnection) {
+        if c === down {
+            if !downHead { readDownHead(c) } else { processDown() }
+        } else if c === up {
+            readUpResponse(c)
+        }
+    }
+
+    private func readDownHead(_ c: TLSConnection) {
+        let avail = UnsafeRawBufferPointer(start: c.input + c.inStart, count: c.inEnd - c.inStart)
+        switch HTTPParser.parseResponse(avail) {
+        case .incomplete:
+            return
+        case .failure(let e):
+            fail(.rejected(status: 0, e.message))
+        case .complete(let head, let consumed):
+            guard head.status == 200 else {
+                fail(.rejected(status: head.status, "the front answered the GET with \(head.status) \(head.reason)"))
+                return
+            }
+            let te = head.headers.values("transfer-encoding")
+            guard te.count == 1, te[0].lowercased() == "chunked", head.headers.values("content-length").isEmpty else {
+                fail(.protocolError("the GET response is not Transfer-Encoding: chunked"))
+                return
+            }
+            c.inStart += consumed
+            downHead = true
+            maybeOpen()
+        }
+    }
+
+    /// The front answers the POST only when the upstream ends (or to refuse it).
+    private func readUpResponse(_ c: TLSConnection) {
+        let avail = UnsafeRawBufferPointer(start: c.input + c.inStart, count: c.inEnd - c.inStart)
+        switch HTTPParser.parseResponse(avail) {
+        case .incomplete:
+            if c.inEnd - c.inStart >= HTTPParser.maxHeadBytes { fail(.protocolError("oversized POST response")) }
+        case .failure(let e):
+            fail(.protocolError(e.message))
+        case .complete(let head, _):
+            c.inStart = c.inEnd
+            if head.status != 200 {
+                fail(.rejected(status: head.status, "the front answered the POST with \(head.status) \(head.reason)"))
+            } else if state == .open {
+                // The front ended the upstream: its last chunk on the GET is on its way.
+                upstreamEnded()
+            }
+        }
+    }
+
+    private func upstreamEnded() {
+        guard !upEnded else { return }
+        upEnded = true
+        runtime.after(2000) { [weak self] in
+            guard let self, self.state == .open else { return }
+            self.fail(.io("the front closed the POST connection"))
+        }
+    }
+
+    private func maybeOpen() {
+        guard state == .connecting, downHead, upReady else { return }
+        state = .open
+        Log.debug("carrier.get.open", ["peer": peer.map { "\($0)" } ?? "", "session": sessionID])
+        delegate?.carrierConnected(self)
+        processDown()
+    }
+
+    func tlsFlushed(_ c: TLSConnection) { if c === up { afterFlush() } }
+
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
+        let isDown = c === down
+        guard isDown || c === up else { return }
+        if isDown { down = nil } else { up = nil }
+        switch state {
+        case .closing:
+            if down == nil { finishClose() }
+        case .closed:
+            break
+        case .open:
+            if !isDown && reason == nil {
+                upstreamEnded()
+            } else {
+                fail(reason ?? .io("the front closed the GET connection without the last chunk"))
+            }
+        case .resolving, .connecting:
+            fail(reason ?? .io("connection closed during the handshake"))
+        }
+    }
+
+    // MARK: receiving
+
+    private func processDown() {
+        while !readingPaused, state == .open || state == .closing, let c = down {
+            var pos = c.inStart
+            let ev = chunks.next(UnsafeRawBufferPointer(start: c.input, count: c.inEnd), &pos)
+            c.inStart = pos
+            switch ev {
+            case .needMore:
+                return
+            case .data(let r):
+                if state == .open, r.count > 0 {
+                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
+                }
+            case .end:
+                c.inStart = c.inEnd
+                if state == .closing {
+                    finishClose()
+                } else {
+                    state = .closed
+                    closeLegs()
+                    notifyClosed(.closed)
+                }
+                return
+            case .failure(let why):
+                Log.warn("carrier.get.protocol_error", ["peer": peer.map { "\($0)" } ?? "", "reason": why])
+                fail(.protocolError(why))
+                return
+            }
+        }
+    }
+
+    // MARK: sending
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard state == .open, !upEnded, let c = up else { return 0 }
+        let n = out.write(c, bytes)
+        if n < bytes.count { wantWritable = true }
+        if n > 0 { scheduleFlush() }
+        return n
+    }
+
+    var writableBytes: Int {
+        guard state == .open, !upEnded, let c = up else { return 0 }
+        return out.writable(c)
+    }
+
+    var bufferedBytes: Int { up?.pending ?? 0 }
+
+    func flush() {
+        guard let c = up else { return }
+        out.finalize(c)
+        c.flush()
+    }
+
+    private func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        runtime.loop.soon(flushAction)
+    }
+
+    private func afterFlush() {
+        guard wantWritable, state == .open, let c = up else { return }
+        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
+            wantWritable = false
+            delegate?.carrierWritable(self)
+        }
+    }
+
+    func setReading(_ on: Bool) {
+        readingPaused = !on
+        down?.setReading(on)
+        if on && !processScheduled {
+            processScheduled = true
+            runtime.loop.soon(processAction)
+        }
+    }
+
+    // MARK: closing
+
+    func close() {
+        delegate = nil
+        switch state {
+        case .open:
+            state = .closing
+            if let c = up {
+                out.finalize(c)
+                _ = ChunkedEncoder.last.withUnsafeBytes { c.append($0) }
+                c.flush()
+            }
+            readingPaused = false
+            down?.setReading(true)
+            runtime.after(2000) { [weak self] in
+                guard let self, self.state == .closing else { return }
+                self.state = .closed
+                self.down?.abort()
+                self.up?.abort()
+                self.down = nil
+                self.up = nil
+            }
+        case .resolving, .connecting:
+            abort()
+        case .closing, .closed:
+            break
+        }
+    }
+
+    private func finishClose() {
+        state = .closed
+        closeLegs()
+    }
+
+    private func closeLegs() {
+        down?.close()
+        up?.close()
+        down = nil
+        up = nil
+    }
+
+    func abort() {
+        delegate = nil
+        state = .closed
+        down?.abort()
+        up?.abort()
+        down = nil
+        up = nil
+    }
+
+    private func fail(_ reason: CarrierCloseReason) {
+        guard state != .closed else { return }
+        let wasClosing = state == .closing
+        state = .closed
+        down?.abort()
+        up?.abort()
+        down = nil
+        up = nil
+        if !wasClosing { notifyClosed(reason) }
+    }
+
+    private func notifyClosed(_ reason: CarrierCloseReason) {
+        let d = delegate
+        delegate = nil
+        Log.debug("carrier.get.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
+        d?.carrier(self, closed: reason)
+    }
+}
+
+/// The `get` carrier, front side: made when the first of the two requests arrives, handed to
+/// the embedder when both are there (the GET is answered `200` then).
+final class GetServerCarrier: Carrier, TLSConnectionOwner {
+    enum State { case joining, open, closed }
+
+    let kind = CarrierKind.get
+    weak var delegate: CarrierDelegate?
+    let sessionID: String
+    private let runtime: CarrierRuntime
+    private weak var listener: CarrierListener?
+    private var down: TLSConnection?
+    private var up: TLSConnection?
+    private var state = State.joining
+    private var chunks = ChunkedDecoder()
+    private var out = FrameWriter(.chunked)
+    private var readingPaused = false
+    private var wantWritable = false
+    private var flushScheduled = false
+    private var processScheduled = false
+    private var flushAction: (() -> Void)!
+    private var processAction: (() -> Void)!
+    private(set) var request: CarrierRequest?
+    private var peerAddress: Endpoint?
+
+    var isOpen: Bool { state == .open }
+    var isJoining: Bool { state == .joining }
+    var peer: Endpoint? { peerAddress }
+    var tlsDescription: String { describeTLS(down) }
+
+    init(sessionID: String, runtime: CarrierRuntime, listener: CarrierListener) {
+        self.sessionID = sessionID
+        self.runtime = runtime
+        self.listener = listener
+        flushAction = { [weak self] in
+            guard let self else { return }
+            self.flushScheduled = false
+            self.flush()
+            self.afterFlush()
+        }
+        processAction = { [weak self] in
+            guard let self else { return }
+            self.processScheduled = false
+            self.processUp()
+        }
+    }
+
+    deinit {
+        if state != .closed { down?.abort(); up?.abort() }
+    }
+
+    /// Adds the GET (downstream) leg; false if this session already has one.
+    func attachDown(_ c: TLSConnection, _ r: CarrierRequest) -> Bool {
+        guard state == .joining, down == nil else { return false }
+        down = c
+        c.owner = self
+        request = r
+        peerAddress = c.peer
+        return true
+    }
+
+    /// Adds the POST (upstream) leg; its body waits (reading paused) until the join.
+    func attachUp(_ c: TLSConnection, _ r: CarrierRequest) -> Bool {
+        guard state == .joining, up == nil else { return false }
+        up = c
+        c.owner = self
+        c.setReading(false)
+        if request == nil { request = r }
+        return true
+    }
+
+    var isComplete: Bool { down != nil && up != nil }
+
+    /// Both legs are here: answer the GET and go open.
+    func join() {
+        guard state == .joining, let d = down, let u = up else { return }
+        state = .open
+        _ = d.append("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n"
+            + "Cache-Control: no-store\r\n\r\n")
+        scheduleFlush()
+        u.setReading(!readingPaused)
+        scheduleProcess()
+    }
+
+    /// The join deadline passed with one leg missing.
+    func joinTimedOut() {
+        guard state == .joining else { return }
+        state = .closed
+        for c in [down, up].compactMap({ $0 }) {
+            _ = c.append(HTTPParser.errorResponse(408))
+            c.close(lingerMs: 1000)
+        }
+        down = nil
+        up = nil
+    }
+
+    // MARK: TLS events
+
+    func tlsReady(_ c: TLSConnection) {}
+
+    func tlsReceived(_ c: TLSConnection) {
+        if c === up {
+            if state == .open { processUp() }
+        } else if c === down {
+            // Nothing may follow the GET: no pipelining, no body.
+            c.inStart = c.inEnd
+            protocolFailure("bytes after the GET request")
+        }
+    }
+
+    func tlsFlushed(_ c: TLSConnection) { if c === down { afterFlush() } }
+
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
+        let isDown = c === down
+        guard isDown || c === up else { return }
+        if isDown { down = nil } else { up = nil }
+        switch state {
+        case .joining:
+            state = .closed
+            down?.abort()
+            up?.abort()
+            down = nil
+            up = nil
+            listener?.forget(self)
+        case .open:
+            fail(reason ?? .io("the client closed the \(isDown ? "GET" : "POST") connection"))
+        case .closed:
+            break
+        }
+    }
+
+    // MARK: receiving
+
+    private func scheduleProcess() {
+        guard !processScheduled else { return }
+        processScheduled = true
+        runtime.loop.soon(processAction)
+    }
+
+    private func processUp() {
+        while !readingPaused, state == .open, let c = up {
+            var pos = c.inStart
+            let ev = chunks.next(UnsafeRawBufferPointer(start: c.input, count: c.inEnd), &pos)
+            c.inStart = pos
+            switch ev {
+            case .needMore:
+                return
+            case .data(let r):
+                if r.count > 0 {
+                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
+                }
+            case .end:
+                // The client ended its upstream: end ours and answer the POST.
+                c.inStart = c.inEnd
+                endBoth()
+                notifyClosed(.closed)
+                return
+            case .failure(let why):
+                protocolFailure(why)
+                return
+            }
+        }
+    }
+
+    private func protocolFailure(_ why: String) {
+        guard state == .open else { return }
+        Log.warn("carrier.get.protocol_error", ["peer": peer.map { "\($0)" } ?? "", "reason": why])
+        state = .closed
+        if let u = up {
+            _ = u.append(HTTPParser.errorResponse(400))
+            u.close(lingerMs: 1000)
+        }
+        down?.abort()
+        down = nil
+        up = nil
+        notifyClosed(.protocolError(why))
+    }
+
+    // MARK: sending
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard state == .open, let c = down else { return 0 }
+        let n = out.write(c, bytes)
+        if n < bytes.count { wantWritable = true }
+        if n > 0 { scheduleFlush() }
+        return n
+    }
+
+    var writableBytes: Int {
+        guard state == .open, let c = down else { return 0 }
+        return out.writable(c)
+    }
+
+    var bufferedBytes: Int { down?.pending ?? 0 }
+
+    func flush() {
+        guard let c = down else { return }
+        out.finalize(c)
+        c.flush()
+    }
+
+    private func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        runtime.loop.soon(flushAction)
+    }
+
+    private func afterFlush() {
+        guard wantWritable, state == .open, let c = down else { return }
+        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
+            wantWritable = false
+            delegate?.carrierWritable(self)
+        }
+    }
+
+    func setReading(_ on: Bool) {
+        readingPaused = !on
+        if state == .open {
+            up?.setReading(on)
+            if on { scheduleProcess() }
+        }
+    }
+
+    // MARK: closing
+
+    /// Last chunk on the GET, `200` to the POST, both closed after their bytes are out.
+    private func endBoth() {
+        state = .closed
+        if let d = down {
+            out.finalize(d)
+            _ = ChunkedEncoder.last.withUnsafeBytes { d.append($0) }
+            d.close()
+        }
+        if let u = up {
+            _ = u.append("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            u.close()
+        }
+        down = nil
+        up = nil
+    }
+
+    func close() {
+        delegate = nil
+        switch state {
+        case .open: endBoth()
+        case .joining: abort()
+        case .closed: break
+        }
+    }
+
+    func abort() {
+        delegate = nil
+        let wasJoining = state == .joining
+        state = .closed
+        down?.abort()
+        up?.abort()
+        down = nil
+        up = nil
+        if wasJoining { listener?.forget(self) }
+    }
+
+    private func fail(_ reason: CarrierCloseReason) {
+        guard state != .closed else { return }
+        state = .closed
+        down?.abort()
+        up?.abort()
+        down = nil
+        up = nil
+        notifyClosed(reason)
+    }
+
+    private func notifyClosed(_ reason: CarrierCloseReason) {
+        let d = delegate
+        delegate = nil
+        Log.debug("carrier.get.closed", ["peer": peer.map { "\($0)" } ?? "", "session": sessionID, "reason": reason])
+        d?.carrier(self, closed: reason)
+    }
+}

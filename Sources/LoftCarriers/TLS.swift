@@ -1,0 +1,266 @@
+import CTLS
+import Glibc
+
+/// How a carrier client checks the front's certificate. Verification is on unless `insecure`
+/// is set explicitly.
+public struct TLSClientOptions: Sendable, Equatable {
+    /// SNI and the name the certificate must match; nil: the dialled host.
+    public var serverName: String?
+    /// PEM file of trusted CA certificates. With neither `caFile` nor `pinSHA256`, the system
+    /// trust store is used.
+    public var caFile: String?
+    /// SHA-256 of the server certificate's DER SubjectPublicKeyInfo (32 bytes). Without a
+    /// `caFile` the chain is not checked (a pinned self-signed certificate works); with one,
+    /// both must pass.
+    public var pinSHA256: [UInt8]?
+    /// No verification at all. Only when the configuration says `insecure: true`.
+    public var insecure: Bool
+
+    public init(serverName: String? = nil, caFile: String? = nil, pinSHA256: [UInt8]? = nil, insecure: Bool = false) {
+        self.serverName = serverName
+        self.caFile = caFile
+        self.pinSHA256 = pinSHA256
+        self.insecure = insecure
+    }
+
+    /// Parses a pin as written in a config: `sha256/BASE64` (44 characters of base64, as curl's
+    /// --pinnedpubkey and `ctls` errors print it), bare base64, or 64 hex digits (colons
+    /// allowed). Nil when it is not a 32-byte value.
+    public static func parsePin(_ text: String) -> [UInt8]? {
+        var t = Substring(text.trimmingCharacters())
+        for prefix in ["sha256//", "sha256/"] where t.hasPrefix(prefix) { t = t.dropFirst(prefix.count); break }
+        let hex = t.filter { $0 != ":" }
+        if hex.count == 64, let bytes = Hex.decode(String(hex)) { return bytes }
+        if let bytes = Base64.decode(String(t)), bytes.count == 32 { return bytes }
+        return nil
+    }
+}
+
+/// The front's certificate chain and key (PEM files).
+public struct TLSServerOptions: Sendable, Equatable {
+    public var certificateFile: String
+    public var keyFile: String
+    public init(certificateFile: String, keyFile: String) {
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+    }
+}
+
+public struct TLSError: Error, CustomStringConvertible, Equatable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// One OpenSSL context (SSL_CTX), made once and shared by every connection of a dialer or
+/// listener. TLS 1.3 only; ALPN `http/1.1` for the ws and get carriers.
+public final class TLSContext {
+    let raw: OpaquePointer
+    public let isServer: Bool
+
+    public init(client o: TLSClientOptions, alpn: [String] = ["http/1.1"]) throws {
+        if let pin = o.pinSHA256, pin.count != 32 { throw TLSError("a SHA-256 pin is 32 bytes, got \(pin.count)") }
+        var err = [CChar](repeating: 0, count: 512)
+        let ctx: OpaquePointer? = o.pinSHA256.withOptionalBytes { pin in
+            ctls_client_ctx_new(o.caFile, pin, o.insecure ? 1 : 0, &err, err.count)
+        }
+        guard let ctx else { throw TLSError(cString(err)) }
+        raw = ctx
+        isServer = false
+        try setALPN(alpn)
+    }
+
+    public init(server o: TLSServerOptions, alpn: [String] = ["http/1.1"]) throws {
+        var err = [CChar](repeating: 0, count: 512)
+        guard let ctx = ctls_server_ctx_new(o.certificateFile, o.keyFile, &err, err.count) else {
+            throw TLSError(cString(err))
+        }
+        raw = ctx
+        isServer = true
+        try setALPN(alpn)
+    }
+
+    private func setALPN(_ names: [String]) throws {
+        guard !names.isEmpty else { return }
+        var wire: [UInt8] = []
+        for n in names {
+            let b = Array(n.utf8)
+            guard !b.isEmpty, b.count < 256 else { throw TLSError("bad ALPN name \(n)") }
+            wire.append(UInt8(b.count))
+            wire += b
+        }
+        guard ctls_ctx_set_alpn(raw, wire, wire.count) == 0 else { throw TLSError("cannot set ALPN") }
+    }
+
+    deinit { ctls_ctx_free(raw) }
+
+    /// The pin a client would configure for this certificate file: `sha256/BASE64` of the
+    /// SHA-256 of its SubjectPublicKeyInfo.
+    public static func pin(ofCertificateFile path: String) throws -> String {
+        var out = [UInt8](repeating: 0, count: 32)
+        var err = [CChar](repeating: 0, count: 512)
+        guard ctls_spki_sha256_file(path, &out, &err, err.count) == 0 else { throw TLSError(cString(err)) }
+        return "sha256/" + Base64.encode(out)
+    }
+}
+
+/// Digests and randomness from OpenSSL.
+public enum Crypto {
+    public static func sha1(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 20)
+        ctls_sha1(bytes, bytes.count, &out)
+        return out
+    }
+
+    public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        ctls_sha256(bytes.baseAddress, bytes.count, &out)
+        return out
+    }
+
+    public static func random(_ count: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        fillRandom(&out)
+        return out
+    }
+
+    public static func fillRandom(_ bytes: inout [UInt8]) {
+        let n = bytes.count
+        bytes.withUnsafeMutableBytes { fillRandom($0.baseAddress!, n) }
+    }
+
+    public static func fillRandom(_ p: UnsafeMutableRawPointer, _ count: Int) {
+        if ctls_random(p, count) != 0 { fatalError("RAND_bytes failed") }
+    }
+}
+
+/// Incremental SHA-256 (for checking long transfers).
+public final class SHA256Hasher {
+    private var ctx: OpaquePointer?
+    public init() { ctx = ctls_sha256_new() }
+    public func update(_ bytes: UnsafeRawBufferPointer) {
+        guard let ctx, bytes.count > 0 else { return }
+        ctls_sha256_update(ctx, bytes.baseAddress, bytes.count)
+    }
+    public func finish() -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        if let ctx { ctls_sha256_final(ctx, &out) }
+        ctx = nil
+        return out
+    }
+    deinit { if let ctx { var d = [UInt8](repeating: 0, count: 32); ctls_sha256_final(ctx, &d) } }
+}
+
+public enum Base64 {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+
+    public static func encode(_ bytes: [UInt8]) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var i = 0
+        while i + 3 <= bytes.count {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+            out += [alphabet[Int(v >> 18 & 63)], alphabet[Int(v >> 12 & 63)], alphabet[Int(v >> 6 & 63)], alphabet[Int(v & 63)]]
+            i += 3
+        }
+        let rest = bytes.count - i
+        if rest == 1 {
+            let v = UInt32(bytes[i]) << 16
+            out += [alphabet[Int(v >> 18 & 63)], alphabet[Int(v >> 12 & 63)], UInt8(ascii: "="), UInt8(ascii: "=")]
+        } else if rest == 2 {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
+            out += [alphabet[Int(v >> 18 & 63)], alphabet[Int(v >> 12 & 63)], alphabet[Int(v >> 6 & 63)], UInt8(ascii: "=")]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Strict: standard alphabet, padded to a multiple of 4, no whitespace.
+    public static func decode(_ text: String) -> [UInt8]? {
+        let s = Array(text.utf8)
+        guard s.count % 4 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(s.count / 4 * 3)
+        var i = 0
+        while i < s.count {
+            var v: UInt32 = 0
+            var pad = 0
+            for j in 0..<4 {
+                let c = s[i + j]
+                var d: UInt32
+                switch c {
+                case UInt8(ascii: "A")...UInt8(ascii: "Z"): d = UInt32(c - UInt8(ascii: "A"))
+                case UInt8(ascii: "a")...UInt8(ascii: "z"): d = UInt32(c - UInt8(ascii: "a")) + 26
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0")) + 52
+                case UInt8(ascii: "+"): d = 62
+                case UInt8(ascii: "/"): d = 63
+                case UInt8(ascii: "="):
+                    guard i + 4 == s.count, j >= 2 else { return nil }
+                    pad += 1
+                    d = 0
+                default: return nil
+                }
+                if pad > 0 && c != UInt8(ascii: "=") { return nil }
+                v = v << 6 | d
+            }
+            out.append(UInt8(v >> 16 & 0xff))
+            if pad < 2 { out.append(UInt8(v >> 8 & 0xff)) }
+            if pad < 1 { out.append(UInt8(v & 0xff)) }
+            i += 4
+        }
+        return out
+    }
+}
+
+public enum Hex {
+    private static let digits = Array("0123456789abcdef".utf8)
+    public static func encode(_ bytes: [UInt8]) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+    public static func decode(_ text: String) -> [UInt8]? {
+        let s = Array(text.utf8)
+        guard s.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(s.count / 2)
+        var i = 0
+        while i < s.count {
+            guard let hi = value(s[i]), let lo = value(s[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+    static func value(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}
+
+extension Optional where Wrapped == [UInt8] {
+    func withOptionalBytes<R>(_ body: (UnsafePointer<UInt8>?) -> R) -> R {
+        switch self {
+        case .none: return body(nil)
+        case .some(let a): return a.withUnsafeBufferPointer { body($0.baseAddress) }
+        }
+    }
+}
+
+extension String {
+    func trimmingCharacters() -> String {
+        var s = Substring(self)
+        while let f = s.first, f == " " || f == "\t" || f == "\r" || f == "\n" { s = s.dropFirst() }
+        while let l = s.last, l == " " || l == "\t" || l == "\r" || l == "\n" { s = s.dropLast() }
+        return String(s)
+    }
+}
+
+/// A NUL-terminated C buffer as a String.
+func cString(_ buf: [CChar]) -> String {
+    buf.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+}

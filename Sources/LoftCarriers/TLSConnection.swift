@@ -1,0 +1,442 @@
+import CLinux
+import CTLS
+import Glibc
+import LoftCore
+import LoftIO
+
+/// What a TLSConnection tells the carrier that owns it. All calls come from the loop.
+protocol TLSConnectionOwner: AnyObject {
+    /// The TCP connection is up and the TLS handshake finished (certificate checked).
+    func tlsReady(_ c: TLSConnection)
+    /// New bytes are in `c.input` (from `inStart` to `inEnd`); the owner consumes by advancing
+    /// `inStart`.
+    func tlsReceived(_ c: TLSConnection)
+    /// A flush driven by the socket becoming writable finished (space may have freed up).
+    func tlsFlushed(_ c: TLSConnection)
+    /// The connection ended: `reason` nil for a clean end (close_notify or EOF), else why. The
+    /// connection is already torn down; the call comes after the current batch of events, never
+    /// from inside a call the owner made.
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?)
+}
+
+/// One TLS 1.3 connection on a nonblocking socket, on the loop: TCP connect (client), the
+/// handshake, and two fixed buffers allocated once: `input` (ciphertext is decrypted straight
+/// into it) and `output` (the owner writes frames into it; flushes go straight from it to
+/// SSL_write). Nothing on the data path allocates.
+final class TLSConnection: IOHandler {
+    enum State { case connecting, handshaking, open, lingering, closed }
+
+    weak var owner: TLSConnectionOwner?
+    let runtime: CarrierRuntime
+    private var loop: EventLoop { runtime.loop }
+    private let context: TLSContext
+    private let serverName: String?
+    private(set) var fd: Int32 = -1
+    private var tls: OpaquePointer?
+    private(set) var state: State
+    private var registered = false
+    private var mask: UInt32 = 0
+    private var addresses: [Endpoint] = []
+    private(set) var peer: Endpoint?
+
+    // Input: [inStart, inEnd) holds bytes not yet consumed by the owner.
+    let input: UnsafeMutableRawPointer
+    let inCap: Int
+    var inStart = 0
+    var inEnd = 0
+    // Output: [outStart, outEnd) holds bytes not yet taken by SSL_write.
+    let output: UnsafeMutableRawPointer
+    let outCap: Int
+    var outStart = 0
+    var outEnd = 0
+
+    private var readEnabled = true
+    private var handshakeWants = CTLS_WANT_READ
+    private var writeWantsWrite = false
+    private var writeWantsRead = false
+    private var readWantsWrite = false
+    private var closeWhenFlushed = false
+    private var pumpScheduled = false
+    private var pumpAction: (() -> Void)!
+    /// Read calls per readiness event before yielding to other descriptors.
+    private static let readBurst = 16
+
+    var pending: Int { outEnd - outStart }
+    var isOpen: Bool { state == .open }
+    var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
+    var tlsCipher: String { tls.map { String(cString: ctls_conn_cipher($0)) } ?? "" }
+    var alpn: String {
+        guard let tls else { return "" }
+        var buf = [CChar](repeating: 0, count: 64)
+        _ = ctls_conn_alpn(tls, &buf, buf.count)
+        return cString(buf)
+    }
+
+    private init(runtime: CarrierRuntime, context: TLSContext, serverName: String?, state: State,
+                 inputBytes: Int, outputBytes: Int) {
+        self.runtime = runtime
+        self.context = context
+        self.serverName = serverName
+        self.state = state
+        inCap = inputBytes
+        outCap = outputBytes
+        input = UnsafeMutableRawPointer.allocate(byteCount: inputBytes, alignment: 16)
+        output = UnsafeMutableRawPointer.allocate(byteCount: outputBytes, alignment: 16)
+        pumpAction = { [weak self] in
+            guard let self else { return }
+            self.pumpScheduled = false
+            self.pumpRead()
+        }
+    }
+
+    /// Client: connect to the first address that answers, then handshake.
+    static func dial(runtime: CarrierRuntime, context: TLSContext, serverName: String, addresses: [Endpoint],
+                     inputBytes: Int, outputBytes: Int, owner: TLSConnectionOwner) -> TLSConnection {
+        let c = TLSConnection(runtime: runtime, context: context, serverName: serverName, state: .connecting,
+                              inputBytes: inputBytes, outputBytes: outputBytes)
+        c.owner = owner
+        c.addresses = addresses
+        c.connectNext(lastError: "no address")
+        return c
+    }
+
+    /// Server: an accepted socket; the handshake starts when the client speaks.
+    static func accepted(runtime: CarrierRuntime, context: TLSContext, fd: Int32, peer: Endpoint?,
+                         inputBytes: Int, outputBytes: Int) -> TLSConnection? {
+        let c = TLSConnection(runtime: runtime, context: context, serverName: nil, state: .handshaking,
+                              inputBytes: inputBytes, outputBytes: outputBytes)
+        c.fd = fd
+        c.peer = peer
+        guard let t = ctls_conn_new(context.raw, fd, nil) else {
+            c.fd = -1
+            return nil
+        }
+        c.tls = t
+        c.setMask(IOEvents.readable)
+        return c
+    }
+
+    deinit {
+        teardown()
+        input.deallocate()
+        output.deallocate()
+    }
+
+    // MARK: connecting
+
+    private func connectNext(lastError: String) {
+        guard state == .connecting else { return }
+        guard !addresses.isEmpty else {
+            end(.connectFailed(lastError))
+            return
+        }
+        let endpoint = addresses.removeFirst()
+        let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else {
+            let e = String(cString: strerror(Sockets.errno))
+            loop.soon { [weak self] in self?.connectNext(lastError: e) }
+            return
+        }
+        _ = clinux_set_nodelay(s)
+        let addr = SocketAddress(endpoint)
+        let r = addr.withSockaddr { Glibc.connect(s, $0, $1) }
+        if r != 0 && Sockets.errno != EINPROGRESS {
+            let e = "\(endpoint): " + String(cString: strerror(Sockets.errno))
+            Glibc.close(s)
+            loop.soon { [weak self] in self?.connectNext(lastError: e) }
+            return
+        }
+        fd = s
+        peer = endpoint
+        setMask(IOEvents.writable)
+    }
+
+    private func connected() {
+        guard let t = ctls_conn_new(context.raw, fd, serverName) else {
+            fail("cannot set up a TLS connection for \(serverName ?? "")")
+            return
+        }
+        tls = t
+        state = .handshaking
+        handshake()
+    }
+
+    private func handshake() {
+        guard let tls else { return }
+        let r = Int(ctls_handshake(tls))
+        switch r {
+        case CTLS_OK:
+            state = .open
+            updateMask()
+            owner?.tlsReady(self)
+            // Application bytes may already sit in OpenSSL's read-ahead buffer.
+            schedulePump()
+        case CTLS_WANT_READ, CTLS_WANT_WRITE:
+            handshakeWants = r
+            updateMask()
+        default:
+            fail(String(cString: ctls_conn_error(tls)))
+        }
+    }
+
+    // MARK: readiness
+
+    private func setMask(_ m: UInt32) {
+        guard fd >= 0, m != mask || !registered else { return }
+        mask = m
+        if registered { loop.modify(fd, m) } else { loop.register(fd, m, self); registered = true }
+    }
+
+    private func updateMask() {
+        switch state {
+        case .connecting: setMask(IOEvents.writable)
+        case .handshaking: setMask(handshakeWants == CTLS_WANT_WRITE ? IOEvents.writable : IOEvents.readable)
+        case .open, .lingering:
+            var m: UInt32 = 0
+            if readEnabled || writeWantsRead || state == .lingering { m |= IOEvents.readable }
+            if writeWantsWrite || readWantsWrite { m |= IOEvents.writable }
+            setMask(m)
+        case .closed: break
+        }
+    }
+
+    func handleIO(_ ev: UInt32) {
+        switch state {
+        case .connecting:
+            let err = clinux_so_error(fd)
+            if err != 0 || ev & (IOEvents.error | IOEvents.hangup) != 0 {
+                let e = "\(peer.map { "\($0)" } ?? ""): " + String(cString: strerror(err != 0 ? err : ECONNREFUSED))
+                dropSocket()
+                connectNext(lastError: e)
+                return
+            }
+            if ev & IOEvents.writable != 0 { connected() }
+        case .handshaking:
+            handshake()
+        case .open:
+            if ev & IOEvents.writable != 0 {
+                if readWantsWrite { readWantsWrite = false; updateMask(); pumpRead() }
+                if writeWantsWrite && state == .open {
+                    writeWantsWrite = false
+                    updateMask()
+                    flush()
+                    if state == .open { owner?.tlsFlushed(self) }
+                }
+            }
+            guard state == .open else { return }
+            if ev & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 {
+                if writeWantsRead {
+                    writeWantsRead = false
+                    updateMask()
+                    flush()
+                    if state == .open { owner?.tlsFlushed(self) }
+                }
+                if readEnabled {
+                    pumpRead()
+                } else if ev & (IOEvents.error | IOEvents.hangup) != 0 {
+                    // Paused, but the socket failed: reading is the only way to learn why.
+                    let err = clinux_so_error(fd)
+                    end(.io(err != 0 ? String(cString: strerror(err)) : "connection hung up"))
+                }
+            }
+        case .lingering:
+            linger()
+        case .closed:
+            break
+        }
+    }
+
+    // MARK: reading
+
+    func setReading(_ on: Bool) {
+        guard readEnabled != on else { return }
+        readEnabled = on
+        if state == .open {
+            updateMask()
+            if on { schedulePump() }
+        }
+    }
+
+    private func schedulePump() {
+        guard !pumpScheduled else { return }
+        pumpScheduled = true
+        loop.soon(pumpAction)
+    }
+
+    /// Moves unconsumed input to the front of the buffer.
+    func compactInput() {
+        if inStart == inEnd { inStart = 0; inEnd = 0; return }
+        guard inStart > 0 else { return }
+        memmove(input, input + inStart, inEnd - inStart)
+        inEnd -= inStart
+        inStart = 0
+    }
+
+    private func pumpRead() {
+        guard let tls else { return }
+        var rounds = 0
+        while state == .open && readEnabled {
+            if rounds == Self.readBurst { schedulePump(); return }
+            if inStart == inEnd { inStart = 0; inEnd = 0 }
+            if inEnd == inCap {
+                compactInput()
+                if inEnd == inCap { end(.io("input buffer full (\(inCap) bytes unconsumed)")); return }
+            }
+            let r = ctls_read(tls, input + inEnd, inCap - inEnd)
+            if r > 0 {
+                inEnd += r
+                rounds += 1
+                owner?.tlsReceived(self)
+                continue
+            }
+            switch Int(r) {
+            case CTLS_WANT_READ:
+                return
+            case CTLS_WANT_WRITE:
+                readWantsWrite = true
+                updateMask()
+                return
+            case CTLS_CLOSED:
+                end(nil)
+                return
+            default:
+                fail(String(cString: ctls_conn_error(tls)))
+                return
+            }
+        }
+    }
+
+    // MARK: writing
+
+    /// Free bytes at the tail of the output buffer.
+    var outTail: Int { outCap - outEnd }
+
+    /// Moves pending output to the front; returns how far it moved (owners shift the offsets
+    /// they keep into the buffer by this much).
+    @discardableResult
+    func compactOutput() -> Int {
+        if outStart == outEnd { let s = outStart; outStart = 0; outEnd = 0; return s }
+        guard outStart > 0 else { return 0 }
+        let shift = outStart
+        memmove(output, output + outStart, outEnd - outStart)
+        outEnd -= shift
+        outStart = 0
+        return shift
+    }
+
+    /// Appends raw bytes (handshake text, control frames). False if they do not fit.
+    func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if outTail < bytes.count { compactOutput() }
+        guard outTail >= bytes.count else { return false }
+        if let b = bytes.baseAddress { (output + outEnd).copyMemory(from: b, byteCount: bytes.count) }
+        outEnd += bytes.count
+        return true
+    }
+
+    func append(_ text: String) -> Bool {
+        var t = text
+        return t.withUTF8 { append(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Writes pending output until it is gone or the socket is full.
+    func flush() {
+        guard let tls, state == .open || state == .lingering && closeWhenFlushed else { return }
+        while outStart < outEnd {
+            let r = ctls_write(tls, output + outStart, outEnd - outStart)
+            if r > 0 { outStart += r; continue }
+            switch Int(r) {
+            case CTLS_WANT_WRITE:
+                writeWantsWrite = true
+                updateMask()
+                return
+            case CTLS_WANT_READ:
+                writeWantsRead = true
+                updateMask()
+                return
+            default:
+                fail(String(cString: ctls_conn_error(tls)))
+                return
+            }
+        }
+        outStart = 0
+        outEnd = 0
+        if closeWhenFlushed { startLinger() }
+    }
+
+    // MARK: closing
+
+    /// Graceful: sends what is pending, then close_notify and FIN, then reads and discards
+    /// until the peer closes too (at most `lingerMs`), so a last frame is not lost to a reset.
+    /// The owner hears nothing more.
+    func close(lingerMs: UInt64 = 2000) {
+        owner = nil
+        switch state {
+        case .open:
+            readEnabled = false
+            updateMask()
+            closeWhenFlushed = true
+            runtime.after(lingerMs) { [weak self] in self?.teardown() }
+            flush()
+        case .connecting, .handshaking:
+            teardown()
+        case .lingering, .closed:
+            break
+        }
+    }
+
+    /// Immediate: the socket is closed now.
+    func abort() {
+        owner = nil
+        teardown()
+    }
+
+    private func startLinger() {
+        guard let tls, state == .open else { return }
+        closeWhenFlushed = false
+        state = .lingering
+        _ = ctls_shutdown(tls)
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        updateMask()
+        linger()
+    }
+
+    private func linger() {
+        guard fd >= 0 else { return }
+        // Discard whatever still arrives, without decrypting it, until EOF.
+        while true {
+            let n = recv(fd, input, inCap, 0)
+            if n > 0 { continue }
+            if n < 0 && (Sockets.errno == EAGAIN || Sockets.errno == EWOULDBLOCK) { return }
+            teardown()
+            return
+        }
+    }
+
+    private func end(_ reason: CarrierCloseReason?) {
+        guard state != .closed else { return }
+        let o = owner
+        owner = nil
+        teardown()
+        loop.soon { [weak o] in o?.tlsEnded(self, reason: reason) }
+    }
+
+    private func fail(_ message: String) { end(.tls(message)) }
+
+    private func dropSocket() {
+        if fd >= 0 {
+            if registered { loop.unregister(fd) }
+            registered = false
+            Glibc.close(fd)
+            fd = -1
+        }
+        mask = 0
+    }
+
+    private func teardown() {
+        state = .closed
+        if let tls { ctls_conn_free(tls) }
+        tls = nil
+        dropSocket()
+        inStart = 0; inEnd = 0; outStart = 0; outEnd = 0
+    }
+}

@@ -1,0 +1,345 @@
+import LoftCore
+import LoftIO
+
+/// The `ws` carrier: one WebSocket (RFC 6455) over TLS; session bytes travel in binary frames
+/// (client frames masked, server frames not). Ping is answered with Pong; the close handshake
+/// is done both ways; any violation ends the connection with the matching close code.
+final class WSCarrier: Carrier, TLSConnectionOwner {
+    enum State { case resolving, connecting, upgrading, open, closing, closed }
+
+    let kind = CarrierKind.ws
+    weak var delegate: CarrierDelegate?
+    let role: WSRole
+    private let runtime: CarrierRuntime
+    private let client: CarrierClient?
+    private var conn: TLSConnection?
+    private var state: State
+    private var key = ""
+    private var decoder: WSDecoder
+    private var out: FrameWriter
+    private var readingPaused = false
+    private var wantWritable = false
+    private var flushScheduled = false
+    private var processScheduled = false
+    private var flushAction: (() -> Void)!
+    private var processAction: (() -> Void)!
+    private(set) var request: CarrierRequest?
+    private var peerAddress: Endpoint?
+
+    static let closeWaitMs: UInt64 = 2000
+
+    var isOpen: Bool { state == .open }
+    var peer: Endpoint? { peerAddress ?? conn?.peer }
+    var tlsDescription: String { describeTLS(conn) }
+
+    init(client: CarrierClient, delegate: CarrierDelegate) {
+        role = .client
+        runtime = client.runtime
+        self.client = client
+        self.delegate = delegate
+        state = .resolving
+        decoder = WSDecoder(role: .client)
+        out = FrameWriter(.ws(masked: true))
+        setUp()
+    }
+
+    /// Server side: `conn` carried a valid upgrade request; the 101 goes out now.
+    init(server conn: TLSConnection, request: CarrierRequest, key: String) {
+        role = .server
+        runtime = conn.runtime
+        client = nil
+        self.conn = conn
+        self.request = request
+        peerAddress = conn.peer
+        state = .open
+        decoder = WSDecoder(role: .server)
+        out = FrameWriter(.ws(masked: false))
+        setUp()
+        conn.owner = self
+        _ = conn.append(WSHandshake.response(accept: WSHandshake.accept(forKey: key)))
+        scheduleFlush()
+        // Frames that came with the request are processed once the embedder has the carrier.
+        scheduleProcess()
+    }
+
+    private func setUp() {
+        let rt = runtime
+        out.keySource = { [unowned rt] in rt.maskKey() }
+        flushAction = { [weak self] in
+            guard let self else { return }
+            self.flushScheduled = false
+            self.flushNow()
+        }
+        processAction = { [weak self] in
+            guard let self else { return }
+            self.processScheduled = false
+            self.processInput()
+        }
+    }
+
+    deinit {
+        // Dropped without close(): end at once. After close() the connection finishes alone.
+        if state != .closed && state != .closing { conn?.abort() }
+    }
+
+    // MARK: client handshake
+
+    func start() {
+        guard let client else { return }
+        let timeout = client.options.connectTimeoutMs
+        runtime.after(timeout) { [weak self] in
+            guard let self, self.state == .resolving || self.state == .connecting || self.state == .upgrading else { return }
+            self.fail(.timeout("no ws connection within \(timeout) ms"))
+        }
+        client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
+            guard let self, self.state == .resolving else { return }
+            self.state = .connecting
+            self.conn = TLSConnection.dial(runtime: self.runtime, context: client.context, serverName: client.options.verifyName,
+                                           addresses: endpoints, inputBytes: 64 * 1024,
+                                           outputBytes: client.options.outputBufferBytes, owner: self)
+        }
+    }
+
+    func tlsReady(_ c: TLSConnection) {
+        guard role == .client, state == .connecting, let client else { return }
+        state = .upgrading
+        peerAddress = c.peer
+        key = WSHandshake.makeKey()
+        _ = c.append(WSHandshake.request(host: client.options.hostHeader, path: client.options.path, key: key))
+        c.flush()
+    }
+
+    private func readUpgradeResponse(_ c: TLSConnection) {
+        let avail = UnsafeRawBufferPointer(start: c.input + c.inStart, count: c.inEnd - c.inStart)
+        switch HTTPParser.parseResponse(avail) {
+        case .incomplete:
+            return
+        case .failure(let e):
+            fail(.rejected(status: 0, e.message))
+        case .complete(let head, let consumed):
+            if let why = WSHandshake.validate(response: head, key: key) {
+                fail(.rejected(status: head.status == 101 ? 0 : head.status, why))
+                return
+            }
+            c.inStart += consumed
+            state = .open
+            Log.debug("carrier.ws.open", ["peer": c.peer.map { "\($0)" } ?? "", "tls": describeTLS(c)])
+            delegate?.carrierConnected(self)
+            processInput()
+        }
+    }
+
+    // MARK: TLS events
+
+    func tlsReceived(_ c: TLSConnection) {
+        switch state {
+        case .upgrading: readUpgradeResponse(c)
+        case .open, .closing: processInput()
+        default: break
+        }
+    }
+
+    func tlsFlushed(_ c: TLSConnection) { afterFlush() }
+
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
+        guard c === conn else { return }
+        conn = nil
+        switch state {
+        case .closing, .closed:
+            state = .closed
+        case .open:
+            fail(reason ?? .io("connection closed without a Close frame"))
+        case .resolving, .connecting, .upgrading:
+            fail(reason ?? .io("connection closed during the handshake"))
+        }
+    }
+
+    // MARK: receiving
+
+    private func scheduleProcess() {
+        guard !processScheduled else { return }
+        processScheduled = true
+        runtime.loop.soon(processAction)
+    }
+
+    private func processInput() {
+        while !readingPaused, state == .open || state == .closing, let c = conn {
+            var pos = c.inStart
+            let ev = decoder.next(UnsafeMutableRawBufferPointer(start: c.input, count: c.inEnd), &pos)
+            c.inStart = pos
+            switch ev {
+            case .needMore:
+                return
+            case .data(let r):
+                if state == .open, r.count > 0 {
+                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
+                }
+            case .ping(let payload):
+                if state == .open { sendControl(WSOpcode.pong, payload) }
+            case .pong:
+                continue
+            case .close(let code, let reason):
+                peerClosed(code, reason)
+                return
+            case .failure(let code, let why):
+                protocolFailure(code, why)
+                return
+            }
+        }
+    }
+
+    private func peerClosed(_ code: UInt16?, _ reason: String) {
+        guard let c = conn else { return }
+        if state == .closing {
+            // The answer to our Close.
+            state = .closed
+            conn = nil
+            c.close()
+            return
+        }
+        out.finalize(c)
+        var payload: [UInt8] = []
+        if let code { payload = [UInt8(code >> 8), UInt8(code & 0xFF)] }
+        sendControl(WSOpcode.close, payload)
+        state = .closed
+        conn = nil
+        c.flush()
+        c.close()
+        let r: CarrierCloseReason = code == nil || code == WSCloseCode.normal || code == WSCloseCode.goingAway
+            ? .closed : .peerClosed(code: code!, reason: reason)
+        notifyClosed(r)
+    }
+
+    private func protocolFailure(_ code: UInt16, _ why: String) {
+        Log.warn("carrier.ws.protocol_error", ["peer": peer.map { "\($0)" } ?? "", "code": code, "reason": why])
+        if let c = conn {
+            out.finalize(c)
+            if state == .open { sendClose(code, why) }
+            conn = nil
+            c.flush()
+            c.close(lingerMs: 1000)
+        }
+        let wasOpen = state == .open
+        state = .closed
+        if wasOpen { notifyClosed(.protocolError(why)) }
+    }
+
+    private func sendClose(_ code: UInt16, _ reason: String) {
+        var payload = [UInt8(code >> 8), UInt8(code & 0xFF)]
+        payload += Array(reason.utf8.prefix(120))
+        sendControl(WSOpcode.close, payload)
+    }
+
+    /// Appends a control frame after everything already buffered (uses the reserved space).
+    private func sendControl(_ opcode: UInt8, _ payload: [UInt8]) {
+        guard let c = conn else { return }
+        out.finalize(c)
+        let key = role == .client ? runtime.maskKey() : nil
+        let h = WSFrameHeader(opcode: opcode, maskKey: key, payloadLength: UInt64(payload.count))
+        var frame = h.encoded() + payload
+        if let key, !payload.isEmpty {
+            frame.withUnsafeMutableBytes { wsMask($0.baseAddress! + h.size, payload.count, key, phase: 0) }
+        }
+        let ok = frame.withUnsafeBytes { c.append($0) }
+        if !ok { Log.warn("carrier.ws.control_dropped", ["opcode": opcode]) }
+        scheduleFlush()
+    }
+
+    // MARK: sending
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard state == .open, let c = conn else { return 0 }
+        let n = out.write(c, bytes)
+        if n < bytes.count { wantWritable = true }
+        if n > 0 { scheduleFlush() }
+        return n
+    }
+
+    var writableBytes: Int {
+        guard state == .open, let c = conn else { return 0 }
+        return out.writable(c)
+    }
+
+    var bufferedBytes: Int { conn?.pending ?? 0 }
+
+    func flush() {
+        guard let c = conn, state == .open || state == .closing else { return }
+        out.finalize(c)
+        c.flush()
+    }
+
+    private func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        runtime.loop.soon(flushAction)
+    }
+
+    private func flushNow() {
+        flush()
+        afterFlush()
+    }
+
+    private func afterFlush() {
+        guard wantWritable, state == .open, let c = conn else { return }
+        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
+            wantWritable = false
+            delegate?.carrierWritable(self)
+        }
+    }
+
+    func setReading(_ on: Bool) {
+        readingPaused = !on
+        conn?.setReading(on)
+        if on { scheduleProcess() }
+    }
+
+    // MARK: closing
+
+    func close() {
+        delegate = nil
+        switch state {
+        case .open:
+            guard let c = conn else { state = .closed; return }
+            state = .closing
+            sendClose(WSCloseCode.normal, "")
+            readingPaused = false
+            c.setReading(true)
+            flush()
+            runtime.after(Self.closeWaitMs) { [weak self, weak c] in
+                guard let self, self.state == .closing else { c?.abort(); return }
+                self.state = .closed
+                self.conn = nil
+                c?.abort()
+            }
+        case .resolving, .connecting, .upgrading:
+            state = .closed
+            conn?.abort()
+            conn = nil
+        case .closing, .closed:
+            break
+        }
+    }
+
+    func abort() {
+        delegate = nil
+        state = .closed
+        conn?.abort()
+        conn = nil
+    }
+
+    private func fail(_ reason: CarrierCloseReason) {
+        guard state != .closed else { return }
+        let wasClosing = state == .closing
+        state = .closed
+        conn?.abort()
+        conn = nil
+        if !wasClosing { notifyClosed(reason) }
+    }
+
+    private func notifyClosed(_ reason: CarrierCloseReason) {
+        let d = delegate
+        delegate = nil
+        Log.debug("carrier.ws.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
+        d?.carrier(self, closed: reason)
+    }
+}
