@@ -1,0 +1,238 @@
+import Foundation
+import LoftCarriers
+import LoftCore
+import LoftIO
+import XCTest
+
+/// A throwaway PKI made once per test process by Tests/interop/gen-certs.sh (openssl CLI).
+struct TestPKI: Sendable {
+    let dir: String
+    var ca: String { dir + "/ca.pem" }
+    var otherCA: String { dir + "/other-ca.pem" }
+    var cert: String { dir + "/server.pem" }
+    var key: String { dir + "/server.key" }
+    var server: TLSServerOptions { TLSServerOptions(certificateFile: cert, keyFile: key) }
+
+    static let repo: String = {
+        // Tests/LoftCarriersTests/TestSupport.swift → the repository root.
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    static let shared: TestPKI = {
+        let dir = NSTemporaryDirectory() + "loft-carriers-pki-\(getpid())"
+        let out = runTool("/bin/bash", [repo + "/Tests/interop/gen-certs.sh", dir])
+        precondition(out.status == 0, "gen-certs.sh failed: \(out.output)")
+        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "loft-carriers-pki-\(getpid())") }
+        return TestPKI(dir: dir)
+    }()
+}
+
+/// Runs a tool to completion (not on the loop).
+func runTool(_ path: String, _ args: [String]) -> (status: Int32, output: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = args
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = pipe
+    do { try p.run() } catch { return (-1, "\(error)") }
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// One event loop and carrier runtime per test; `run` drives it until `done` or the timeout.
+final class Harness {
+    let loop: EventLoop
+    let runtime: CarrierRuntime
+    private var checks: [() -> Bool] = []
+    private var deadline: UInt64 = 0
+    private(set) var timedOut = false
+
+    init() throws {
+        loop = try EventLoop()
+        runtime = try CarrierRuntime(loop: loop)
+    }
+
+    /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass. The loop can
+    /// run once.
+    @discardableResult
+    func run(seconds: Double, until done: @escaping () -> Bool) -> Bool {
+        deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
+        loop.every(10) { [unowned self] in
+            if done() { self.loop.stop() } else if monotonicMilliseconds() > self.deadline {
+                self.timedOut = true
+                self.loop.stop()
+            }
+        }
+        loop.run()
+        return !timedOut
+    }
+
+    /// Runs `action` once after `ms`.
+    func after(_ ms: UInt64, _ action: @escaping () -> Void) { runtime.after(ms, action) }
+
+    func listener(kinds: Set<CarrierKind> = [.ws, .get], path: String = "/loft", output: Int = 256 * 1024,
+                  delegate: CarrierListenerDelegate) throws -> CarrierListener {
+        try CarrierListener(CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), path: path, kinds: kinds,
+                                                 tls: TestPKI.shared.server, outputBufferBytes: output),
+                            runtime: runtime, delegate: delegate)
+    }
+
+    func client(_ kind: CarrierKind, port: UInt16, path: String = "/loft", tls: TLSClientOptions? = nil,
+                host: String = "127.0.0.1", output: Int = 256 * 1024) throws -> CarrierClient {
+        let t = tls ?? TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca)
+        return try CarrierClient(CarrierClientOptions(kind: kind, host: host, port: port, path: path, tls: t,
+                                                      connectTimeoutMs: 5000, outputBufferBytes: output),
+                                 runtime: runtime)
+    }
+}
+
+/// Sends `total` random bytes and hashes what it sends and what it receives.
+final class StreamPeer: CarrierDelegate {
+    var carrier: Carrier?
+    let total: Int
+    private(set) var sent = 0
+    private(set) var received = 0
+    private let sentHasher = SHA256Hasher()
+    private let receivedHasher = SHA256Hasher()
+    private(set) var sentDigest: [UInt8] = []
+    private(set) var receivedDigest: [UInt8] = []
+    private var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+    private var chunkFill = 0
+    private var chunkOffset = 0
+    var connected = false
+    var closedReason: CarrierCloseReason?
+    var writesRefused = 0
+    var maxBuffered = 0
+    /// Called with each delivery (after it is counted).
+    var onReceive: ((StreamPeer) -> Void)?
+    let expectReceive: Int
+
+    init(total: Int, expectReceive: Int) {
+        self.total = total
+        self.expectReceive = expectReceive
+    }
+
+    var sendDone: Bool { sent == total }
+    var receiveDone: Bool { received >= expectReceive }
+
+    func pump() {
+        guard let c = carrier, c.isOpen else { return }
+        while sent < total {
+            if chunkOffset == chunkFill {
+                let n = min(chunk.count, total - sent)
+                chunk.withUnsafeMutableBytes { Crypto.fillRandom($0.baseAddress!, n) }
+                chunk.withUnsafeBytes { sentHasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                chunkFill = n
+                chunkOffset = 0
+            }
+            let n = chunk.withUnsafeBytes { c.write(UnsafeRawBufferPointer(rebasing: $0[chunkOffset..<chunkFill])) }
+            maxBuffered = max(maxBuffered, c.bufferedBytes)
+            if n == 0 { writesRefused += 1; return }
+            chunkOffset += n
+            sent += n
+        }
+        if sentDigest.isEmpty { sentDigest = sentHasher.finish() }
+    }
+
+    func carrierConnected(_ carrier: Carrier) {
+        connected = true
+        pump()
+    }
+
+    func carrier(_ carrier: Carrier, received bytes: UnsafeRawBufferPointer) {
+        receivedHasher.update(bytes)
+        received += bytes.count
+        if received >= expectReceive && receivedDigest.isEmpty { receivedDigest = receivedHasher.finish() }
+        onReceive?(self)
+    }
+
+    func carrierWritable(_ carrier: Carrier) { pump() }
+
+    func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason) { closedReason = reason }
+}
+
+/// A listener delegate that hands each carrier to a peer made by `make`.
+final class Acceptor: CarrierListenerDelegate {
+    var carriers: [Carrier] = []
+    var peers: [CarrierDelegate] = []
+    var admitted: [CarrierRequest] = []
+    var refuse = false
+    let make: (Carrier) -> CarrierDelegate
+
+    init(make: @escaping (Carrier) -> CarrierDelegate) { self.make = make }
+
+    func carrierListener(_ listener: CarrierListener, admit request: CarrierRequest) -> Bool {
+        admitted.append(request)
+        return !refuse
+    }
+
+    func carrierListener(_ listener: CarrierListener, accepted carrier: Carrier) {
+        let p = make(carrier)
+        carriers.append(carrier)
+        peers.append(p)
+        carrier.delegate = p
+        if let s = p as? StreamPeer {
+            s.carrier = carrier
+            s.connected = true
+            s.pump()
+        }
+    }
+}
+
+/// Echoes what it receives, holding at most one buffer's worth back (reading paused while it
+/// waits for the carrier to take it).
+final class EchoPeer: CarrierDelegate {
+    var carrier: Carrier?
+    private var backlog = [UInt8]()
+    private(set) var echoed = 0
+    var closedReason: CarrierCloseReason?
+
+    init(_ c: Carrier) { carrier = c }
+
+    func carrierConnected(_ carrier: Carrier) {}
+
+    func carrier(_ carrier: Carrier, received bytes: UnsafeRawBufferPointer) {
+        if !backlog.isEmpty {
+            backlog.append(contentsOf: bytes)
+            carrier.setReading(false)
+            return
+        }
+        let n = carrier.write(bytes)
+        echoed += n
+        if n < bytes.count {
+            backlog.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[n...]))
+            carrier.setReading(false)
+        }
+    }
+
+    func carrierWritable(_ carrier: Carrier) {
+        let n = backlog.withUnsafeBytes { carrier.write($0) }
+        echoed += n
+        backlog.removeFirst(n)
+        if backlog.isEmpty { carrier.setReading(true) }
+    }
+
+    func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason) { closedReason = reason }
+}
+
+/// A client delegate that only records what happened.
+final class Recorder: CarrierDelegate {
+    var connected = false
+    var received = 0
+    var closedReason: CarrierCloseReason?
+    func carrierConnected(_ carrier: Carrier) { connected = true }
+    func carrier(_ carrier: Carrier, received bytes: UnsafeRawBufferPointer) { received += bytes.count }
+    func carrierWritable(_ carrier: Carrier) {}
+    func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason) { closedReason = reason }
+}
+
+func withBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) -> R) -> R { bytes.withUnsafeBytes(body) }
+
+func withMutableBytes<R>(_ bytes: [UInt8], _ body: (UnsafeMutableRawBufferPointer) -> R) -> R {
+    var b = bytes
+    return b.withUnsafeMutableBytes(body)
+}

@@ -1,0 +1,272 @@
+import LoftCarriers
+import XCTest
+
+final class WebSocketCodecTests: XCTestCase {
+    /// RFC 6455 section 1.3 (the brief quoted this value cut short as s3pPLMBiTxaQ9kYGzzo=).
+    func testAcceptForRFCExampleKey() {
+        XCTAssertEqual(WSHandshake.accept(forKey: "dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+    }
+
+    func testMadeKeysAreSixteenRandomBytes() {
+        let a = WSHandshake.makeKey(), b = WSHandshake.makeKey()
+        XCTAssertEqual(Base64.decode(a)?.count, 16)
+        XCTAssertNotEqual(a, b)
+    }
+
+    func testBase64() {
+        for n in 0..<40 {
+            let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 * 37 + 11) }
+            XCTAssertEqual(Base64.decode(Base64.encode(bytes)), bytes)
+        }
+        XCTAssertEqual(Base64.encode(Array("foobar".utf8)), "Zm9vYmFy")
+        XCTAssertEqual(Base64.encode(Array("fo".utf8)), "Zm8=")
+        XCTAssertNil(Base64.decode("Zm8"))
+        XCTAssertNil(Base64.decode("Zm=8"))
+        XCTAssertNil(Base64.decode("Z m8"))
+    }
+
+    // MARK: header encoding
+
+    func testHeaderRoundTripAllLengthForms() {
+        for len in [0, 1, 125, 126, 127, 65535, 65536, 1 << 33] as [UInt64] {
+            for key in [nil, (UInt8(1), UInt8(2), UInt8(3), UInt8(4))] as [(UInt8, UInt8, UInt8, UInt8)?] {
+                let h = WSFrameHeader(opcode: WSOpcode.binary, maskKey: key, payloadLength: len)
+                let bytes = h.encoded()
+                XCTAssertEqual(bytes.count, WSFrameHeader.size(payloadLength: len, masked: key != nil))
+                let role: WSRole = key == nil ? .client : .server
+                let r = withBytes(bytes) { WSFrameHeader.parse($0, receivedBy: role) }
+                XCTAssertEqual(r, .header(h, size: bytes.count), "length \(len)")
+                // Every prefix is incomplete, never an error.
+                for cut in 0..<bytes.count {
+                    XCTAssertEqual(withBytes(Array(bytes[0..<cut])) { WSFrameHeader.parse($0, receivedBy: role) }, .needMore)
+                }
+            }
+        }
+    }
+
+    private func parse(_ bytes: [UInt8], by role: WSRole = .server) -> WSFrameHeader.ParseResult {
+        withBytes(bytes) { WSFrameHeader.parse($0, receivedBy: role) }
+    }
+
+    private func failureCode(_ r: WSFrameHeader.ParseResult) -> UInt16? {
+        if case .failure(let c, _) = r { return c }
+        return nil
+    }
+
+    func testReservedBitsRefused() {
+        for rsv: UInt8 in [0x40, 0x20, 0x10] {
+            XCTAssertEqual(failureCode(parse([0x80 | rsv | 0x2, 0x80, 1, 2, 3, 4])), 1002)
+        }
+    }
+
+    func testUnknownOpcodesRefused() {
+        for op: UInt8 in [3, 4, 5, 6, 7, 0xB, 0xC, 0xD, 0xE, 0xF] {
+            XCTAssertEqual(failureCode(parse([0x80 | op, 0x80, 1, 2, 3, 4])), 1002, "opcode \(op)")
+        }
+    }
+
+    func testFragmentedControlFramesRefused() {
+        for op in [WSOpcode.close, WSOpcode.ping, WSOpcode.pong] {
+            XCTAssertEqual(failureCode(parse([op, 0x80, 1, 2, 3, 4])), 1002)
+        }
+    }
+
+    func testControlFramesOver125Refused() {
+        XCTAssertEqual(failureCode(parse([0x89, 0x80 | 126, 0, 126, 1, 2, 3, 4])), 1002)
+        XCTAssertEqual(failureCode(parse([0x88, 0x80 | 127, 0, 0, 0, 0, 0, 1, 0, 0, 1, 2, 3, 4])), 1002)
+        if case .header(let h, _) = parse([0x89, 0x80 | 125, 1, 2, 3, 4]) { XCTAssertEqual(h.payloadLength, 125) } else { XCTFail() }
+    }
+
+    func testMaskDirection() {
+        // A server must get masked frames, a client unmasked ones.
+        XCTAssertEqual(failureCode(parse([0x82, 0x01, 0x00], by: .server)), 1002)
+        XCTAssertEqual(failureCode(parse([0x82, 0x81, 1, 2, 3, 4, 0], by: .client)), 1002)
+        if case .header = parse([0x82, 0x01, 0x00], by: .client) {} else { XCTFail() }
+    }
+
+    func testLengthEncodingMustBeMinimalAnd63Bit() {
+        XCTAssertEqual(failureCode(parse([0x82, 0x80 | 126, 0, 125, 1, 2, 3, 4])), 1002)
+        XCTAssertEqual(failureCode(parse([0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 1, 2, 3, 4])), 1002)
+        XCTAssertEqual(failureCode(parse([0x82, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4])), 1002)
+    }
+
+    // MARK: the streaming decoder
+
+    /// Encodes one frame as a peer in `role`'s opposite would send it.
+    private func frame(_ opcode: UInt8, _ payload: [UInt8], fin: Bool = true, masked: Bool = true) -> [UInt8] {
+        let key: (UInt8, UInt8, UInt8, UInt8)? = masked ? (0x37, 0xFA, 0x21, 0x3D) : nil
+        var out = WSFrameHeader(fin: fin, opcode: opcode, maskKey: key, payloadLength: UInt64(payload.count)).encoded()
+        let k: [UInt8] = [0x37, 0xFA, 0x21, 0x3D]
+        for (i, b) in payload.enumerated() { out.append(masked ? b ^ k[i & 3] : b) }
+        return out
+    }
+
+    /// Runs a decoder over `bytes` fed in pieces of `step`; returns data and events.
+    private func decode(_ bytes: [UInt8], role: WSRole = .server, step: Int = Int.max) -> (data: [UInt8], events: [WSDecoder.Event]) {
+        var d = WSDecoder(role: role)
+        var buf = [UInt8]()
+        var data = [UInt8]()
+        var events: [WSDecoder.Event] = []
+        var fed = 0
+        var consumed = 0
+        outer: while true {
+            if fed < bytes.count {
+                let n = min(step, bytes.count - fed)
+                buf += bytes[fed..<(fed + n)]
+                fed += n
+            }
+            while true {
+                var pos = consumed
+                let e = buf.withUnsafeMutableBytes { d.next($0, &pos) }
+                consumed = pos
+                switch e {
+                case .needMore:
+                    if fed == bytes.count { break outer }
+                    continue outer
+                case .data(let r):
+                    data += buf[r]
+                default:
+                    events.append(e)
+                    if case .failure = e { break outer }
+                    if case .close = e { break outer }
+                }
+            }
+        }
+        return (data, events)
+    }
+
+    func testDecoderUnmasksAndStreamsAnySplit() {
+        let payload = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let bytes = frame(WSOpcode.binary, payload) + frame(WSOpcode.ping, [1, 2, 3]) + frame(WSOpcode.binary, [9, 9])
+        for step in [1, 3, 1000, Int.max] {
+            let r = decode(bytes, step: step)
+            XCTAssertEqual(r.data, payload + [9, 9], "step \(step)")
+            XCTAssertEqual(r.events, [.ping([1, 2, 3])])
+        }
+    }
+
+    func testDecoderAcceptsFragmentedBinaryWithInterleavedControl() {
+        let bytes = frame(WSOpcode.binary, [1, 2], fin: false) + frame(WSOpcode.pong, [7]) + frame(WSOpcode.continuation, [3], fin: false)
+            + frame(WSOpcode.continuation, [4], fin: true) + frame(WSOpcode.close, [0x03, 0xE8] + Array("bye".utf8))
+        let r = decode(bytes)
+        XCTAssertEqual(r.data, [1, 2, 3, 4])
+        XCTAssertEqual(r.events, [.pong([7]), .close(code: 1000, reason: "bye")])
+    }
+
+    func testDecoderClientSideTakesUnmaskedFrames() {
+        let r = decode(frame(WSOpcode.binary, [5, 6, 7], masked: false), role: .client)
+        XCTAssertEqual(r.data, [5, 6, 7])
+        XCTAssertEqual(decode(frame(WSOpcode.binary, [5], masked: true), role: .client).events.first.flatMap(code), 1002)
+        XCTAssertEqual(decode(frame(WSOpcode.binary, [5], masked: false), role: .server).events.first.flatMap(code), 1002)
+    }
+
+    private func code(_ e: WSDecoder.Event) -> UInt16? {
+        if case .failure(let c, _) = e { return c }
+        return nil
+    }
+
+    private func failure(_ bytes: [UInt8]) -> UInt16? { decode(bytes).events.last.flatMap(code) }
+
+    func testTextFramesRefusedWith1003() {
+        XCTAssertEqual(failure(frame(WSOpcode.text, Array("hi".utf8))), 1003)
+    }
+
+    func testBadContinuationsRefused() {
+        XCTAssertEqual(failure(frame(WSOpcode.continuation, [1])), 1002)
+        XCTAssertEqual(failure(frame(WSOpcode.binary, [1], fin: false) + frame(WSOpcode.binary, [2])), 1002)
+    }
+
+    func testMalformedHeadersEndTheStream() {
+        XCTAssertEqual(failure([0xC2, 0x80, 1, 2, 3, 4]), 1002)                      // RSV1
+        XCTAssertEqual(failure([0x83, 0x80, 1, 2, 3, 4]), 1002)                      // opcode 3
+        XCTAssertEqual(failure(frame(WSOpcode.ping, [1], fin: false)), 1002)         // fragmented ping
+        XCTAssertEqual(failure([0x89, 0x80 | 126, 0, 200, 1, 2, 3, 4]), 1002)        // ping > 125
+        XCTAssertEqual(failure(frame(WSOpcode.binary, [1], masked: false)), 1002)    // unmasked from a client
+        // The failure is sticky: nothing after it is read.
+        var d = WSDecoder(role: .server)
+        var buf = [0x83, 0x80, 1, 2, 3, 4] + frame(WSOpcode.binary, [1])
+        var pos = 0
+        let e1 = buf.withUnsafeMutableBytes { d.next($0, &pos) }
+        let e2 = buf.withUnsafeMutableBytes { d.next($0, &pos) }
+        XCTAssertEqual(e1, e2)
+    }
+
+    func testClosePayloadChecks() {
+        XCTAssertEqual(decode(frame(WSOpcode.close, [])).events, [.close(code: nil, reason: "")])
+        XCTAssertEqual(failure(frame(WSOpcode.close, [0x03])), 1002)                  // 1-byte payload
+        XCTAssertEqual(failure(frame(WSOpcode.close, [0x03, 0xED])), 1002)            // 1005 on the wire
+        XCTAssertEqual(failure(frame(WSOpcode.close, [0x03, 0xEE])), 1002)            // 1006 on the wire
+        XCTAssertEqual(failure(frame(WSOpcode.close, [0x00, 0x10])), 1002)            // below 1000
+        XCTAssertEqual(failure(frame(WSOpcode.close, [0x03, 0xE8, 0xFF, 0xFE])), 1007) // reason not UTF-8
+        XCTAssertEqual(decode(frame(WSOpcode.close, [0x0F, 0xA0, 0x68])).events, [.close(code: 4000, reason: "h")])
+    }
+
+    func testCloseCodeRanges() {
+        for c: UInt16 in [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 3000, 4999] { XCTAssertTrue(WSCloseCode.isValidOnWire(c)) }
+        for c: UInt16 in [0, 999, 1004, 1005, 1006, 1015, 2000, 2999, 5000] { XCTAssertFalse(WSCloseCode.isValidOnWire(c)) }
+    }
+
+    // MARK: handshake validation
+
+    private func request(_ lines: [String]) -> HTTPRequestHead {
+        let text = lines.joined(separator: "\r\n") + "\r\n\r\n"
+        guard case .complete(let h, _) = withBytes(Array(text.utf8), { HTTPParser.parseRequest($0) }) else {
+            fatalError("test request does not parse")
+        }
+        return h
+    }
+
+    private let goodLines = ["GET /loft HTTP/1.1", "Host: front.test", "Upgrade: websocket", "Connection: keep-alive, Upgrade",
+                             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"]
+
+    private func status(_ lines: [String]) -> Int? {
+        do {
+            _ = try WSHandshake.validate(request: request(lines))
+            return nil
+        } catch {
+            return error.status
+        }
+    }
+
+    func testUpgradeRequestValidation() {
+        XCTAssertNil(status(goodLines))
+        XCTAssertEqual(try? WSHandshake.validate(request: request(goodLines)), "dGhlIHNhbXBsZSBub25jZQ==")
+        XCTAssertEqual(status(goodLines.filter { !$0.hasPrefix("Upgrade") }), 400)
+        XCTAssertEqual(status(goodLines.filter { !$0.hasPrefix("Connection") }), 400)
+        XCTAssertEqual(status(goodLines.filter { !$0.hasPrefix("Sec-WebSocket-Key") }), 400)
+        XCTAssertEqual(status(goodLines + ["Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA=="]), 400)     // duplicate key
+        XCTAssertEqual(status(goodLines.map { $0.hasPrefix("Sec-WebSocket-Key") ? "Sec-WebSocket-Key: c2hvcnQ=" : $0 }), 400)
+        XCTAssertEqual(status(goodLines.filter { !$0.hasPrefix("Sec-WebSocket-Version") }), 426)
+        XCTAssertEqual(status(goodLines.map { $0.hasPrefix("Sec-WebSocket-Version") ? "Sec-WebSocket-Version: 8" : $0 }), 426)
+        XCTAssertEqual(status(["POST /loft HTTP/1.1"] + goodLines.dropFirst()), 405)
+        XCTAssertEqual(status(goodLines + ["Content-Length: 5"]), 400)
+    }
+
+    func testUpgradeResponseValidation() {
+        let key = "dGhlIHNhbXBsZSBub25jZQ=="
+        func check(_ lines: [String]) -> String? {
+            let text = lines.joined(separator: "\r\n") + "\r\n\r\n"
+            guard case .complete(let h, _) = withBytes(Array(text.utf8), { HTTPParser.parseResponse($0) }) else { return "unparsed" }
+            return WSHandshake.validate(response: h, key: key)
+        }
+        let good = ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade",
+                    "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="]
+        XCTAssertNil(check(good))
+        XCTAssertNotNil(check(["HTTP/1.1 200 OK"] + good.dropFirst()))
+        XCTAssertNotNil(check(good.map { $0.hasPrefix("Sec-WebSocket-Accept") ? "Sec-WebSocket-Accept: AAAA" : $0 }))
+        XCTAssertNotNil(check(good + ["Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="]))
+        XCTAssertNotNil(check(good.filter { !$0.hasPrefix("Upgrade") }))
+        XCTAssertNotNil(check(good + ["Sec-WebSocket-Extensions: permessage-deflate"]))
+    }
+
+    func testPinParsing() {
+        let bytes = (0..<32).map { UInt8($0) }
+        XCTAssertEqual(TLSClientOptions.parsePin("sha256/" + Base64.encode(bytes)), bytes)
+        XCTAssertEqual(TLSClientOptions.parsePin("sha256//" + Base64.encode(bytes)), bytes)
+        XCTAssertEqual(TLSClientOptions.parsePin(Base64.encode(bytes)), bytes)
+        XCTAssertEqual(TLSClientOptions.parsePin(Hex.encode(bytes)), bytes)
+        XCTAssertEqual(TLSClientOptions.parsePin(bytes.map { Hex.encode([$0]).uppercased() }.joined(separator: ":")), bytes)
+        XCTAssertNil(TLSClientOptions.parsePin("sha256/AAAA"))
+        XCTAssertNil(TLSClientOptions.parsePin(String(repeating: "g", count: 64)))
+    }
+}
