@@ -5,8 +5,8 @@
 set -eu
 
 PACKAGES=(
-    # build: lwIP and libyaml (pkg-config lwip / yaml-0.1) and the Swift toolchain's needs
-    liblwip-dev libyaml-dev pkg-config
+    # build: lwIP, libyaml and OpenSSL (the holder's TLS) and the Swift toolchain's needs
+    liblwip-dev libyaml-dev libssl-dev openssl pkg-config
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes
@@ -15,11 +15,16 @@ PACKAGES=(
     nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3
     # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below
     microsocks dante-server python3-pip
+    # status: --watch rendered in a real terminal
+    tmux
 )
 
-# PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks.
+# PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
+# status test's Prometheus text parser, the holder interop test's WebSocket peer.
 PYPI_PACKAGES=(
     python-socks==3.2.1
+    prometheus-client
+    websockets
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi

@@ -29,9 +29,9 @@ public struct ByteQueue: Sendable {
     }
 
     /// The bytes at the front, without consuming them.
-    public func withUnsafeReadableBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+    public func withUnsafeReadableBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         let h = head
-        return try storage.withUnsafeBytes { (p: UnsafeRawBufferPointer) throws(E) -> R in
+        return try storage.withUnsafeBytes { p in
             try body(UnsafeRawBufferPointer(rebasing: p[h...]))
         }
     }
