@@ -1,0 +1,89 @@
+import LoftCore
+
+/// The carriers a front can serve (the names match LoftCarriers' CarrierKind, which this module
+/// does not depend on).
+public enum FrontCarrier: String, Sendable, CaseIterable {
+    case ws, get
+}
+
+/// The overlay networks a front hands out. In each, the first host is the gateway and clients get
+/// the following hosts, one per instance.
+public struct FrontPoolSettings: Sendable, Equatable {
+    /// A network address with its length, 8...30 (so at least one client fits).
+    public var ipv4: IPPrefix
+    /// A network address with its length, 64...126; nil: no IPv6 overlay.
+    public var ipv6: IPPrefix?
+
+    public init(ipv4: IPPrefix, ipv6: IPPrefix? = nil) {
+        self.ipv4 = ipv4
+        self.ipv6 = ipv6
+    }
+}
+
+/// A validated `loft-front` configuration (docs/front.md).
+public struct FrontSettings: Sendable, Equatable {
+    public var log: LogLevel
+    /// The one listener loft allows off loopback: every carrier on it must authenticate.
+    public var listen: Endpoint
+    /// The session path, as in `/loft`.
+    public var path: String
+    /// Which carriers the listener serves; never empty, no duplicates.
+    public var carriers: [FrontCarrier]
+    /// PEM files, resolved against the config file's folder.
+    public var certificateFile: String
+    public var keyFile: String
+    /// Tokens accepted in HELLO and RESUME (from `tokens:` then `tokens-file:`); never empty.
+    public var tokens: [String]
+    public var pool: FrontPoolSettings
+    /// Sent in STATUS: 576...65535, 1280 or more with an IPv6 pool.
+    public var mtu: Int
+    /// Resolvers sent in STATUS, at most 16.
+    public var dns: [IPAddress]
+    /// How often each side must hear from the other: 1s...5m.
+    public var keepalive: Duration
+    /// Key `instance-expiry`: how long a detached instance keeps its addresses for RESUME.
+    public var instanceExpiry: Duration
+    /// Key `max-sessions`: attached and detached instances together.
+    public var maxSessions: Int
+    /// Key `max-streams`: per session (TCP streams and UDP associations), sent in STATUS.
+    public var maxStreams: Int
+    /// Key `connect-timeout`: how long dialing a TCP destination may take.
+    public var connectTimeout: Duration
+    /// Path of the control socket; nil: none (stats still go to the log on SIGUSR1 and at exit).
+    public var control: String?
+
+    public static let defaultPath = "/loft"
+    public static let defaultMTU = 1400
+
+    public init(log: LogLevel = .info, listen: Endpoint, path: String = FrontSettings.defaultPath,
+                carriers: [FrontCarrier] = [.ws, .get], certificateFile: String, keyFile: String,
+                tokens: [String], pool: FrontPoolSettings, mtu: Int = FrontSettings.defaultMTU,
+                dns: [IPAddress] = [], keepalive: Duration = .seconds(10), instanceExpiry: Duration = .seconds(600),
+                maxSessions: Int = 1024, maxStreams: Int = 1024, connectTimeout: Duration = .seconds(10),
+                control: String? = nil) {
+        self.log = log
+        self.listen = listen
+        self.path = path
+        self.carriers = carriers
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+        self.tokens = tokens
+        self.pool = pool
+        self.mtu = mtu
+        self.dns = dns
+        self.keepalive = keepalive
+        self.instanceExpiry = instanceExpiry
+        self.maxSessions = maxSessions
+        self.maxStreams = maxStreams
+        self.connectTimeout = connectTimeout
+        self.control = control
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds (durations in settings are never negative).
+    public var wholeMilliseconds: UInt64 {
+        let (s, atto) = components
+        return UInt64(max(0, s)) * 1000 + UInt64(max(0, atto)) / 1_000_000_000_000_000
+    }
+}
