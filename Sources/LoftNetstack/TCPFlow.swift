@@ -122,7 +122,10 @@ final class TCPFlow: StreamEvents {
                     return
                 }
                 wrote = true
-                if n < want { break }
+                // Read again even after a short read: when the remote sent its last bytes and
+                // FIN together, the EOF is there now, and the FIN must leave with the data.
+                // An app that closes as soon as it has its answer would otherwise close first
+                // and keep the TIME_WAIT (its ports run out under Connection: close load).
                 continue
             case .wouldBlock:
                 break
