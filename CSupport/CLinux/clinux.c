@@ -250,3 +250,48 @@ int clinux_terminal_width(int fd) {
     if (ioctl(fd, TIOCGWINSZ, &w) != 0) return 0;
     return w.ws_col;
 }
+
+// --- route monitor: rtnetlink notifications for the host's default routes ----------------
+
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+
+int clinux_route_monitor_open(void) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) return -errno;
+    struct sockaddr_nl sa;
+    memset(&sa, 0, sizeof sa);
+    sa.nl_family = AF_NETLINK;
+    sa.nl_groups = RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+int clinux_route_monitor_read(int fd, int ignore_ifindex) {
+    char buf[16384];
+    int changes = 0;
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? changes : (errno == ENOBUFS ? changes + 1 : -errno);
+        if (n == 0) return changes;
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_type != RTM_NEWROUTE && h->nlmsg_type != RTM_DELROUTE) continue;
+            struct rtmsg *rt = NLMSG_DATA(h);
+            if (rt->rtm_dst_len != 0) continue;
+            unsigned table = rt->rtm_table;
+            int oif = 0;
+            int len = (int)RTM_PAYLOAD(h);
+            for (struct rtattr *a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+                if (a->rta_type == RTA_TABLE) table = *(unsigned *)RTA_DATA(a);
+                if (a->rta_type == RTA_OIF) oif = *(int *)RTA_DATA(a);
+            }
+            if (table != RT_TABLE_MAIN) continue;
+            if (ignore_ifindex > 0 && oif == ignore_ifindex) continue;
+            changes++;
+        }
+    }
+}

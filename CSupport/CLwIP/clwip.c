@@ -105,6 +105,12 @@ int clwip_init(const clwip_callbacks *callbacks) {
     return 0;
 }
 
+void clwip_netif_set_mtu(int idx, uint16_t mtu) {
+    if (idx < 0 || idx >= slot_count) return;
+    slots[idx].netif.mtu = mtu;
+    slots[idx].netif.mtu6 = mtu;
+}
+
 int clwip_netif_add(uint16_t mtu) {
     if (slot_count == MAX_NETIFS) return -1;
     input_slot *s = &slots[slot_count];

@@ -25,6 +25,7 @@ public struct StatusReport: Sendable {
         public var liveFlows: Int = 0
         public var bytesUp: UInt64 = 0
         public var bytesDown: UInt64 = 0
+        public var extra: [(String, UInt64)] = []   // outbound-specific counters (a holder's resumes, ...)
         public init(name: String, type: String, state: String) { self.name = name; self.type = type; self.state = state }
     }
 
@@ -107,7 +108,7 @@ extension StatusReport {
             ("outbounds", .array(outbounds.map { o in
                 .object([("name", .string(o.name)), ("type", .string(o.type)), ("state", .string(o.state)),
                          ("detail", .string(o.detail)), ("flows_total", .uint(o.flows)), ("live_flows", .int(Int64(o.liveFlows))),
-                         ("bytes_up", .uint(o.bytesUp)), ("bytes_down", .uint(o.bytesDown))])
+                         ("bytes_up", .uint(o.bytesUp)), ("bytes_down", .uint(o.bytesDown)), ("counters", pairs(o.extra))])
             })),
             ("tcp_flows", .object(tcpFlowsByState.map { ($0.0, .int(Int64($0.1))) } + [("total", .int(Int64(tcpFlows)))])),
             ("udp_associations", .int(Int64(udpAssociations))),
@@ -179,6 +180,18 @@ extension StatusReport {
     public func text(width: Int = 80) -> String {
         var lines: [String] = []
         func add(_ s: String) { lines.append(s.count > width ? String(s.prefix(width)) : s) }
+        // Label, then items wrapped at the width, continuation lines indented under the first.
+        func wrapped(_ label: String, _ items: [String]) {
+            var line = Format.pad(label, 8)
+            for item in items {
+                if line.count > 8 && line.count + 2 + item.count > width {
+                    add(line)
+                    line = String(repeating: " ", count: 8)
+                }
+                line += (line.count > 8 ? "  " : "") + item
+            }
+            add(line)
+        }
         func num(_ n: UInt64) -> String { n == 0 ? "-" : String(n) }
         add("loft \(version)   pid \(pid)   up \(Format.duration(uptimeMs))   rss \(Format.bytes(residentBytes)) (peak \(Format.bytes(peakResidentBytes)))")
         add("")
@@ -204,21 +217,10 @@ extension StatusReport {
                 + Format.padLeft(o.liveFlows == 0 ? "-" : String(o.liveFlows), 7)
                 + Format.padLeft(o.bytesUp == 0 ? "-" : Format.bytes(o.bytesUp), 12)
                 + Format.padLeft(o.bytesDown == 0 ? "-" : Format.bytes(o.bytesDown), 12))
-            if !o.detail.isEmpty { add("  " + o.detail) }
+            let items = (o.detail.isEmpty ? [] : [o.detail]) + o.extra.map { "\($0.0) \($0.1)" }
+            if !items.isEmpty { wrapped("", items) }
         }
         add("")
-        // Label, then items wrapped at the width, continuation lines indented under the first.
-        func wrapped(_ label: String, _ items: [String]) {
-            var line = Format.pad(label, 8)
-            for item in items {
-                if line.count > 8 && line.count + 2 + item.count > width {
-                    add(line)
-                    line = String(repeating: " ", count: 8)
-                }
-                line += (line.count > 8 ? "  " : "") + item
-            }
-            add(line)
-        }
         wrapped("FLOWS", ["tcp \(tcpFlows)"] + tcpFlowsByState.map { "\($0.0) \($0.1)" } + ["udp \(udpAssociations)", "cap \(maxFlows)"])
         wrapped("TOTALS", totals.map { "\($0.0) \(num($0.1))" })
         wrapped("DROPS", dropGroups.map { "\($0.0) \(num($0.1))" })
@@ -289,6 +291,8 @@ extension StatusReport {
             sample("loft_outbound_bytes_total", [("outbound", o.name), ("direction", "up")], o.bytesUp)
             sample("loft_outbound_bytes_total", [("outbound", o.name), ("direction", "down")], o.bytesDown)
         }
+        family("loft_outbound_counter", "counter", "Outbound-specific counters (a holder's dials, resumes, drops while down).")
+        for o in outbounds { for (k, n) in o.extra { sample("loft_outbound_counter", [("outbound", o.name), ("name", k)], n) } }
         family("loft_rule_matches_total", "counter", "Route decisions made by each rule (default: none matched).")
         for r in rules { sample("loft_rule_matches_total", [("rule", String(r.index))], r.matches) }
         sample("loft_rule_matches_total", [("rule", "default")], defaultMatches)

@@ -21,6 +21,11 @@ public final class TunInput: IOHandler, PacketWriter {
     private var createdNetns = false
     private var wroteResolvConf = false
     private var createdNetnsDir = false
+    /// What is on the device now: the configured addresses until a holder's STATUS replaces them.
+    private var currentIPv4: IPPrefix?
+    private var currentIPv6: IPPrefix?
+    private var currentMTU = 0
+    private var currentDNS: [IPAddress] = []
     private let buffer: UnsafeMutableRawBufferPointer
     public private(set) var writeDrops: UInt64 = 0
     public private(set) var packetsRead: UInt64 = 0
@@ -36,7 +41,12 @@ public final class TunInput: IOHandler, PacketWriter {
         self.hostRoutes = settings.netns == nil ? hostPlan.map(HostRoutes.init) : nil
         self.loop = loop
         self.netstack = netstack
-        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(settings.mtu, 1500) + 64, alignment: 16)
+        // Room for the largest MTU a STATUS may set later, so the read buffer never changes.
+        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_535 + 64, alignment: 16)
+        currentIPv4 = settings.ipv4
+        currentIPv6 = settings.ipv6
+        currentMTU = settings.mtu
+        currentDNS = settings.dns
     }
 
     deinit { buffer.deallocate() }
@@ -102,6 +112,48 @@ public final class TunInput: IOHandler, PacketWriter {
         }
     }
 
+    /// A holder's STATUS: the overlay's addresses, MTU, default routes via its gateways and its
+    /// DNS servers replace what the config set. Applying the same overlay again changes nothing.
+    public func applyOverlay(ipv4: IPPrefix, gateway4: IPAddress, ipv6: IPPrefix?, gateway6: IPAddress?,
+                             mtu: Int, dns: [IPAddress]) {
+        guard fd >= 0 else { return }
+        let ip = ipPrefix
+        let dev = settings.name
+        do {
+            if mtu != currentMTU {
+                try Command.run(ip + ["link", "set", "dev", dev, "mtu", String(mtu)])
+                netstack.setMTU(mtu, input: netif)
+                currentMTU = mtu
+            }
+            if ipv4 != currentIPv4 {
+                try Command.run(ip + ["addr", "replace", ipv4.description, "dev", dev])
+                if let old = currentIPv4 { _ = try? Command.run(ip + ["addr", "del", old.description, "dev", dev], allowFailure: true) }
+                currentIPv4 = ipv4
+            }
+            if let v6 = ipv6, v6 != currentIPv6 {
+                try Command.run(ip + ["-6", "addr", "replace", v6.description, "dev", dev, "nodad"])
+                if let old = currentIPv6 { _ = try? Command.run(ip + ["-6", "addr", "del", old.description, "dev", dev], allowFailure: true) }
+                currentIPv6 = v6
+            }
+            if hostRoutes == nil && settings.routeAll {
+                try Command.run(ip + ["route", "replace", "default", "via", gateway4.description, "dev", dev, "onlink"])
+                if ipv6 != nil, let g6 = gateway6 {
+                    try Command.run(ip + ["-6", "route", "replace", "default", "via", g6.description, "dev", dev, "onlink"])
+                }
+            }
+            if !dns.isEmpty && dns != currentDNS {
+                currentDNS = dns
+                if let ns = settings.netns { try writeResolvConf(ns) }
+                else { Log.info("tun.dns", ["servers": dns.map(\.description).joined(separator: ","), "note": "host mode: resolv.conf left alone"]) }
+            }
+            Log.info("tun.overlay", ["name": dev, "ipv4": ipv4.description, "gateway": gateway4.description,
+                                     "ipv6": ipv6?.description ?? "-", "mtu": mtu,
+                                     "dns": dns.map(\.description).joined(separator: ",")])
+        } catch {
+            Log.error("tun.overlay.failed", ["name": dev, "error": "\(error)"])
+        }
+    }
+
     private func writeResolvConf(_ ns: String) throws {
         let dir = "/etc/netns/\(ns)"
         if access("/etc/netns", F_OK) != 0 { mkdir("/etc/netns", 0o755) }
@@ -111,7 +163,7 @@ public final class TunInput: IOHandler, PacketWriter {
         }
         let path = dir + "/resolv.conf"
         var text = "# written by loft for its TUN in netns \(ns); removed when loft exits\n"
-        for s in settings.dns { text += "nameserver \(s)\n" }
+        for s in currentDNS { text += "nameserver \(s)\n" }
         let f = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard f >= 0 else { throw StartError(description: "cannot write \(path): \(String(cString: strerror(errno)))") }
         var bytes = Array(text.utf8)

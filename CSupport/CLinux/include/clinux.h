@@ -64,4 +64,10 @@ int clinux_terminal_width(int fd);
 int clinux_accept(int fd);
 /// The peer's uid on an AF_UNIX socket, or -1.
 long clinux_peer_uid(int fd);
+/// A nonblocking rtnetlink socket subscribed to IPv4 and IPv6 route changes; -errno on failure.
+int clinux_route_monitor_open(void);
+/// Drains the socket; returns how many default-route changes of the main table it held (not
+/// counting routes through `ignore_ifindex`), or -errno. A lost notification (ENOBUFS) counts.
+int clinux_route_monitor_read(int fd, int ignore_ifindex);
+
 #endif

@@ -41,6 +41,8 @@ typedef struct {
 int clwip_init(const clwip_callbacks *callbacks);
 /// Adds an input (TUN, bridge): a netif that accepts any destination. Returns its index.
 int clwip_netif_add(uint16_t mtu);
+/// A new MTU for input `idx` (a holder's STATUS changed the TUN's).
+void clwip_netif_set_mtu(int idx, uint16_t mtu);
 
 /// Feeds one IP packet (copied). `syn_port` >= 0 makes sure a listener for that TCP port exists
 /// on this netif first; `udp_port` >= 0 the same for a UDP port. Returns 0, or -1 when no pbuf
