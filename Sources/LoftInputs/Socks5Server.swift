@@ -652,7 +652,8 @@ final class Socks5Client: IOHandler, StreamEvents {
                     updateRelayMask()
                     return
                 }
-                if n < scratch.count { return }
+                // Read again after a short read: an EOF behind the last bytes is passed on in
+                // the same wake-up, so the client sees data and FIN together.
             case .wouldBlock:
                 return
             case .eof:
