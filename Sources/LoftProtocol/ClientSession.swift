@@ -1,0 +1,231 @@
+import LoftCore
+
+public protocol ClientSessionDelegate: AnyObject {
+    /// STATUS after HELLO or RESUME.
+    func sessionEstablished(_ s: ClientSession, status: Status, resumed: Bool)
+    /// A later STATUS (the overlay changed).
+    func sessionStatusChanged(_ s: ClientSession, status: Status)
+    /// The front said GOAWAY; it will close the carrier.
+    func sessionGoAway(_ s: ClientSession, reason: GoAwayReason, text: String)
+    /// OPEN_OK.
+    func streamOpened(_ s: ClientSession, stream: UInt32)
+    /// OPEN_FAIL; the id is already freed.
+    func streamOpenFailed(_ s: ClientSession, stream: UInt32, reason: OpenFailReason)
+    /// DATA or FIN arrived (read() tells which).
+    func streamReadable(_ s: ClientSession, stream: UInt32)
+    /// Send credit grew, or output drained after a write was cut short by it.
+    func streamWritable(_ s: ClientSession, stream: UInt32)
+    /// The front reset the stream (or association); it is gone.
+    func streamReset(_ s: ClientSession, stream: UInt32, reason: RstReason)
+    /// `payload` is valid only during the call.
+    func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination, payload: UnsafeRawBufferPointer)
+    /// Bytes were queued: drain them to the carrier with withOutput().
+    func sessionOutputReady(_ s: ClientSession)
+}
+
+/// The holder's end of a loft session. One attachment = one carrier; the session (its
+/// instance id and overlay) outlives carriers, its streams do not.
+public final class ClientSession: SessionEngineHost {
+    public enum State: Sendable { case detached, handshaking, established }
+
+    public weak var delegate: ClientSessionDelegate?
+    public private(set) var state: State = .detached
+    /// From the first STATUS; RESUME presents it.
+    public private(set) var instanceID: InstanceID?
+    public private(set) var status: Status?
+
+    private let token: String
+    private let clientName: String
+    private let engine: SessionEngine
+    private var resuming = false
+
+    /// `token` and `clientName` must be at most 255 bytes of UTF-8 (the config checks).
+    public init(token: String, clientName: String, limits: SessionLimits = .init()) {
+        precondition(token.utf8.count <= LoftWire.maxShortString && clientName.utf8.count <= LoftWire.maxShortString,
+                     "token and client name are at most 255 bytes")
+        self.token = token
+        self.clientName = clientName
+        engine = SessionEngine(role: .client, limits: limits)
+        engine.ignoringInput = true
+        engine.host = self
+    }
+
+    // MARK: carrier lifecycle
+
+    /// A new carrier is up: queues RESUME when the instance is known, else HELLO.
+    public func attach() {
+        engine.reset()
+        engine.ignoringInput = false
+        state = .handshaking
+        resuming = instanceID != nil
+        if let id = instanceID {
+            engine.queueControl(.resume(Resume(instanceID: id, token: token)))
+        } else {
+            engine.queueControl(.hello(Hello(token: token, clientName: clientName)))
+        }
+        engine.signal()
+    }
+
+    /// The carrier is gone: every stream and association is dropped without callbacks, the
+    /// output is cleared. Instance id and status stay for the next attach().
+    public func detach() {
+        engine.reset()
+        engine.ignoringInput = true
+        state = .detached
+    }
+
+    /// After GOAWAY unknown-instance: the next attach() sends HELLO.
+    public func forgetInstance() {
+        instanceID = nil
+        status = nil
+    }
+
+    /// Feeds carrier bytes. On a throw the session has queued GOAWAY: flush it, close the
+    /// carrier, detach(). Input while detached or after GOAWAY is ignored.
+    public func receive(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) {
+        try engine.receive(bytes, now: nil)
+    }
+
+    /// As receive(_:), with the monotonic time in ms: liveness and RTT are then exact instead
+    /// of rounded to the next tick.
+    public func receive(_ bytes: UnsafeRawBufferPointer, now: UInt64) throws(ProtocolError) {
+        try engine.receive(bytes, now: now)
+    }
+
+    /// Clean EOF from the carrier: incompleteFrame if it ended inside a frame.
+    public func carrierEnded() throws(ProtocolError) {
+        try engine.carrierEnded()
+    }
+
+    /// Queues GOAWAY (e.g. shutdown); the embedder flushes and closes.
+    public func goAway(_ reason: GoAwayReason, text: String) {
+        guard state != .detached else { return }
+        engine.queueControl(.goaway(reason: reason, text: SessionEngine.clip(text)))
+        engine.ignoringInput = true
+        engine.signal()
+    }
+
+    // MARK: output
+
+    public var outputCount: Int { engine.output.count }
+
+    /// `body` gets the queued bytes and returns how many it took; they are consumed. It must
+    /// not call back into the session.
+    public func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) {
+        engine.withOutput(body)
+    }
+
+    // MARK: keepalive
+
+    /// Sends PING when one keepalive interval passed since the last; false when nothing was
+    /// heard for 2 intervals (a dead carrier). Before STATUS there is no interval: true.
+    public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
+
+    /// Last PING→PONG round trip, in ms.
+    public var rttMs: UInt64? { engine.rttMs }
+
+    // MARK: streams
+
+    /// OPEN tcp. nil: not established, maxStreams reached, or a destination that cannot be
+    /// encoded (an empty or over-long name).
+    public func openStream(to destination: Destination) -> UInt32? {
+        guard state == .established else { return nil }
+        return engine.open(network: .tcp, destination: destination)
+    }
+
+    /// Queues up to min(send credit, output room) bytes; 0 = wait for streamWritable. DATA
+    /// may go before OPEN_OK (the front holds it until it connects).
+    public func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
+    public func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
+    /// Consumes; CREDIT goes out once half the window was read. Unknown ids read as eof.
+    public func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
+    public func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
+    /// FIN (half-close).
+    public func finish(stream: UInt32) { engine.finish(stream) }
+    /// RST; the id is freed at once.
+    public func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
+    /// Frees a stream finished both ways (unread bytes are dropped); any other stream is reset.
+    public func close(stream: UInt32) { engine.close(stream) }
+
+    // MARK: associations
+
+    /// OPEN udp; DGRAMs may follow at once.
+    public func openAssociation(firstDestination: Destination) -> UInt32? {
+        guard state == .established else { return nil }
+        return engine.open(network: .udp, destination: firstDestination)
+    }
+
+    /// false: dropped (output over maxDatagramQueue, too big, no such association).
+    public func send(association: UInt32, to destination: Destination, _ payload: UnsafeRawBufferPointer) -> Bool {
+        engine.sendDatagram(association, destination, payload)
+    }
+
+    /// RST cancel.
+    public func closeAssociation(_ id: UInt32) { engine.closeAssociation(id) }
+
+    /// Streams and associations counting toward maxStreams.
+    public var openStreamCount: Int { engine.liveCount }
+    public var counters: SessionCounters { engine.counters }
+    /// Unread received bytes over all streams.
+    public var bufferedBytes: Int { engine.bufferedTotal }
+    /// Streams still held, including finished ones with unread bytes (tests).
+    var engineStreamCount: Int { engine.streams.count }
+
+    // MARK: engine host
+
+    func engineGate(_ type: FrameType) throws(ProtocolError) -> Bool {
+        switch state {
+        case .detached:
+            return false
+        case .handshaking:
+            switch type {
+            case .status, .goaway, .ping, .pong: return true
+            default: throw .unexpectedFrame(type)
+            }
+        case .established:
+            return true
+        }
+    }
+
+    func engineSessionFrame(_ frame: Frame) throws(ProtocolError) {
+        switch frame {
+        case .status(let st):
+            if state == .handshaking {
+                if resuming, let id = instanceID, st.instanceID != id { throw .instanceMismatch }
+                adopt(st)
+                state = .established
+                delegate?.sessionEstablished(self, status: st, resumed: resuming)
+            } else {
+                if st.instanceID != instanceID { throw .instanceMismatch }
+                adopt(st)
+                delegate?.sessionStatusChanged(self, status: st)
+            }
+        case .goaway(let reason, let text):
+            engine.ignoringInput = true
+            delegate?.sessionGoAway(self, reason: reason, text: text)
+        default:
+            throw .unexpectedFrame(frame.type)
+        }
+    }
+
+    private func adopt(_ st: Status) {
+        instanceID = st.instanceID
+        status = st
+        engine.keepaliveMs = UInt64(st.keepaliveMs)
+        engine.pingEnabled = true
+        engine.maxStreamsAllowed = min(engine.limits.maxStreams, Int(st.maxStreams))
+    }
+
+    func engineStreamRequested(_ id: UInt32, _ network: FlowNetwork, _ destination: Destination) {}
+    func engineStreamOpened(_ id: UInt32) { delegate?.streamOpened(self, stream: id) }
+    func engineStreamOpenFailed(_ id: UInt32, _ reason: OpenFailReason) {
+        delegate?.streamOpenFailed(self, stream: id, reason: reason)
+    }
+    func engineReadable(_ id: UInt32) { delegate?.streamReadable(self, stream: id) }
+    func engineWritable(_ id: UInt32) { delegate?.streamWritable(self, stream: id) }
+    func engineReset(_ id: UInt32, _ reason: RstReason) { delegate?.streamReset(self, stream: id, reason: reason) }
+    func engineDatagram(_ id: UInt32, _ remote: Destination, _ payload: UnsafeRawBufferPointer) {
+        delegate?.datagramReceived(self, association: id, from: remote, payload: payload)
+    }
+    func engineOutputReady() { delegate?.sessionOutputReady(self) }
+}

@@ -1,0 +1,188 @@
+import LoftCore
+
+public protocol FrontSessionDelegate: AnyObject {
+    /// HELLO: return a STATUS to accept (the front chooses instance id and overlay), or nil
+    /// and call goAway() (now, or later: sendStatus() may still accept).
+    func frontSession(_ s: FrontSession, hello: Hello) -> Status?
+    /// RESUME: STATUS for that instance (same overlay), or nil and goAway(.unknownInstance / .badToken).
+    func frontSession(_ s: FrontSession, resume: Resume) -> Status?
+    /// OPEN: answer with accept() or refuse(). Client DATA and DGRAMs may arrive before that.
+    func streamRequested(_ s: FrontSession, stream: UInt32, network: FlowNetwork, destination: Destination)
+    func streamReadable(_ s: FrontSession, stream: UInt32)
+    func streamWritable(_ s: FrontSession, stream: UInt32)
+    func streamReset(_ s: FrontSession, stream: UInt32, reason: RstReason)
+    /// `payload` is valid only during the call.
+    func datagramReceived(_ s: FrontSession, association: UInt32, to: Destination, payload: UnsafeRawBufferPointer)
+    func sessionOutputReady(_ s: FrontSession)
+    /// The client said GOAWAY (it is leaving, or found a protocol error in what the front sent).
+    func frontSessionGoAway(_ s: FrontSession, reason: GoAwayReason, text: String)
+}
+
+extension FrontSessionDelegate {
+    public func frontSessionGoAway(_ s: FrontSession, reason: GoAwayReason, text: String) {}
+}
+
+/// loft-front's end of one attachment (one carrier). The instance (overlay, id) lives in
+/// loft-front; a RESUME on a new carrier gets a new FrontSession.
+public final class FrontSession: SessionEngineHost {
+    public enum Phase: Sendable {
+        /// Waiting for HELLO or RESUME.
+        case awaitingHello
+        /// HELLO/RESUME seen, the delegate has not answered with a STATUS yet.
+        case deciding
+        case established
+        /// GOAWAY sent or received: input is ignored.
+        case closing
+    }
+
+    public weak var delegate: FrontSessionDelegate?
+    public private(set) var instanceID: InstanceID?
+    public private(set) var phase: Phase = .awaitingHello
+    /// What the client sent, once it did.
+    public private(set) var hello: Hello?
+    public private(set) var resume: Resume?
+
+    private let engine: SessionEngine
+    private let keepaliveMs: UInt32
+
+    public init(limits: SessionLimits = .init(), keepaliveMs: UInt32) {
+        self.keepaliveMs = max(1, keepaliveMs)
+        engine = SessionEngine(role: .front, limits: limits)
+        engine.keepaliveMs = UInt64(self.keepaliveMs)   // a client that never says HELLO is dead too
+        engine.host = self
+    }
+
+    /// Throws on a protocol error after queuing GOAWAY: flush it and close the carrier.
+    public func receive(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) {
+        try engine.receive(bytes, now: nil)
+    }
+
+    public func receive(_ bytes: UnsafeRawBufferPointer, now: UInt64) throws(ProtocolError) {
+        try engine.receive(bytes, now: now)
+    }
+
+    public func carrierEnded() throws(ProtocolError) { try engine.carrierEnded() }
+
+    public var outputCount: Int { engine.output.count }
+    public func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) { engine.withOutput(body) }
+
+    /// PINGs once established; false after 2 keepalive intervals without a byte from the client.
+    public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
+    public var rttMs: UInt64? { engine.rttMs }
+
+    /// While deciding: accepts the session. Once established: a changed overlay (the session's
+    /// instance id is kept). keepalive_ms is always this session's, max_streams at most
+    /// limits.maxStreams.
+    public func sendStatus(_ status: Status) {
+        var st = status
+        st.keepaliveMs = keepaliveMs
+        st.maxStreams = UInt32(clamping: min(Int(st.maxStreams), engine.limits.maxStreams))
+        switch phase {
+        case .deciding:
+            break
+        case .established:
+            st.instanceID = instanceID ?? st.instanceID
+        case .awaitingHello, .closing:
+            return
+        }
+        do {
+            try engine.queue(.status(st))
+        } catch {
+            goAway(.shutdown, text: "front has an invalid overlay: \(error)")
+            return
+        }
+        if phase == .deciding {
+            phase = .established
+            instanceID = st.instanceID
+            engine.pingEnabled = true
+        }
+        engine.maxStreamsAllowed = Int(st.maxStreams)
+        engine.signal()
+    }
+
+    /// Queues GOAWAY and ignores further input; the embedder flushes and closes.
+    public func goAway(_ reason: GoAwayReason, text: String) {
+        guard phase != .closing else { return }
+        phase = .closing
+        engine.ignoringInput = true
+        engine.queueControl(.goaway(reason: reason, text: SessionEngine.clip(text)))
+        engine.signal()
+    }
+
+    /// OPEN_OK.
+    public func accept(stream: UInt32) { engine.accept(stream) }
+    /// OPEN_FAIL; the id is freed.
+    public func refuse(stream: UInt32, reason: OpenFailReason) { engine.refuse(stream, reason) }
+
+    public func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
+    public func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
+    public func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
+    public func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
+    public func finish(stream: UInt32) { engine.finish(stream) }
+    public func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
+    public func close(stream: UInt32) { engine.close(stream) }
+
+    /// DGRAM from `from` (the remote's address); only after accept(). false: dropped.
+    public func send(association: UInt32, from: Destination, _ payload: UnsafeRawBufferPointer) -> Bool {
+        engine.sendDatagram(association, from, payload)
+    }
+
+    public func closeAssociation(_ id: UInt32) { engine.closeAssociation(id) }
+
+    public var openStreamCount: Int { engine.liveCount }
+    public var counters: SessionCounters { engine.counters }
+    public var bufferedBytes: Int { engine.bufferedTotal }
+    /// Streams still held, including finished ones with unread bytes (tests).
+    var engineStreamCount: Int { engine.streams.count }
+
+    // MARK: engine host
+
+    func engineGate(_ type: FrameType) throws(ProtocolError) -> Bool {
+        switch phase {
+        case .awaitingHello:
+            if type == .hello || type == .resume { return true }
+            throw .unexpectedFrame(type)
+        case .deciding:
+            switch type {
+            case .ping, .pong, .goaway: return true
+            default: throw .unexpectedFrame(type)
+            }
+        case .established:
+            return true
+        case .closing:
+            return false
+        }
+    }
+
+    func engineSessionFrame(_ frame: Frame) throws(ProtocolError) {
+        switch frame {
+        case .hello(let h) where phase == .awaitingHello:
+            phase = .deciding
+            hello = h
+            if let st = delegate?.frontSession(self, hello: h) { sendStatus(st) }
+        case .resume(let r) where phase == .awaitingHello:
+            phase = .deciding
+            resume = r
+            if let st = delegate?.frontSession(self, resume: r) { sendStatus(st) }
+        case .goaway(let reason, let text):
+            phase = .closing
+            engine.ignoringInput = true
+            delegate?.frontSessionGoAway(self, reason: reason, text: text)
+        default:
+            throw .unexpectedFrame(frame.type)
+        }
+    }
+
+    func engineStreamRequested(_ id: UInt32, _ network: FlowNetwork, _ destination: Destination) {
+        delegate?.streamRequested(self, stream: id, network: network, destination: destination)
+    }
+    func engineStreamOpened(_ id: UInt32) {}
+    func engineStreamOpenFailed(_ id: UInt32, _ reason: OpenFailReason) {}
+    func engineReadable(_ id: UInt32) { delegate?.streamReadable(self, stream: id) }
+    func engineWritable(_ id: UInt32) { delegate?.streamWritable(self, stream: id) }
+    func engineReset(_ id: UInt32, _ reason: RstReason) { delegate?.streamReset(self, stream: id, reason: reason) }
+    func engineDatagram(_ id: UInt32, _ remote: Destination, _ payload: UnsafeRawBufferPointer) {
+        delegate?.datagramReceived(self, association: id, to: remote, payload: payload)
+    }
+    func engineOutputReady() { delegate?.sessionOutputReady(self) }
+}
