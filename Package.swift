@@ -31,8 +31,8 @@ let package = Package(
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CLinux"]),
-        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl"]),
-        .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
+        .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
@@ -52,7 +52,7 @@ let package = Package(
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
-        .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol"]),
+        .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,90 @@
 import Glibc
-var msg = Array("loft-front: not built yet\n".utf8)
-_ = write(2, &msg, msg.count)
-exit(1)
+import LoftCarriers
+import LoftConfig
+import LoftControl
+import LoftFront
+
+// `loft-front`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage
+// or configuration error; errors go to stderr, one line each.
+
+let version = "0.1.0"
+
+let usage = """
+usage: loft-front run -c FILE     serve loft sessions as FILE says
+       loft-front check -c FILE   validate FILE (and load its certificate and key) and exit
+       loft-front stats -c FILE   ask the running front (the control socket FILE names)
+       loft-front --version | --help
+
+SIGUSR1 logs the counters; SIGINT/SIGTERM send GOAWAY shutdown to every session and exit.
+See docs/front.md.
+"""
+
+func fail(_ message: String, code: Int32) -> Never {
+    var line = Array((message + "\n").utf8)
+    _ = write(2, &line, line.count)
+    exit(code)
+}
+
+func say(_ message: String) {
+    var line = Array((message + "\n").utf8)
+    _ = write(1, &line, line.count)
+}
+
+var args = Array(CommandLine.arguments.dropFirst())
+guard let command = args.first else { fail(usage, code: 2) }
+args.removeFirst()
+
+func configPath(_ args: [String]) -> String {
+    var path: String?
+    var i = 0
+    while i < args.count {
+        switch args[i] {
+        case "-c", "--config":
+            guard i + 1 < args.count else { fail("loft-front: -c needs a file", code: 2) }
+            path = args[i + 1]
+            i += 2
+        default:
+            fail("loft-front: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
+        }
+    }
+    guard let path else { fail("loft-front: \(command) needs -c FILE", code: 2) }
+    return path
+}
+
+func load(_ path: String) -> FrontSettings {
+    do {
+        return try FrontConfigLoader.load(path: path)
+    } catch {
+        fail(error.description, code: 2)
+    }
+}
+
+switch command {
+case "--help", "-h", "help":
+    say(usage)
+case "--version", "version":
+    say("loft-front \(version)")
+case "check":
+    let path = configPath(args)
+    let settings = load(path)
+    do {
+        _ = try TLSContext(server: TLSServerOptions(certificateFile: settings.certificateFile, keyFile: settings.keyFile))
+    } catch {
+        fail("\(path): tls: \(error)", code: 2)
+    }
+    say("\(path): ok")
+case "run":
+    exit(FrontApp.run(load(configPath(args)), version: version))
+case "stats":
+    let path = configPath(args)
+    guard let socket = load(path).control else { fail("\(path): no control socket is configured", code: 2) }
+    do {
+        let body = try ControlClient.request(socket, "stats")
+        var bytes = Array(body.utf8)
+        _ = write(1, &bytes, bytes.count)
+    } catch {
+        fail("loft-front: \(error.description)", code: 1)
+    }
+default:
+    fail("loft-front: unknown command \"\(command)\"\n\(usage)", code: 2)
+}

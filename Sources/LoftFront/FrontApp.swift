@@ -1,0 +1,48 @@
+import CLinux
+import Glibc
+import LoftConfig
+import LoftCore
+import LoftIO
+
+/// Runs a front from validated settings until SIGINT/SIGTERM; returns the exit code.
+public enum FrontApp {
+    public static func run(_ settings: FrontSettings, version: String) -> Int32 {
+        Log.threshold = switch settings.log {
+        case .error: .error
+        case .warn: .warn
+        case .info: .info
+        case .debug: .debug
+        }
+        let nofile = clinux_raise_nofile()
+        let loop: EventLoop
+        do { loop = try EventLoop() } catch { Log.error("start-failed", ["error": error]); return 1 }
+        // Before any thread exists, so that every thread keeps the signals blocked.
+        let signals = FrontSignals(loop: loop)
+        let server: FrontServer
+        do {
+            server = try FrontServer(settings: settings, loop: loop)
+            try server.start()
+        } catch {
+            Log.error("start-failed", ["error": error])
+            return 1
+        }
+        var received: Int32 = 0
+        signals.onShutdown = { [unowned server] signal in
+            if received != 0 {
+                loop.stop() // a second signal: do not wait for the carriers
+                return
+            }
+            received = signal
+            Log.info("stopping", ["signal": signal])
+            server.shutdown { loop.stop() }
+        }
+        signals.onStats = { [unowned server] in server.logStats() }
+        Log.info("ready", ["listen": server.localEndpoint.map { "\($0)" } ?? "\(settings.listen)", "path": settings.path,
+                           "carriers": settings.carriers.map(\.rawValue).joined(separator: ","),
+                           "pool4": settings.pool.ipv4, "pool6": settings.pool.ipv6.map { "\($0)" } ?? "-",
+                           "control": settings.control ?? "-", "version": version, "pid": getpid(), "nofile": nofile])
+        loop.run()
+        server.logStats("stopped")
+        return 0
+    }
+}

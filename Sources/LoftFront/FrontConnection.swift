@@ -1,0 +1,287 @@
+import LoftCarriers
+import LoftCore
+import LoftIO
+import LoftProtocol
+
+/// One carrier and the FrontSession on it: the attachment of one instance. Owns the relays of
+/// the session's streams; when the carrier goes, they go (the instance stays in the pool).
+final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
+    unowned let server: FrontServer
+    private var carrier: Carrier?
+    let session: FrontSession
+    let openedAt: UInt64
+    let peerText: String
+    private(set) var instanceID: InstanceID?
+    private var clientName = "-"
+    private var streams: [UInt32: StreamRelay] = [:]
+    private var associations: [UInt32: DatagramRelay] = [:]
+    /// Set once the session is finished: a GOAWAY is queued and the carrier closes after flushing.
+    private var ending = false
+    /// Reading from the carrier is paused while the session's output backs up.
+    private var readingPaused = false
+
+    /// Session output past this pauses reading from the client. Stream data never takes the
+    /// output past the session's bound (writableBytes stops first), so only a client that keeps
+    /// asking (PING, OPEN) without reading the answers gets here.
+    let outputHighWater: Int
+
+    init(server: FrontServer, carrier: Carrier) {
+        self.server = server
+        self.carrier = carrier
+        session = FrontSession(limits: server.limits, keepaliveMs: server.keepaliveMs)
+        outputHighWater = server.limits.maxOutputBytes
+        openedAt = server.loop.now
+        peerText = carrier.peer.map { "\($0)" } ?? "-"
+        session.delegate = self
+        carrier.delegate = self
+    }
+
+    var isAwaitingHello: Bool { carrier != nil && !ending && instanceID == nil }
+    var openStreams: Int { streams.count }
+    var openAssociations: Int { associations.count }
+    /// Nothing of ours is left in the carrier (used to time the exit).
+    var carrierFlushed: Bool { (carrier?.bufferedBytes ?? 0) == 0 }
+
+    var summary: String {
+        "instance=\(instanceID.map { "\($0)" } ?? "-") peer=\(peerText) client=\(clientName) streams=\(streams.count) associations=\(associations.count) age_s=\((server.loop.now - openedAt) / 1000)"
+    }
+
+    // MARK: ending
+
+    /// A carrier the front will not serve: GOAWAY, then close.
+    func refuse(_ reason: GoAwayReason, _ text: String) {
+        finish(reason, text)
+    }
+
+    /// GOAWAY to the client, the carrier closed once the bytes are handed over, the streams closed.
+    func finish(_ reason: GoAwayReason, _ text: String) {
+        guard !ending, carrier != nil else { return }
+        ending = true
+        session.goAway(reason, text: text)
+        flushOutput()
+        tearDown(graceful: true)
+    }
+
+    /// The carrier is finished (closed by the peer, dead, or by `finish`): every stream and
+    /// association is dropped, the instance detached.
+    private func tearDown(graceful: Bool) {
+        guard let c = carrier else { return }
+        carrier = nil
+        c.delegate = nil
+        if graceful { c.close() } else { c.abort() }
+        let relays = Array(streams.values)
+        streams.removeAll()
+        for r in relays { r.abandon() }
+        server.stats.streamsReset += UInt64(relays.count)
+        for a in associations.values { a.close() }
+        associations.removeAll()
+        server.connectionEnded(self)
+    }
+
+    // MARK: keepalive
+
+    func tick(now: UInt64) {
+        guard carrier != nil, !ending else { return }
+        if !session.tick(now: now) {
+            server.stats.deadCarriers += 1
+            Log.info("carrier-dead", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText])
+            tearDown(graceful: false)
+        }
+    }
+
+    // MARK: CarrierDelegate
+
+    func carrierConnected(_ carrier: Carrier) {}
+
+    func carrier(_ carrier: Carrier, received bytes: UnsafeRawBufferPointer) {
+        guard !ending else { return }
+        do throws(ProtocolError) {
+            try session.receive(bytes, now: server.loop.now)
+        } catch {
+            protocolError(error)
+            return
+        }
+        if ending { return }
+        flushOutput()
+    }
+
+    func carrierWritable(_ carrier: Carrier) {
+        flushOutput()
+    }
+
+    func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason) {
+        guard self.carrier != nil else { return }
+        if reason == .closed {
+            do throws(ProtocolError) { try session.carrierEnded() } catch { Log.debug("carrier-ended", ["peer": peerText, "error": error]) }
+        }
+        server.stats.carriersLost += 1
+        Log.info(instanceID == nil ? "carrier-closed" : "session-detached",
+                 ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText, "reason": reason,
+                  "streams": streams.count])
+        tearDown(graceful: false)
+    }
+
+    private func protocolError(_ error: ProtocolError) {
+        server.stats.protocolErrors += 1
+        Log.info("session-protocol-error", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText, "error": error])
+        // The session queued GOAWAY protocol-error: hand it over, then close.
+        ending = true
+        flushOutput()
+        tearDown(graceful: true)
+    }
+
+    /// Moves the session's output into the carrier, as much as it takes.
+    func flushOutput() {
+        guard let c = carrier else { return }
+        while session.outputCount > 0 {
+            var took = 0
+            session.withOutput { bytes in
+                took = c.write(bytes)
+                return took
+            }
+            if took == 0 { break }
+        }
+        // A client that does not read what we send is not read from either.
+        let backedUp = session.outputCount > outputHighWater
+        if backedUp != readingPaused && !ending {
+            readingPaused = backedUp
+            c.setReading(!backedUp)
+        }
+    }
+
+    // MARK: FrontSessionDelegate: attaching
+
+    func frontSession(_ s: FrontSession, hello: Hello) -> Status? {
+        guard server.tokenAccepted(hello.token) else { return refuseToken() }
+        clientName = hello.clientName.isEmpty ? "-" : hello.clientName
+        switch server.admitNew(self) {
+        case .accepted(let status):
+            instanceID = status.instanceID
+            Log.info("session-open", ["instance": status.instanceID, "peer": peerText, "client": clientName,
+                                      "carrier": carrier?.kind.rawValue ?? "-", "ipv4": status.overlay.ipv4,
+                                      "ipv6": status.overlay.ipv6.map { "\($0)" } ?? "-"])
+            return status
+        case .refused(let reason, let text):
+            return refuseAttach(reason, text)
+        }
+    }
+
+    func frontSession(_ s: FrontSession, resume: Resume) -> Status? {
+        guard server.tokenAccepted(resume.token) else { return refuseToken() }
+        switch server.admitResume(self, instance: resume.instanceID) {
+        case .accepted(let status):
+            instanceID = status.instanceID
+            Log.info("session-resumed", ["instance": status.instanceID, "peer": peerText,
+                                         "carrier": carrier?.kind.rawValue ?? "-", "ipv4": status.overlay.ipv4])
+            return status
+        case .refused(let reason, let text):
+            return refuseAttach(reason, text)
+        }
+    }
+
+    private func refuseToken() -> Status? {
+        server.stats.refusedBadToken += 1
+        Log.info("session-refused", ["reason": "bad-token", "peer": peerText])
+        return refuseAttach(.badToken, "token not accepted", logged: true)
+    }
+
+    private func refuseAttach(_ reason: GoAwayReason, _ text: String, logged: Bool = false) -> Status? {
+        if !logged { Log.info("session-refused", ["reason": reason, "peer": peerText, "detail": text]) }
+        // Closed after the session's receive() returns (the GOAWAY is flushed first): the
+        // session must not be torn down from inside its own callback.
+        session.goAway(reason, text: text)
+        ending = true
+        server.loop.soon { [weak self] in
+            guard let self else { return }
+            self.flushOutput()
+            self.tearDown(graceful: true)
+        }
+        return nil
+    }
+
+    // MARK: FrontSessionDelegate: streams
+
+    func streamRequested(_ s: FrontSession, stream: UInt32, network: FlowNetwork, destination: Destination) {
+        guard !ending else { return }
+        switch network {
+        case .tcp:
+            if case .ip(let e) = destination, !server.destinationAllowed(e.address) {
+                server.stats.streamsFailed += 1
+                session.refuse(stream: stream, reason: .notAllowed)
+                return
+            }
+            let relay = StreamRelay(connection: self, stream: stream, destination: destination)
+            streams[stream] = relay
+            relay.start()
+        case .udp:
+            guard let relay = DatagramRelay(connection: self, association: stream) else {
+                session.refuse(stream: stream, reason: .generalFailure)
+                return
+            }
+            associations[stream] = relay
+            server.stats.associationsOpened += 1
+            session.accept(stream: stream)
+        case .icmp:
+            session.refuse(stream: stream, reason: .networkNotSupported)
+        }
+    }
+
+    func streamReadable(_ s: FrontSession, stream: UInt32) {
+        streams[stream]?.sessionReadable()
+    }
+
+    func streamWritable(_ s: FrontSession, stream: UInt32) {
+        streams[stream]?.sessionWritable()
+    }
+
+    func streamReset(_ s: FrontSession, stream: UInt32, reason: RstReason) {
+        if let r = streams.removeValue(forKey: stream) {
+            server.stats.streamsReset += 1
+            r.abandon()
+        } else if let a = associations.removeValue(forKey: stream) {
+            a.close()
+        }
+    }
+
+    func datagramReceived(_ s: FrontSession, association: UInt32, to: Destination, payload: UnsafeRawBufferPointer) {
+        guard let a = associations[association] else { return }
+        if case .ip(let e) = to, !server.destinationAllowed(e.address) {
+            server.stats.datagramsDropped += 1
+            return
+        }
+        server.stats.datagramsUp += 1
+        a.send(payload, to: to)
+    }
+
+    func frontSessionGoAway(_ s: FrontSession, reason: GoAwayReason, text: String) {
+        Log.info("session-goaway", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText,
+                                    "reason": reason, "text": text])
+        // The client is leaving: close once this receive() is over.
+        ending = true
+        server.loop.soon { [weak self] in self?.tearDown(graceful: true) }
+    }
+
+    func sessionOutputReady(_ s: FrontSession) {
+        // Flushed at the end of the current receive, or now for events from sockets.
+        guard !ending else { return }
+        scheduleFlush()
+    }
+
+    private var flushScheduled = false
+
+    private func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        server.loop.soon { [weak self] in
+            guard let self else { return }
+            self.flushScheduled = false
+            self.flushOutput()
+        }
+    }
+
+    // MARK: from relays
+
+    func relayEnded(_ stream: UInt32) {
+        streams.removeValue(forKey: stream)
+    }
+}

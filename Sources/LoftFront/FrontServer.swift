@@ -1,0 +1,249 @@
+import Glibc
+import LoftCarriers
+import LoftConfig
+import LoftControl
+import LoftCore
+import LoftIO
+import LoftOutbounds
+import LoftProtocol
+
+/// The front: accepts carriers, runs one FrontSession on each, hands out overlay addresses per
+/// instance and dials the destinations of the sessions' streams from this host.
+public final class FrontServer: CarrierListenerDelegate {
+    public let settings: FrontSettings
+    let loop: EventLoop
+    let runtime: CarrierRuntime
+    let outbound: DirectOutbound
+    let pool: AddressPool
+    let limits: SessionLimits
+    let keepaliveMs: UInt32
+    let expiryMs: UInt64
+    let connectTimeoutMs: UInt64
+    private let tokens: [[UInt8]]
+    private var listener: CarrierListener?
+    private var control: ControlServer?
+    private var connections: [ObjectIdentifier: FrontConnection] = [:]
+    /// Which connection holds each attached instance.
+    private var attachments: [InstanceID: FrontConnection] = [:]
+    var stats = FrontStats()
+    private(set) var shuttingDown = false
+    /// One buffer for every relay's reads: one loop thread, and each read is used before the next.
+    let relayBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+
+    /// Carriers that have not sent HELLO/RESUME yet must do so within this.
+    static let helloDeadlineMs: UInt64 = 10_000
+    /// Carriers beyond max-sessions kept open at once (handshakes in flight, resumes racing their
+    /// old carrier).
+    static let extraCarriers = 64
+
+    public var localEndpoint: Endpoint? { listener?.localEndpoint }
+
+    public init(settings: FrontSettings, loop: EventLoop) throws {
+        self.settings = settings
+        self.loop = loop
+        runtime = try CarrierRuntime(loop: loop)
+        let resolver = try Resolver(loop: loop)
+        outbound = DirectOutbound(name: "front", loop: loop, resolver: resolver)
+        pool = AddressPool(ipv4: settings.pool.ipv4, ipv6: settings.pool.ipv6, maxLeases: settings.maxSessions)
+        var l = SessionLimits()
+        l.maxStreams = settings.maxStreams
+        limits = l
+        keepaliveMs = UInt32(clamping: settings.keepalive.wholeMilliseconds)
+        expiryMs = settings.instanceExpiry.wholeMilliseconds
+        connectTimeoutMs = settings.connectTimeout.wholeMilliseconds
+        tokens = settings.tokens.map { Array($0.utf8) }
+    }
+
+    deinit { relayBuffer.deallocate() }
+
+    /// Binds the listener (and the control socket), starts the timers.
+    public func start() throws {
+        let kinds = Set(settings.carriers.map { $0 == .ws ? CarrierKind.ws : CarrierKind.get })
+        let options = CarrierServerOptions(listen: settings.listen, path: settings.path, kinds: kinds,
+                                           tls: TLSServerOptions(certificateFile: settings.certificateFile,
+                                                                 keyFile: settings.keyFile))
+        listener = try CarrierListener(options, runtime: runtime, delegate: self)
+        if let path = settings.control {
+            control = try ControlServer(path: path, loop: loop) { [weak self] line in
+                guard let self else { return .failure(.init("stopping")) }
+                return self.handleControl(line)
+            }
+        }
+        loop.every(1000) { [weak self] in self?.housekeeping() }
+    }
+
+    // MARK: listener
+
+    public func carrierListener(_ listener: CarrierListener, admit request: CarrierRequest) -> Bool {
+        !shuttingDown
+    }
+
+    public func carrierListener(_ listener: CarrierListener, accepted carrier: Carrier) {
+        stats.carriersAccepted += 1
+        let connection = FrontConnection(server: self, carrier: carrier)
+        if connections.count >= settings.maxSessions + Self.extraCarriers {
+            stats.carriersRefused += 1
+            Log.info("session-refused", ["reason": "overloaded", "peer": carrier.peer.map { "\($0)" } ?? "-",
+                                         "carriers": connections.count])
+            connection.refuse(.overloaded, "too many carriers")
+            return
+        }
+        connections[ObjectIdentifier(connection)] = connection
+        Log.debug("carrier-accepted", ["peer": carrier.peer.map { "\($0)" } ?? "-", "carrier": carrier.kind.rawValue,
+                                       "tls": carrier.tlsDescription])
+        runtime.after(Self.helloDeadlineMs) { [weak self, weak connection] in
+            guard let self, let connection, connection.isAwaitingHello else { return }
+            self.stats.refusedNoHello += 1
+            Log.info("session-refused", ["reason": "no-hello", "peer": connection.peerText])
+            connection.finish(.protocolError, "no HELLO or RESUME within \(Self.helloDeadlineMs / 1000) s")
+        }
+    }
+
+    // MARK: from connections
+
+    func tokenAccepted(_ token: String) -> Bool {
+        // Compare every configured token in full so timing does not tell how much matched.
+        let given = Array(token.utf8)
+        var found = false
+        for t in tokens {
+            var diff = t.count ^ given.count
+            for i in 0..<t.count { diff |= Int(t[i] ^ (i < given.count ? given[i] : 0)) }
+            if diff == 0 { found = true }
+        }
+        return found
+    }
+
+    enum AdmitResult {
+        case accepted(Status)
+        case refused(GoAwayReason, String)
+    }
+
+    /// HELLO with a good token: a new instance with the next free addresses.
+    func admitNew(_ connection: FrontConnection) -> AdmitResult {
+        guard !shuttingDown else { return .refused(.shutdown, "the front is shutting down") }
+        let id = InstanceID.random()
+        guard let lease = pool.assign(id) else {
+            stats.refusedOverloaded += 1
+            return .refused(.overloaded, pool.count >= settings.maxSessions ? "max-sessions reached" : "no overlay addresses left")
+        }
+        attachments[id] = connection
+        stats.sessionsOpened += 1
+        return .accepted(status(for: lease))
+    }
+
+    /// RESUME with a good token: the same addresses; an older carrier of the instance is told
+    /// it was superseded.
+    func admitResume(_ connection: FrontConnection, instance id: InstanceID) -> AdmitResult {
+        guard !shuttingDown else { return .refused(.shutdown, "the front is shutting down") }
+        guard pool.lease(id) != nil else {
+            stats.refusedUnknownInstance += 1
+            return .refused(.unknownInstance, "instance \(id) is not known here (expired or never seen)")
+        }
+        if let old = attachments[id], old !== connection {
+            stats.sessionsSuperseded += 1
+            Log.info("session-superseded", ["instance": id, "old_peer": old.peerText, "new_peer": connection.peerText])
+            old.finish(.superseded, "instance resumed on another carrier")
+        }
+        guard let lease = pool.attach(id) else { return .refused(.unknownInstance, "instance \(id) is not known here") }
+        attachments[id] = connection
+        stats.sessionsResumed += 1
+        return .accepted(status(for: lease))
+    }
+
+    private func status(for lease: Lease) -> Status {
+        let v4 = IPPrefix(lease.ipv4, settings.pool.ipv4.length)!
+        let v6 = lease.ipv6.flatMap { a in settings.pool.ipv6.flatMap { IPPrefix(a, $0.length) } }
+        let overlay = Overlay(ipv4: v4, gateway4: pool.gateway4, ipv6: v6, gateway6: v6 == nil ? nil : pool.gateway6,
+                              mtu: UInt16(settings.mtu), dns: settings.dns)
+        return Status(instanceID: lease.instanceID, keepaliveMs: keepaliveMs, maxStreams: UInt32(settings.maxStreams),
+                      overlay: overlay)
+    }
+
+    /// The connection's carrier is gone: its instance (if any) is kept for RESUME until expiry.
+    func connectionEnded(_ connection: FrontConnection) {
+        connections.removeValue(forKey: ObjectIdentifier(connection))
+        if let id = connection.instanceID, attachments[id] === connection {
+            attachments.removeValue(forKey: id)
+            pool.detach(id, now: loop.now)
+        }
+    }
+
+    /// Whether a destination may be dialed: not the overlay itself, nothing unspecified or
+    /// multicast (the front is no router between its clients).
+    func destinationAllowed(_ address: IPAddress) -> Bool {
+        if address.isUnspecified || address.isMulticast { return false }
+        if case .v4(let a) = address, a == UInt32.max { return false }
+        if settings.pool.ipv4.contains(address) { return false }
+        if let v6 = settings.pool.ipv6, v6.contains(address) { return false }
+        return true
+    }
+
+    // MARK: timers
+
+    private func housekeeping() {
+        let now = loop.now
+        for c in Array(connections.values) { c.tick(now: now) }
+        for lease in pool.sweep(now: now, expiryMs: expiryMs) {
+            stats.instancesExpired += 1
+            Log.info("instance-expired", ["instance": lease.instanceID, "ipv4": lease.ipv4])
+        }
+    }
+
+    // MARK: stats and control
+
+    public func report() -> FrontStats {
+        var s = stats
+        s.carriersOpen = connections.count
+        s.sessionsAttached = attachments.count
+        s.instancesDetached = pool.count - pool.attachedCount
+        for c in connections.values {
+            s.streamsOpen += c.openStreams
+            s.associationsOpen += c.openAssociations
+        }
+        return s
+    }
+
+    public func logStats(_ event: String = "stats") {
+        Log.emit(.info, event, report().fields)
+    }
+
+    private func handleControl(_ line: String) -> Result<String, ControlServer.ControlError> {
+        switch line.trimmingCharacters() {
+        case "stats", "status": return .success(report().text)
+        case "sessions":
+            var out = ""
+            for c in connections.values.sorted(by: { $0.openedAt < $1.openedAt }) { out += c.summary + "\n" }
+            return .success(out)
+        default: return .failure(.init("unknown request (stats, sessions)"))
+        }
+    }
+
+    // MARK: shutdown
+
+    /// GOAWAY shutdown to every session, carriers closed gracefully; `done` runs once their
+    /// bytes are out (or after a grace period).
+    public func shutdown(_ done: @escaping () -> Void) {
+        guard !shuttingDown else { return }
+        shuttingDown = true
+        listener?.close()
+        control?.stop()
+        control = nil
+        let open = Array(connections.values)
+        for c in open { c.finish(.shutdown, "the front is shutting down") }
+        let deadline = loop.now + 2000
+        func check() {
+            if loop.now >= deadline || open.allSatisfy({ $0.carrierFlushed }) { done(); return }
+            runtime.after(100, check)
+        }
+        runtime.after(100, check)
+    }
+}
+
+extension String {
+    func trimmingCharacters() -> String {
+        var s = Substring(self)
+        while let f = s.first, f == " " || f == "\t" || f == "\r" { s = s.dropFirst() }
+        while let l = s.last, l == " " || l == "\t" || l == "\r" { s = s.dropLast() }
+        return String(s)
+    }
+}

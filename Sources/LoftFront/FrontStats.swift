@@ -1,0 +1,56 @@
+/// Counters of one front since it started. Gauges (sessions attached now, streams open now)
+/// are filled in when a report is made.
+public struct FrontStats: Sendable, Equatable {
+    public var carriersAccepted: UInt64 = 0
+    /// Carriers closed at once because the front had too many.
+    public var carriersRefused: UInt64 = 0
+    public var sessionsOpened: UInt64 = 0           // HELLO accepted: a new instance
+    public var sessionsResumed: UInt64 = 0          // RESUME accepted
+    public var sessionsSuperseded: UInt64 = 0       // an older carrier of a resumed instance
+    public var refusedBadToken: UInt64 = 0
+    public var refusedUnknownInstance: UInt64 = 0
+    public var refusedOverloaded: UInt64 = 0
+    public var refusedNoHello: UInt64 = 0           // no HELLO or RESUME within the deadline
+    public var protocolErrors: UInt64 = 0
+    public var deadCarriers: UInt64 = 0             // keepalive missed
+    public var carriersLost: UInt64 = 0             // ended by the client or the network
+    public var instancesExpired: UInt64 = 0
+    public var streamsOpened: UInt64 = 0            // TCP OPEN accepted (connected)
+    public var streamsFailed: UInt64 = 0            // TCP OPEN refused (dial failed or not allowed)
+    public var streamsReset: UInt64 = 0             // reset by either side or lost with the carrier
+    public var associationsOpened: UInt64 = 0       // UDP OPEN accepted
+    public var bytesUp: UInt64 = 0                  // client → destinations (TCP payload)
+    public var bytesDown: UInt64 = 0                // destinations → client
+    public var datagramsUp: UInt64 = 0
+    public var datagramsDown: UInt64 = 0
+    public var datagramsDropped: UInt64 = 0         // session output full, or not sendable
+
+    // Gauges.
+    public var sessionsAttached = 0
+    public var instancesDetached = 0
+    public var carriersOpen = 0
+    public var streamsOpen = 0
+    public var associationsOpen = 0
+
+    public init() {}
+
+    /// Name and value pairs in a fixed order, for the log line and the control socket.
+    public var fields: [(String, Any)] {
+        [("sessions_attached", sessionsAttached), ("instances_detached", instancesDetached),
+         ("carriers_open", carriersOpen), ("streams_open", streamsOpen), ("associations_open", associationsOpen),
+         ("carriers_accepted", carriersAccepted), ("carriers_refused", carriersRefused),
+         ("sessions_opened", sessionsOpened), ("sessions_resumed", sessionsResumed),
+         ("sessions_superseded", sessionsSuperseded), ("refused_bad_token", refusedBadToken),
+         ("refused_unknown_instance", refusedUnknownInstance), ("refused_overloaded", refusedOverloaded),
+         ("refused_no_hello", refusedNoHello), ("protocol_errors", protocolErrors), ("dead_carriers", deadCarriers),
+         ("carriers_lost", carriersLost), ("instances_expired", instancesExpired),
+         ("streams_opened", streamsOpened), ("streams_failed", streamsFailed), ("streams_reset", streamsReset),
+         ("associations_opened", associationsOpened), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
+         ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped)]
+    }
+
+    /// `name value` lines.
+    public var text: String {
+        fields.map { "\($0.0) \($0.1)\n" }.joined()
+    }
+}

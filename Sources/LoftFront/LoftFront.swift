@@ -1,1 +1,0 @@
-// The front: terminates loft sessions and dials their destinations.

@@ -1,0 +1,205 @@
+import Glibc
+import LoftCarriers
+import LoftConfig
+import LoftCore
+import LoftIO
+import LoftProtocol
+import XCTest
+@testable import LoftFront
+
+/// A real front on 127.0.0.1 and clients that write loft frames by hand, over both carriers.
+final class EndToEndTests: XCTestCase {
+    // Clients made by an earlier step are read when the step runs, not when the list is built.
+    private func hello(_ c: @autoclosure @escaping () -> RawClient, token: String = "secret-1") -> () -> Bool {
+        { c().send(.hello(Hello(token: token, clientName: "test"))); return true }
+    }
+
+    private func attached(_ c: @autoclosure @escaping () -> RawClient) -> () -> Bool {
+        { c().status != nil || c().goAway != nil || c().closed != nil }
+    }
+
+    private func tcpEcho(_ kind: CarrierKind) throws {
+        let h = try FrontHarness()
+        let echo = EchoServer(loop: h.loop)
+        let c = h.dial(kind)
+        let message = Array("hello through the front".utf8)
+        let ok = h.run([
+            { c.connected }, hello(c), attached(c),
+            { c.send(.open(stream: 1, network: .tcp, destination: .ip(Endpoint(.v4(0x7F00_0001), echo.port)))); return true },
+            { c.has { $0 == .openOK(stream: 1) } || c.has { if case .openFail = $0 { return true }; return false } },
+            { c.send(.data(stream: 1, payload: message)); c.send(.fin(stream: 1)); return true },
+            { c.has { $0 == .fin(stream: 1) } },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+        let s = try XCTUnwrap(c.status)
+        XCTAssertEqual(s.overlay.ipv4, IPPrefix("198.18.64.2/24"))
+        XCTAssertEqual(s.overlay.gateway4, IPAddress("198.18.64.1"))
+        XCTAssertEqual(s.overlay.ipv6, IPPrefix("fd00:64::2/64"))
+        XCTAssertEqual(s.overlay.gateway6, IPAddress("fd00:64::1"))
+        XCTAssertEqual(s.overlay.mtu, 1400)
+        XCTAssertEqual(s.overlay.dns, [IPAddress("198.18.1.2")!])
+        XCTAssertEqual(s.keepaliveMs, 10_000)
+        XCTAssertEqual(s.maxStreams, 8)
+        XCTAssertEqual(c.data[1], message)
+        let stats = h.server.report()
+        XCTAssertEqual(stats.sessionsOpened, 1)
+        XCTAssertEqual(stats.streamsOpened, 1)
+        XCTAssertEqual(stats.bytesUp, UInt64(message.count))
+        XCTAssertEqual(stats.bytesDown, UInt64(message.count))
+        XCTAssertEqual(stats.sessionsAttached, 1)
+    }
+
+    func testTCPEchoOverWS() throws { try tcpEcho(.ws) }
+    func testTCPEchoOverGet() throws { try tcpEcho(.get) }
+
+    func testBadTokenIsRefused() throws {
+        let h = try FrontHarness()
+        let c = h.dial()
+        let ok = h.run([{ c.connected }, hello(c, token: "wrong"), { c.goAway != nil }, { c.closed != nil }])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+        XCTAssertEqual(c.goAway?.0, .badToken)
+        XCTAssertNil(c.status)
+        XCTAssertEqual(h.server.report().refusedBadToken, 1)
+        XCTAssertEqual(h.server.report().carriersOpen, 0)
+    }
+
+    func testUnknownInstanceIsRefused() throws {
+        let h = try FrontHarness()
+        let c = h.dial()
+        let ok = h.run([
+            { c.connected },
+            { c.send(.resume(Resume(instanceID: InstanceID(high: 1, low: 2), token: "secret-1"))); return true },
+            { c.goAway != nil },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+        XCTAssertEqual(c.goAway?.0, .unknownInstance)
+    }
+
+    /// RESUME on a second carrier gets the same addresses; the first carrier is superseded.
+    /// After the carrier is lost, RESUME still works (the instance waits for expiry).
+    func testResumeKeepsAddressesAndSupersedes() throws {
+        let h = try FrontHarness()
+        let a = h.dial()
+        var b: RawClient!
+        var c: RawClient!
+        var other: RawClient!
+        let ok = h.run([
+            { a.connected }, hello(a), attached(a),
+            { other = h.dial(); return true }, { other.connected }, hello(other, token: "secret-2"), attached(other),
+            { b = h.dial(); return true }, { b.connected },
+            { b.send(.resume(Resume(instanceID: a.status!.instanceID, token: "secret-2"))); return true },
+            attached(b), { a.goAway != nil && a.closed != nil },
+            // Carrier lost without a word: the instance is detached, then resumed again.
+            { b.carrier?.abort(); return true },
+            { h.server.report().sessionsAttached == 1 },
+            { c = h.dial(.get); return true }, { c.connected },
+            { c.send(.resume(Resume(instanceID: a.status!.instanceID, token: "secret-1"))); return true },
+            attached(c),
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
+        XCTAssertEqual(a.goAway?.0, .superseded)
+        XCTAssertEqual(b.status, a.status)
+        XCTAssertEqual(c.status, a.status)
+        XCTAssertEqual(other.status?.overlay.ipv4, IPPrefix("198.18.64.3/24"))
+        let s = h.server.report()
+        XCTAssertEqual(s.sessionsOpened, 2)
+        XCTAssertEqual(s.sessionsResumed, 2)
+        XCTAssertEqual(s.sessionsSuperseded, 1)
+        XCTAssertEqual(s.sessionsAttached, 2)
+    }
+
+    func testPoolExhaustionIsOverloaded() throws {
+        let h = try FrontHarness(FrontHarness.settings(pool: "198.18.64.0/30"))
+        let a = h.dial()
+        let b = h.dial()
+        let ok = h.run([{ a.connected && b.connected }, hello(a), attached(a), hello(b), attached(b)])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
+        XCTAssertNotNil(a.status)
+        XCTAssertEqual(b.goAway?.0, .overloaded)
+    }
+
+    func testExpiredInstanceCannotResume() throws {
+        let h = try FrontHarness(FrontHarness.settings(expiry: .seconds(1)))
+        let a = h.dial()
+        var b: RawClient!
+        let ok = h.run([
+            { a.connected }, hello(a), attached(a),
+            { a.carrier?.abort(); return true },
+            { h.server.report().instancesExpired == 1 },
+            { b = h.dial(); return true }, { b.connected },
+            { b.send(.resume(Resume(instanceID: a.status!.instanceID, token: "secret-1"))); return true },
+            { b.goAway != nil },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
+        XCTAssertEqual(b.goAway?.0, .unknownInstance)
+    }
+
+    func testGarbageGetsProtocolErrorAndTheFrontLivesOn() throws {
+        let h = try FrontHarness()
+        let bad = h.dial()
+        var good: RawClient!
+        let ok = h.run([
+            { bad.connected },
+            { bad.sendRaw([0x7E, 0, 0, 0, 0, 0, 0, 0]); return true },
+            { bad.goAway != nil || bad.closed != nil },
+            { good = h.dial(); return true }, { good.connected }, hello(good), attached(good),
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
+        XCTAssertEqual(bad.goAway?.0, .protocolError)
+        XCTAssertNotNil(good.status)
+        XCTAssertEqual(h.server.report().protocolErrors, 1)
+    }
+
+    func testRefusedDestinationsAndUnreachablePorts() throws {
+        let h = try FrontHarness()
+        let c = h.dial()
+        // A port nobody listens on: bind one, note it, close it.
+        let closedPort: UInt16 = {
+            let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
+            defer { close(fd) }
+            let addr = SocketAddress(Endpoint(.v4(0x7F00_0001), 0))
+            _ = addr.withSockaddr { bind(fd, $0, $1) }
+            return Sockets.localEndpoint(fd)!.port
+        }()
+        let ok = h.run([
+            { c.connected }, hello(c), attached(c),
+            { c.send(.open(stream: 1, network: .tcp, destination: .ip(Endpoint(.v4(0x7F00_0001), closedPort)))); return true },
+            { c.send(.open(stream: 3, network: .tcp, destination: .ip(Endpoint(IPAddress("198.18.64.9")!, 80)))); return true },
+            { c.has { $0 == .openFail(stream: 1, reason: .refused) } && c.has { $0 == .openFail(stream: 3, reason: .notAllowed) } },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+        XCTAssertEqual(h.server.report().streamsFailed, 2)
+    }
+
+    func testUDPAssociation() throws {
+        let h = try FrontHarness()
+        let echo = UDPEcho(loop: h.loop)
+        let c = h.dial()
+        let to = Endpoint(.v4(0x7F00_0001), echo.port)
+        let ok = h.run([
+            { c.connected }, hello(c), attached(c),
+            { c.send(.open(stream: 1, network: .udp, destination: .ip(to))); return true },
+            { c.has { $0 == .openOK(stream: 1) } },
+            { c.send(.dgram(association: 1, remote: .ip(to), payload: [1, 2, 3])); return true },
+            { c.has { $0 == .dgram(association: 1, remote: .ip(to), payload: [1, 2, 3]) } },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+        XCTAssertEqual(h.server.report().datagramsUp, 1)
+        XCTAssertEqual(h.server.report().datagramsDown, 1)
+    }
+
+    func testShutdownSendsGoAwayToEverySession() throws {
+        let h = try FrontHarness()
+        let a = h.dial(.ws)
+        let b = h.dial(.get)
+        var done = false
+        let ok = h.run([
+            { a.connected && b.connected }, hello(a), attached(a), hello(b), attached(b),
+            { h.server.shutdown { done = true }; return true },
+            { a.goAway != nil && b.goAway != nil && done },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
+        XCTAssertEqual(a.goAway?.0, .shutdown)
+        XCTAssertEqual(b.goAway?.0, .shutdown)
+    }
+}
