@@ -118,6 +118,10 @@ final class SessionEngine {
     /// One incomplete frame, kept across receive() calls. Allocated once, at most one frame.
     private var partial: UnsafeMutableRawPointer?
     private var partialCount = 0
+    /// The DATA frame whose body is being received piece by piece (stream 0: dropped).
+    private var dataStream: UInt32 = 0
+    private var dataRemaining = 0
+    private var dataLength = 0
 
     var keepaliveMs: UInt64 = 0
     var pingEnabled = false
@@ -150,6 +154,7 @@ final class SessionEngine {
         highestID = 0; nextID = 1; liveCount = 0; bufferedTotal = 0
         output.removeAll()
         partialCount = 0
+        dataRemaining = 0
         failed = false; anyOutputBlocked = false; queuedSinceSignal = false
         keepaliveMs = 0; pingEnabled = false
         lastHeard = nil; heardSinceTick = false; lastPingAt = nil; pingOutstanding = nil; pongUnresolved = false
@@ -232,7 +237,9 @@ final class SessionEngine {
     }
 
     func carrierEnded() throws(ProtocolError) {
-        if partialCount > 0 && !failed && !ignoringInput { throw .incompleteFrame(buffered: partialCount) }
+        guard !failed && !ignoringInput else { return }
+        if dataRemaining > 0 { throw .incompleteFrame(buffered: LoftWire.headerSize + dataLength - dataRemaining) }
+        if partialCount > 0 { throw .incompleteFrame(buffered: partialCount) }
     }
 
     private var stopped: Bool { failed || ignoringInput }
@@ -240,6 +247,11 @@ final class SessionEngine {
     private func consume(_ input: UnsafeRawBufferPointer) throws(ProtocolError) {
         var rest = input
         let hs = LoftWire.headerSize
+        if dataRemaining > 0 {
+            let gen = generation
+            rest = try continueData(rest)
+            if dataRemaining > 0 || rest.isEmpty || stopped || gen != generation { return }
+        }
         if partialCount > 0 {
             let buf = partial!
             if partialCount < hs {
@@ -250,24 +262,41 @@ final class SessionEngine {
                 if partialCount < hs { return }
             }
             let h = try WireFormat.parseHeader(UnsafeRawBufferPointer(start: buf, count: hs))
-            let total = hs + h.length
-            let take = min(total - partialCount, rest.count)
-            if take > 0 {
-                (buf + partialCount).copyMemory(from: rest.baseAddress!, byteCount: take)
-                partialCount += take
-                rest = UnsafeRawBufferPointer(rebasing: rest[take...])
-            }
-            if partialCount < total { return }
-            partialCount = 0
             let gen = generation
-            try handle(h, UnsafeRawBufferPointer(start: buf + hs, count: h.length))
-            if gen != generation || stopped { return }
+            if h.type == .data {
+                // The body goes straight to the stream from here on, never through `partial`.
+                partialCount = 0
+                try beginData(h)
+                if gen != generation || stopped { return }
+                rest = try continueData(rest)
+                if dataRemaining > 0 || stopped || gen != generation { return }
+            } else {
+                let total = hs + h.length
+                let take = min(total - partialCount, rest.count)
+                if take > 0 {
+                    (buf + partialCount).copyMemory(from: rest.baseAddress!, byteCount: take)
+                    partialCount += take
+                    rest = UnsafeRawBufferPointer(rebasing: rest[take...])
+                }
+                if partialCount < total { return }
+                partialCount = 0
+                try handle(h, UnsafeRawBufferPointer(start: buf + hs, count: h.length))
+                if gen != generation || stopped { return }
+            }
         }
         while rest.count >= hs {
             let h = try WireFormat.parseHeader(rest)
             let total = hs + h.length
-            guard rest.count >= total else { break }
             let gen = generation
+            guard rest.count >= total else {
+                if h.type == .data {
+                    try beginData(h)
+                    if gen != generation || stopped { return }
+                    _ = try continueData(UnsafeRawBufferPointer(rebasing: rest[hs...]))
+                    return
+                }
+                break
+            }
             // Straight from the caller's bytes: DATA is copied once, into the stream's queue.
             try handle(h, UnsafeRawBufferPointer(rebasing: rest[hs..<total]))
             if gen != generation || stopped { return }
@@ -280,6 +309,30 @@ final class SessionEngine {
             partial!.copyMemory(from: rest.baseAddress!, byteCount: rest.count)
             partialCount = rest.count
         }
+    }
+
+    /// A DATA frame whose body is still arriving: checked (and its credit taken) on the header.
+    private func beginData(_ h: FrameHeader) throws(ProtocolError) {
+        counters.framesIn += 1
+        guard let host, try host.engineGate(.data) else {
+            dataStream = 0   // dropped: the body is skipped
+            dataRemaining = h.length; dataLength = h.length
+            return
+        }
+        dataStream = try admitData(h.stream, h.length)?.id ?? 0
+        dataRemaining = h.length; dataLength = h.length
+    }
+
+    /// Hands the next piece of the current DATA body to its stream; returns what follows it.
+    private func continueData(_ input: UnsafeRawBufferPointer) throws(ProtocolError) -> UnsafeRawBufferPointer {
+        let n = min(dataRemaining, input.count)
+        guard n > 0 else { return input }
+        dataRemaining -= n
+        // Looked up per piece: a reader may have reset the stream meanwhile (its bytes are dropped).
+        if dataStream != 0, let s = streams[dataStream] {
+            deliverData(s, UnsafeRawBufferPointer(rebasing: input[..<n]))
+        }
+        return UnsafeRawBufferPointer(rebasing: input[n...])
     }
 
     private func handle(_ h: FrameHeader, _ body: UnsafeRawBufferPointer) throws(ProtocolError) {
@@ -317,17 +370,27 @@ final class SessionEngine {
     }
 
     private func onData(_ id: UInt32, _ body: UnsafeRawBufferPointer) throws(ProtocolError) {
-        guard let s = try lookup(.data, id) else { return }
+        guard let s = try admitData(id, body.count) else { return }
+        deliverData(s, body)
+    }
+
+    /// Every DATA rule, on the header: the stream, or nil to drop the body (a race).
+    private func admitData(_ id: UInt32, _ length: Int) throws(ProtocolError) -> StreamState? {
+        guard let s = try lookup(.data, id) else { return nil }
         if s.network != .tcp { throw .wrongNetwork(.data, id) }
         if role == .client && s.phase == .opening { throw .unexpectedFrame(.data) }
         if s.remoteFin { throw .afterFin(.data, id) }
-        if body.count > Int(s.recvAllowance) { throw .creditExceeded(id) }
-        if bufferedTotal + body.count > maxBuffered { throw .bufferLimit(maxBuffered) }
-        s.recvAllowance -= UInt32(body.count)
-        s.recv.append(body)
-        bufferedTotal += body.count
-        counters.dataBytesIn += UInt64(body.count)
-        host?.engineReadable(id)
+        if length > Int(s.recvAllowance) { throw .creditExceeded(id) }
+        if bufferedTotal + length > maxBuffered { throw .bufferLimit(maxBuffered) }
+        s.recvAllowance -= UInt32(length)
+        counters.dataBytesIn += UInt64(length)
+        return s
+    }
+
+    private func deliverData(_ s: StreamState, _ bytes: UnsafeRawBufferPointer) {
+        s.recv.append(bytes)
+        bufferedTotal += bytes.count
+        host?.engineReadable(s.id)
     }
 
     private func onFin(_ id: UInt32) throws(ProtocolError) {

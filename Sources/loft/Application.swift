@@ -3,10 +3,12 @@ import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
+import LoftCarriers
 import LoftIO
 import LoftInputs
 import LoftNetstack
 import LoftOutbounds
+import LoftProtocol
 import LoftRouting
 
 /// Builds the running system from a validated configuration and tears it down again.
@@ -15,7 +17,10 @@ enum Application {
     /// runs half-configured).
     static func unsupported(_ config: Configuration) -> String? {
         for o in config.outbounds {
-            if case .loft = o.kind { return "\(o.position): outbound \"\(o.name)\": type loft is not available in this build" }
+            if case .loft(_, let carrier, _, _, _) = o.kind, CarrierKind(rawValue: carrier) == nil {
+                let built = CarrierKind.allCases.map(\.rawValue).joined(separator: ", ")
+                return "\(o.position): outbound \"\(o.name)\": carrier \(carrier) is not available in this build (built: \(built))"
+            }
         }
         return nil
     }
@@ -38,11 +43,25 @@ enum Application {
             "direct": DirectOutbound(loop: loop, resolver: resolver),
             "drop": DropOutbound(loop: loop),
         ]
+        var carrierRuntime: CarrierRuntime?
         for o in config.outbounds {
             switch o.kind {
             case .direct: outbounds[o.name] = DirectOutbound(name: o.name, loop: loop, resolver: resolver)
             case .drop: outbounds[o.name] = DropOutbound(name: o.name, loop: loop)
-            case .loft: break  // refused by unsupported()
+            case .loft(let server, let carrier, let token, let verification, let serverName):
+                do {
+                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop) }
+                    let holder = try HolderOutbound(
+                        name: o.name, loop: loop, runtime: carrierRuntime!,
+                        options: holderOptions(server: server, carrier: carrier, token: token, verification: verification,
+                                               serverName: serverName, config: config),
+                        fallback: outbounds["direct"])
+                    outbounds[o.name] = holder
+                    runtime.holders.append(holder)
+                } catch {
+                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
+                    return 1
+                }
             }
         }
         runtime.outbounds = outbounds
@@ -141,6 +160,25 @@ enum Application {
             runtime.bridge = input
         }
 
+        // Holders dial once the inputs exist: the first one's STATUS sets the TUN's overlay.
+        for (i, holder) in runtime.holders.enumerated() {
+            if i == 0, let tun {
+                holder.onStatus = { [unowned tun] status in
+                    let o = status.overlay
+                    tun.applyOverlay(ipv4: o.ipv4, gateway4: o.gateway4, ipv6: o.ipv6, gateway6: o.gateway6,
+                                     mtu: Int(o.mtu), dns: o.dns)
+                }
+            }
+            holder.start()
+        }
+        if !runtime.holders.isEmpty {
+            let monitor = PathMonitor(loop: loop)
+            if let t = config.tun, t.netns == nil { monitor.ignoreInterfaceIndex = Int32(bitPattern: if_nametoindex(t.name)) }
+            monitor.onChange = { [unowned runtime] in runtime.holders.forEach { $0.pathChanged(reason: "default route") } }
+            monitor.start()
+            runtime.pathMonitor = monitor
+        }
+
         Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
                            "bridge": bridge != nil ? "on" : "off",
                            "socks5": socks5 != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
@@ -169,6 +207,8 @@ final class Runtime {
     var socks5: Socks5Server?
     var control: ControlServer?
     var metrics: MetricsServer?
+    var holders: [HolderOutbound] = []
+    var pathMonitor: PathMonitor?
 
     init(config: Configuration, configPath: String?, loop: EventLoop) {
         self.config = config
@@ -177,6 +217,8 @@ final class Runtime {
     }
 
     func stopAll() {
+        pathMonitor?.stop(); pathMonitor = nil
+        for h in holders { h.stop() }
         tun?.stop(); tun = nil
         socks5?.stop(); socks5 = nil
         bridge?.stop(); bridge = nil
@@ -201,9 +243,10 @@ final class Runtime {
         case "metrics":
             return .success(report().prometheus())
         case "path-changed":
-            // No holder outbound in this build: nothing to re-dial.
-            Log.info("path.changed", ["source": "control", "sessions": 0])
-            return .success("no sessions to resume\n")
+            Log.info("path.changed", ["source": "control", "sessions": holders.count])
+            if holders.isEmpty { return .success("no sessions to resume\n") }
+            for h in holders { h.pathChanged(reason: "control") }
+            return .success(holders.map { "\($0.name): redialling with RESUME\n" }.joined())
         case "reload":
             return reload()
         case "":
@@ -315,8 +358,23 @@ final class Runtime {
         let usage = netstack?.outboundUsage() ?? [:]
         for name in outbounds.keys.sorted(by: { ($0 == "direct" ? "" : $0) < ($1 == "direct" ? "" : $1) }) {
             let o = outbounds[name]!
-            let type = o is DropOutbound ? "drop" : "direct"
-            var s = StatusReport.Outbound(name: name, type: type, state: "ready")
+            var s: StatusReport.Outbound
+            if let h = o as? HolderOutbound {
+                let st = h.stats
+                s = StatusReport.Outbound(name: name, type: "loft", state: st.state)
+                var d: [String] = []
+                if !st.carrier.isEmpty { d.append(st.carrier) }
+                if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
+                if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
+                if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
+                s.detail = d.joined(separator: ", ")
+                s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
+                           ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
+                           ("hold-drops", st.holdDrops), ("fallback-flows", st.fallbackFlows),
+                           ("streams-reset", st.streamsReset)]
+            } else {
+                s = StatusReport.Outbound(name: name, type: o is DropOutbound ? "drop" : "direct", state: "ready")
+            }
             if let u = usage[name] {
                 s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
             }
@@ -357,6 +415,30 @@ final class Runtime {
             Log.emit(.info, "input.stats", fields)
         }
     }
+}
+
+/// A `type: loft` outbound's settings as the holder takes them.
+func holderOptions(server: String, carrier: String, token: String, verification: TLSVerification,
+                   serverName: String?, config: Configuration) throws -> HolderOptions {
+    guard let colon = server.lastIndex(of: ":"), let port = UInt16(server[server.index(after: colon)...]) else {
+        throw TLSError("server must be host:port: \(server)")
+    }
+    var host = String(server[..<colon])
+    if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+    var tls = TLSClientOptions(serverName: serverName)
+    switch verification {
+    case .caFile(let path): tls.caFile = path
+    case .pinSHA256(let hex): tls.pinSHA256 = TLSClientOptions.parsePin(hex)
+    case .insecure: tls.insecure = true
+    }
+    let kind = CarrierKind(rawValue: carrier) ?? .ws
+    var name = [CChar](repeating: 0, count: 256)
+    gethostname(&name, name.count - 1)
+    let hostName = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return HolderOptions(
+        carrier: CarrierClientOptions(kind: kind, host: host, port: port, tls: tls,
+                                      connectTimeoutMs: config.limits.connectTimeout.milliseconds),
+        token: token, clientName: "loft/\(version) \(hostName)", hold: config.hold)
 }
 
 /// SIGINT/SIGTERM/SIGHUP arrive as readable events on a signalfd and stop the loop.

@@ -548,6 +548,61 @@ final class SessionTests: XCTestCase {
         XCTAssertThrowsProtocolError(.incompleteFrame(buffered: 11)) { try p.client.carrierEnded() }
     }
 
+    func testDataStreamsIntoQueueAsItArrives() throws {
+        let client = ClientSession(token: "tok", clientName: "x")
+        let cd = ClientRecorder()
+        client.delegate = cd
+        client.attach()
+        try client.receive(frames: [.status(Sample.status())])
+        let s = try XCTUnwrap(client.openStream(to: Sample.v4))
+        try client.receive(frames: [.openOK(stream: s)])
+        let frame = try encodeAll([.data(stream: s, payload: (0..<1000).map { UInt8(truncatingIfNeeded: $0) }), .ping(4)])
+        try client.receive(Array(frame[0..<5]))
+        XCTAssertEqual(client.readableBytes(stream: s), 0)
+        try client.receive(Array(frame[5..<108]))
+        XCTAssertEqual(client.readableBytes(stream: s), 100, "readable before the frame is complete")
+        XCTAssertEqual(cd.readable[s], 1)
+        XCTAssertThrowsProtocolError(.incompleteFrame(buffered: 108)) { try client.carrierEnded() }
+        try client.receive(Array(frame[108..<600]))
+        try client.receive(Array(frame[600...]))
+        XCTAssertEqual(client.readableBytes(stream: s), 1000)
+        var buf = [UInt8](repeating: 0, count: 1000)
+        XCTAssertEqual(buf.withUnsafeMutableBytes { client.read(stream: s, into: $0) }, .data(1000))
+        XCTAssertEqual(buf, (0..<1000).map { UInt8(truncatingIfNeeded: $0) })
+        _ = try client.takeFrames()
+        XCTAssertEqual(client.counters.framesIn, 4)
+        try client.carrierEnded()
+    }
+
+    func testDataHeaderCheckedBeforeBody() throws {
+        let front = makeFront(keepaliveMs: 1000)
+        try front.receive(frames: [.hello(Hello(token: "tok", clientName: "x")),
+                                   .open(stream: 1, network: .tcp, destination: Sample.v4)])
+        for _ in 0..<4 { try front.receive(frames: [.data(stream: 1, payload: [UInt8](repeating: 0, count: 65_535))]) }
+        // 262 140 received: a 5-byte DATA passes 262 144, refused on its 8 header bytes alone.
+        XCTAssertThrowsProtocolError(.creditExceeded(1)) { try front.receive(rawFrame(0x13, stream: 1, length: 5)) }
+    }
+
+    func testResetWhileDataArrives() throws {
+        let p = Pair()
+        p.maxPiece = 1000
+        try p.establish()
+        let s = try XCTUnwrap(p.client.openStream(to: Sample.v4))
+        let t = try XCTUnwrap(p.client.openStream(to: Sample.v4))
+        try p.pump()
+        // The client's reader resets s as soon as bytes show up; the rest of the frame is dropped
+        // and t, after it, still gets its bytes.
+        p.cd.onReadable = { c, id in if id == s { c.reset(stream: s, reason: .cancel) } }
+        _ = [UInt8](repeating: 1, count: 30_000).withBytes { p.front.write(stream: s, $0) }
+        _ = [UInt8](repeating: 2, count: 3_000).withBytes { p.front.write(stream: t, $0) }
+        try p.pump()
+        XCTAssertEqual(p.cd.readable[s], 1)
+        XCTAssertEqual(p.client.readableBytes(stream: s), 0)
+        XCTAssertEqual(p.client.readableBytes(stream: t), 3_000)
+        XCTAssertEqual(p.fd.resets.map(\.stream), [s])
+        XCTAssertEqual(p.client.bufferedBytes, 3_000)
+    }
+
     // MARK: datagrams
 
     func testDatagramsBothWays() throws {

@@ -1,0 +1,591 @@
+import Glibc
+import LoftCarriers
+import LoftCore
+import LoftIO
+import LoftProtocol
+
+/// How one holder reaches its front.
+public struct HolderOptions {
+    public var carrier: CarrierClientOptions
+    public var token: String
+    public var clientName: String
+    /// Fail-closed: while the session is down tunnelled flows are dropped, nothing goes direct.
+    public var hold: Bool
+    /// Longest wait between redials (the backoff doubles from `minBackoffMs` up to this).
+    public var minBackoffMs: UInt64
+    public var maxBackoffMs: UInt64
+    public var limits: SessionLimits
+
+    public init(carrier: CarrierClientOptions, token: String, clientName: String, hold: Bool,
+                minBackoffMs: UInt64 = 500, maxBackoffMs: UInt64 = 30_000, limits: SessionLimits = .init()) {
+        self.carrier = carrier; self.token = token; self.clientName = clientName; self.hold = hold
+        self.minBackoffMs = minBackoffMs; self.maxBackoffMs = maxBackoffMs; self.limits = limits
+    }
+}
+
+/// What `loft status` shows of a holder.
+public struct HolderStats: Sendable {
+    public var state = "starting"
+    public var carrier = ""
+    public var overlay = ""
+    public var instance = ""
+    public var rttMs: UInt64?
+    public var dials: UInt64 = 0
+    public var sessions: UInt64 = 0           // STATUS received after HELLO
+    public var resumes: UInt64 = 0            // STATUS received after RESUME
+    public var carrierLosses: UInt64 = 0
+    public var pathChanges: UInt64 = 0
+    public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
+    public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
+    public var streamsReset: UInt64 = 0       // streams lost with a carrier
+    public var lastError = ""
+}
+
+/// The loft outbound: keeps one session to a front over a carrier; each TCP flow is a stream
+/// of it and each UDP association a DGRAM association. The session outlives carriers: a lost
+/// carrier is redialled with backoff and RESUME keeps the instance (and the overlay address).
+public final class HolderOutbound: Outbound {
+    public let name: String
+    let loop: EventLoop
+    let runtime: CarrierRuntime
+    let client: CarrierClient
+    let options: HolderOptions
+    let session: ClientSession
+    /// Where flows go while the session is down and `hold` is off.
+    let fallback: Outbound?
+
+    enum Link { case idle, dialing, handshaking, up, waiting, stopped }
+    private(set) var link = Link.idle
+    private var carrier: Carrier?
+    private var linkSince: UInt64 = 0
+    private var failures = 0
+    /// Bumped for every carrier, so a redial scheduled for an older one is ignored.
+    private var generation = 0
+
+    private var streams: [UInt32: HolderStream] = [:]
+    private var pendingStreams: [HolderStream] = []
+    private var associations: [UInt32: HolderAssociation] = [:]
+    private var writeBlocked = false
+    private var flushScheduled = false
+
+    public private(set) var stats = HolderStats()
+    /// A STATUS arrived (first, after resume, or changed): apply the overlay.
+    public var onStatus: ((Status) -> Void)?
+
+    /// Longest wait for the carrier plus the session handshake.
+    static let handshakeTimeoutMs: UInt64 = 15_000
+
+    public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: HolderOptions,
+                fallback: Outbound?) throws {
+        self.name = name
+        self.loop = loop
+        self.runtime = runtime
+        self.options = options
+        self.fallback = options.hold ? nil : fallback
+        client = try CarrierClient(options.carrier, runtime: runtime)
+        session = ClientSession(token: options.token, clientName: options.clientName, limits: options.limits)
+        session.delegate = self
+        loop.every(1000) { [weak self] in self?.tick() }
+    }
+
+    public var isUp: Bool { link == .up }
+
+    /// Starts the first dial.
+    public func start() {
+        guard link == .idle else { return }
+        dial()
+    }
+
+    /// The host's path changed (or `loft path-changed`): drop the live carrier and dial again at
+    /// once; RESUME keeps the instance.
+    public func pathChanged(reason: String) {
+        guard link != .stopped else { return }
+        stats.pathChanges += 1
+        Log.info("holder.path-changed", ["outbound": name, "reason": reason])
+        if let c = carrier {
+            c.abort()
+            carrierLost("path changed (\(reason))", redialIn: 0)
+        } else if link == .waiting {
+            failures = 0
+            dial()
+        }
+    }
+
+    /// Ends the session: GOAWAY is not sent (the front expires the instance); carriers close.
+    public func stop() {
+        link = .stopped
+        carrier?.close()
+        carrier = nil
+        failAll(.networkUnreachable)
+        session.detach()
+    }
+
+    // MARK: Outbound
+
+    public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+        switch link {
+        case .up, .dialing, .handshaking, .idle:
+            let s = HolderStream(holder: self, destination: destination, events: events)
+            if link == .up { openOnSession(s) } else { pendingStreams.append(s) }
+            return s
+        case .waiting, .stopped:
+            if let fallback {
+                stats.fallbackFlows += 1
+                return fallback.openStream(to: destination, events: events)
+            }
+            stats.holdDrops += 1
+            let s = HolderStream(holder: self, destination: destination, events: events)
+            s.failSoon(.networkUnreachable)
+            return s
+        }
+    }
+
+    public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        HolderAssociation(holder: self, events: events)
+    }
+
+    // MARK: carrier lifecycle
+
+    private func dial() {
+        guard link != .stopped else { return }
+        generation += 1
+        link = .dialing
+        linkSince = loop.now
+        stats.dials += 1
+        stats.state = "connecting"
+        carrier = client.dial(delegate: self)
+    }
+
+    /// The carrier is gone (closed by the peer, broken, dead, or dropped by us).
+    private func carrierLost(_ why: String, redialIn fixedDelay: UInt64? = nil) {
+        let wasUp = link == .up
+        carrier = nil
+        writeBlocked = false
+        session.detach()
+        failAll(wasUp ? .other(ECONNRESET) : .networkUnreachable)
+        stats.carrierLosses += wasUp ? 1 : 0
+        stats.lastError = why
+        stats.rttMs = nil
+        guard link != .stopped else { return }
+        link = .waiting
+        stats.state = options.hold ? "down (hold)" : "down"
+        let delay = fixedDelay ?? backoff()
+        Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
+                                 "hold": options.hold])
+        let g = generation
+        if delay == 0 {
+            loop.soon { [weak self] in if let self, self.generation == g, self.link == .waiting { self.dial() } }
+        } else {
+            runtime.after(delay) { [weak self] in if let self, self.generation == g, self.link == .waiting { self.dial() } }
+        }
+    }
+
+    /// Exponential backoff with ±25 % jitter, so many clients of one front do not redial in step.
+    private func backoff() -> UInt64 {
+        failures += 1
+        let exp = min(failures - 1, 16)
+        let base = min(options.maxBackoffMs, options.minBackoffMs << UInt64(exp))
+        let jitter = Double.random(in: 0.75...1.25)
+        return max(100, UInt64(Double(base) * jitter))
+    }
+
+    /// Flows waiting for the session, and streams of the lost attachment: all fail now.
+    private func failAll(_ failure: FlowFailure) {
+        let pending = pendingStreams
+        pendingStreams.removeAll()
+        for s in pending { s.fail(failure) }
+        let open = streams
+        streams.removeAll()
+        if !open.isEmpty { stats.streamsReset += UInt64(open.count) }
+        for (_, s) in open { s.lost(failure) }
+        for (_, a) in associations { a.detached() }
+        associations.removeAll()
+    }
+
+    private func tick() {
+        let now = loop.now
+        switch link {
+        case .dialing, .handshaking:
+            if now - linkSince > Self.handshakeTimeoutMs, let c = carrier {
+                c.abort()
+                carrierLost("handshake timeout")
+            } else if link == .handshaking && !session.tick(now: now) {
+                carrier?.abort()
+                carrierLost("no answer from the front")
+            }
+        case .up:
+            if !session.tick(now: now) {
+                carrier?.abort()
+                carrierLost("keepalive: nothing heard for 2 intervals")
+                return
+            }
+            stats.rttMs = session.rttMs
+            flushOutput()
+        default:
+            break
+        }
+    }
+
+    // MARK: output
+
+    /// Moves the session's queued bytes into the carrier (which frames and sends them after
+    /// the current batch of events).
+    func flushOutput() {
+        guard let c = carrier, c.isOpen, !writeBlocked else { return }
+        while session.outputCount > 0 {
+            var took = 0
+            session.withOutput { bytes in
+                took = c.write(bytes)
+                return took
+            }
+            if took == 0 { writeBlocked = true; return }
+        }
+    }
+
+    func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        loop.soon { [weak self] in
+            guard let self else { return }
+            self.flushScheduled = false
+            self.flushOutput()
+        }
+    }
+
+    // MARK: streams
+
+    private func openOnSession(_ s: HolderStream) {
+        guard let id = session.openStream(to: s.destination) else {
+            s.fail(.networkUnreachable)
+            return
+        }
+        s.id = id
+        streams[id] = s
+        scheduleFlush()
+    }
+
+    func streamWrite(_ s: HolderStream, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let id = s.id, link == .up else { return -1 }
+        let n = session.write(stream: id, bytes)
+        if n > 0 { scheduleFlush() }
+        return n
+    }
+
+    func streamRead(_ s: HolderStream, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead {
+        guard let id = s.id else { return .wouldBlock }
+        let r = session.read(stream: id, into: buffer)
+        if case .data = r, session.outputCount > 0 { scheduleFlush() }  // CREDIT went out
+        return r
+    }
+
+    func streamHasInput(_ s: HolderStream) -> Bool {
+        guard let id = s.id else { return false }
+        return session.readableBytes(stream: id) > 0
+    }
+
+    func streamFinish(_ s: HolderStream) {
+        guard let id = s.id, link == .up else { return }
+        session.finish(stream: id)
+        scheduleFlush()
+    }
+
+    func streamClose(_ s: HolderStream, reset: Bool) {
+        if let i = pendingStreams.firstIndex(where: { $0 === s }) { pendingStreams.remove(at: i) }
+        guard let id = s.id else { return }
+        s.id = nil
+        streams.removeValue(forKey: id)
+        guard link == .up else { return }
+        if reset { session.reset(stream: id, reason: .connectionReset) } else { session.close(stream: id) }
+        scheduleFlush()
+    }
+
+    // MARK: datagrams
+
+    func associationSend(_ a: HolderAssociation, _ payload: UnsafeRawBufferPointer, to: Destination) -> Bool {
+        guard link == .up else {
+            if options.hold {
+                stats.holdDrops += 1
+                return false
+            }
+            return a.sendFallback(payload, to: to, via: fallback)
+        }
+        if a.id == nil {
+            guard let id = session.openAssociation(firstDestination: to) else { return false }
+            a.id = id
+            associations[id] = a
+        }
+        let ok = session.send(association: a.id!, to: to, payload)
+        scheduleFlush()
+        return ok
+    }
+
+    func associationClose(_ a: HolderAssociation) {
+        guard let id = a.id else { return }
+        a.id = nil
+        associations.removeValue(forKey: id)
+        if link == .up {
+            session.closeAssociation(id)
+            scheduleFlush()
+        }
+    }
+}
+
+// MARK: - carrier events
+
+extension HolderOutbound: CarrierDelegate {
+    public func carrierConnected(_ c: Carrier) {
+        guard c === carrier else { return }
+        link = .handshaking
+        stats.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
+        session.attach()
+        flushOutput()
+    }
+
+    public func carrier(_ c: Carrier, received bytes: UnsafeRawBufferPointer) {
+        guard c === carrier else { return }
+        do {
+            try session.receive(bytes)
+        } catch {
+            // The session queued GOAWAY (protocol error): send it, then drop the carrier.
+            Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
+            flushOutput()
+            c.close()
+            carrierLost("protocol error: \(error.description)")
+            return
+        }
+        flushOutput()
+    }
+
+    public func carrierWritable(_ c: Carrier) {
+        guard c === carrier else { return }
+        writeBlocked = false
+        flushOutput()
+    }
+
+    public func carrier(_ c: Carrier, closed reason: CarrierCloseReason) {
+        guard c === carrier else { return }
+        if case .closed = reason {
+            do { try session.carrierEnded() } catch {}
+        }
+        carrierLost("carrier \(reason)")
+    }
+}
+
+// MARK: - session events
+
+extension HolderOutbound: ClientSessionDelegate {
+    public func sessionEstablished(_ s: ClientSession, status: Status, resumed: Bool) {
+        link = .up
+        failures = 0
+        stats.state = "up"
+        stats.instance = status.instanceID.description
+        stats.overlay = describe(status.overlay)
+        if resumed { stats.resumes += 1 } else { stats.sessions += 1 }
+        Log.info(resumed ? "holder.resumed" : "holder.up",
+                 ["outbound": name, "instance": status.instanceID.description, "overlay": stats.overlay,
+                  "carrier": stats.carrier, "mtu": status.overlay.mtu])
+        onStatus?(status)
+        let pending = pendingStreams
+        pendingStreams.removeAll()
+        for p in pending where !p.isDone { openOnSession(p) }
+        flushOutput()
+    }
+
+    public func sessionStatusChanged(_ s: ClientSession, status: Status) {
+        stats.overlay = describe(status.overlay)
+        Log.info("holder.status", ["outbound": name, "overlay": stats.overlay])
+        onStatus?(status)
+    }
+
+    public func sessionGoAway(_ s: ClientSession, reason: GoAwayReason, text: String) {
+        Log.error("holder.goaway", ["outbound": name, "reason": reason.description, "text": text])
+        stats.lastError = "GOAWAY \(reason)\(text.isEmpty ? "" : ": \(text)")"
+        if reason == .unknownInstance { session.forgetInstance() }
+        // The front closes the carrier after GOAWAY; the close event redials with backoff.
+    }
+
+    public func streamOpened(_ s: ClientSession, stream: UInt32) {
+        streams[stream]?.connected()
+    }
+
+    public func streamOpenFailed(_ s: ClientSession, stream: UInt32, reason: OpenFailReason) {
+        guard let hs = streams.removeValue(forKey: stream) else { return }
+        hs.id = nil
+        hs.fail(reason.flowFailure)
+    }
+
+    public func streamReadable(_ s: ClientSession, stream: UInt32) {
+        streams[stream]?.readable()
+    }
+
+    public func streamWritable(_ s: ClientSession, stream: UInt32) {
+        streams[stream]?.writable()
+    }
+
+    public func streamReset(_ s: ClientSession, stream: UInt32, reason: RstReason) {
+        guard let hs = streams.removeValue(forKey: stream) else {
+            if let a = associations.removeValue(forKey: stream) { a.id = nil }
+            return
+        }
+        hs.id = nil
+        hs.lost(.other(ECONNRESET))
+    }
+
+    public func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination,
+                                 payload: UnsafeRawBufferPointer) {
+        guard let a = associations[association], case .ip(let endpoint) = from else { return }
+        a.events?.datagramReceived(payload, from: endpoint)
+    }
+
+    public func sessionOutputReady(_ s: ClientSession) {
+        scheduleFlush()
+    }
+
+    private func describe(_ o: Overlay) -> String {
+        var t = o.ipv4.description
+        if let v6 = o.ipv6 { t += " " + v6.description }
+        return t
+    }
+}
+
+// MARK: - one TCP flow as a stream
+
+final class HolderStream: StreamConnection {
+    weak var events: StreamEvents?
+    unowned let holder: HolderOutbound
+    let destination: Destination
+    var id: UInt32?
+    private var readInterest = true
+    private var failure: FlowFailure?
+    private var sawEOF = false
+    private var finSent = false
+    private(set) var isDone = false
+    private var notifyScheduled = false
+
+    init(holder: HolderOutbound, destination: Destination, events: StreamEvents) {
+        self.holder = holder
+        self.destination = destination
+        self.events = events
+    }
+
+    // Session side
+    func connected() { events?.streamConnected() }
+
+    /// Never connected: the flow fails (an RST or ICMP for the app).
+    func fail(_ f: FlowFailure) {
+        guard !isDone else { return }
+        isDone = true
+        events?.streamFailed(f)
+    }
+
+    func failSoon(_ f: FlowFailure) {
+        holder.loop.soon { [weak self] in self?.fail(f) }
+    }
+
+    /// Was connected, now gone (RST from the front, or the carrier was lost).
+    func lost(_ f: FlowFailure) {
+        id = nil
+        guard !isDone else { return }
+        failure = f
+        notify()
+    }
+
+    func readable() { if readInterest { notify() } }
+    func writable() { events?.streamWritable() }
+
+    /// streamReadable from the loop, not from inside a session callback.
+    private func notify() {
+        guard !notifyScheduled else { return }
+        notifyScheduled = true
+        holder.loop.soon { [weak self] in
+            guard let self else { return }
+            self.notifyScheduled = false
+            if !self.isDone && (self.readInterest || self.failure != nil) { self.events?.streamReadable() }
+        }
+    }
+
+    // StreamConnection
+    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        if failure != nil || isDone { return -1 }
+        var total = 0
+        for i in 0..<count {
+            let seg = segments[i]
+            guard let base = seg.iov_base, seg.iov_len > 0 else { continue }
+            let n = holder.streamWrite(self, UnsafeRawBufferPointer(start: base, count: seg.iov_len))
+            if n < 0 { return total > 0 ? total : -1 }
+            total += n
+            if n < seg.iov_len { break }
+        }
+        return total
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        if let failure { return .failed(failure) }
+        if sawEOF { return .eof }
+        switch holder.streamRead(self, into: buffer) {
+        case .data(let n): return .data(n)
+        case .wouldBlock: return .wouldBlock
+        case .eof: sawEOF = true; return .eof
+        }
+    }
+
+    func setReadInterest(_ on: Bool) {
+        readInterest = on
+        if on && (holder.streamHasInput(self) || failure != nil) { notify() }
+    }
+
+    func shutdownWrite() {
+        guard !finSent else { return }
+        finSent = true
+        holder.streamFinish(self)
+    }
+
+    func close() {
+        guard !isDone else { return }
+        isDone = true
+        holder.streamClose(self, reset: !(sawEOF && finSent))
+    }
+
+    func reset() {
+        guard !isDone else { return }
+        isDone = true
+        holder.streamClose(self, reset: true)
+    }
+}
+
+// MARK: - one UDP association
+
+final class HolderAssociation: DatagramAssociation, DatagramEvents {
+    weak var events: DatagramEvents?
+    unowned let holder: HolderOutbound
+    var id: UInt32?
+    /// Without hold, datagrams sent while the session is down go direct on this.
+    private var fallbackAssociation: DatagramAssociation?
+
+    init(holder: HolderOutbound, events: DatagramEvents) {
+        self.holder = holder
+        self.events = events
+    }
+
+    func send(_ payload: UnsafeRawBufferPointer, to: Destination) -> Bool {
+        holder.associationSend(self, payload, to: to)
+    }
+
+    /// The session's attachment ended: the next datagram opens the association again.
+    func detached() { id = nil }
+
+    func sendFallback(_ payload: UnsafeRawBufferPointer, to: Destination, via fallback: Outbound?) -> Bool {
+        if fallbackAssociation == nil { fallbackAssociation = fallback?.openAssociation(events: self) }
+        return fallbackAssociation?.send(payload, to: to) ?? false
+    }
+
+    func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint) {
+        events?.datagramReceived(payload, from: from)
+    }
+
+    func close() {
+        fallbackAssociation?.close()
+        fallbackAssociation = nil
+        holder.associationClose(self)
+    }
+}
