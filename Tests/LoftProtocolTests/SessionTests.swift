@@ -315,6 +315,38 @@ final class SessionTests: XCTestCase {
         XCTAssertEqual(p.client.counters.streamsReset, 2)
     }
 
+    func testLateAnswersAfterClientReset() throws {
+        let p = Pair()
+        p.fd.autoAccept = false
+        try p.establish()
+        let a = try XCTUnwrap(p.client.openStream(to: Sample.v4))
+        let b = try XCTUnwrap(p.client.openAssociation(firstDestination: Sample.v6))
+        try p.pump()
+        // The front answers while the client gives up on both: the answers cross the RSTs.
+        p.front.accept(stream: a)
+        _ = [UInt8](repeating: 1, count: 10).withBytes { p.front.write(stream: a, $0) }
+        p.front.refuse(stream: b, reason: .refused)
+        p.client.reset(stream: a, reason: .cancel)
+        p.client.closeAssociation(b)
+        try p.pump()
+        XCTAssertEqual(p.cd.opened, [])
+        XCTAssertEqual(p.cd.openFailed.count, 0)
+        XCTAssertEqual(p.fd.resets.map(\.stream), [a])   // b was already freed by the refusal
+        XCTAssertEqual(p.client.openStreamCount, 0)
+        XCTAssertEqual(p.front.openStreamCount, 0)
+        XCTAssertEqual(p.client.state, .established)
+    }
+
+    func testClientGoAway() throws {
+        let p = Pair()
+        try p.establish()
+        p.client.goAway(.shutdown, text: "bye")
+        try p.pump()
+        XCTAssertEqual(p.fd.goAways.map(\.reason), [.shutdown])
+        XCTAssertEqual(p.fd.goAways.first?.text, "bye")
+        XCTAssertEqual(p.front.phase, .closing)
+    }
+
     func testStreamLimit() throws {
         let p = Pair(frontLimits: SessionLimits(maxStreams: 2))
         try p.establish()
