@@ -8,6 +8,8 @@ import LoftProtocol
 final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     unowned let server: FrontServer
     private var carrier: Carrier?
+    /// The carrier after a graceful close, still sending what it holds (watched at shutdown).
+    private var closingCarrier: Carrier?
     let session: FrontSession
     let openedAt: UInt64
     let peerText: String
@@ -40,7 +42,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     var openStreams: Int { streams.count }
     var openAssociations: Int { associations.count }
     /// Nothing of ours is left in the carrier (used to time the exit).
-    var carrierFlushed: Bool { (carrier?.bufferedBytes ?? 0) == 0 }
+    var carrierFlushed: Bool { ((carrier ?? closingCarrier)?.bufferedBytes ?? 0) == 0 }
 
     var summary: String {
         "instance=\(instanceID.map { "\($0)" } ?? "-") peer=\(peerText) client=\(clientName) streams=\(streams.count) associations=\(associations.count) age_s=\((server.loop.now - openedAt) / 1000)"
@@ -68,7 +70,12 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard let c = carrier else { return }
         carrier = nil
         c.delegate = nil
-        if graceful { c.close() } else { c.abort() }
+        if graceful {
+            c.close()
+            closingCarrier = c
+        } else {
+            c.abort()
+        }
         let relays = Array(streams.values)
         streams.removeAll()
         for r in relays { r.abandon() }

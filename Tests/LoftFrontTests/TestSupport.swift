@@ -97,6 +97,7 @@ final class RawClient: CarrierDelegate {
     var decodeError: ProtocolError?
     /// DATA per stream, in order.
     var data: [UInt32: [UInt8]] = [:]
+    var answersPings = true
 
     var status: Status? {
         for f in frames { if case .status(let s) = f { return s } }
@@ -112,13 +113,14 @@ final class RawClient: CarrierDelegate {
 
     func send(_ frame: Frame) {
         var q = ByteQueue()
-        try! FrameEncoder.encode(frame, into: &q)
+        // Frames the encoder refuses (the fuzz test makes some) are simply not sent.
+        guard (try? FrameEncoder.encode(frame, into: &q)) != nil else { return }
         sendRaw(q.takeAll())
     }
 
     func sendRaw(_ bytes: [UInt8]) {
-        let n = bytes.withUnsafeBytes { carrier!.write($0) }
-        precondition(n == bytes.count, "test frames fit in the carrier's buffer")
+        guard let c = carrier, c.isOpen else { return }
+        _ = bytes.withUnsafeBytes { c.write($0) }
     }
 
     func carrierConnected(_ carrier: Carrier) { connected = true }
@@ -128,7 +130,7 @@ final class RawClient: CarrierDelegate {
         do throws(ProtocolError) {
             while let f = try decoder.next() {
                 if case .data(let s, let p) = f { data[s, default: []] += p }
-                if case .ping(let v) = f { send(.pong(v)) }
+                if case .ping(let v) = f, answersPings { send(.pong(v)) }
                 frames.append(f)
             }
         } catch {
