@@ -14,6 +14,7 @@ public final class FrontServer: CarrierListenerDelegate {
     let loop: EventLoop
     let runtime: CarrierRuntime
     let outbound: DirectOutbound
+    let resolver: Resolver
     let pool: AddressPool
     let limits: SessionLimits
     let keepaliveMs: UInt32
@@ -31,7 +32,7 @@ public final class FrontServer: CarrierListenerDelegate {
     let relayBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
 
     /// Carriers that have not sent HELLO/RESUME yet must do so within this.
-    static let helloDeadlineMs: UInt64 = 10_000
+    var helloDeadlineMs: UInt64 = 10_000
     /// Carriers beyond max-sessions kept open at once (handshakes in flight, resumes racing their
     /// old carrier).
     static let extraCarriers = 64
@@ -42,7 +43,7 @@ public final class FrontServer: CarrierListenerDelegate {
         self.settings = settings
         self.loop = loop
         runtime = try CarrierRuntime(loop: loop)
-        let resolver = try Resolver(loop: loop)
+        resolver = try Resolver(loop: loop)
         outbound = DirectOutbound(name: "front", loop: loop, resolver: resolver)
         pool = AddressPool(ipv4: settings.pool.ipv4, ipv6: settings.pool.ipv6, maxLeases: settings.maxSessions)
         var l = SessionLimits()
@@ -91,11 +92,11 @@ public final class FrontServer: CarrierListenerDelegate {
         connections[ObjectIdentifier(connection)] = connection
         Log.debug("carrier-accepted", ["peer": carrier.peer.map { "\($0)" } ?? "-", "carrier": carrier.kind.rawValue,
                                        "tls": carrier.tlsDescription])
-        runtime.after(Self.helloDeadlineMs) { [weak self, weak connection] in
+        runtime.after(helloDeadlineMs) { [weak self, weak connection] in
             guard let self, let connection, connection.isAwaitingHello else { return }
             self.stats.refusedNoHello += 1
             Log.info("session-refused", ["reason": "no-hello", "peer": connection.peerText])
-            connection.finish(.protocolError, "no HELLO or RESUME within \(Self.helloDeadlineMs / 1000) s")
+            connection.finish(.protocolError, "no HELLO or RESUME within \(self.helloDeadlineMs) ms")
         }
     }
 

@@ -38,11 +38,29 @@ final class StreamRelay: StreamEvents {
     }
 
     func start() {
-        socket = server.outbound.openStream(to: destination, events: self)
         server.runtime.after(server.connectTimeoutMs) { [weak self] in
             guard let self, !self.connected, !self.finished else { return }
             self.fail(.timedOut)
         }
+        switch destination {
+        case .ip(let endpoint):
+            dial(endpoint)
+        case .domain(let name, let port):
+            // Resolved here rather than in the outbound so the answer passes the same check as
+            // an address would.
+            server.resolver.resolve(name) { [weak self] addresses in
+                guard let self, !self.finished else { return }
+                guard let address = addresses.first(where: self.server.destinationAllowed) else {
+                    self.fail(addresses.isEmpty ? .resolveFailed : .notAllowed)
+                    return
+                }
+                self.dial(Endpoint(address, port))
+            }
+        }
+    }
+
+    private func dial(_ endpoint: Endpoint) {
+        socket = server.outbound.openStream(to: .ip(endpoint), events: self)
     }
 
     // MARK: StreamEvents (the destination socket)

@@ -171,6 +171,31 @@ final class EndToEndTests: XCTestCase {
         XCTAssertEqual(h.server.report().streamsFailed, 2)
     }
 
+    func testNamesAreResolvedByTheFront() throws {
+        let h = try FrontHarness()
+        let echo = EchoServer(loop: h.loop)
+        let c = h.dial()
+        let ok = h.run([
+            { c.connected }, hello(c), attached(c),
+            { c.send(.open(stream: 1, network: .tcp, destination: .domain("localhost", echo.port))); return true },
+            { c.send(.open(stream: 3, network: .tcp, destination: .domain("no-such-name.invalid", 80))); return true },
+            { c.has { $0 == .openOK(stream: 1) } && c.has { $0 == .openFail(stream: 3, reason: .resolveFailed) } },
+            { c.send(.data(stream: 1, payload: [7, 8, 9])); return true },
+            { c.data[1] == [7, 8, 9] },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+    }
+
+    func testACarrierWithoutHelloIsClosed() throws {
+        let h = try FrontHarness()
+        h.server.helloDeadlineMs = 300
+        let c = h.dial()
+        let ok = h.run([{ c.connected }, { c.closed != nil }])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
+        XCTAssertEqual(c.goAway?.0, .protocolError)
+        XCTAssertEqual(h.server.report().refusedNoHello, 1)
+    }
+
     func testUDPAssociation() throws {
         let h = try FrontHarness()
         let echo = UDPEcho(loop: h.loop)
