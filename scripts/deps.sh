@@ -12,7 +12,7 @@ PACKAGES=(
     # run: namespaces, links, routes
     iproute2 nftables procps psmisc coreutils
     # tests and benchmarks: real peers and clients
-    nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3
+    nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3 tcpdump
     # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below
     microsocks dante-server python3-pip
     # status: --watch rendered in a real terminal

@@ -125,14 +125,16 @@ public final class TunInput: IOHandler, PacketWriter {
                 netstack.setMTU(mtu, input: netif)
                 currentMTU = mtu
             }
+            // The old address goes first: removing a primary IPv4 address also removes the
+            // secondaries of its subnet, so a new one added before would vanish with it.
             if ipv4 != currentIPv4 {
-                try Command.run(ip + ["addr", "replace", ipv4.description, "dev", dev])
                 if let old = currentIPv4 { _ = try? Command.run(ip + ["addr", "del", old.description, "dev", dev], allowFailure: true) }
+                try Command.run(ip + ["addr", "replace", ipv4.description, "dev", dev])
                 currentIPv4 = ipv4
             }
             if let v6 = ipv6, v6 != currentIPv6 {
-                try Command.run(ip + ["-6", "addr", "replace", v6.description, "dev", dev, "nodad"])
                 if let old = currentIPv6 { _ = try? Command.run(ip + ["-6", "addr", "del", old.description, "dev", dev], allowFailure: true) }
+                try Command.run(ip + ["-6", "addr", "replace", v6.description, "dev", dev, "nodad"])
                 currentIPv6 = v6
             }
             if hostRoutes == nil && settings.routeAll {

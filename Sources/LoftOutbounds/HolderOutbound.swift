@@ -25,7 +25,7 @@ public struct HolderOptions {
 
 /// What `loft status` shows of a holder.
 public struct HolderStats: Sendable {
-    public var state = "starting"
+    public var state = "idle"
     public var carrier = ""
     public var overlay = ""
     public var instance = ""
@@ -152,7 +152,7 @@ public final class HolderOutbound: Outbound {
         link = .dialing
         linkSince = loop.now
         stats.dials += 1
-        stats.state = "connecting"
+        stats.state = "dialing"
         carrier = client.dial(delegate: self)
     }
 
@@ -168,7 +168,7 @@ public final class HolderOutbound: Outbound {
         stats.rttMs = nil
         guard link != .stopped else { return }
         link = .waiting
-        stats.state = options.hold ? "down (hold)" : "down"
+        stats.state = options.hold ? "held" : "down"
         let delay = fixedDelay ?? backoff()
         Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
                                  "hold": options.hold])
