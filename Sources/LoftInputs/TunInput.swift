@@ -22,9 +22,9 @@ public final class TunInput: IOHandler, PacketWriter {
     private var wroteResolvConf = false
     private var createdNetnsDir = false
     /// What is on the device now: the configured addresses until a holder's STATUS replaces them.
-    private var currentIPv4: IPPrefix?
+    public private(set) var currentIPv4: IPPrefix?
     private var currentIPv6: IPPrefix?
-    private var currentMTU = 0
+    public private(set) var currentMTU = 0
     private var currentDNS: [IPAddress] = []
     private let buffer: UnsafeMutableRawBufferPointer
     public private(set) var writeDrops: UInt64 = 0

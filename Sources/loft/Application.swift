@@ -314,8 +314,9 @@ final class Runtime {
             PacketDropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
         }
         if let t = config.tun {
+            let address = tun?.currentIPv4.map { ", \($0)" } ?? ""
             var i = StatusReport.Input(name: "tun", state: tun != nil ? "up" : "down",
-                                       detail: "\(t.name)\(t.netns.map { " in netns \($0)" } ?? " (host)"), mtu \(t.mtu)")
+                                       detail: "\(t.name)\(t.netns.map { " in netns \($0)" } ?? " (host)"), mtu \(tun?.currentMTU ?? t.mtu)\(address)")
             if let tun, let ns = netstack {
                 let c = ns.inputCounters[tun.inputIndex]
                 i.packetsIn = c.packetsIn; i.packetsOut = c.packetsOut; i.bytesIn = c.bytesIn; i.bytesOut = c.bytesOut
