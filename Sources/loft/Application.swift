@@ -390,6 +390,8 @@ final class Runtime {
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped)]
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
+            // Flows and datagrams a held holder refused are drops too (fail-closed).
+            if !holders.isEmpty { r.drops.append(("hold", holders.reduce(0) { $0 + $1.stats.holdDrops })) }
         }
         if let router {
             let usage = netstack?.ruleUsageSnapshot() ?? [:]
