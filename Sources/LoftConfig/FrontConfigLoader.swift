@@ -45,7 +45,8 @@ struct FrontConfigDecoder {
     }
 
     static let topKeys = ["log", "listen", "path", "carriers", "tls", "tokens", "tokens-file", "pool", "mtu", "dns",
-                          "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control"]
+                          "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control",
+                          "state-file", "udp-idle-timeout"]
     static let required = ["listen", "tls", "tokens (or tokens-file)", "pool"]
     static let tlsKeys = ["certificate", "key"]
     static let poolKeys = ["ipv4", "ipv6"]
@@ -62,6 +63,7 @@ struct FrontConfigDecoder {
     static let connectTimeoutRange = Duration.milliseconds(100)...Duration.seconds(300)
     static let maxSessionsRange = 1...1_000_000
     static let maxStreamsRange = 1...65_536
+    static let udpIdleRange = Duration.seconds(1)...Duration.seconds(3600)
 
     func decode(_ root: YAMLNode) throws(ConfigError) -> FrontSettings {
         guard case .mapping = root.value else {
@@ -85,6 +87,8 @@ struct FrontConfigDecoder {
         var maxStreams = 1024
         var connectTimeout = Duration.seconds(10)
         var control: String?
+        var stateFile: String?
+        var udpIdleTimeout = Duration.seconds(60)
 
         func addToken(_ token: String, at position: SourcePosition, path: String) throws(ConfigError) {
             guard !token.isEmpty, token.utf8.count <= FrontConfigDecoder.maxTokenBytes else {
@@ -168,6 +172,15 @@ struct FrontConfigDecoder {
                     throw v.error(value, "control must be a socket path of at most 107 bytes, got \(p.utf8.count) bytes")
                 }
                 control = p
+            case "state-file":
+                let p = try v.string(value, path: "state-file")
+                // PATH.tmp must fit a path too; NUL cannot be passed to open(2).
+                guard !p.isEmpty, !p.hasSuffix("/"), p.utf8.count <= 4000, !p.utf8.contains(0) else {
+                    throw v.error(value, "state-file must be a file path, got \(Values.describe(value))")
+                }
+                stateFile = ConfigLoader.resolve(p, against: baseDirectory)
+            case "udp-idle-timeout":
+                udpIdleTimeout = try v.duration(value, path: "udp-idle-timeout", in: FrontConfigDecoder.udpIdleRange)
             default:
                 break // forEachField only passes known keys
             }
@@ -187,7 +200,8 @@ struct FrontConfigDecoder {
         return FrontSettings(log: log, listen: listen, path: path, carriers: carriers, certificateFile: tls.certificate,
                              keyFile: tls.key, tokens: tokens, pool: pool, mtu: mtu, dns: dns, keepalive: keepalive,
                              instanceExpiry: expiry, maxSessions: maxSessions, maxStreams: maxStreams,
-                             connectTimeout: connectTimeout, control: control)
+                             connectTimeout: connectTimeout, control: control, stateFile: stateFile,
+                             udpIdleTimeout: udpIdleTimeout)
     }
 
     private func missing(_ key: String, _ root: YAMLNode, example: String) -> ConfigError {

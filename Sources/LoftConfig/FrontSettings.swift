@@ -51,6 +51,11 @@ public struct FrontSettings: Sendable, Equatable {
     public var connectTimeout: Duration
     /// Path of the control socket; nil: none (stats still go to the log on SIGUSR1 and at exit).
     public var control: String?
+    /// Key `state-file`: where the instance table is kept across restarts (resolved against the
+    /// config file's folder); nil: in memory only.
+    public var stateFile: String?
+    /// Key `udp-idle-timeout`: a UDP association with no datagram either way this long is closed.
+    public var udpIdleTimeout: Duration
 
     public static let defaultPath = "/loft"
     public static let defaultMTU = 1400
@@ -60,7 +65,7 @@ public struct FrontSettings: Sendable, Equatable {
                 tokens: [String], pool: FrontPoolSettings, mtu: Int = FrontSettings.defaultMTU,
                 dns: [IPAddress] = [], keepalive: Duration = .seconds(10), instanceExpiry: Duration = .seconds(600),
                 maxSessions: Int = 1024, maxStreams: Int = 1024, connectTimeout: Duration = .seconds(10),
-                control: String? = nil) {
+                control: String? = nil, stateFile: String? = nil, udpIdleTimeout: Duration = .seconds(60)) {
         self.log = log
         self.listen = listen
         self.path = path
@@ -77,6 +82,8 @@ public struct FrontSettings: Sendable, Equatable {
         self.maxStreams = maxStreams
         self.connectTimeout = connectTimeout
         self.control = control
+        self.stateFile = stateFile
+        self.udpIdleTimeout = udpIdleTimeout
     }
 }
 

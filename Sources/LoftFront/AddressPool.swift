@@ -9,10 +9,12 @@ public struct Lease: Equatable, Sendable {
     public let slot: UInt32
     public let ipv4: IPAddress
     public let ipv6: IPAddress?
-    /// Monotonic ms when the last carrier went away; nil while attached.
-    public internal(set) var detachedAt: UInt64?
+    /// Monotonic ms when the instance expires (its carrier went away); nil while attached. An
+    /// absolute time rather than the detach time, so a lifetime restored from the state file is
+    /// kept exactly.
+    public internal(set) var expiresAt: UInt64?
 
-    public var isAttached: Bool { detachedAt == nil }
+    public var isAttached: Bool { expiresAt == nil }
 }
 
 /// The overlay addresses of every instance, keyed by instance id. An instance keeps its slot
@@ -63,24 +65,53 @@ public final class AddressPool {
         while owners[slot] != nil { slot = slot + 1 == UInt32(capacity) ? 0 : slot + 1 }
         cursor = slot + 1 == UInt32(capacity) ? 0 : slot + 1
         let lease = Lease(instanceID: id, slot: slot, ipv4: AddressPool.host(ipv4Network, UInt64(slot) + 2),
-                          ipv6: ipv6Network.map { AddressPool.host($0, UInt64(slot) + 2) }, detachedAt: nil)
+                          ipv6: ipv6Network.map { AddressPool.host($0, UInt64(slot) + 2) }, expiresAt: nil)
         leases[id] = lease
         owners[slot] = id
         return lease
     }
 
+    /// The addresses `slot` stands for in these pools; nil when the slot is outside them.
+    public func addresses(ofSlot slot: UInt32) -> (ipv4: IPAddress, ipv6: IPAddress?)? {
+        guard Int(slot) < capacity else { return nil }
+        return (AddressPool.host(ipv4Network, UInt64(slot) + 2), ipv6Network.map { AddressPool.host($0, UInt64(slot) + 2) })
+    }
+
+    /// Puts back an instance saved before a restart, detached until `expiresAt`, on its old slot
+    /// (so its addresses are the same). nil when the slot is outside the pools or taken, or the
+    /// id is known.
+    @discardableResult
+    public func restore(_ id: InstanceID, slot: UInt32, expiresAt: UInt64) -> Lease? {
+        guard leases[id] == nil, owners[slot] == nil, let a = addresses(ofSlot: slot) else { return nil }
+        let lease = Lease(instanceID: id, slot: slot, ipv4: a.ipv4, ipv6: a.ipv6, expiresAt: expiresAt)
+        leases[id] = lease
+        owners[slot] = id
+        return lease
+    }
+
+    /// Where round-robin hands out the next slot (saved with the instances, so a slot freed just
+    /// before a restart is not given out at once after it).
+    public var nextSlot: UInt32 {
+        get { cursor }
+        set { cursor = capacity == 0 ? 0 : newValue % UInt32(capacity) }
+    }
+
+    /// Every instance, in slot order.
+    public var allLeases: [Lease] { leases.values.sorted { $0.slot < $1.slot } }
+
     /// Marks a known instance attached again (RESUME); nil when it is unknown or expired.
     public func attach(_ id: InstanceID) -> Lease? {
         guard var lease = leases[id] else { return nil }
-        lease.detachedAt = nil
+        lease.expiresAt = nil
         leases[id] = lease
         return lease
     }
 
-    /// The instance's carrier is gone: its addresses stay until `sweep` finds it expired.
-    public func detach(_ id: InstanceID, now: UInt64) {
+    /// The instance's carrier is gone: its addresses stay until `sweep` finds it expired, at
+    /// `now + expiryMs`.
+    public func detach(_ id: InstanceID, now: UInt64, expiryMs: UInt64) {
         guard var lease = leases[id], lease.isAttached else { return }
-        lease.detachedAt = now
+        lease.expiresAt = now &+ expiryMs
         leases[id] = lease
     }
 
@@ -90,12 +121,12 @@ public final class AddressPool {
         owners.removeValue(forKey: lease.slot)
     }
 
-    /// Frees every instance detached for at least `expiryMs` and returns them.
+    /// Frees every detached instance whose expiry has come and returns them.
     @discardableResult
-    public func sweep(now: UInt64, expiryMs: UInt64) -> [Lease] {
+    public func sweep(now: UInt64) -> [Lease] {
         var expired: [Lease] = []
         for lease in leases.values {
-            if let at = lease.detachedAt, now >= at, now - at >= expiryMs { expired.append(lease) }
+            if let at = lease.expiresAt, now >= at { expired.append(lease) }
         }
         for lease in expired { release(lease.instanceID) }
         return expired

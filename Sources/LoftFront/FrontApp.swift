@@ -40,8 +40,10 @@ public enum FrontApp {
         Log.info("ready", ["listen": server.localEndpoint.map { "\($0)" } ?? "\(settings.listen)", "path": settings.path,
                            "carriers": settings.carriers.map(\.rawValue).joined(separator: ","),
                            "pool4": settings.pool.ipv4, "pool6": settings.pool.ipv6.map { "\($0)" } ?? "-",
-                           "control": settings.control ?? "-", "version": version, "pid": getpid(), "nofile": nofile])
+                           "control": settings.control ?? "-", "state_file": settings.stateFile ?? "-", "version": version, "pid": getpid(), "nofile": nofile])
         loop.run()
+        // A clean exit leaves the table on disk as it is now (every instance detached).
+        server.saveState(final: true)
         server.logStats("stopped")
         return 0
     }

@@ -93,6 +93,21 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
             server.stats.deadCarriers += 1
             Log.info("carrier-dead", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText])
             tearDown(graceful: false)
+            return
+        }
+        closeIdleAssociations(now: now)
+    }
+
+    /// Associations without a datagram either way for `udp-idle-timeout` are closed (RST
+    /// timed-out), so their sockets do not stay open for a client that forgot them.
+    private func closeIdleAssociations(now: UInt64) {
+        let limit = server.udpIdleMs
+        for (id, a) in associations where now >= a.lastActive && now - a.lastActive >= limit {
+            associations.removeValue(forKey: id)
+            a.close()
+            session.reset(stream: id, reason: .timedOut)
+            server.stats.associationsTimedOut += 1
+            Log.debug("association-timed-out", ["instance": instanceID.map { "\($0)" } ?? "-", "association": id])
         }
     }
 
@@ -252,6 +267,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
 
     func datagramReceived(_ s: FrontSession, association: UInt32, to: Destination, payload: UnsafeRawBufferPointer) {
         guard let a = associations[association] else { return }
+        a.lastActive = server.loop.now
         if case .ip(let e) = to, !server.destinationAllowed(e.address) {
             server.stats.datagramsDropped += 1
             return

@@ -20,6 +20,7 @@ public final class FrontServer: CarrierListenerDelegate {
     let keepaliveMs: UInt32
     let expiryMs: UInt64
     let connectTimeoutMs: UInt64
+    let udpIdleMs: UInt64
     private let tokens: [[UInt8]]
     private var listener: CarrierListener?
     private var control: ControlServer?
@@ -52,13 +53,16 @@ public final class FrontServer: CarrierListenerDelegate {
         keepaliveMs = UInt32(clamping: settings.keepalive.wholeMilliseconds)
         expiryMs = settings.instanceExpiry.wholeMilliseconds
         connectTimeoutMs = settings.connectTimeout.wholeMilliseconds
+        udpIdleMs = max(1, settings.udpIdleTimeout.wholeMilliseconds)
         tokens = settings.tokens.map { Array($0.utf8) }
     }
 
     deinit { relayBuffer.deallocate() }
 
-    /// Binds the listener (and the control socket), starts the timers.
+    /// Loads the state file (if any), binds the listener (and the control socket), starts the
+    /// timers.
     public func start() throws {
+        loadState()
         let kinds = Set(settings.carriers.map { $0 == .ws ? CarrierKind.ws : CarrierKind.get })
         let options = CarrierServerOptions(listen: settings.listen, path: settings.path, kinds: kinds,
                                            tls: TLSServerOptions(certificateFile: settings.certificateFile,
@@ -129,6 +133,7 @@ public final class FrontServer: CarrierListenerDelegate {
         }
         attachments[id] = connection
         stats.sessionsOpened += 1
+        stateChanged()
         return .accepted(status(for: lease))
     }
 
@@ -148,6 +153,7 @@ public final class FrontServer: CarrierListenerDelegate {
         guard let lease = pool.attach(id) else { return .refused(.unknownInstance, "instance \(id) is not known here") }
         attachments[id] = connection
         stats.sessionsResumed += 1
+        stateChanged()
         return .accepted(status(for: lease))
     }
 
@@ -165,7 +171,8 @@ public final class FrontServer: CarrierListenerDelegate {
         connections.removeValue(forKey: ObjectIdentifier(connection))
         if let id = connection.instanceID, attachments[id] === connection {
             attachments.removeValue(forKey: id)
-            pool.detach(id, now: loop.now)
+            pool.detach(id, now: loop.now, expiryMs: expiryMs)
+            stateChanged()
         }
     }
 
@@ -184,10 +191,97 @@ public final class FrontServer: CarrierListenerDelegate {
     private func housekeeping() {
         let now = loop.now
         for c in Array(connections.values) { c.tick(now: now) }
-        for lease in pool.sweep(now: now, expiryMs: expiryMs) {
+        for lease in pool.sweep(now: now) {
             stats.instancesExpired += 1
             Log.info("instance-expired", ["instance": lease.instanceID, "ipv4": lease.ipv4])
+            stateChanged()
         }
+        // A write that failed earlier is tried again here.
+        if stateDirty { scheduleStateWrite() }
+    }
+
+    // MARK: state file
+
+    /// The table differs from the state file.
+    private(set) var stateDirty = false
+    private var stateWriteScheduled = false
+    private var lastStateWrite: UInt64?
+    /// The file at start could not be used: it is left for the operator until the table changes.
+    private var keepingIgnoredFile = false
+    private var stateWriteFailing = false
+    /// Writes are coalesced to at most one per this, and one per loop iteration.
+    static let stateWriteIntervalMs: UInt64 = 100
+
+    /// An instance was created, detached, resumed or expired.
+    func stateChanged() {
+        guard settings.stateFile != nil else { return }
+        stateDirty = true
+        scheduleStateWrite()
+    }
+
+    private func scheduleStateWrite() {
+        guard !stateWriteScheduled else { return }
+        stateWriteScheduled = true
+        let due = (lastStateWrite ?? 0) &+ Self.stateWriteIntervalMs
+        let write = { [weak self] in
+            guard let self else { return }
+            self.stateWriteScheduled = false
+            self.saveState()
+        }
+        // After the current batch of events, so one iteration's changes make one write.
+        if lastStateWrite == nil || loop.now >= due { loop.soon(write) } else { runtime.after(due - loop.now, write) }
+    }
+
+    /// Writes the state file if the table changed since the last write; `final` (a clean exit)
+    /// writes it in any case, with the lifetimes left now, unless an ignored file is being kept.
+    /// false when the write failed (it is tried again on the next change or sweep).
+    @discardableResult
+    public func saveState(final: Bool = false) -> Bool {
+        guard let path = settings.stateFile, stateDirty || (final && !keepingIgnoredFile) else { return true }
+        lastStateWrite = loop.now
+        let text = FrontState.encode(FrontState.snapshot(of: pool, now: loop.now))
+        if let error = FrontState.write(text, to: path) {
+            // Once per run of failures: the retry each second would flood the log.
+            if !stateWriteFailing { Log.warn("state-file-write-failed", ["path": path, "error": error]) }
+            stateWriteFailing = true
+            return false
+        }
+        if stateWriteFailing { Log.info("state-file-written", ["path": path]) }
+        stateWriteFailing = false
+        stateDirty = false
+        keepingIgnoredFile = false
+        return true
+    }
+
+    /// Restores the instances of the state file, all detached. A file that does not parse is
+    /// logged and left alone (not overwritten before the first change), and the front starts empty.
+    private func loadState() {
+        guard let path = settings.stateFile else { return }
+        let bytes: [UInt8]
+        switch FrontState.read(path) {
+        case .missing:
+            Log.info("state-loaded", ["path": path, "instances": 0, "file": "absent"])
+            return
+        case .failed(let error):
+            Log.warn("state-file-ignored", ["path": path, "reason": "cannot read: \(error)"])
+            keepingIgnoredFile = true
+            return
+        case .bytes(let b): bytes = b
+        }
+        let snapshot: FrontState.Snapshot
+        do throws(FrontState.Corrupt) {
+            snapshot = try FrontState.decode(bytes)
+        } catch {
+            Log.warn("state-file-ignored", ["path": path, "reason": error.description])
+            keepingIgnoredFile = true
+            return
+        }
+        let (restored, dropped) = FrontState.restore(snapshot, into: pool, now: loop.now, expiryMs: expiryMs)
+        for (e, reason) in dropped {
+            Log.warn("state-entry-dropped", ["instance": e.id, "ipv4": e.ipv4, "ipv6": e.ipv6.map { "\($0)" } ?? "-",
+                                             "reason": reason])
+        }
+        Log.info("state-loaded", ["path": path, "instances": restored, "dropped": dropped.count])
     }
 
     // MARK: stats and control

@@ -19,6 +19,7 @@ public struct FrontStats: Sendable, Equatable {
     public var streamsFailed: UInt64 = 0            // TCP OPEN refused (dial failed or not allowed)
     public var streamsReset: UInt64 = 0             // reset by either side or lost with the carrier
     public var associationsOpened: UInt64 = 0       // UDP OPEN accepted
+    public var associationsTimedOut: UInt64 = 0     // closed after udp-idle-timeout without datagrams
     public var bytesUp: UInt64 = 0                  // client → destinations (TCP payload)
     public var bytesDown: UInt64 = 0                // destinations → client
     public var datagramsUp: UInt64 = 0
@@ -45,7 +46,8 @@ public struct FrontStats: Sendable, Equatable {
          ("refused_no_hello", refusedNoHello), ("protocol_errors", protocolErrors), ("dead_carriers", deadCarriers),
          ("carriers_lost", carriersLost), ("instances_expired", instancesExpired),
          ("streams_opened", streamsOpened), ("streams_failed", streamsFailed), ("streams_reset", streamsReset),
-         ("associations_opened", associationsOpened), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
+         ("associations_opened", associationsOpened),
+         ("associations_timed_out", associationsTimedOut), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
          ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped)]
     }
 

@@ -292,10 +292,13 @@ final class DatagramRelay: DatagramEvents {
     private unowned let connection: FrontConnection
     let association: UInt32
     private var sockets: DatagramAssociation?
+    /// Loop time of the last datagram either way (for the idle timeout).
+    var lastActive: UInt64
 
     init?(connection: FrontConnection, association: UInt32) {
         self.connection = connection
         self.association = association
+        lastActive = connection.server.loop.now
         guard let a = connection.server.outbound.openAssociation(events: self) else { return nil }
         sockets = a
     }
@@ -305,6 +308,7 @@ final class DatagramRelay: DatagramEvents {
     }
 
     func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint) {
+        lastActive = connection.server.loop.now
         let stats = connection.session.send(association: association, from: .ip(from), payload)
         if stats { connection.server.stats.datagramsDown += 1 } else { connection.server.stats.datagramsDropped += 1 }
     }

@@ -33,15 +33,15 @@ final class AddressPoolTests: XCTestCase {
         let pool = AddressPool(ipv4: IPPrefix("198.18.64.0/24")!, ipv6: IPPrefix("fd00:64::/64")!)
         _ = pool.assign(id(1))
         let b = pool.assign(id(2))!
-        pool.detach(id(2), now: 1000)
+        pool.detach(id(2), now: 1000, expiryMs: 10_000)
         XCTAssertFalse(pool.lease(id(2))!.isAttached)
-        XCTAssertEqual(pool.sweep(now: 5000, expiryMs: 10_000), [])
+        XCTAssertEqual(pool.sweep(now: 5000), [])
         let resumed = pool.attach(id(2))!
         XCTAssertEqual(resumed.ipv4, b.ipv4)
         XCTAssertEqual(resumed.ipv6, b.ipv6)
         XCTAssertTrue(resumed.isAttached)
         // Attached again: no longer subject to expiry.
-        XCTAssertEqual(pool.sweep(now: 100_000, expiryMs: 10_000), [])
+        XCTAssertEqual(pool.sweep(now: 100_000), [])
         XCTAssertNil(pool.attach(id(99)), "unknown instances do not resume")
     }
 
@@ -51,9 +51,9 @@ final class AddressPoolTests: XCTestCase {
         let a = pool.assign(id(1))!
         XCTAssertEqual(a.ipv4, IPAddress("10.0.0.2"))
         XCTAssertNil(pool.assign(id(2)), "a /30 holds one client")
-        pool.detach(id(1), now: 1000)
-        XCTAssertEqual(pool.sweep(now: 10_999, expiryMs: 10_000), [])
-        let expired = pool.sweep(now: 11_000, expiryMs: 10_000)
+        pool.detach(id(1), now: 1000, expiryMs: 10_000)
+        XCTAssertEqual(pool.sweep(now: 10_999), [])
+        let expired = pool.sweep(now: 11_000)
         XCTAssertEqual(expired.map(\.instanceID), [id(1)])
         XCTAssertNil(pool.lease(id(1)))
         XCTAssertNil(pool.attach(id(1)), "an expired instance cannot resume")

@@ -213,6 +213,39 @@ final class EndToEndTests: XCTestCase {
         XCTAssertEqual(h.server.report().datagramsDown, 1)
     }
 
+    /// An association silent both ways for udp-idle-timeout is closed with RST timed-out; one
+    /// that keeps sending stays.
+    func testIdleUDPAssociationIsClosed() throws {
+        let h = try FrontHarness(FrontHarness.settings(udpIdleTimeout: .milliseconds(300)))
+        let echo = UDPEcho(loop: h.loop)
+        let c = h.dial()
+        let to = Endpoint(.v4(0x7F00_0001), echo.port)
+        var lastSent: UInt64 = 0
+        let ok = h.run([
+            { c.connected }, hello(c), attached(c),
+            { c.send(.open(stream: 1, network: .udp, destination: .ip(to)))
+              c.send(.open(stream: 3, network: .udp, destination: .ip(to)))
+              return true },
+            { c.has { $0 == .openOK(stream: 1) } && c.has { $0 == .openOK(stream: 3) } },
+            { c.send(.dgram(association: 1, remote: .ip(to), payload: [1])); return true },
+            { c.has { $0 == .dgram(association: 1, remote: .ip(to), payload: [1]) } },
+            {
+                // Association 3 stays busy (a datagram every 50 ms) while 1 goes quiet.
+                let now = monotonicMilliseconds()
+                if now - lastSent >= 50 {
+                    lastSent = now
+                    c.send(.dgram(association: 3, remote: .ip(to), payload: [3]))
+                }
+                return c.has { $0 == .rst(stream: 1, reason: .timedOut) }
+            },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames.suffix(5))")
+        XCTAssertFalse(c.has { $0 == .rst(stream: 3, reason: .timedOut) })
+        let s = h.server.report()
+        XCTAssertEqual(s.associationsTimedOut, 1)
+        XCTAssertEqual(s.associationsOpen, 1)
+    }
+
     func testShutdownSendsGoAwayToEverySession() throws {
         let h = try FrontHarness()
         let a = h.dial(.ws)

@@ -50,6 +50,25 @@ final class FrontConfigTests: XCTestCase {
         XCTAssertEqual(s.connectTimeout, .seconds(10))
         XCTAssertNil(s.control)
         XCTAssertEqual(s.log, .info)
+        XCTAssertNil(s.stateFile)
+        XCTAssertEqual(s.udpIdleTimeout, .seconds(60))
+    }
+
+    func testStateFileAndUDPIdleTimeout() throws {
+        let s = try parse(Self.minimal + "state-file: state/front.state\nudp-idle-timeout: 90s\n", base: "/etc/loft")
+        XCTAssertEqual(s.stateFile, "/etc/loft/state/front.state")
+        XCTAssertEqual(s.udpIdleTimeout, .seconds(90))
+        XCTAssertEqual(try parse(Self.minimal + "state-file: /var/lib/loft/front.state\n", base: "/etc/loft").stateFile,
+                       "/var/lib/loft/front.state")
+        XCTAssertEqual(try parse(Self.minimal + "udp-idle-timeout: 1h\n").udpIdleTimeout, .seconds(3600))
+        let m = Self.minimal
+        assertError(m + "state-file: [a]\n", at: 5, 13, "state-file must be a non-empty string")
+        assertError(m + "state-file: \"\"\n", at: 5, 13, "state-file must be a non-empty string")
+        assertError(m + "state-file: state/\n", at: 5, 13, "state-file must be a file path")
+        assertError(m + "udp-idle-timeout: 500ms\n", at: 5, 19, "udp-idle-timeout must be a duration from 1s to 1h", "got 500ms")
+        assertError(m + "udp-idle-timeout: 2h\n", at: 5, 19, "udp-idle-timeout must be a duration from 1s to 1h")
+        assertError(m + "state-files: x\n", at: 5, 1, "unknown key \"state-files\"", "did you mean \"state-file\"?")
+        assertError(m + "state-file: a\nstate-file: b\n", at: 6, 1, "duplicate key \"state-file\"")
     }
 
     func testFullExample() throws {

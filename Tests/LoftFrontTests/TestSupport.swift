@@ -34,12 +34,14 @@ final class FrontHarness {
     private(set) var failedStep: Int?
 
     static func settings(maxSessions: Int = 16, pool: String = "198.18.64.0/24", expiry: Duration = .seconds(600),
-                         keepalive: Duration = .seconds(10)) -> FrontSettings {
+                         keepalive: Duration = .seconds(10), stateFile: String? = nil,
+                         udpIdleTimeout: Duration = .seconds(60)) -> FrontSettings {
         FrontSettings(log: .warn, listen: Endpoint(.v4(0x7F00_0001), 0), certificateFile: FrontPKI.dir + "/server.pem",
                       keyFile: FrontPKI.dir + "/server.key", tokens: ["secret-1", "secret-2"],
                       pool: FrontPoolSettings(ipv4: IPPrefix(pool)!, ipv6: IPPrefix("fd00:64::/64")!),
                       mtu: 1400, dns: [IPAddress("198.18.1.2")!], keepalive: keepalive, instanceExpiry: expiry,
-                      maxSessions: maxSessions, maxStreams: 8, connectTimeout: .seconds(3))
+                      maxSessions: maxSessions, maxStreams: 8, connectTimeout: .seconds(3), stateFile: stateFile,
+                      udpIdleTimeout: udpIdleTimeout)
     }
 
     init(_ settings: FrontSettings = FrontHarness.settings()) throws {
