@@ -16,7 +16,11 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     let sessionID = Hex.encode(Crypto.random(16))
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state = State.resolving
+    private var state = State.resolving {
+        didSet { if state == .closed { closingSelf = nil } }
+    }
+    /// Alive on its own during a graceful close (its owner has let go already).
+    private var closingSelf: GetClientCarrier?
     private var downHead = false
     private var upReady = false
     private var upEnded = false
@@ -269,6 +273,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         switch state {
         case .open:
             state = .closing
+            closingSelf = self
             if let c = up {
                 out.finalize(c)
                 _ = ChunkedEncoder.last.withUnsafeBytes { c.append($0) }

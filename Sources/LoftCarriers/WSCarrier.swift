@@ -13,7 +13,12 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     private let runtime: CarrierRuntime
     private let client: CarrierClient?
     private var conn: TLSConnection?
-    private var state: State
+    private var state: State {
+        didSet { if state == .closed { closingSelf = nil } }
+    }
+    /// While a graceful close runs the carrier keeps itself alive: its owner has let go, and
+    /// the peer's Close (or the close timer) must still find it to end the connection.
+    private var closingSelf: WSCarrier?
     private var key = ""
     private var decoder: WSDecoder
     private var out: FrameWriter
@@ -301,6 +306,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         case .open:
             guard let c = conn else { state = .closed; return }
             state = .closing
+            closingSelf = self
             sendClose(WSCloseCode.normal, "")
             readingPaused = false
             c.setReading(true)

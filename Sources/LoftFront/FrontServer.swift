@@ -47,7 +47,9 @@ public final class FrontServer: CarrierListenerDelegate {
         resolver = try Resolver(loop: loop)
         outbound = DirectOutbound(name: "front", loop: loop, resolver: resolver)
         pool = AddressPool(ipv4: settings.pool.ipv4, ipv6: settings.pool.ipv6, maxLeases: settings.maxSessions)
-        var l = SessionLimits()
+        // 1 MiB receive window per stream, as the holder uses: 256 KiB caps one upload at half
+        // the carrier's speed on loopback (bench/holder); idle streams give their buffers back.
+        var l = SessionLimits(streamWindow: 1 << 20)
         l.maxStreams = settings.maxStreams
         limits = l
         keepaliveMs = UInt32(clamping: settings.keepalive.wholeMilliseconds)

@@ -15,9 +15,14 @@ public struct HolderOptions {
     public var minBackoffMs: UInt64
     public var maxBackoffMs: UInt64
     public var limits: SessionLimits
+    /// Receive window per stream. 256 KiB (the protocol's initial window) holds one stream
+    /// to half the direct path's rate on loopback; 1 MiB lets it run at the carrier's speed
+    /// (bench/holder). Idle streams give their buffers back, so this costs only while busy.
+    public static let streamWindow: UInt32 = 1 << 20
 
     public init(carrier: CarrierClientOptions, token: String, clientName: String, hold: Bool,
-                minBackoffMs: UInt64 = 500, maxBackoffMs: UInt64 = 30_000, limits: SessionLimits = .init()) {
+                minBackoffMs: UInt64 = 500, maxBackoffMs: UInt64 = 30_000,
+                limits: SessionLimits = SessionLimits(streamWindow: HolderOptions.streamWindow)) {
         self.carrier = carrier; self.token = token; self.clientName = clientName; self.hold = hold
         self.minBackoffMs = minBackoffMs; self.maxBackoffMs = maxBackoffMs; self.limits = limits
     }

@@ -69,6 +69,9 @@ final class StreamState {
     var live = true
     /// A write or writableBytes was cut short by the output bound.
     var outputBlocked = false
+    /// Bytes arrived since the last tick; a stream quiet for a whole tick gives its receive
+    /// storage back, so idle flows hold no buffer however much they carried before.
+    var recvTouched = false
 
     init(id: UInt32, network: FlowNetwork) { self.id = id; self.network = network }
 }
@@ -389,6 +392,7 @@ final class SessionEngine {
 
     private func deliverData(_ s: StreamState, _ bytes: UnsafeRawBufferPointer) {
         s.recv.append(bytes)
+        s.recvTouched = true
         bufferedTotal += bytes.count
         host?.engineReadable(s.id)
     }
@@ -645,6 +649,10 @@ final class SessionEngine {
     // MARK: keepalive
 
     func tick(now: UInt64) -> Bool {
+        for st in streams.values {
+            if !st.recvTouched && st.recv.isEmpty && st.recv.capacity > 0 { st.recv.removeAll(keepingCapacity: false) }
+            st.recvTouched = false
+        }
         guard keepaliveMs > 0, !failed else { return true }
         if heardSinceTick || lastHeard == nil { lastHeard = now; heardSinceTick = false }
         if pongUnresolved, let p = pingOutstanding {
