@@ -14,6 +14,16 @@ public enum LogLevel: String, Sendable, Comparable, CaseIterable {
     }
 
     public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rank < rhs.rank }
+
+    /// The logger's threshold for this level.
+    public var threshold: Log.Level {
+        switch self {
+        case .error: return .error
+        case .warn: return .warn
+        case .info: return .info
+        case .debug: return .debug
+        }
+    }
 }
 
 /// What the TUN side does with ICMP echo requests.

@@ -7,12 +7,7 @@ import LoftIO
 /// Runs a front from validated settings until SIGINT/SIGTERM; returns the exit code.
 public enum FrontApp {
     public static func run(_ settings: FrontSettings, version: String) -> Int32 {
-        Log.threshold = switch settings.log {
-        case .error: .error
-        case .warn: .warn
-        case .info: .info
-        case .debug: .debug
-        }
+        Log.threshold = settings.log.threshold
         let nofile = clinux_raise_nofile()
         let loop: EventLoop
         do { loop = try EventLoop() } catch { Log.error("start-failed", ["error": error]); return 1 }

@@ -26,12 +26,7 @@ enum Application {
     }
 
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
-        Log.threshold = switch config.log {
-        case .error: .error
-        case .warn: .warn
-        case .info: .info
-        case .debug: .debug
-        }
+        Log.threshold = config.log.threshold
         let nofile = clinux_raise_nofile()
         let loop: EventLoop
         do { loop = try EventLoop() } catch { Log.error("start.failed", ["error": error]); return 1 }
