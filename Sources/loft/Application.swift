@@ -17,9 +17,14 @@ enum Application {
     /// runs half-configured).
     static func unsupported(_ config: Configuration) -> String? {
         for o in config.outbounds {
-            if case .loft(_, let carrier, _, _, _) = o.kind, CarrierKind(rawValue: carrier) == nil {
+            guard case .loft(_, let carrier, _, let verification, _) = o.kind else { continue }
+            if CarrierKind(rawValue: carrier) == nil {
                 let built = CarrierKind.allCases.map(\.rawValue).joined(separator: ", ")
                 return "\(o.position): outbound \"\(o.name)\": carrier \(carrier) is not available in this build (built: \(built))"
+            }
+            // A CA file that cannot be read would only fail at the first dial.
+            if case .caFile(let path) = verification, access(path, R_OK) != 0 {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
             }
         }
         return nil

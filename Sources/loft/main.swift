@@ -124,7 +124,7 @@ case "--version", "version":
 case "check":
     let path = configPath(args, required: true)!
     let config = loadConfig(path)
-    if let problem = Application.unsupported(config) { fail("\(path): \(problem)", code: 2) }
+    if let problem = Application.unsupported(config) { fail(problem, code: 2) }
     // Rules that can never match are reported, not refused: the file is still valid.
     for (shadowed, by) in Router.shadowed(config.rules) {
         let a = config.rules[shadowed].position, b = config.rules[by].position
