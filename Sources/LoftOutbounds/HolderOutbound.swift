@@ -461,6 +461,10 @@ final class HolderStream: StreamConnection {
     let destination: Destination
     var id: UInt32?
     private var readInterest = true
+    /// OPEN_OK arrived: until then a lost stream fails instead of turning readable.
+    private var isConnected = false
+    /// The session had something (data, FIN) while read interest was off.
+    private var missedReadable = false
     private var failure: FlowFailure?
     private var sawEOF = false
     private var finSent = false
@@ -474,7 +478,10 @@ final class HolderStream: StreamConnection {
     }
 
     // Session side
-    func connected() { events?.streamConnected() }
+    func connected() {
+        isConnected = true
+        events?.streamConnected()
+    }
 
     /// Never connected: the flow fails (an RST or ICMP for the app).
     func fail(_ f: FlowFailure) {
@@ -491,11 +498,15 @@ final class HolderStream: StreamConnection {
     func lost(_ f: FlowFailure) {
         id = nil
         guard !isDone else { return }
+        // Its OPEN was never answered: the app is still connecting and waits for streamFailed.
+        guard isConnected else { fail(f); return }
         failure = f
         notify()
     }
 
-    func readable() { if readInterest { notify() } }
+    func readable() {
+        if readInterest { notify() } else { missedReadable = true }
+    }
     func writable() { events?.streamWritable() }
 
     /// streamReadable from the loop, not from inside a session callback.
@@ -536,7 +547,11 @@ final class HolderStream: StreamConnection {
 
     func setReadInterest(_ on: Bool) {
         readInterest = on
-        if on && (holder.streamHasInput(self) || failure != nil) { notify() }
+        // A FIN that came while off leaves no bytes behind, only this flag.
+        if on && (missedReadable || holder.streamHasInput(self) || failure != nil) {
+            missedReadable = false
+            notify()
+        }
     }
 
     func shutdownWrite() {
