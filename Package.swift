@@ -53,6 +53,7 @@ let package = Package(
         .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO"]),
+        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,111 @@
+import Glibc
+import LoftCore
+import LoftIO
+import XCTest
+@testable import LoftOutbounds
+
+/// The direct outbound against local echo servers on 127.0.0.1 and ::1.
+final class DirectOutboundTests: XCTestCase {
+    private func echo(_ address: IPAddress) throws {
+        let sc = try Scenario()
+        let server = TCPEchoServer(loop: sc.loop, address: address)
+        let direct = DirectOutbound(loop: sc.loop)
+        let p = StreamProbe()
+        p.toSend = pattern(2 << 20, seed: 11)
+        p.finishAfterSending = true
+        let ok = sc.run([
+            { p.conn = direct.openStream(to: .ip(server.endpoint), events: p); return true },
+            { p.eof || p.failure != nil || p.readFailure != nil || p.writeBroken },
+            { p.conn?.close(); return true },
+            { server.open == 0 },
+        ])
+        XCTAssertTrue(ok, "\(address): stuck at step \(sc.failedStep ?? -1): sent \(p.sent) received \(p.received.count)")
+        XCTAssertTrue(p.connected)
+        XCTAssertNil(p.failure)
+        XCTAssertNil(p.readFailure)
+        XCTAssertFalse(p.writeBroken)
+        XCTAssertEqual(p.received.count, p.toSend.count)
+        XCTAssertTrue(p.received == p.toSend, "\(address): the echo is not byte-exact")
+        XCTAssertEqual(p.overReads, 0)
+        XCTAssertEqual(server.accepted, 1)
+        XCTAssertEqual(server.bytesIn, p.toSend.count)
+        XCTAssertEqual(server.eofs, 1)
+        XCTAssertEqual(server.closedClean, 1)
+    }
+
+    func testEchoOverIPv4() throws { try echo(loopback4) }
+    func testEchoOverIPv6() throws { try echo(loopback6) }
+
+    private func refused(_ address: IPAddress) throws {
+        let sc = try Scenario()
+        let direct = DirectOutbound(loop: sc.loop)
+        let p = StreamProbe()
+        let port = closedPort(address)
+        let ok = sc.run([
+            { p.conn = direct.openStream(to: .ip(Endpoint(address, port)), events: p); return true },
+            { p.failure != nil || p.connected },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1)")
+        XCTAssertEqual(p.failure, .refused)
+        XCTAssertFalse(p.connected)
+    }
+
+    func testClosedPortIsRefusedOverIPv4() throws { try refused(loopback4) }
+    func testClosedPortIsRefusedOverIPv6() throws { try refused(loopback6) }
+
+    func testANameWithoutAResolverFails() throws {
+        let sc = try Scenario()
+        let direct = DirectOutbound(loop: sc.loop)
+        let p = StreamProbe()
+        let ok = sc.run([
+            { p.conn = direct.openStream(to: .domain("localhost", 9), events: p); return true },
+            { p.failure != nil || p.connected },
+        ])
+        XCTAssertTrue(ok)
+        XCTAssertEqual(p.failure, .resolveFailed)
+    }
+
+    /// reset(): the destination sees ECONNRESET.
+    func testResetReachesTheDestination() throws {
+        let sc = try Scenario()
+        let server = TCPEchoServer(loop: sc.loop)
+        let direct = DirectOutbound(loop: sc.loop)
+        let p = StreamProbe()
+        p.toSend = pattern(100)
+        let ok = sc.run([
+            { p.conn = direct.openStream(to: .ip(server.endpoint), events: p); return true },
+            { p.received.count == 100 },
+            { p.conn?.reset(); return true },
+            { server.open == 0 },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1)")
+        XCTAssertEqual(server.resets, 1)
+        XCTAssertEqual(server.eofs, 0)
+    }
+
+    /// One association, both families: each reply names the echo it came from.
+    func testDatagramAssociationEchoesOverBothFamilies() throws {
+        let sc = try Scenario()
+        let v4 = UDPEchoServer(loop: sc.loop, address: loopback4)
+        let v6 = UDPEchoServer(loop: sc.loop, address: loopback6)
+        let direct = DirectOutbound(loop: sc.loop)
+        let d = DatagramProbe()
+        let assoc = try XCTUnwrap(direct.openAssociation(events: d))
+        var sent: [Bool] = []
+        let ok = sc.run([
+            {
+                sent.append(([1, 2, 3] as [UInt8]).withUnsafeBytes { assoc.send($0, to: .ip(v4.endpoint)) })
+                sent.append(([6, 6] as [UInt8]).withUnsafeBytes { assoc.send($0, to: .ip(v6.endpoint)) })
+                return true
+            },
+            { d.received.count == 2 },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1): \(d.received)")
+        XCTAssertEqual(sent, [true, true])
+        let byPayload = Dictionary(uniqueKeysWithValues: d.received.map { ($0.payload, $0.from) })
+        XCTAssertEqual(byPayload[[1, 2, 3]], v4.endpoint)
+        XCTAssertEqual(byPayload[[6, 6]], v6.endpoint)
+        assoc.close()
+        XCTAssertFalse(([0] as [UInt8]).withUnsafeBytes { assoc.send($0, to: .ip(v4.endpoint)) }, "closed: nothing is sent")
+    }
+}

@@ -1,0 +1,377 @@
+import Foundation
+import Glibc
+import LoftCarriers
+import LoftConfig
+import LoftCore
+import LoftFront
+import LoftIO
+import LoftProtocol
+import XCTest
+@testable import LoftOutbounds
+
+/// The throwaway test PKI (Tests/interop/gen-certs.sh), made once per test run.
+enum OutboundPKI {
+    static let dir: String = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        let dir = NSTemporaryDirectory() + "loft-outbounds-pki-\(getpid())"
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        p.arguments = [url.path + "/Tests/interop/gen-certs.sh", dir]
+        p.standardOutput = FileHandle.nullDevice
+        try? p.run()
+        p.waitUntilExit()
+        precondition(p.terminationStatus == 0, "gen-certs.sh failed")
+        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "loft-outbounds-pki-\(getpid())") }
+        return dir
+    }()
+}
+
+let loopback4 = IPAddress.v4(0x7F00_0001)
+let loopback6 = IPAddress("::1")!
+
+/// One loop, fronts and holders on it, driven through a list of steps.
+final class Scenario {
+    let loop: EventLoop
+    let runtime: CarrierRuntime
+    private(set) var failedStep: Int?
+
+    init() throws {
+        Log.threshold = .warn
+        loop = try EventLoop()
+        runtime = try CarrierRuntime(loop: loop)
+    }
+
+    static func frontSettings(port: UInt16 = 0, stateFile: String? = nil) -> FrontSettings {
+        FrontSettings(log: .warn, listen: Endpoint(loopback4, port), certificateFile: OutboundPKI.dir + "/server.pem",
+                      keyFile: OutboundPKI.dir + "/server.key", tokens: ["secret-1"],
+                      pool: FrontPoolSettings(ipv4: IPPrefix("198.18.64.0/24")!, ipv6: IPPrefix("fd00:64::/64")!),
+                      mtu: 1400, dns: [IPAddress("198.18.1.2")!], keepalive: .seconds(10), instanceExpiry: .seconds(600),
+                      maxSessions: 16, maxStreams: 16, connectTimeout: .seconds(3), stateFile: stateFile)
+    }
+
+    /// A front on 127.0.0.1 on this loop (any port unless given).
+    func startFront(port: UInt16 = 0, stateFile: String? = nil) throws -> FrontServer {
+        let f = try FrontServer(settings: Self.frontSettings(port: port, stateFile: stateFile), loop: loop)
+        try f.start()
+        return f
+    }
+
+    func holder(_ kind: CarrierKind = .ws, port: UInt16, hold: Bool = false, fallback: Outbound? = nil,
+                minBackoffMs: UInt64 = 200) throws -> HolderOutbound {
+        let carrier = CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
+                                           tls: TLSClientOptions(serverName: "front.test",
+                                                                 caFile: OutboundPKI.dir + "/ca.pem"),
+                                           connectTimeoutMs: 5000)
+        let options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
+                                    minBackoffMs: minBackoffMs, maxBackoffMs: 2000)
+        return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: options, fallback: fallback)
+    }
+
+    /// Runs the loop once through `steps`: each is called every 10 ms until it returns true,
+    /// then the next. False (and `failedStep` set) when `seconds` pass first. One run per
+    /// scenario: the loop cannot run twice.
+    @discardableResult
+    func run(seconds: Double = 15, _ steps: [() -> Bool]) -> Bool {
+        let deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
+        var index = 0
+        loop.every(10) { [unowned self] in
+            while index < steps.count, steps[index]() { index += 1 }
+            if index == steps.count {
+                self.loop.stop()
+            } else if monotonicMilliseconds() > deadline {
+                self.failedStep = index
+                self.loop.stop()
+            }
+        }
+        loop.run()
+        return failedStep == nil
+    }
+
+    /// A step that waits `ms` from its first call.
+    func pause(_ ms: UInt64) -> () -> Bool {
+        var until: UInt64?
+        return {
+            let now = monotonicMilliseconds()
+            if until == nil { until = now + ms }
+            return now >= until!
+        }
+    }
+}
+
+/// A port on `address` nobody listens on: bound, noted, closed.
+func closedPort(_ address: IPAddress = loopback4) -> UInt16 {
+    let fd = Sockets.make(family: address.isIPv4 ? AF_INET : AF_INET6, type: Int32(SOCK_STREAM.rawValue))
+    defer { close(fd) }
+    let addr = SocketAddress(Endpoint(address, 0))
+    _ = addr.withSockaddr { bind(fd, $0, $1) }
+    return Sockets.localEndpoint(fd)!.port
+}
+
+/// The bytes a probe sends: a pattern that does not repeat every power of two.
+func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {
+    (0..<count).map { i in UInt8(truncatingIfNeeded: i &* 31 &+ seed &* 7 &+ i >> 9 &+ i >> 17) }
+}
+
+/// The app side of one TCP flow, as the netstack drives it: writes `toSend` (honouring 0 =
+/// full until streamWritable), reads on streamReadable while reading is on.
+final class StreamProbe: StreamEvents {
+    var conn: StreamConnection?
+    var toSend: [UInt8] = []
+    private(set) var sent = 0
+    /// shutdownWrite once everything is sent.
+    var finishAfterSending = false
+    private(set) var finSent = false
+    var received: [UInt8] = []
+    /// Bytes per read() call.
+    var readSize = 16 * 1024
+    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
+
+    private(set) var connected = false
+    private(set) var failure: FlowFailure?
+    private(set) var readFailure: FlowFailure?
+    private(set) var eof = false
+    private(set) var writeBroken = false
+    private(set) var writesRefused = 0      // write() returned 0
+    private(set) var writableEvents = 0
+    private(set) var readableEvents = 0
+    /// streamReadable while the probe had read interest off.
+    private(set) var readableWhileOff = 0
+    /// streamReadable before streamConnected (the netstack ignores those: its app has no
+    /// connection yet).
+    private(set) var readableBeforeConnected = 0
+    /// A read that returned more bytes than the buffer it was given.
+    private(set) var overReads = 0
+    private(set) var reading = true
+
+    deinit { buffer.deallocate() }
+
+    func setReading(_ on: Bool) {
+        reading = on
+        conn?.setReadInterest(on)
+    }
+
+    func streamConnected() {
+        connected = true
+        pump()
+    }
+
+    func streamFailed(_ failure: FlowFailure) { self.failure = failure }
+
+    func streamReadable() {
+        readableEvents += 1
+        if !connected { readableBeforeConnected += 1; return }
+        if !reading { readableWhileOff += 1; return }
+        drain()
+    }
+
+    func streamWritable() {
+        writableEvents += 1
+        pump()
+    }
+
+    func pump() {
+        guard let conn, connected, !writeBroken else { return }
+        while sent < toSend.count {
+            // Two segments per write, as lwIP hands over a split send buffer.
+            let chunk = min(toSend.count - sent, 200 * 1024)
+            let first = chunk / 3
+            let n = toSend.withUnsafeMutableBytes { p -> Int in
+                var iov = [iovec(iov_base: p.baseAddress! + sent, iov_len: first),
+                           iovec(iov_base: p.baseAddress! + sent + first, iov_len: chunk - first)]
+                return conn.write(&iov, count: 2)
+            }
+            if n < 0 { writeBroken = true; return }
+            if n == 0 { writesRefused += 1; return }
+            sent += n
+        }
+        if finishAfterSending && !finSent {
+            finSent = true
+            conn.shutdownWrite()
+        }
+    }
+
+    func drain() {
+        guard let conn else { return }
+        while reading, !eof, readFailure == nil {
+            let size = min(readSize, buffer.count)
+            let r = conn.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
+            switch r {
+            case .data(let n):
+                if n > size { overReads += 1 }
+                received.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<min(n, size)]))
+            case .wouldBlock: return
+            case .eof: eof = true
+            case .failed(let f): readFailure = f
+            }
+        }
+    }
+}
+
+/// The app side of one UDP association.
+final class DatagramProbe: DatagramEvents {
+    var received: [(payload: [UInt8], from: Endpoint)] = []
+    func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint) {
+        received.append((Array(payload), from))
+    }
+}
+
+/// Counts the flows an outbound is given and hands them to another.
+final class CountingOutbound: Outbound {
+    let name = "counting-direct"
+    let inner: Outbound
+    private(set) var streams = 0
+    private(set) var associations = 0
+    init(_ inner: Outbound) { self.inner = inner }
+    func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+        streams += 1
+        return inner.openStream(to: destination, events: events)
+    }
+    func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        associations += 1
+        return inner.openAssociation(events: events)
+    }
+}
+
+/// A TCP echo on `address` with real backpressure: reads only while its echo is written out,
+/// answers EOF with the rest of the echo then a close, and notes resets.
+final class TCPEchoServer: IOHandler {
+    let loop: EventLoop
+    let fd: Int32
+    let port: UInt16
+    let endpoint: Endpoint
+    fileprivate var clients: [Int32: EchoConnection] = [:]
+    private(set) var accepted = 0
+    fileprivate(set) var eofs = 0
+    fileprivate(set) var resets = 0
+    fileprivate(set) var closedClean = 0
+    fileprivate(set) var bytesIn = 0
+    /// Largest echo waiting in one connection at once.
+    fileprivate(set) var maxPending = 0
+
+    init(loop: EventLoop, address: IPAddress = loopback4) {
+        self.loop = loop
+        let s = Sockets.make(family: address.isIPv4 ? AF_INET : AF_INET6, type: Int32(SOCK_STREAM.rawValue))
+        var one: Int32 = 1
+        if !address.isIPv4 { setsockopt(s, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        let addr = SocketAddress(Endpoint(address, 0))
+        let r = addr.withSockaddr { bind(s, $0, $1) }
+        precondition(r == 0, "bind \(address): errno \(errno)")
+        listen(s, 64)
+        fd = s
+        port = Sockets.localEndpoint(s)!.port
+        endpoint = Endpoint(address, port)
+        loop.register(fd, IOEvents.readable, self)
+    }
+
+    var open: Int { clients.count }
+
+    func handleIO(_ events: UInt32) {
+        let c = accept(fd, nil, nil)
+        guard c >= 0 else { return }
+        _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
+        accepted += 1
+        let client = EchoConnection(fd: c, server: self)
+        clients[c] = client
+        loop.register(c, IOEvents.readable, client)
+    }
+
+    deinit {
+        for (c, _) in clients { loop.unregister(c); Glibc.close(c) }
+        loop.unregister(fd)
+        Glibc.close(fd)
+    }
+}
+
+final class EchoConnection: IOHandler {
+    let fd: Int32
+    unowned let server: TCPEchoServer
+    private var pending: [UInt8] = []
+    private var gotEOF = false
+    private var mask = IOEvents.readable
+    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+
+    init(fd: Int32, server: TCPEchoServer) { self.fd = fd; self.server = server }
+
+    func handleIO(_ events: UInt32) {
+        if events & IOEvents.writable != 0 { flush() }
+        guard server.clients[fd] === self else { return }
+        if mask & IOEvents.readable != 0 && events & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n > 0 {
+                server.bytesIn += n
+                pending.append(contentsOf: buffer[0..<n])
+                server.maxPending = max(server.maxPending, pending.count)
+                flush()
+            } else if n == 0 {
+                server.eofs += 1
+                gotEOF = true
+                flush()
+            } else if errno == ECONNRESET {
+                server.resets += 1
+                finish()
+            } else if errno != EAGAIN {
+                finish()
+            }
+        }
+    }
+
+    private func flush() {
+        while !pending.isEmpty {
+            let w = pending.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if w > 0 { pending.removeFirst(w); continue }
+            if w < 0 && errno == EAGAIN { break }
+            if w < 0 && errno == ECONNRESET { server.resets += 1 }
+            finish()
+            return
+        }
+        if pending.isEmpty && gotEOF {
+            server.closedClean += 1
+            finish()
+            return
+        }
+        // Backpressure: no reading while the echo waits for the peer.
+        let want = pending.isEmpty ? IOEvents.readable : IOEvents.writable
+        if want != mask { mask = want; server.loop.modify(fd, want) }
+    }
+
+    private func finish() {
+        guard server.clients[fd] === self else { return }
+        server.clients[fd] = nil
+        server.loop.unregister(fd)
+        Glibc.close(fd)
+    }
+}
+
+/// A UDP socket that sends every datagram back to its sender.
+final class UDPEchoServer: IOHandler {
+    let fd: Int32
+    let endpoint: Endpoint
+    let loop: EventLoop
+    private(set) var datagrams = 0
+
+    init(loop: EventLoop, address: IPAddress = loopback4) {
+        self.loop = loop
+        let s = Sockets.make(family: address.isIPv4 ? AF_INET : AF_INET6, type: Int32(SOCK_DGRAM.rawValue))
+        let addr = SocketAddress(Endpoint(address, 0))
+        let r = addr.withSockaddr { bind(s, $0, $1) }
+        precondition(r == 0, "bind \(address): errno \(errno)")
+        fd = s
+        endpoint = Endpoint(address, Sockets.localEndpoint(s)!.port)
+        loop.register(fd, IOEvents.readable, self)
+    }
+
+    func handleIO(_ events: UInt32) {
+        var buf = [UInt8](repeating: 0, count: 65536)
+        var from = SocketAddress()
+        let n = from.withMutableSockaddr { recvfrom(fd, &buf, buf.count, Int32(MSG_DONTWAIT), $0, $1) }
+        guard n >= 0 else { return }
+        datagrams += 1
+        _ = from.withSockaddr { sendto(fd, buf, n, 0, $0, $1) }
+    }
+
+    deinit {
+        loop.unregister(fd)
+        Glibc.close(fd)
+    }
+}
