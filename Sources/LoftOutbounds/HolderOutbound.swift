@@ -119,6 +119,7 @@ public final class HolderOutbound: Outbound {
     /// Ends the session: GOAWAY is not sent (the front expires the instance); carriers close.
     public func stop() {
         link = .stopped
+        stats.state = "stopped"
         carrier?.close()
         carrier = nil
         failAll(.networkUnreachable)
@@ -129,11 +130,19 @@ public final class HolderOutbound: Outbound {
 
     public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
         switch link {
-        case .up, .dialing, .handshaking, .idle:
+        case .up:
             let s = HolderStream(holder: self, destination: destination, events: events)
-            if link == .up { openOnSession(s) } else { pendingStreams.append(s) }
+            openOnSession(s)
             return s
-        case .waiting, .stopped:
+        case .dialing, .handshaking, .idle, .waiting, .stopped:
+            // The first dial, or a redial right after a path change, is likely to succeed soon:
+            // the flow waits for it. Down, or redialling after failures: no flow waits for a
+            // front that keeps failing.
+            if failures == 0 && (link == .dialing || link == .handshaking || link == .idle) {
+                let s = HolderStream(holder: self, destination: destination, events: events)
+                pendingStreams.append(s)
+                return s
+            }
             if let fallback {
                 stats.fallbackFlows += 1
                 return fallback.openStream(to: destination, events: events)
@@ -198,6 +207,7 @@ public final class HolderOutbound: Outbound {
     private func failAll(_ failure: FlowFailure) {
         let pending = pendingStreams
         pendingStreams.removeAll()
+        if options.hold { stats.holdDrops += UInt64(pending.count) }
         for s in pending { s.fail(failure) }
         let open = streams
         streams.removeAll()
@@ -403,7 +413,9 @@ extension HolderOutbound: ClientSessionDelegate {
     }
 
     public func sessionGoAway(_ s: ClientSession, reason: GoAwayReason, text: String) {
-        Log.error("holder.goaway", ["outbound": name, "reason": reason.description, "text": text])
+        // A front going away in order is news, not an error; a refusal is.
+        let level: Log.Level = reason == .shutdown || reason == .superseded ? .warn : .error
+        Log.emit(level, "holder.goaway", ["outbound": name, "reason": reason.description, "text": text])
         stats.lastError = "GOAWAY \(reason)\(text.isEmpty ? "" : ": \(text)")"
         if reason == .unknownInstance { session.forgetInstance() }
         // The front closes the carrier after GOAWAY; the close event redials with backoff.
