@@ -84,7 +84,7 @@ struct FrontConfigDecoder {
         var keepalive = Duration.seconds(10)
         var expiry = Duration.seconds(600)
         var maxSessions = 1024
-        var maxStreams = 1024
+        var maxStreams = 16384
         var connectTimeout = Duration.seconds(10)
         var control: String?
         var stateFile: String?

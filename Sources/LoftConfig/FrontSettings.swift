@@ -64,7 +64,7 @@ public struct FrontSettings: Sendable, Equatable {
                 carriers: [FrontCarrier] = [.ws, .get], certificateFile: String, keyFile: String,
                 tokens: [String], pool: FrontPoolSettings, mtu: Int = FrontSettings.defaultMTU,
                 dns: [IPAddress] = [], keepalive: Duration = .seconds(10), instanceExpiry: Duration = .seconds(600),
-                maxSessions: Int = 1024, maxStreams: Int = 1024, connectTimeout: Duration = .seconds(10),
+                maxSessions: Int = 1024, maxStreams: Int = 16384, connectTimeout: Duration = .seconds(10),
                 control: String? = nil, stateFile: String? = nil, udpIdleTimeout: Duration = .seconds(60)) {
         self.log = log
         self.listen = listen

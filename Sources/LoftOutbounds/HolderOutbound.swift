@@ -22,7 +22,7 @@ public struct HolderOptions {
 
     public init(carrier: CarrierClientOptions, token: String, clientName: String, hold: Bool,
                 minBackoffMs: UInt64 = 500, maxBackoffMs: UInt64 = 30_000,
-                limits: SessionLimits = SessionLimits(streamWindow: HolderOptions.streamWindow)) {
+                limits: SessionLimits = SessionLimits(maxStreams: 65_536, streamWindow: HolderOptions.streamWindow)) {
         self.carrier = carrier; self.token = token; self.clientName = clientName; self.hold = hold
         self.minBackoffMs = minBackoffMs; self.maxBackoffMs = maxBackoffMs; self.limits = limits
     }
@@ -43,6 +43,7 @@ public struct HolderStats: Sendable {
     public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
     public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
     public var streamsReset: UInt64 = 0       // streams lost with a carrier
+    public var streamLimitRefusals: UInt64 = 0 // flows refused at the front's max_streams
     public var lastError = ""
 }
 
@@ -71,6 +72,7 @@ public final class HolderOutbound: Outbound {
     private var pendingStreams: [HolderStream] = []
     private var associations: [UInt32: HolderAssociation] = [:]
     private var writeBlocked = false
+    private var lastLimitLog: UInt64 = 0
     private var flushScheduled = false
 
     public private(set) var stats = HolderStats()
@@ -271,6 +273,14 @@ public final class HolderOutbound: Outbound {
 
     private func openOnSession(_ s: HolderStream) {
         guard let id = session.openStream(to: s.destination) else {
+            // The front's max_streams (STATUS) is reached: the flow is refused, counted, and
+            // said once per second at most.
+            stats.streamLimitRefusals += 1
+            if loop.now - lastLimitLog >= 1000 {
+                lastLimitLog = loop.now
+                Log.warn("holder.stream-limit", ["outbound": name, "open": session.openStreamCount,
+                                                 "max": session.status?.maxStreams ?? 0, "refused": stats.streamLimitRefusals])
+            }
             s.fail(.networkUnreachable)
             return
         }

@@ -372,7 +372,7 @@ final class Runtime {
                 s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                            ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
                            ("hold-drops", st.holdDrops), ("fallback-flows", st.fallbackFlows),
-                           ("streams-reset", st.streamsReset)]
+                           ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
             } else {
                 s = StatusReport.Outbound(name: name, type: o is DropOutbound ? "drop" : "direct", state: "ready")
             }

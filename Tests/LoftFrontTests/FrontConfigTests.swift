@@ -46,7 +46,7 @@ final class FrontConfigTests: XCTestCase {
         XCTAssertEqual(s.keepalive, .seconds(10))
         XCTAssertEqual(s.instanceExpiry, .seconds(600))
         XCTAssertEqual(s.maxSessions, 1024)
-        XCTAssertEqual(s.maxStreams, 1024)
+        XCTAssertEqual(s.maxStreams, 16384)
         XCTAssertEqual(s.connectTimeout, .seconds(10))
         XCTAssertNil(s.control)
         XCTAssertEqual(s.log, .info)
