@@ -125,16 +125,20 @@ public final class TunInput: IOHandler, PacketWriter {
                 netstack.setMTU(mtu, input: netif)
                 currentMTU = mtu
             }
-            // The old address goes first: removing a primary IPv4 address also removes the
-            // secondaries of its subnet, so a new one added before would vanish with it.
+            // The new address goes on before the old one comes off: a device left without an
+            // IPv4 address loses every IPv4 route through it (host mode's policy tables too).
+            // promote_secondaries keeps a new address in the old one's subnet when the old
+            // primary is removed (by default the kernel removes such secondaries with it).
             if ipv4 != currentIPv4 {
-                if let old = currentIPv4 { _ = try? Command.run(ip + ["addr", "del", old.description, "dev", dev], allowFailure: true) }
+                let sysctl = ["sysctl", "-qw", "net.ipv4.conf.\(dev).promote_secondaries=1"]
+                _ = try? Command.run(settings.netns.map { ["ip", "netns", "exec", $0] + sysctl } ?? sysctl, allowFailure: true)
                 try Command.run(ip + ["addr", "replace", ipv4.description, "dev", dev])
+                if let old = currentIPv4 { _ = try? Command.run(ip + ["addr", "del", old.description, "dev", dev], allowFailure: true) }
                 currentIPv4 = ipv4
             }
             if let v6 = ipv6, v6 != currentIPv6 {
-                if let old = currentIPv6 { _ = try? Command.run(ip + ["-6", "addr", "del", old.description, "dev", dev], allowFailure: true) }
                 try Command.run(ip + ["-6", "addr", "replace", v6.description, "dev", dev, "nodad"])
+                if let old = currentIPv6 { _ = try? Command.run(ip + ["-6", "addr", "del", old.description, "dev", dev], allowFailure: true) }
                 currentIPv6 = v6
             }
             if hostRoutes == nil && settings.routeAll {

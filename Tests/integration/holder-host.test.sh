@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The holder in host mode (root, namespaces): loft's TUN in the namespace that stands for the
+# host, `route-all: true` and the holder as the default, so everything goes into the TUN —
+# including, unless loft keeps it out, the carrier to the front. The front runs in the srv
+# namespace on 198.18.N.2 (a routed, non-loopback address), so the only thing that keeps the
+# carrier off the TUN is loft's fwmark rule. Checks: the session comes up over the veth (no
+# hairpin), the TUN takes the overlay, a 50 MiB download through it is intact and counted on
+# both ends, and every route and rule is gone after exit.
+. "$(dirname "$0")/lib.sh"
+
+FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
+FPORT=$((20000 + T_ID % 20000))
+CASES="host-holder-up host-holder-carrier-off-tun host-holder-overlay host-holder-download host-holder-counted host-holder-clean-exit"
+
+topo_up
+make_files 50
+start_nginx 1 1024
+bash "$(dirname "$0")/../interop/gen-certs.sh" "$T_DIR/pki" >/dev/null || die "test PKI"
+BIG_SHA=$(sha_of "$T_DIR/www/big")
+
+HOST_NS=loft-host-$T_ID
+ip netns add "$HOST_NS" && T_NETNS+=("$HOST_NS") && register netns "$HOST_NS"
+VH=loft-${T_ID}h; VHS=loft-${T_ID}i
+ip link add "$VH" type veth peer name "$VHS" netns "$SRV_NS" && T_LINKS+=("$VH") && register link "$VH"
+ip link set "$VH" netns "$HOST_NS"
+HOST4=198.18.$((NET + 150)).1
+ip -n "$HOST_NS" link set lo up
+ip -n "$HOST_NS" addr add "$HOST4/24" dev "$VH"; ip -n "$HOST_NS" link set "$VH" up
+ip -n "$SRV_NS" addr add 198.18.$((NET + 150)).2/24 dev "$VHS"; ip -n "$SRV_NS" link set "$VHS" up
+ip -n "$HOST_NS" route add "$SRV_NET4" via 198.18.$((NET + 150)).2
+in_host() { ip netns exec "$HOST_NS" "$@"; }
+snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table all; ip -6 route show table all' | grep -v ' lo \|fe80::/64\|multicast\|^local ' ; }
+before=$(snapshot)
+
+cat >"$T_DIR/front.yaml" <<EOF
+listen: $SRV4:$FPORT
+tls: { certificate: $T_DIR/pki/server.pem, key: $T_DIR/pki/server.key }
+tokens: ["host-test"]
+pool: { ipv4: 198.18.64.0/24 }
+mtu: 1400
+keepalive: 2s
+control: $T_DIR/front.sock
+EOF
+ip netns exec "$SRV_NS" "$FRONT_BIN" run -c "$T_DIR/front.yaml" >"$T_DIR/front.log" 2>&1 </dev/null &
+FPID=$!; T_PIDS+=("$FPID"); register_pid "$FPID"
+wait_listen "$SRV_NS" tcp "$FPORT" || { for c in $CASES; do fail "$c" "loft-front did not start: $(tail -2 "$T_DIR/front.log" | tr '\n' '|')"; done; finish; }
+
+HTUN=lh$((T_ID % 100000))
+cat >"$T_DIR/host.yaml" <<EOF
+tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
+socks5: off
+bridge: off
+control: $T_DIR/host.sock
+outbounds:
+  - { name: home, type: loft, server: "$SRV4:$FPORT", carrier: ws, token: host-test,
+      tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem } }
+default: home
+hold: true
+EOF
+ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$T_DIR/host.yaml" >"$T_DIR/host-loft.log" 2>&1 </dev/null &
+HPID=$!; T_PIDS+=("$HPID"); register_pid "$HPID"
+ready=
+for _ in $(seq 100); do grep -q event=ready "$T_DIR/host-loft.log" && { ready=1; break; }; kill -0 $HPID 2>/dev/null || break; sleep 0.1; done
+[ -n "$ready" ] || { for c in $CASES; do fail "$c" "loft did not start: $(tail -3 "$T_DIR/host-loft.log" | tr '\n' '|')"; done; finish; }
+
+status() { "$LOFT_BIN" status --json -c "$T_DIR/host.yaml" 2>/dev/null; }
+home() { status | python3 -c 'import json,sys; s=json.load(sys.stdin); o=next(x for x in s["outbounds"] if x["name"]=="home"); print(eval(sys.argv[1]))' "$1" 2>/dev/null; }
+up=
+for _ in $(seq 100); do [ "$(home 'o["state"]')" = up ] && { up=1; break; }; sleep 0.1; done
+if [ -n "$up" ]; then pass host-holder-up; else fail host-holder-up "state $(home 'o["state"]'): $(home 'o["detail"]')"; fi
+
+# The carrier is a TCP connection from the host's veth address to the front, marked 0x4c46.
+conn=$(in_host ss -Htne state established "dst $SRV4:$FPORT")
+if [ -n "$conn" ] && echo "$conn" | grep -q "$HOST4:" && echo "$conn" | grep -q 'fwmark:0x4c46'; then pass host-holder-carrier-off-tun
+else fail host-holder-carrier-off-tun "carrier socket: '${conn:0:160}'"; fi
+
+a4=$(in_host ip -4 addr show dev "$HTUN" | awk '/inet /{print $2}')
+if [[ $a4 == 198.18.64.* ]]; then pass host-holder-overlay; else fail host-holder-overlay "TUN address '$a4'"; fi
+
+got=$(in_host curl -sS --max-time 60 "http://$SRV4/big" 2>"$T_DIR/curl.err" | sha256sum | cut -d' ' -f1)
+if [ "$got" = "$BIG_SHA" ]; then pass host-holder-download; else fail host-holder-download "sha256 $got: $(tail -1 "$T_DIR/curl.err")"; fi
+
+flows=$(home 'o["flows_total"]')
+opened=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>/dev/null | awk '$1 == "streams_opened" {print $2}')
+if [ "${flows:-0}" -ge 1 ] && [ "${opened:-0}" -ge 1 ]; then pass host-holder-counted
+else fail host-holder-counted "loft flows via home $flows, front streams opened $opened; rules: $(in_host ip rule | tr '\n' '|'); totals: $(status | python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"])'); front: $("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1 | head -3 | tr '\n' '|')"; fi
+
+kill -TERM "$HPID"; wait "$HPID"; rc=$?
+after=$(snapshot)
+if [ $rc -eq 0 ] && [ "$before" = "$after" ]; then pass host-holder-clean-exit
+else fail host-holder-clean-exit "exit $rc; diff: $(diff <(echo "$before") <(echo "$after") | tr '\n' '|')"; fi
+finish
