@@ -262,11 +262,14 @@ public final class HolderOutbound: Outbound {
     func scheduleFlush() {
         guard !flushScheduled else { return }
         flushScheduled = true
-        loop.soon { [weak self] in
-            guard let self else { return }
-            self.flushScheduled = false
-            self.flushOutput()
-        }
+        loop.soon(flushAction)
+    }
+
+    /// Made once, so a flush per loop iteration allocates nothing.
+    private lazy var flushAction: () -> Void = { [weak self] in
+        guard let self else { return }
+        self.flushScheduled = false
+        self.flushOutput()
     }
 
     // MARK: streams
@@ -535,11 +538,14 @@ final class HolderStream: StreamConnection {
     private func notify() {
         guard !notifyScheduled else { return }
         notifyScheduled = true
-        holder.loop.soon { [weak self] in
-            guard let self else { return }
-            self.notifyScheduled = false
-            if !self.isDone && (self.readInterest || self.failure != nil) { self.events?.streamReadable() }
-        }
+        holder.loop.soon(notifyAction)
+    }
+
+    /// Made once: scheduling it per DATA frame then allocates nothing.
+    private lazy var notifyAction: () -> Void = { [weak self] in
+        guard let self else { return }
+        self.notifyScheduled = false
+        if !self.isDone && (self.readInterest || self.failure != nil) { self.events?.streamReadable() }
     }
 
     // StreamConnection
