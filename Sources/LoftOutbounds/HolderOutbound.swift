@@ -403,6 +403,17 @@ extension HolderOutbound: CarrierDelegate {
 
 extension HolderOutbound: ClientSessionDelegate {
     public func sessionEstablished(_ s: ClientSession, status: Status, resumed: Bool) {
+        if let problem = Self.unusable(status.overlay) {
+            // The front is trusted with the overlay, not with the host: an address that would
+            // take over loopback, multicast or everything is not put on the TUN. The dial
+            // counts as failed, so the backoff grows.
+            Log.error("holder.status-refused", ["outbound": name, "overlay": describe(status.overlay), "reason": problem])
+            session.goAway(.protocolError, text: "unusable overlay: \(problem)")
+            flushOutput()
+            carrier?.close()
+            carrierLost("STATUS refused: \(problem)")
+            return
+        }
         link = .up
         failures = 0
         stats.state = "up"
@@ -420,6 +431,10 @@ extension HolderOutbound: ClientSessionDelegate {
     }
 
     public func sessionStatusChanged(_ s: ClientSession, status: Status) {
+        if let problem = Self.unusable(status.overlay) {
+            Log.error("holder.status-refused", ["outbound": name, "overlay": describe(status.overlay), "reason": problem])
+            return
+        }
         stats.overlay = describe(status.overlay)
         Log.info("holder.status", ["outbound": name, "overlay": stats.overlay])
         onStatus?(status)
@@ -469,6 +484,19 @@ extension HolderOutbound: ClientSessionDelegate {
 
     public func sessionOutputReady(_ s: ClientSession) {
         scheduleFlush()
+    }
+
+    /// Why an overlay cannot go on the TUN, or nil when it can.
+    static func unusable(_ o: Overlay) -> String? {
+        func bad(_ a: IPAddress) -> Bool { a.isLoopback || a.isUnspecified || a.isMulticast }
+        if bad(o.ipv4.address) || bad(o.gateway4) { return "IPv4 address or gateway is loopback, unspecified or multicast" }
+        if o.ipv4.length < 8 { return "IPv4 prefix /\(o.ipv4.length) is wider than /8" }
+        if let v6 = o.ipv6 {
+            if bad(v6.address) || o.gateway6.map(bad) == true { return "IPv6 address or gateway is loopback, unspecified or multicast" }
+            if v6.length < 16 { return "IPv6 prefix /\(v6.length) is wider than /16" }
+        }
+        if o.dns.contains(where: { $0.isUnspecified || $0.isMulticast }) { return "a DNS server is unspecified or multicast" }
+        return nil
     }
 
     private func describe(_ o: Overlay) -> String {
