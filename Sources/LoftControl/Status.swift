@@ -291,8 +291,8 @@ extension StatusReport {
             sample("loft_outbound_bytes_total", [("outbound", o.name), ("direction", "up")], o.bytesUp)
             sample("loft_outbound_bytes_total", [("outbound", o.name), ("direction", "down")], o.bytesDown)
         }
-        family("loft_outbound_counter", "counter", "Outbound-specific counters (a holder's dials, resumes, drops while down).")
-        for o in outbounds { for (k, n) in o.extra { sample("loft_outbound_counter", [("outbound", o.name), ("name", k)], n) } }
+        family("loft_outbound_events_total", "counter", "Outbound-specific counters (a holder's dials, resumes, drops while down).")
+        for o in outbounds { for (k, n) in o.extra { sample("loft_outbound_events_total", [("outbound", o.name), ("name", k)], n) } }
         family("loft_rule_matches_total", "counter", "Route decisions made by each rule (default: none matched).")
         for r in rules { sample("loft_rule_matches_total", [("rule", String(r.index))], r.matches) }
         sample("loft_rule_matches_total", [("rule", "default")], defaultMatches)

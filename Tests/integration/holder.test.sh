@@ -199,9 +199,10 @@ import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"]
 done
 
 # --- resume: front killed and restarted, path-changed, default route change ----------------
-LOFT_CFG=$(holder_config holder-resume ws)
+MPORT=$((FRONT_PORT + 2))
+LOFT_CFG=$(holder_config holder-resume ws "metrics: 127.0.0.1:$MPORT")
 CASES="resume-after-front-kill resume-same-overlay transfer-after-resume path-changed-resume route-change-resume
-keepalive-dead-carrier resume-after-stall resume-exit-clean"
+keepalive-dead-carrier resume-after-stall metrics-holder-counters resume-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
     wait_state up 15
     id0=$(instance); a0=$(tun_addr4)
@@ -258,6 +259,17 @@ if require_loft "$LOFT_CFG" $CASES; then
     if wait_state up 30 && [ "$(field 'c["resumes"]')" -gt "$r0" ] && [ "$(tun_addr4)" = "$a0" ] \
         && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html"; then pass resume-after-stall
     else fail resume-after-stall "state $(field 'o["state"]'), resumes $r0 -> $(field 'c["resumes"]')"; fi
+    # The same counters over /metrics, read with the Prometheus client library's parser.
+    want=$(field 'c["resumes"]')
+    got=$(curl -s --max-time 5 "http://127.0.0.1:$MPORT/metrics" | python3 -c '
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+for f in text_string_to_metric_families(sys.stdin.read()):
+    for s in f.samples:
+        if s.name.startswith("loft_outbound_events") and s.labels.get("outbound") == "home" and s.labels.get("name") == "resumes":
+            print(int(s.value))' 2>&1)
+    if [ -n "$want" ] && [ "$got" = "$want" ] && [ "$want" -ge 3 ]; then pass metrics-holder-counters
+    else fail metrics-holder-counters "resumes: metrics '$got', status '$want'"; fi
     loft_stop_clean resume-exit-clean
 fi
 
