@@ -44,6 +44,10 @@ public struct HolderStats: Sendable {
     public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
     public var streamsReset: UInt64 = 0       // streams lost with a carrier
     public var streamLimitRefusals: UInt64 = 0 // flows refused at the front's max_streams
+    // Carried through the session, whatever input the flow came from (TUN, bridge, SOCKS5).
+    public var flowsOpened: UInt64 = 0        // streams and associations opened on a session
+    public var bytesUp: UInt64 = 0            // app → front: stream bytes and datagram payloads
+    public var bytesDown: UInt64 = 0          // front → app
     public var lastError = ""
 }
 
@@ -96,6 +100,9 @@ public final class HolderOutbound: Outbound {
     }
 
     public var isUp: Bool { link == .up }
+
+    /// Streams and associations on the live attachment.
+    public var liveFlowCount: Int { streams.count + associations.count }
 
     /// Starts the first dial.
     public func start() {
@@ -289,20 +296,24 @@ public final class HolderOutbound: Outbound {
         }
         s.id = id
         streams[id] = s
+        stats.flowsOpened += 1
         scheduleFlush()
     }
 
     func streamWrite(_ s: HolderStream, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard let id = s.id, link == .up else { return -1 }
         let n = session.write(stream: id, bytes)
-        if n > 0 { scheduleFlush() }
+        if n > 0 { stats.bytesUp &+= UInt64(n); scheduleFlush() }
         return n
     }
 
     func streamRead(_ s: HolderStream, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead {
         guard let id = s.id else { return .wouldBlock }
         let r = session.read(stream: id, into: buffer)
-        if case .data = r, session.outputCount > 0 { scheduleFlush() }  // CREDIT went out
+        if case .data(let n) = r {
+            stats.bytesDown &+= UInt64(n)
+            if session.outputCount > 0 { scheduleFlush() }  // CREDIT went out
+        }
         return r
     }
 
@@ -341,8 +352,10 @@ public final class HolderOutbound: Outbound {
             guard let id = session.openAssociation(firstDestination: to) else { return false }
             a.id = id
             associations[id] = a
+            stats.flowsOpened += 1
         }
         let ok = session.send(association: a.id!, to: to, payload)
+        if ok { stats.bytesUp &+= UInt64(payload.count) }
         scheduleFlush()
         return ok
     }
@@ -479,6 +492,7 @@ extension HolderOutbound: ClientSessionDelegate {
     public func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination,
                                  payload: UnsafeRawBufferPointer) {
         guard let a = associations[association], case .ip(let endpoint) = from else { return }
+        stats.bytesDown &+= UInt64(payload.count)
         a.events?.datagramReceived(payload, from: endpoint)
     }
 

@@ -363,6 +363,8 @@ final class Runtime {
             if let h = o as? HolderOutbound {
                 let st = h.stats
                 s = StatusReport.Outbound(name: name, type: "loft", state: st.state)
+                // The holder's own counts: they include SOCKS5 flows, which the netstack never sees.
+                s.flows = st.flowsOpened; s.liveFlows = h.liveFlowCount; s.bytesUp = st.bytesUp; s.bytesDown = st.bytesDown
                 var d: [String] = []
                 if !st.carrier.isEmpty { d.append(st.carrier) }
                 if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
@@ -376,7 +378,7 @@ final class Runtime {
             } else {
                 s = StatusReport.Outbound(name: name, type: o is DropOutbound ? "drop" : "direct", state: "ready")
             }
-            if let u = usage[name] {
+            if let u = usage[name], !(o is HolderOutbound) {
                 s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
             }
             r.outbounds.append(s)
