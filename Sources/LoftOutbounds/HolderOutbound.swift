@@ -118,6 +118,7 @@ public final class HolderOutbound: Outbound {
         Log.info("holder.path-changed", ["outbound": name, "reason": reason])
         if let c = carrier {
             c.abort()
+            failures = 0  // a new path is a fresh start: flows wait for this dial again
             carrierLost("path changed (\(reason))", redialIn: 0)
         } else if link == .waiting {
             failures = 0
