@@ -62,6 +62,9 @@ holder_config() {
 import sys
 path, carrier, token, port, ca, ctl, *extra = sys.argv[1:]
 text = open(path).read().replace("default: direct\n", "")
+socks = __import__("os").environ.get("SOCKS_PORT")
+if socks:
+    text = text.replace("socks5: off\n", "socks5: { listen: 127.0.0.1:%s }\n" % socks)
 text += f"""outbounds:
   - name: home
     type: loft
@@ -170,9 +173,10 @@ fi
 
 # --- both carriers: the whole data path ------------------------------------------------------
 for carrier in ws get; do
-    LOFT_CFG=$(holder_config "holder-$carrier" "$carrier")
+    SPORT=$((FRONT_PORT + 3))
+    LOFT_CFG=$(SOCKS_PORT=$SPORT holder_config "holder-$carrier" "$carrier")
     CASES="$carrier-session-up $carrier-download-v4-50MiB $carrier-download-v6-50MiB $carrier-upload-v4-50MiB
-$carrier-upload-v6-50MiB $carrier-concurrent-100 $carrier-dns-v4 $carrier-dns-v6 $carrier-exit-clean"
+$carrier-upload-v6-50MiB $carrier-concurrent-100 $carrier-dns-v4 $carrier-dns-v6 $carrier-socks5-via-holder $carrier-exit-clean"
     require_loft "$LOFT_CFG" $CASES || continue
     if wait_state up 15; then
         a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default); mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
@@ -192,6 +196,11 @@ $carrier-upload-v6-50MiB $carrier-concurrent-100 $carrier-dns-v4 $carrier-dns-v6
     concurrent "$carrier-concurrent-100" 100
     dns "$carrier-dns-v4" "$SRV4" A "$DNS_A"
     dns "$carrier-dns-v6" "$SRV6" AAAA "$DNS_AAAA"
+    # The SOCKS5 input takes the same router: CONNECT through the holder, counted by it.
+    f0=$(field 'o["flows_total"]')
+    got=$(curl -sS --max-time 60 --socks5 "127.0.0.1:$SPORT" "http://$SRV4/big" 2>"$T_DIR/curl.err" | sha256sum | cut -d' ' -f1)
+    if [ "$got" = "$BIG_SHA" ] && [ "$(field 'o["flows_total"]')" -gt "${f0:-0}" ]; then pass "$carrier-socks5-via-holder"
+    else fail "$carrier-socks5-via-holder" "sha256 $got, flows $f0 -> $(field 'o["flows_total"]'): $(tail -1 "$T_DIR/curl.err")"; fi
     direct=$("$LOFT_BIN" status --json -c "$LOFT_CFG" | python3 -c '
 import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"] if x["name"] == "direct")["flows_total"])')
     [ "$direct" = 0 ] || note "$carrier: $direct flows went direct"
