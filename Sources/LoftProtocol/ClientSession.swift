@@ -25,7 +25,7 @@ public protocol ClientSessionDelegate: AnyObject {
 
 /// The holder's end of a loft session. One attachment = one carrier; the session (its
 /// instance id and overlay) outlives carriers, its streams do not.
-public final class ClientSession: SessionEngineHost {
+public final class ClientSession: SessionEnd, SessionEngineHost {
     public enum State: Sendable { case detached, handshaking, established }
 
     public weak var delegate: ClientSessionDelegate?
@@ -36,7 +36,6 @@ public final class ClientSession: SessionEngineHost {
 
     private let token: String
     private let clientName: String
-    private let engine: SessionEngine
     private var resuming = false
 
     /// `token` and `clientName` must be at most 255 bytes of UTF-8 (the config checks).
@@ -45,7 +44,7 @@ public final class ClientSession: SessionEngineHost {
                      "token and client name are at most 255 bytes")
         self.token = token
         self.clientName = clientName
-        engine = SessionEngine(role: .client, limits: limits)
+        super.init(role: .client, limits: limits)
         engine.ignoringInput = true
         engine.host = self
     }
@@ -80,23 +79,6 @@ public final class ClientSession: SessionEngineHost {
         status = nil
     }
 
-    /// Feeds carrier bytes. On a throw the session has queued GOAWAY: flush it, close the
-    /// carrier, detach(). Input while detached or after GOAWAY is ignored.
-    public func receive(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) {
-        try engine.receive(bytes, now: nil)
-    }
-
-    /// As receive(_:), with the monotonic time in ms: liveness and RTT are then exact instead
-    /// of rounded to the next tick.
-    public func receive(_ bytes: UnsafeRawBufferPointer, now: UInt64) throws(ProtocolError) {
-        try engine.receive(bytes, now: now)
-    }
-
-    /// Clean EOF from the carrier: incompleteFrame if it ended inside a frame.
-    public func carrierEnded() throws(ProtocolError) {
-        try engine.carrierEnded()
-    }
-
     /// Queues GOAWAY (e.g. shutdown); the embedder flushes and closes.
     public func goAway(_ reason: GoAwayReason, text: String) {
         guard state != .detached else { return }
@@ -104,25 +86,6 @@ public final class ClientSession: SessionEngineHost {
         engine.ignoringInput = true
         engine.signal()
     }
-
-    // MARK: output
-
-    public var outputCount: Int { engine.output.count }
-
-    /// `body` gets the queued bytes and returns how many it took; they are consumed. It must
-    /// not call back into the session.
-    public func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) {
-        engine.withOutput(body)
-    }
-
-    // MARK: keepalive
-
-    /// Sends PING when one keepalive interval passed since the last; false when nothing was
-    /// heard for 2 intervals (a dead carrier). Before STATUS there is no interval: true.
-    public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
-
-    /// Last PING→PONG round trip, in ms.
-    public var rttMs: UInt64? { engine.rttMs }
 
     // MARK: streams
 
@@ -132,20 +95,6 @@ public final class ClientSession: SessionEngineHost {
         guard state == .established else { return nil }
         return engine.open(network: .tcp, destination: destination)
     }
-
-    /// Queues up to min(send credit, output room) bytes; 0 = wait for streamWritable. DATA
-    /// may go before OPEN_OK (the front holds it until it connects).
-    public func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
-    public func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
-    /// Consumes; CREDIT goes out once half the window was read. Unknown ids read as eof.
-    public func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
-    public func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
-    /// FIN (half-close).
-    public func finish(stream: UInt32) { engine.finish(stream) }
-    /// RST; the id is freed at once.
-    public func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
-    /// Frees a stream finished both ways (unread bytes are dropped); any other stream is reset.
-    public func close(stream: UInt32) { engine.close(stream) }
 
     // MARK: associations
 
@@ -159,17 +108,6 @@ public final class ClientSession: SessionEngineHost {
     public func send(association: UInt32, to destination: Destination, _ payload: UnsafeRawBufferPointer) -> Bool {
         engine.sendDatagram(association, destination, payload)
     }
-
-    /// RST cancel.
-    public func closeAssociation(_ id: UInt32) { engine.closeAssociation(id) }
-
-    /// Streams and associations counting toward maxStreams.
-    public var openStreamCount: Int { engine.liveCount }
-    public var counters: SessionCounters { engine.counters }
-    /// Unread received bytes over all streams.
-    public var bufferedBytes: Int { engine.bufferedTotal }
-    /// Streams still held, including finished ones with unread bytes (tests).
-    var engineStreamCount: Int { engine.streams.count }
 
     // MARK: engine host
 

@@ -24,7 +24,7 @@ extension FrontSessionDelegate {
 
 /// loft-front's end of one attachment (one carrier). The instance (overlay, id) lives in
 /// loft-front; a RESUME on a new carrier gets a new FrontSession.
-public final class FrontSession: SessionEngineHost {
+public final class FrontSession: SessionEnd, SessionEngineHost {
     public enum Phase: Sendable {
         /// Waiting for HELLO or RESUME.
         case awaitingHello
@@ -42,33 +42,14 @@ public final class FrontSession: SessionEngineHost {
     public private(set) var hello: Hello?
     public private(set) var resume: Resume?
 
-    private let engine: SessionEngine
     private let keepaliveMs: UInt32
 
     public init(limits: SessionLimits = .init(), keepaliveMs: UInt32) {
         self.keepaliveMs = max(1, keepaliveMs)
-        engine = SessionEngine(role: .front, limits: limits)
+        super.init(role: .front, limits: limits)
         engine.keepaliveMs = UInt64(self.keepaliveMs)   // a client that never says HELLO is dead too
         engine.host = self
     }
-
-    /// Throws on a protocol error after queuing GOAWAY: flush it and close the carrier.
-    public func receive(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) {
-        try engine.receive(bytes, now: nil)
-    }
-
-    public func receive(_ bytes: UnsafeRawBufferPointer, now: UInt64) throws(ProtocolError) {
-        try engine.receive(bytes, now: now)
-    }
-
-    public func carrierEnded() throws(ProtocolError) { try engine.carrierEnded() }
-
-    public var outputCount: Int { engine.output.count }
-    public func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) { engine.withOutput(body) }
-
-    /// PINGs once established; false after 2 keepalive intervals without a byte from the client.
-    public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
-    public var rttMs: UInt64? { engine.rttMs }
 
     /// While deciding: accepts the session. Once established: a changed overlay (the session's
     /// instance id is kept). keepalive_ms is always this session's, max_streams at most
@@ -114,26 +95,10 @@ public final class FrontSession: SessionEngineHost {
     /// OPEN_FAIL; the id is freed.
     public func refuse(stream: UInt32, reason: OpenFailReason) { engine.refuse(stream, reason) }
 
-    public func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
-    public func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
-    public func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
-    public func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
-    public func finish(stream: UInt32) { engine.finish(stream) }
-    public func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
-    public func close(stream: UInt32) { engine.close(stream) }
-
     /// DGRAM from `from` (the remote's address); only after accept(). false: dropped.
     public func send(association: UInt32, from: Destination, _ payload: UnsafeRawBufferPointer) -> Bool {
         engine.sendDatagram(association, from, payload)
     }
-
-    public func closeAssociation(_ id: UInt32) { engine.closeAssociation(id) }
-
-    public var openStreamCount: Int { engine.liveCount }
-    public var counters: SessionCounters { engine.counters }
-    public var bufferedBytes: Int { engine.bufferedTotal }
-    /// Streams still held, including finished ones with unread bytes (tests).
-    var engineStreamCount: Int { engine.streams.count }
 
     // MARK: engine host
 

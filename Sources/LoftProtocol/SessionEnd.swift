@@ -1,0 +1,78 @@
+import LoftCore
+
+/// What both ends of a loft session share: the carrier byte path, keepalive, and the data
+/// path of streams and associations. `ClientSession` and `FrontSession` add their own
+/// handshake and the calls only one end makes.
+public class SessionEnd {
+    let engine: SessionEngine
+
+    init(role: SessionRole, limits: SessionLimits) {
+        engine = SessionEngine(role: role, limits: limits)
+    }
+
+    // MARK: carrier bytes
+
+    /// Feeds carrier bytes. On a throw the session has queued GOAWAY: flush it, close the
+    /// carrier (the client also detach()es). Input while detached or after GOAWAY is ignored.
+    public func receive(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) {
+        try engine.receive(bytes, now: nil)
+    }
+
+    /// As receive(_:), with the monotonic time in ms: liveness and RTT are then exact instead
+    /// of rounded to the next tick.
+    public func receive(_ bytes: UnsafeRawBufferPointer, now: UInt64) throws(ProtocolError) {
+        try engine.receive(bytes, now: now)
+    }
+
+    /// Clean EOF from the carrier: incompleteFrame if it ended inside a frame.
+    public func carrierEnded() throws(ProtocolError) {
+        try engine.carrierEnded()
+    }
+
+    // MARK: output
+
+    public var outputCount: Int { engine.output.count }
+
+    /// `body` gets the queued bytes and returns how many it took; they are consumed. It must
+    /// not call back into the session.
+    public func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) {
+        engine.withOutput(body)
+    }
+
+    // MARK: keepalive
+
+    /// Sends PING when one keepalive interval passed since the last; false when nothing was
+    /// heard for 2 intervals (a dead carrier). The client has no interval before STATUS: true.
+    public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
+
+    /// Last PING→PONG round trip, in ms.
+    public var rttMs: UInt64? { engine.rttMs }
+
+    // MARK: streams
+
+    /// Queues up to min(send credit, output room) bytes; 0 = wait for streamWritable. The
+    /// client may write before OPEN_OK (the front holds it until it connects); the front only
+    /// after accept().
+    public func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
+    public func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
+    /// Consumes; CREDIT goes out once half the window was read. Unknown ids read as eof.
+    public func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
+    public func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
+    /// FIN (half-close).
+    public func finish(stream: UInt32) { engine.finish(stream) }
+    /// RST; the id is freed at once.
+    public func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
+    /// Frees a stream finished both ways (unread bytes are dropped); any other stream is reset.
+    public func close(stream: UInt32) { engine.close(stream) }
+
+    /// RST cancel.
+    public func closeAssociation(_ id: UInt32) { engine.closeAssociation(id) }
+
+    /// Streams and associations counting toward maxStreams.
+    public var openStreamCount: Int { engine.liveCount }
+    public var counters: SessionCounters { engine.counters }
+    /// Unread received bytes over all streams.
+    public var bufferedBytes: Int { engine.bufferedTotal }
+    /// Streams still held, including finished ones with unread bytes (tests).
+    var engineStreamCount: Int { engine.streams.count }
+}
