@@ -382,17 +382,9 @@ struct ConfigDecoder {
         }
     }
 
-    /// `host:port`: a DNS name, IPv4 address or `[IPv6]`, and a port from 1 to 65535.
+    /// `host:port` (see `HostPort`), kept as written.
     func hostPort(_ node: YAMLNode, path: String) throws(ConfigError) -> String {
-        if case .scalar(let text, _) = node.value, let colon = text.lastIndex(of: ":"),
-           let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) {
-            let host = text[..<colon]
-            if host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2 {
-                if let a = IPAddress(String(host.dropFirst().dropLast())), !a.isIPv4 { return text }
-            } else if !host.contains(":") && (IPAddress(String(host)) != nil || Values.isHostName(String(host))) {
-                return text
-            }
-        }
+        if case .scalar(let text, _) = node.value, HostPort(text) != nil { return text }
         throw v.error(node, "\(path) must be host:port with a port from 1 to 65535, as in front.example:443, 198.18.0.7:443 or [fd00::7]:443, got \(Values.describe(node))")
     }
 
@@ -596,5 +588,27 @@ struct ConfigDecoder {
             result.append(prefix)
         }
         return result
+    }
+}
+
+/// `host:port` as a loft outbound's `server` is written: a DNS name, an IPv4 address or
+/// `[IPv6]`, and a port from 1 to 65535. `host` is without the brackets.
+public struct HostPort: Sendable, Equatable {
+    public var host: String
+    public var port: UInt16
+
+    public init?(_ text: String) {
+        guard let colon = text.lastIndex(of: ":"), let p = Int(text[text.index(after: colon)...]),
+              (1...65535).contains(p) else { return nil }
+        let h = String(text[..<colon])
+        if h.hasPrefix("[") && h.hasSuffix("]") && h.count > 2 {
+            let inner = String(h.dropFirst().dropLast())
+            guard let a = IPAddress(inner), !a.isIPv4 else { return nil }
+            host = inner
+        } else {
+            guard !h.contains(":"), IPAddress(h) != nil || Values.isHostName(h) else { return nil }
+            host = h
+        }
+        port = UInt16(p)
     }
 }

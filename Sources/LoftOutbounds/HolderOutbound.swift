@@ -79,11 +79,24 @@ public final class HolderOutbound: Outbound {
     private var lastLimitLog: UInt64 = 0
     private var flushScheduled = false
 
-    public private(set) var stats = HolderStats()
+    /// Counters kept as things happen; `stats` adds what is derived from the link and session.
+    private var counts = HolderStats()
+    public var stats: HolderStats {
+        var s = counts
+        s.state = switch link {
+        case .idle: "idle"
+        case .dialing, .handshaking: "dialing"
+        case .up: "up"
+        case .waiting: options.hold ? "held" : "down"
+        case .stopped: "stopped"
+        }
+        s.rttMs = link == .up ? session.rttMs : nil
+        return s
+    }
     /// A STATUS arrived (first, after resume, or changed): apply the overlay.
     public var onStatus: ((Status) -> Void)?
 
-    /// Longest wait for the carrier plus the session handshake.
+    /// Longest wait from the carrier being up to the session's STATUS.
     static let handshakeTimeoutMs: UInt64 = 15_000
 
     public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: HolderOptions,
@@ -114,7 +127,7 @@ public final class HolderOutbound: Outbound {
     /// once; RESUME keeps the instance.
     public func pathChanged(reason: String) {
         guard link != .stopped else { return }
-        stats.pathChanges += 1
+        counts.pathChanges += 1
         Log.info("holder.path-changed", ["outbound": name, "reason": reason])
         if let c = carrier {
             c.abort()
@@ -129,7 +142,6 @@ public final class HolderOutbound: Outbound {
     /// Ends the session: GOAWAY is not sent (the front expires the instance); carriers close.
     public func stop() {
         link = .stopped
-        stats.state = "stopped"
         carrier?.close()
         carrier = nil
         failAll(.networkUnreachable)
@@ -154,10 +166,10 @@ public final class HolderOutbound: Outbound {
                 return s
             }
             if let fallback {
-                stats.fallbackFlows += 1
+                counts.fallbackFlows += 1
                 return fallback.openStream(to: destination, events: events)
             }
-            stats.holdDrops += 1
+            counts.holdDrops += 1
             let s = HolderStream(holder: self, destination: destination, events: events)
             s.failSoon(.networkUnreachable)
             return s
@@ -174,9 +186,7 @@ public final class HolderOutbound: Outbound {
         guard link != .stopped else { return }
         generation += 1
         link = .dialing
-        linkSince = loop.now
-        stats.dials += 1
-        stats.state = "dialing"
+        counts.dials += 1
         carrier = client.dial(delegate: self)
     }
 
@@ -187,12 +197,10 @@ public final class HolderOutbound: Outbound {
         writeBlocked = false
         session.detach()
         failAll(wasUp ? .other(ECONNRESET) : .networkUnreachable)
-        stats.carrierLosses += wasUp ? 1 : 0
-        stats.lastError = why
-        stats.rttMs = nil
+        counts.carrierLosses += wasUp ? 1 : 0
+        counts.lastError = why
         guard link != .stopped else { return }
         link = .waiting
-        stats.state = options.hold ? "held" : "down"
         let delay = fixedDelay ?? backoff()
         Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
                                  "hold": options.hold])
@@ -217,11 +225,11 @@ public final class HolderOutbound: Outbound {
     private func failAll(_ failure: FlowFailure) {
         let pending = pendingStreams
         pendingStreams.removeAll()
-        if options.hold { stats.holdDrops += UInt64(pending.count) }
+        if options.hold { counts.holdDrops += UInt64(pending.count) }
         for s in pending { s.fail(failure) }
         let open = streams
         streams.removeAll()
-        if !open.isEmpty { stats.streamsReset += UInt64(open.count) }
+        if !open.isEmpty { counts.streamsReset += UInt64(open.count) }
         for (_, s) in open { s.lost(failure) }
         for (_, a) in associations { a.detached() }
         associations.removeAll()
@@ -230,11 +238,12 @@ public final class HolderOutbound: Outbound {
     private func tick() {
         let now = loop.now
         switch link {
-        case .dialing, .handshaking:
+        case .handshaking:
+            // Dialing is bounded by the carrier's connect timeout; this bounds HELLO → STATUS.
             if now - linkSince > Self.handshakeTimeoutMs, let c = carrier {
                 c.abort()
                 carrierLost("handshake timeout")
-            } else if link == .handshaking && !session.tick(now: now) {
+            } else if !session.tick(now: now) {
                 carrier?.abort()
                 carrierLost("no answer from the front")
             }
@@ -244,7 +253,6 @@ public final class HolderOutbound: Outbound {
                 carrierLost("keepalive: nothing heard for 2 intervals")
                 return
             }
-            stats.rttMs = session.rttMs
             flushOutput()
         default:
             break
@@ -286,25 +294,25 @@ public final class HolderOutbound: Outbound {
         guard let id = session.openStream(to: s.destination) else {
             // The front's max_streams (STATUS) is reached: the flow is refused, counted, and
             // said once per second at most.
-            stats.streamLimitRefusals += 1
+            counts.streamLimitRefusals += 1
             if loop.now - lastLimitLog >= 1000 {
                 lastLimitLog = loop.now
                 Log.warn("holder.stream-limit", ["outbound": name, "open": session.openStreamCount,
-                                                 "max": session.status?.maxStreams ?? 0, "refused": stats.streamLimitRefusals])
+                                                 "max": session.status?.maxStreams ?? 0, "refused": counts.streamLimitRefusals])
             }
             s.fail(.networkUnreachable)
             return
         }
         s.id = id
         streams[id] = s
-        stats.flowsOpened += 1
+        counts.flowsOpened += 1
         scheduleFlush()
     }
 
     func streamWrite(_ s: HolderStream, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard let id = s.id, link == .up else { return -1 }
         let n = session.write(stream: id, bytes)
-        if n > 0 { stats.bytesUp &+= UInt64(n); scheduleFlush() }
+        if n > 0 { counts.bytesUp &+= UInt64(n); scheduleFlush() }
         return n
     }
 
@@ -312,7 +320,7 @@ public final class HolderOutbound: Outbound {
         guard let id = s.id else { return .wouldBlock }
         let r = session.read(stream: id, into: buffer)
         if case .data(let n) = r {
-            stats.bytesDown &+= UInt64(n)
+            counts.bytesDown &+= UInt64(n)
             if session.outputCount > 0 { scheduleFlush() }  // CREDIT went out
         }
         return r
@@ -344,7 +352,7 @@ public final class HolderOutbound: Outbound {
     func associationSend(_ a: HolderAssociation, _ payload: UnsafeRawBufferPointer, to: Destination) -> Bool {
         guard link == .up else {
             if options.hold {
-                stats.holdDrops += 1
+                counts.holdDrops += 1
                 return false
             }
             return a.sendFallback(payload, to: to, via: fallback)
@@ -353,10 +361,10 @@ public final class HolderOutbound: Outbound {
             guard let id = session.openAssociation(firstDestination: to) else { return false }
             a.id = id
             associations[id] = a
-            stats.flowsOpened += 1
+            counts.flowsOpened += 1
         }
         let ok = session.send(association: a.id!, to: to, payload)
-        if ok { stats.bytesUp &+= UInt64(payload.count) }
+        if ok { counts.bytesUp &+= UInt64(payload.count) }
         scheduleFlush()
         return ok
     }
@@ -378,7 +386,8 @@ extension HolderOutbound: CarrierDelegate {
     public func carrierConnected(_ c: Carrier) {
         guard c === carrier else { return }
         link = .handshaking
-        stats.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
+        linkSince = loop.now
+        counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
         session.attach()
         flushOutput()
     }
@@ -430,13 +439,12 @@ extension HolderOutbound: ClientSessionDelegate {
         }
         link = .up
         failures = 0
-        stats.state = "up"
-        stats.instance = status.instanceID.description
-        stats.overlay = describe(status.overlay)
-        if resumed { stats.resumes += 1 } else { stats.sessions += 1 }
+        counts.instance = status.instanceID.description
+        counts.overlay = describe(status.overlay)
+        if resumed { counts.resumes += 1 } else { counts.sessions += 1 }
         Log.info(resumed ? "holder.resumed" : "holder.up",
-                 ["outbound": name, "instance": status.instanceID.description, "overlay": stats.overlay,
-                  "carrier": stats.carrier, "mtu": status.overlay.mtu])
+                 ["outbound": name, "instance": status.instanceID.description, "overlay": counts.overlay,
+                  "carrier": counts.carrier, "mtu": status.overlay.mtu])
         onStatus?(status)
         let pending = pendingStreams
         pendingStreams.removeAll()
@@ -449,8 +457,8 @@ extension HolderOutbound: ClientSessionDelegate {
             Log.error("holder.status-refused", ["outbound": name, "overlay": describe(status.overlay), "reason": problem])
             return
         }
-        stats.overlay = describe(status.overlay)
-        Log.info("holder.status", ["outbound": name, "overlay": stats.overlay])
+        counts.overlay = describe(status.overlay)
+        Log.info("holder.status", ["outbound": name, "overlay": counts.overlay])
         onStatus?(status)
     }
 
@@ -458,7 +466,7 @@ extension HolderOutbound: ClientSessionDelegate {
         // A front going away in order is news, not an error; a refusal is.
         let level: Log.Level = reason == .shutdown || reason == .superseded ? .warn : .error
         Log.emit(level, "holder.goaway", ["outbound": name, "reason": reason.description, "text": text])
-        stats.lastError = "GOAWAY \(reason)\(text.isEmpty ? "" : ": \(text)")"
+        counts.lastError = "GOAWAY \(reason)\(text.isEmpty ? "" : ": \(text)")"
         if reason == .unknownInstance { session.forgetInstance() }
         // The front closes the carrier after GOAWAY; the close event redials with backoff.
     }
@@ -493,7 +501,7 @@ extension HolderOutbound: ClientSessionDelegate {
     public func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination,
                                  payload: UnsafeRawBufferPointer) {
         guard let a = associations[association], case .ip(let endpoint) = from else { return }
-        stats.bytesDown &+= UInt64(payload.count)
+        counts.bytesDown &+= UInt64(payload.count)
         a.events?.datagramReceived(payload, from: endpoint)
     }
 

@@ -425,11 +425,8 @@ final class Runtime {
 /// A `type: loft` outbound's settings as the holder takes them.
 func holderOptions(server: String, carrier: String, token: String, verification: TLSVerification,
                    serverName: String?, config: Configuration) throws -> HolderOptions {
-    guard let colon = server.lastIndex(of: ":"), let port = UInt16(server[server.index(after: colon)...]) else {
-        throw TLSError("server must be host:port: \(server)")
-    }
-    var host = String(server[..<colon])
-    if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+    // The loader accepted it as host:port; parsed again here only to split it.
+    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
     var tls = TLSClientOptions(serverName: serverName)
     switch verification {
     case .caFile(let path): tls.caFile = path
@@ -441,7 +438,7 @@ func holderOptions(server: String, carrier: String, token: String, verification:
     gethostname(&name, name.count - 1)
     let hostName = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     return HolderOptions(
-        carrier: CarrierClientOptions(kind: kind, host: host, port: port, tls: tls,
+        carrier: CarrierClientOptions(kind: kind, host: hp.host, port: hp.port, tls: tls,
                                       connectTimeoutMs: config.limits.connectTimeout.milliseconds),
         token: token, clientName: "loft/\(version) \(hostName)", hold: config.hold)
 }
