@@ -2,12 +2,13 @@ import Glibc
 import LoftCarriers
 import LoftConfig
 import LoftControl
+import LoftCore
 import LoftFront
 
 // `loft-front`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage
 // or configuration error; errors go to stderr, one line each.
 
-let version = "0.1.0"
+let version = Release.version
 
 let usage = """
 usage: loft-front run -c FILE     serve loft sessions as FILE says
@@ -19,19 +20,9 @@ SIGUSR1 logs the counters; SIGINT/SIGTERM send GOAWAY shutdown to every session 
 See docs/front.md.
 """
 
-func fail(_ message: String, code: Int32) -> Never {
-    var line = Array((message + "\n").utf8)
-    _ = write(2, &line, line.count)
-    exit(code)
-}
-
-func say(_ message: String) {
-    var line = Array((message + "\n").utf8)
-    _ = write(1, &line, line.count)
-}
 
 var args = Array(CommandLine.arguments.dropFirst())
-guard let command = args.first else { fail(usage, code: 2) }
+guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
 
 func configPath(_ args: [String]) -> String {
@@ -40,14 +31,14 @@ func configPath(_ args: [String]) -> String {
     while i < args.count {
         switch args[i] {
         case "-c", "--config":
-            guard i + 1 < args.count else { fail("loft-front: -c needs a file", code: 2) }
+            guard i + 1 < args.count else { Terminal.fail("loft-front: -c needs a file", code: 2) }
             path = args[i + 1]
             i += 2
         default:
-            fail("loft-front: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
+            Terminal.fail("loft-front: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
         }
     }
-    guard let path else { fail("loft-front: \(command) needs -c FILE", code: 2) }
+    guard let path else { Terminal.fail("loft-front: \(command) needs -c FILE", code: 2) }
     return path
 }
 
@@ -55,36 +46,36 @@ func load(_ path: String) -> FrontSettings {
     do {
         return try FrontConfigLoader.load(path: path)
     } catch {
-        fail(error.description, code: 2)
+        Terminal.fail(error.description, code: 2)
     }
 }
 
 switch command {
 case "--help", "-h", "help":
-    say(usage)
+    Terminal.say(usage)
 case "--version", "version":
-    say("loft-front \(version)")
+    Terminal.say("loft-front \(version)")
 case "check":
     let path = configPath(args)
     let settings = load(path)
     do {
         _ = try TLSContext(server: TLSServerOptions(certificateFile: settings.certificateFile, keyFile: settings.keyFile))
     } catch {
-        fail("\(path): tls: \(error)", code: 2)
+        Terminal.fail("\(path): tls: \(error)", code: 2)
     }
-    say("\(path): ok")
+    Terminal.say("\(path): ok")
 case "run":
     exit(FrontApp.run(load(configPath(args)), version: version))
 case "stats":
     let path = configPath(args)
-    guard let socket = load(path).control else { fail("\(path): no control socket is configured", code: 2) }
+    guard let socket = load(path).control else { Terminal.fail("\(path): no control socket is configured", code: 2) }
     do {
         let body = try ControlClient.request(socket, "stats")
         var bytes = Array(body.utf8)
         _ = write(1, &bytes, bytes.count)
     } catch {
-        fail("loft-front: \(error.description)", code: 1)
+        Terminal.fail("loft-front: \(error.description)", code: 1)
     }
 default:
-    fail("loft-front: unknown command \"\(command)\"\n\(usage)", code: 2)
+    Terminal.fail("loft-front: unknown command \"\(command)\"\n\(usage)", code: 2)
 }

@@ -8,7 +8,7 @@ import LoftRouting
 // `loft`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage or
 // configuration error; errors go to stderr, one line each.
 
-let version = "0.1.0"
+let version = Release.version
 
 let usage = """
 usage: loft run [-c FILE]      run (built-in default configuration without -c)
@@ -24,19 +24,9 @@ The built-in default runs SOCKS5 on 127.0.0.1:11080 and the UDP bridge on
 127.0.0.1:9091 <-> 9090, everything direct, no TUN. See docs/config.md.
 """
 
-func fail(_ message: String, code: Int32) -> Never {
-    var line = Array((message + "\n").utf8)
-    _ = write(2, &line, line.count)
-    exit(code)
-}
-
-func say(_ message: String, newline: Bool = true) {
-    var line = Array((message + (newline ? "\n" : "")).utf8)
-    _ = write(1, &line, line.count)
-}
 
 var args = Array(CommandLine.arguments.dropFirst())
-guard let command = args.first else { fail(usage, code: 2) }
+guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
 
 func configPath(_ args: [String], required: Bool, flags: Set<String> = [], values: Set<String> = []) -> String? {
@@ -45,19 +35,19 @@ func configPath(_ args: [String], required: Bool, flags: Set<String> = [], value
     while i < args.count {
         switch args[i] {
         case "-c", "--config":
-            guard i + 1 < args.count else { fail("loft: -c needs a file", code: 2) }
+            guard i + 1 < args.count else { Terminal.fail("loft: -c needs a file", code: 2) }
             path = args[i + 1]
             i += 2
         case let f where flags.contains(f):
             i += 1
         case let v where values.contains(v):
-            guard i + 1 < args.count else { fail("loft: \(v) needs a value", code: 2) }
+            guard i + 1 < args.count else { Terminal.fail("loft: \(v) needs a value", code: 2) }
             i += 2
         default:
-            fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
+            Terminal.fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
         }
     }
-    if required && path == nil { fail("loft: \(command) needs -c FILE", code: 2) }
+    if required && path == nil { Terminal.fail("loft: \(command) needs -c FILE", code: 2) }
     return path
 }
 
@@ -76,7 +66,7 @@ func ask(_ socket: String, _ request: String) -> String {
     do {
         return try ControlClient.request(socket, request)
     } catch {
-        fail("loft: \(error.description)", code: 1)
+        Terminal.fail("loft: \(error.description)", code: 1)
     }
 }
 
@@ -85,19 +75,19 @@ func status(_ args: [String]) -> Never {
     let json = args.contains("--json")
     if args.contains("--flows") {
         let sort = value(args, "--sort") ?? "bytes"
-        say(ask(socket, "flows sort=\(sort)\(json ? " json" : "")"), newline: false)
+        Terminal.say(ask(socket, "flows sort=\(sort)\(json ? " json" : "")"), newline: false)
         exit(0)
     }
     if !args.contains("--watch") {
-        say(ask(socket, json ? "status json" : "status text=\(terminalWidth())"), newline: false)
+        Terminal.say(ask(socket, json ? "status json" : "status text=\(terminalWidth())"), newline: false)
         exit(0)
     }
     // Like top: redraw in place once a second until interrupted.
-    say("\u{1B}[?25l\u{1B}[2J", newline: false)
+    Terminal.say("\u{1B}[?25l\u{1B}[2J", newline: false)
     while true {
         let body = ask(socket, json ? "status json" : "status text=\(terminalWidth())")
         let lines = body.split(separator: "\n", omittingEmptySubsequences: false)
-        say("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", newline: false)
+        Terminal.say("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", newline: false)
         sleep(1)
     }
 }
@@ -112,36 +102,36 @@ func loadConfig(_ path: String?) -> Configuration {
     do {
         return try ConfigLoader.load(path: path)
     } catch {
-        fail(error.description, code: 2)
+        Terminal.fail(error.description, code: 2)
     }
 }
 
 switch command {
 case "--help", "-h", "help":
-    say(usage)
+    Terminal.say(usage)
 case "--version", "version":
-    say("loft \(version)")
+    Terminal.say("loft \(version)")
 case "check":
     let path = configPath(args, required: true)!
     let config = loadConfig(path)
-    if let problem = Application.unsupported(config) { fail(problem, code: 2) }
+    if let problem = Application.unsupported(config) { Terminal.fail(problem, code: 2) }
     // Rules that can never match are reported, not refused: the file is still valid.
     for (shadowed, by) in Router.shadowed(config.rules) {
         let a = config.rules[shadowed].position, b = config.rules[by].position
-        say("\(a): warning: rule \(shadowed + 1) can never match: rule \(by + 1) (line \(b.line)) matches everything it would")
+        Terminal.say("\(a): warning: rule \(shadowed + 1) can never match: rule \(by + 1) (line \(b.line)) matches everything it would")
     }
-    say("\(path): ok")
+    Terminal.say("\(path): ok")
 case "run":
     let path = configPath(args, required: false)
     let config = loadConfig(path)
-    if let problem = Application.unsupported(config) { fail("loft: \(problem)", code: 2) }
+    if let problem = Application.unsupported(config) { Terminal.fail("loft: \(problem)", code: 2) }
     exit(Application.run(config, configPath: path))
 case "status":
     status(args)
 case "path-changed":
-    say(ask(controlSocket(args), "path-changed"), newline: false)
+    Terminal.say(ask(controlSocket(args), "path-changed"), newline: false)
 case "reload":
-    say(ask(controlSocket(args), "reload"), newline: false)
+    Terminal.say(ask(controlSocket(args), "reload"), newline: false)
 default:
-    fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
+    Terminal.fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
 }

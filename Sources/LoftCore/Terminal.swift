@@ -1,0 +1,21 @@
+import Glibc
+
+/// The release both executables report (`--version`, status, logs, the holder's client name).
+public enum Release {
+    public static let version = "0.1.0"
+}
+
+/// Command-line output of the executables: one line each on stdout, errors on stderr.
+public enum Terminal {
+    public static func say(_ message: String, newline: Bool = true) {
+        var line = Array((message + (newline ? "\n" : "")).utf8)
+        _ = write(1, &line, line.count)
+    }
+
+    /// Prints the message on stderr and exits with `code`.
+    public static func fail(_ message: String, code: Int32) -> Never {
+        var line = Array((message + "\n").utf8)
+        _ = write(2, &line, line.count)
+        exit(code)
+    }
+}
