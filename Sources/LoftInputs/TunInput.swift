@@ -104,12 +104,7 @@ public final class TunInput: IOHandler, PacketWriter {
             if settings.ipv4 != nil { try Command.run(ip + ["route", "replace", "default", "dev", settings.name]) }
             if settings.ipv6 != nil { try Command.run(ip + ["-6", "route", "replace", "default", "dev", settings.name]) }
         }
-        if let ns = settings.netns, !settings.dns.isEmpty {
-            try writeResolvConf(ns)
-        } else if settings.netns == nil && !settings.dns.isEmpty {
-            Log.info("tun.dns", ["servers": settings.dns.map(\.description).joined(separator: ","),
-                                 "note": "host mode: resolv.conf left alone"])
-        }
+        if !currentDNS.isEmpty { try publishDNS() }
     }
 
     /// A holder's STATUS: the overlay's addresses, MTU, default routes via its gateways and its
@@ -149,8 +144,7 @@ public final class TunInput: IOHandler, PacketWriter {
             }
             if !dns.isEmpty && dns != currentDNS {
                 currentDNS = dns
-                if let ns = settings.netns { try writeResolvConf(ns) }
-                else { Log.info("tun.dns", ["servers": dns.map(\.description).joined(separator: ","), "note": "host mode: resolv.conf left alone"]) }
+                try publishDNS()
             }
             Log.info("tun.overlay", ["name": dev, "ipv4": ipv4.description, "gateway": gateway4.description,
                                      "ipv6": ipv6?.description ?? "-", "mtu": mtu,
@@ -158,6 +152,14 @@ public final class TunInput: IOHandler, PacketWriter {
         } catch {
             Log.error("tun.overlay.failed", ["name": dev, "error": "\(error)"])
         }
+    }
+
+    /// The namespace's resolv.conf gets `currentDNS`; in host mode it is only logged (loft does
+    /// not rewrite the host's resolver configuration).
+    private func publishDNS() throws {
+        if let ns = settings.netns { try writeResolvConf(ns); return }
+        Log.info("tun.dns", ["servers": currentDNS.map(\.description).joined(separator: ","),
+                             "note": "host mode: resolv.conf left alone"])
     }
 
     private func writeResolvConf(_ ns: String) throws {

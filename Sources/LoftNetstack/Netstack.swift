@@ -57,9 +57,6 @@ public final class Netstack {
         loop.every(1000) { [weak self] in self?.sweep() }
     }
 
-    /// Adds an input; returns its index, used with `input(_:from:)`. `verifyChecksums` checks
-    /// transport checksums before lwIP so bad ones are counted (for inputs fed by any process;
-    /// the TUN's packets come from the kernel).
     /// The input's MTU changed (a holder's STATUS set a new one on the TUN).
     public func setMTU(_ mtu: Int, input: Int) {
         guard inputs.indices.contains(input) else { return }
@@ -67,6 +64,9 @@ public final class Netstack {
         clwip_netif_set_mtu(Int32(input), UInt16(clamping: mtu))
     }
 
+    /// Adds an input; returns its index, used with `input(_:from:)`. `verifyChecksums` checks
+    /// transport checksums before lwIP so bad ones are counted (for inputs fed by any process;
+    /// the TUN's packets come from the kernel).
     public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false) -> Int {
         let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
         precondition(idx == inputs.count, "lwIP netif table full")
