@@ -13,6 +13,8 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     let session: FrontSession
     let openedAt: UInt64
     let peerText: String
+    /// The instance for log lines: its id, or "-" before HELLO/RESUME was accepted.
+    private var instanceText: String { instanceID.map { "\($0)" } ?? "-" }
     private(set) var instanceID: InstanceID?
     private var clientName = "-"
     private var streams: [UInt32: StreamRelay] = [:]
@@ -45,7 +47,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     var carrierFlushed: Bool { ((carrier ?? closingCarrier)?.bufferedBytes ?? 0) == 0 }
 
     var summary: String {
-        "instance=\(instanceID.map { "\($0)" } ?? "-") peer=\(peerText) client=\(clientName) streams=\(streams.count) associations=\(associations.count) age_s=\((server.loop.now - openedAt) / 1000)"
+        "instance=\(instanceText) peer=\(peerText) client=\(clientName) streams=\(streams.count) associations=\(associations.count) age_s=\((server.loop.now - openedAt) / 1000)"
     }
 
     // MARK: ending
@@ -91,7 +93,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard carrier != nil, !ending else { return }
         if !session.tick(now: now) {
             server.stats.deadCarriers += 1
-            Log.info("carrier-dead", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText])
+            Log.info("carrier-dead", ["instance": instanceText, "peer": peerText])
             tearDown(graceful: false)
             return
         }
@@ -107,7 +109,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
             a.close()
             session.reset(stream: id, reason: .timedOut)
             server.stats.associationsTimedOut += 1
-            Log.debug("association-timed-out", ["instance": instanceID.map { "\($0)" } ?? "-", "association": id])
+            Log.debug("association-timed-out", ["instance": instanceText, "association": id])
         }
     }
 
@@ -138,14 +140,14 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         }
         server.stats.carriersLost += 1
         Log.info(instanceID == nil ? "carrier-closed" : "session-detached",
-                 ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText, "reason": reason,
+                 ["instance": instanceText, "peer": peerText, "reason": reason,
                   "streams": streams.count])
         tearDown(graceful: false)
     }
 
     private func protocolError(_ error: ProtocolError) {
         server.stats.protocolErrors += 1
-        Log.info("session-protocol-error", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText, "error": error])
+        Log.info("session-protocol-error", ["instance": instanceText, "peer": peerText, "error": error])
         // The session queued GOAWAY protocol-error: hand it over, then close.
         ending = true
         flushOutput()
@@ -277,7 +279,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     }
 
     func frontSessionGoAway(_ s: FrontSession, reason: GoAwayReason, text: String) {
-        Log.info("session-goaway", ["instance": instanceID.map { "\($0)" } ?? "-", "peer": peerText,
+        Log.info("session-goaway", ["instance": instanceText, "peer": peerText,
                                     "reason": reason, "text": text])
         // The client is leaving: close once this receive() is over.
         ending = true
