@@ -50,10 +50,12 @@ let package = Package(
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
-        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO"]),
+        // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
+        .target(name: "LoftTestSupport", dependencies: ["LoftCarriers"], path: "Tests/LoftTestSupport"),
+        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
-        .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO"]),
-        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO"]),
+        .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

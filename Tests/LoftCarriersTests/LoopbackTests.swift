@@ -2,6 +2,7 @@ import Foundation
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTestSupport
 import XCTest
 
 /// Client ↔ server over each carrier on 127.0.0.1, with the test PKI.

@@ -2,46 +2,8 @@ import Foundation
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTestSupport
 import XCTest
-
-/// A throwaway PKI made once per test process by Tests/interop/gen-certs.sh (openssl CLI).
-struct TestPKI: Sendable {
-    let dir: String
-    var ca: String { dir + "/ca.pem" }
-    var otherCA: String { dir + "/other-ca.pem" }
-    var cert: String { dir + "/server.pem" }
-    var key: String { dir + "/server.key" }
-    var server: TLSServerOptions { TLSServerOptions(certificateFile: cert, keyFile: key) }
-
-    static let repo: String = {
-        // Tests/LoftCarriersTests/TestSupport.swift → the repository root.
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        return url.path
-    }()
-
-    static let shared: TestPKI = {
-        let dir = NSTemporaryDirectory() + "loft-carriers-pki-\(getpid())"
-        let out = runTool("/bin/bash", [repo + "/Tests/interop/gen-certs.sh", dir])
-        precondition(out.status == 0, "gen-certs.sh failed: \(out.output)")
-        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "loft-carriers-pki-\(getpid())") }
-        return TestPKI(dir: dir)
-    }()
-}
-
-/// Runs a tool to completion (not on the loop).
-func runTool(_ path: String, _ args: [String]) -> (status: Int32, output: String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: path)
-    p.arguments = args
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    do { try p.run() } catch { return (-1, "\(error)") }
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
-}
 
 /// One event loop and carrier runtime per test; `run` drives it until `done` or the timeout.
 final class Harness {

@@ -3,6 +3,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTestSupport
 import XCTest
 @testable import LoftFront
 
@@ -96,7 +97,7 @@ final class SessionClient: CarrierDelegate, ClientSessionDelegate {
     init(_ h: FrontHarness, _ kind: CarrierKind) {
         dialer = try! CarrierClient(
             CarrierClientOptions(kind: kind, host: "127.0.0.1", port: h.port, path: "/loft",
-                                 tls: TLSClientOptions(serverName: "front.test", caFile: FrontPKI.dir + "/ca.pem"),
+                                 tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.dir + "/ca.pem"),
                                  connectTimeoutMs: 5000),
             runtime: h.clientRuntime)
         session.delegate = self

@@ -5,26 +5,9 @@ import LoftConfig
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTestSupport
 import XCTest
 @testable import LoftFront
-
-/// The throwaway test PKI (Tests/interop/gen-certs.sh), made once per test run.
-enum FrontPKI {
-    static let dir: String = {
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        let dir = NSTemporaryDirectory() + "loft-front-pki-\(getpid())"
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = [url.path + "/Tests/interop/gen-certs.sh", dir]
-        p.standardOutput = FileHandle.nullDevice
-        try? p.run()
-        p.waitUntilExit()
-        precondition(p.terminationStatus == 0, "gen-certs.sh failed")
-        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "loft-front-pki-\(getpid())") }
-        return dir
-    }()
-}
 
 /// A front on 127.0.0.1 (any port) and clients that speak raw loft frames to it, all on one loop.
 final class FrontHarness {
@@ -36,8 +19,8 @@ final class FrontHarness {
     static func settings(maxSessions: Int = 16, pool: String = "198.18.64.0/24", expiry: Duration = .seconds(600),
                          keepalive: Duration = .seconds(10), stateFile: String? = nil,
                          udpIdleTimeout: Duration = .seconds(60)) -> FrontSettings {
-        FrontSettings(log: .warn, listen: Endpoint(.v4(0x7F00_0001), 0), certificateFile: FrontPKI.dir + "/server.pem",
-                      keyFile: FrontPKI.dir + "/server.key", tokens: ["secret-1", "secret-2"],
+        FrontSettings(log: .warn, listen: Endpoint(.v4(0x7F00_0001), 0), certificateFile: TestPKI.shared.dir + "/server.pem",
+                      keyFile: TestPKI.shared.dir + "/server.key", tokens: ["secret-1", "secret-2"],
                       pool: FrontPoolSettings(ipv4: IPPrefix(pool)!, ipv6: IPPrefix("fd00:64::/64")!),
                       mtu: 1400, dns: [IPAddress("198.18.1.2")!], keepalive: keepalive, instanceExpiry: expiry,
                       maxSessions: maxSessions, maxStreams: 8, connectTimeout: .seconds(3), stateFile: stateFile,
@@ -78,7 +61,7 @@ final class FrontHarness {
     func dial(_ kind: CarrierKind = .ws) -> RawClient {
         let client = try! CarrierClient(
             CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
-                                 tls: TLSClientOptions(serverName: "front.test", caFile: FrontPKI.dir + "/ca.pem"),
+                                 tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.dir + "/ca.pem"),
                                  connectTimeoutMs: 5000),
             runtime: clientRuntime)
         let raw = RawClient()

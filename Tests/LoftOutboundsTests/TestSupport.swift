@@ -6,26 +6,9 @@ import LoftCore
 import LoftFront
 import LoftIO
 import LoftProtocol
+import LoftTestSupport
 import XCTest
 @testable import LoftOutbounds
-
-/// The throwaway test PKI (Tests/interop/gen-certs.sh), made once per test run.
-enum OutboundPKI {
-    static let dir: String = {
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        let dir = NSTemporaryDirectory() + "loft-outbounds-pki-\(getpid())"
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = [url.path + "/Tests/interop/gen-certs.sh", dir]
-        p.standardOutput = FileHandle.nullDevice
-        try? p.run()
-        p.waitUntilExit()
-        precondition(p.terminationStatus == 0, "gen-certs.sh failed")
-        atexit { try? FileManager.default.removeItem(atPath: NSTemporaryDirectory() + "loft-outbounds-pki-\(getpid())") }
-        return dir
-    }()
-}
 
 let loopback4 = IPAddress.v4(0x7F00_0001)
 let loopback6 = IPAddress("::1")!
@@ -43,8 +26,8 @@ final class Scenario {
     }
 
     static func frontSettings(port: UInt16 = 0, stateFile: String? = nil) -> FrontSettings {
-        FrontSettings(log: .warn, listen: Endpoint(loopback4, port), certificateFile: OutboundPKI.dir + "/server.pem",
-                      keyFile: OutboundPKI.dir + "/server.key", tokens: ["secret-1"],
+        FrontSettings(log: .warn, listen: Endpoint(loopback4, port), certificateFile: TestPKI.shared.dir + "/server.pem",
+                      keyFile: TestPKI.shared.dir + "/server.key", tokens: ["secret-1"],
                       pool: FrontPoolSettings(ipv4: IPPrefix("198.18.64.0/24")!, ipv6: IPPrefix("fd00:64::/64")!),
                       mtu: 1400, dns: [IPAddress("198.18.1.2")!], keepalive: .seconds(10), instanceExpiry: .seconds(600),
                       maxSessions: 16, maxStreams: 16, connectTimeout: .seconds(3), stateFile: stateFile)
@@ -61,7 +44,7 @@ final class Scenario {
                 minBackoffMs: UInt64 = 200) throws -> HolderOutbound {
         let carrier = CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
                                            tls: TLSClientOptions(serverName: "front.test",
-                                                                 caFile: OutboundPKI.dir + "/ca.pem"),
+                                                                 caFile: TestPKI.shared.dir + "/ca.pem"),
                                            connectTimeoutMs: 5000)
         let options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
                                     minBackoffMs: minBackoffMs, maxBackoffMs: 2000)
