@@ -18,19 +18,8 @@ start_nginx 1 1024
 bash "$(dirname "$0")/../interop/gen-certs.sh" "$T_DIR/pki" >/dev/null || die "test PKI"
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 
-HOST_NS=loft-host-$T_ID
-ip netns add "$HOST_NS" && T_NETNS+=("$HOST_NS") && register netns "$HOST_NS"
-VH=loft-${T_ID}h; VHS=loft-${T_ID}i
-ip link add "$VH" type veth peer name "$VHS" netns "$SRV_NS" && T_LINKS+=("$VH") && register link "$VH"
-ip link set "$VH" netns "$HOST_NS"
-HOST4=198.18.$((NET + 150)).1
-ip -n "$HOST_NS" link set lo up
-ip -n "$HOST_NS" addr add "$HOST4/24" dev "$VH"; ip -n "$HOST_NS" link set "$VH" up
-ip -n "$SRV_NS" addr add 198.18.$((NET + 150)).2/24 dev "$VHS"; ip -n "$SRV_NS" link set "$VHS" up
-ip -n "$HOST_NS" route add "$SRV_NET4" via 198.18.$((NET + 150)).2
-in_host() { ip netns exec "$HOST_NS" "$@"; }
-snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table all; ip -6 route show table all' | grep -v ' lo \|fe80::/64\|multicast\|^local ' ; }
-before=$(snapshot)
+host_ns_up
+before=$(host_snapshot)
 
 cat >"$T_DIR/front.yaml" <<EOF
 listen: $SRV4:$FPORT
@@ -86,7 +75,7 @@ if [ "${flows:-0}" -ge 1 ] && [ "${opened:-0}" -ge 1 ]; then pass host-holder-co
 else fail host-holder-counted "loft flows via home $flows, front streams opened $opened; rules: $(in_host ip rule | tr '\n' '|'); totals: $(status | python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"])'); front: $("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1 | head -3 | tr '\n' '|')"; fi
 
 kill -TERM "$HPID"; wait "$HPID"; rc=$?
-after=$(snapshot)
+after=$(host_snapshot)
 if [ $rc -eq 0 ] && [ "$before" = "$after" ]; then pass host-holder-clean-exit
 else fail host-holder-clean-exit "exit $rc; diff: $(diff <(echo "$before") <(echo "$after") | tr '\n' '|')"; fi
 finish

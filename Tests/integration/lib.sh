@@ -303,6 +303,24 @@ kernel_path_down() {
     return 0
 }
 
+# host_ns_up: a namespace standing in for the host (host-mode tests): HOST_NS, with a veth to
+# srv (HOST4 = 198.18.(NET+150).1 here, .2 in srv) and a route to the srv subnet through it.
+# in_host runs a command there; host_snapshot prints its rules and routes (for before/after).
+host_ns_up() {
+    HOST_NS=loft-host-$T_ID
+    ip netns add "$HOST_NS" && T_NETNS+=("$HOST_NS") && register netns "$HOST_NS"
+    local vh=loft-${T_ID}h vhs=loft-${T_ID}i
+    ip link add "$vh" type veth peer name "$vhs" netns "$SRV_NS" && T_LINKS+=("$vh") && register link "$vh"
+    ip link set "$vh" netns "$HOST_NS"
+    HOST4=198.18.$((NET + 150)).1
+    ip -n "$HOST_NS" link set lo up
+    ip -n "$HOST_NS" addr add "$HOST4/24" dev "$vh"; ip -n "$HOST_NS" link set "$vh" up
+    ip -n "$SRV_NS" addr add 198.18.$((NET + 150)).2/24 dev "$vhs"; ip -n "$SRV_NS" link set "$vhs" up
+    ip -n "$HOST_NS" route add "$SRV_NET4" via 198.18.$((NET + 150)).2
+}
+in_host() { ip netns exec "$HOST_NS" "$@"; }
+host_snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table all; ip -6 route show table all' | grep -v ' lo \|fe80::/64\|multicast\|^local ' ; }
+
 # --- loft -----------------------------------------------------------------------------------
 
 # loft_config NAME [key=value ...] > file: a namespace config for this test.

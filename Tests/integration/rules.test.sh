@@ -112,18 +112,8 @@ t0=$(now_ms); out=$("$LOFT_BIN" check -c "$T_DIR/big.yaml" 2>&1); rc=$?; ms=$(( 
 if [ $rc -eq 0 ] && [ $ms -lt 1000 ]; then pass prefixes-100k-load; note "100k prefixes: loft check in $ms ms"; else fail prefixes-100k-load "exit $rc in $ms ms: $out"; fi
 
 # --- host mode, inside a namespace standing in for the host -----------------------------------
-HOST_NS=loft-host-$T_ID
-ip netns add "$HOST_NS" && T_NETNS+=("$HOST_NS") && register netns "$HOST_NS"
-VH=loft-${T_ID}h; VHS=loft-${T_ID}i
-ip link add "$VH" type veth peer name "$VHS" netns "$SRV_NS" && T_LINKS+=("$VH") && register link "$VH"
-ip link set "$VH" netns "$HOST_NS"
-ip -n "$HOST_NS" link set lo up
-ip -n "$HOST_NS" addr add 198.18.$((NET + 150)).1/24 dev "$VH"; ip -n "$HOST_NS" link set "$VH" up
-ip -n "$SRV_NS" addr add 198.18.$((NET + 150)).2/24 dev "$VHS"; ip -n "$SRV_NS" link set "$VHS" up
-ip -n "$HOST_NS" route add "$SRV_NET4" via 198.18.$((NET + 150)).2
-in_host() { ip netns exec "$HOST_NS" "$@"; }
-snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table all; ip -6 route show table all' | grep -v ' lo \|fe80::/64\|multicast\|^local ' ; }
-before=$(snapshot)
+host_ns_up
+before=$(host_snapshot)
 HTUN=lh$((T_ID % 100000))
 cat >"$T_DIR/host.yaml" <<EOF
 tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
@@ -142,7 +132,7 @@ host_start() {
     return 1
 }
 if host_start; then
-    during=$(snapshot)
+    during=$(host_snapshot)
     if echo "$during" | grep -q "fwmark 0x4c46 lookup main" && echo "$during" | grep -q "to 198.18.$((NET + 150)).0/24 lookup main" \
         && echo "$during" | grep -q "default dev $HTUN table"; then
         pass host-mode-routes-in-use
@@ -157,14 +147,14 @@ if host_start; then
         fail host-mode-traffic-through-tun "sha $got, loft tcp flows $flows"
     fi
     kill -TERM $HPID; wait $HPID; rc=$?
-    after=$(snapshot)
+    after=$(host_snapshot)
     if [ $rc -eq 0 ] && [ "$before" = "$after" ]; then pass host-mode-clean-exit
     else fail host-mode-clean-exit "exit $rc; diff: $(diff <(echo "$before") <(echo "$after") | tr '\n' '|')"; fi
     # kill -9 leaves routes behind; the next start removes them first, the next stop the rest.
     host_start && kill -KILL $HPID; wait $HPID 2>/dev/null
-    left=$(snapshot)
+    left=$(host_snapshot)
     if host_start; then kill -TERM $HPID; wait $HPID; fi
-    after=$(snapshot)
+    after=$(host_snapshot)
     if [ "$left" != "$before" ] && [ "$before" = "$after" ]; then pass host-mode-kill9-cleaned-next-start
     else fail host-mode-kill9-cleaned-next-start "leftovers seen: $([ "$left" != "$before" ] && echo yes || echo no); diff: $(diff <(echo "$before") <(echo "$after") | tr '\n' '|')"; fi
 else
