@@ -48,6 +48,32 @@ final class ChecksumTests: XCTestCase {
         h[10] = 0xb8; h[11] = 0x61
         XCTAssertEqual(h.withUnsafeBytes { InternetChecksum.of($0) }, 0)
     }
+
+    /// The word-at-a-time sum against RFC 1071's definition (big-endian 16-bit words), for
+    /// every length up to 70 and longer ones, at every alignment, with carries forced by 0xFF.
+    func testWideSumMatchesDefinition() {
+        func reference(_ b: ArraySlice<UInt8>) -> UInt16 {
+            var s: UInt32 = 0
+            var i = b.startIndex
+            while i < b.endIndex {
+                s += UInt32(b[i]) << 8 | (i + 1 < b.endIndex ? UInt32(b[i + 1]) : 0)
+                i += 2
+            }
+            while s > 0xFFFF { s = (s & 0xFFFF) + (s >> 16) }
+            return ~UInt16(s)
+        }
+        var rng = SystemRandomNumberGenerator()
+        for length in Array(0...70) + [1499, 1500, 9000, 65535] {
+            for offset in 0..<8 {
+                for fill in 0..<2 {
+                    let bytes = (0..<(length + offset)).map { _ in fill == 0 ? UInt8.random(in: 0...255, using: &rng) : 0xFF }
+                    let slice = bytes[offset...]
+                    let got = bytes.withUnsafeBytes { InternetChecksum.of(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+                    XCTAssertEqual(got, reference(slice), "length \(length) offset \(offset)")
+                }
+            }
+        }
+    }
 }
 
 final class PacketParseTests: XCTestCase {
