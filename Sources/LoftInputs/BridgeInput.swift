@@ -20,6 +20,9 @@ public final class BridgeInput: IOHandler, PacketWriter {
         public var peerMissing: UInt64 = 0
         /// Replies that could not be sent (socket buffer full, peer missing).
         public var sendDrops: UInt64 = 0
+        /// Bare ACKs not sent because a later ACK of the same connection, queued right after
+        /// them in the same batch, said the same and more.
+        public var acksCoalesced: UInt64 = 0
     }
 
     public struct StartError: Error, CustomStringConvertible {
@@ -122,6 +125,16 @@ public final class BridgeInput: IOHandler, PacketWriter {
         guard packet.count <= settings.mtu else {
             counters.sendDrops &+= 1
             return
+        }
+        // The peer handles every datagram one by one (socat: a wake-up each), and an upload
+        // makes the stack ACK every second segment; a batch needs only the last ACK.
+        if txCount > 0 {
+            let last = tx.baseAddress! + (txCount - 1) * slot
+            if PureAck.supersedes(packet, UnsafeRawBufferPointer(start: last, count: Int(txLens[txCount - 1]))) {
+                last.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
+                counters.acksCoalesced &+= 1
+                return
+            }
         }
         if txCount == Self.batch { flush() }
         let dst = tx.baseAddress! + txCount * slot

@@ -321,7 +321,7 @@ final class Runtime {
                 let c = ns.inputCounters[tun.inputIndex]
                 i.packetsIn = c.packetsIn; i.packetsOut = c.packetsOut; i.bytesIn = c.bytesIn; i.bytesOut = c.bytesOut
                 i.drops = drops(c)
-                i.extra = [("write-drops", tun.writeDrops)]
+                i.extra = [("write-drops", tun.writeDrops), ("acks-coalesced", tun.acksCoalesced)]
             }
             r.inputs.append(i)
         } else {
@@ -335,7 +335,7 @@ final class Runtime {
                 i.packetsIn = c.packetsIn; i.packetsOut = c.packetsOut; i.bytesIn = c.bytesIn; i.bytesOut = c.bytesOut
                 i.drops = drops(c)
                 i.extra = [("oversize", bridge.counters.oversize), ("peer-missing", bridge.counters.peerMissing),
-                           ("send-drops", bridge.counters.sendDrops)]
+                           ("send-drops", bridge.counters.sendDrops), ("acks-coalesced", bridge.counters.acksCoalesced)]
             }
             r.inputs.append(i)
         } else {
@@ -415,7 +415,7 @@ final class Runtime {
             var fields: [(String, Any)] = [("input", name), ("packets_in", ic.packetsIn), ("packets_out", ic.packetsOut)]
             for r in PacketDropReason.allCases where ic.dropped(r) > 0 { fields.append(("drop_\(r)", ic.dropped(r))) }
             if let b = bridge, name == "bridge" {
-                fields += [("oversize", b.counters.oversize), ("peer_missing", b.counters.peerMissing), ("send_drops", b.counters.sendDrops)]
+                fields += [("oversize", b.counters.oversize), ("peer_missing", b.counters.peerMissing), ("send_drops", b.counters.sendDrops), ("acks_coalesced", b.counters.acksCoalesced)]
             }
             Log.emit(.info, "input.stats", fields)
         }
