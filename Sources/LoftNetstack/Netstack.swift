@@ -39,6 +39,8 @@ public final class Netstack {
     var finishing: [TCPFlow] = []
     /// Flows with app bytes queued during this batch of packets.
     var dirtyFlows: [TCPFlow] = []
+    /// Flows whose paused reads got room from ACKs in this batch of packets.
+    var readableFlows: [TCPFlow] = []
     /// Remote → app copy buffer (one loop thread).
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
@@ -256,19 +258,30 @@ public final class Netstack {
         return [("connecting", connecting), ("handshaking", handshaking), ("established", open), ("closing", closing)]
     }
 
-    /// After each batch of events: close what finished inside lwIP callbacks.
+    /// After each batch of events: app bytes to the outbounds, outbound bytes into the room
+    /// ACKs made, then closes that finished inside lwIP callbacks.
     public func afterEvents() {
         defer { counters.timeWaitReaped &+= UInt64(clwip_reap_timewait()) }
+        // Each list is swapped with a spare before it runs: flows queued meanwhile wait for the
+        // next batch, and no array storage is reallocated.
         if !dirtyFlows.isEmpty {
-            let batch = dirtyFlows
-            dirtyFlows.removeAll(keepingCapacity: true)
-            for f in batch { f.drainToOutbound() }
+            swap(&dirtyFlows, &spareFlows)
+            for f in spareFlows { f.drainToOutbound() }
+            spareFlows.removeAll(keepingCapacity: true)
         }
-        guard !finishing.isEmpty else { return }
-        let batch = finishing
-        finishing.removeAll(keepingCapacity: true)
-        for f in batch { f.completeClose() }
+        if !readableFlows.isEmpty {
+            swap(&readableFlows, &spareFlows)
+            for f in spareFlows { f.readAfterAcks() }
+            spareFlows.removeAll(keepingCapacity: true)
+        }
+        if !finishing.isEmpty {
+            swap(&finishing, &spareFlows)
+            for f in spareFlows { f.completeClose() }
+            spareFlows.removeAll(keepingCapacity: true)
+        }
     }
+
+    private var spareFlows: [TCPFlow] = []
 
     /// Keeps the table under the cap by evicting the longest-idle flow. False if nothing could go.
     private func makeRoom() -> Bool {

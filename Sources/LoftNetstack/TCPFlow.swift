@@ -98,16 +98,16 @@ final class TCPFlow: StreamEvents {
             connection?.setReadInterest(false)
             return
         }
-        if !stash.isEmpty { flushStash(); if !stash.isEmpty { connection?.setReadInterest(false); return } }
+        if !stash.isEmpty { flushStash(); if !stash.isEmpty { pauseReads(); return } }
         var wrote = false
         // A few reads per wake-up: enough to fill the send buffer, bounded for fairness.
         for _ in 0..<4 {
             let room = Int(clwip_tcp_sndbuf(pcb))
             if room == 0 {
-                connection?.setReadInterest(false)
+                pauseReads()
                 break
             }
-            let want = min(room, stack.scratch.count)
+            let want = min(room, stack.scratch.count, 0xFFFF)
             guard let conn = connection else { return }
             let r = conn.read(into: UnsafeMutableRawBufferPointer(rebasing: stack.scratch[0..<want]))
             switch r {
@@ -117,7 +117,7 @@ final class TCPFlow: StreamEvents {
                 stack.counters.tcpBytesDown &+= UInt64(n)
                 if clwip_tcp_write(pcb, stack.scratch.baseAddress, UInt32(n)) != 0 {
                     stash.append(contentsOf: UnsafeRawBufferPointer(rebasing: stack.scratch[0..<n]))
-                    connection?.setReadInterest(false)
+                    pauseReads()
                     clwip_tcp_output(pcb)
                     return
                 }
@@ -128,7 +128,9 @@ final class TCPFlow: StreamEvents {
                 // and keep the TIME_WAIT (its ports run out under Connection: close load).
                 continue
             case .wouldBlock:
-                break
+                // Drained: from now on the loop says when the outbound has more.
+                readsPaused = false
+                connection?.setReadInterest(true)
             case .eof:
                 remoteFinished = true
                 connection?.setReadInterest(false)
@@ -144,6 +146,25 @@ final class TCPFlow: StreamEvents {
             break
         }
         if wrote { clwip_tcp_output(pcb) }
+    }
+
+    /// lwIP's send buffer is full: stop the loop reporting the outbound readable. The flow
+    /// reads again itself once acknowledged bytes make room (`sent`), so a bulk download whose
+    /// outbound always has data never touches the loop's interest set.
+    private var readsPaused = false
+
+    private func pauseReads() {
+        readsPaused = true
+        connection?.setReadInterest(false)
+    }
+
+    /// After a batch of packets (Netstack.afterEvents): ACKs made room, read the outbound.
+    private var readQueued = false
+
+    func readAfterAcks() {
+        readQueued = false
+        guard readsPaused else { return }
+        streamReadable()
     }
 
     private func flushStash() {
@@ -253,9 +274,10 @@ final class TCPFlow: StreamEvents {
 
     func sent(_ len: Int) {
         lastActivity = stack.loop.now
-        if !stash.isEmpty { flushStash() }
-        if stash.isEmpty && !remoteFinished && state == .open {
-            connection?.setReadInterest(true)
+        // Once per batch of ACKs, after it: one read fills the room they all made.
+        if readsPaused && !readQueued && !remoteFinished && state == .open {
+            readQueued = true
+            stack.readableFlows.append(self)
         }
     }
 
