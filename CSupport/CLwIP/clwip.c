@@ -22,6 +22,7 @@
 
 typedef struct {
     struct netif netif;
+    uint32_t send_buffer;  // each accepted pcb's snd_buf (bytes towards the app)
 } input_slot;
 
 static clwip_callbacks cb;
@@ -105,6 +106,11 @@ int clwip_init(const clwip_callbacks *callbacks) {
     return 0;
 }
 
+void clwip_netif_set_send_buffer(int idx, uint32_t bytes) {
+    if (idx < 0 || idx >= slot_count) return;
+    slots[idx].send_buffer = bytes;
+}
+
 void clwip_netif_set_mtu(int idx, uint16_t mtu) {
     if (idx < 0 || idx >= slot_count) return;
     slots[idx].netif.mtu = mtu;
@@ -114,6 +120,7 @@ void clwip_netif_set_mtu(int idx, uint16_t mtu) {
 int clwip_netif_add(uint16_t mtu) {
     if (slot_count == MAX_NETIFS) return -1;
     input_slot *s = &slots[slot_count];
+    s->send_buffer = TCP_SND_BUF;
     ip4_addr_t addr, mask, gw;
     addr.addr = DUMMY_V4;
     mask.addr = 0;
@@ -169,6 +176,13 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     endpoint_from(&src, &pcb->remote_ip, pcb->remote_port);
     endpoint_from(&dst, &pcb->local_ip, pcb->local_port);
     tcp_nagle_disable(pcb);  // the outbound side already coalesces; forward writes at once
+    // snd_buf is a per-pcb counter (32 bits with window scaling); the library's 64 KiB is only
+    // its starting value. ssthresh starts there too, so slow start runs up to the new size.
+    uint32_t send_buffer = idx >= 0 && idx < slot_count ? slots[idx].send_buffer : 0;
+    if (send_buffer > pcb->snd_buf) {
+        pcb->snd_buf = send_buffer;
+        if (pcb->ssthresh < send_buffer) pcb->ssthresh = send_buffer;
+    }
     uintptr_t token = cb.accepted((clwip_tcp *)pcb, idx, &src, &dst);
     if (token == 0) {
         tcp_abort(pcb);
@@ -195,8 +209,12 @@ static void ensure_listener(u16_t port) {
 
 uint32_t clwip_tcp_sndbuf(clwip_tcp *c) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
-    if (tcp_sndqueuelen(pcb) >= TCP_SND_QUEUELEN - 4) return 0;
-    return tcp_sndbuf(pcb);
+    // Each segment tcp_write makes is one pbuf, and the queue holds TCP_SND_QUEUELEN of them:
+    // offer only what fits in both, so a write never fails half-way.
+    int slots = (int)TCP_SND_QUEUELEN - 4 - (int)tcp_sndqueuelen(pcb);
+    if (slots <= 0) return 0;
+    uint32_t by_queue = (uint32_t)slots * pcb->mss;
+    return pcb->snd_buf < by_queue ? pcb->snd_buf : by_queue;
 }
 
 int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len) {
