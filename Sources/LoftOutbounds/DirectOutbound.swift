@@ -16,8 +16,25 @@ public final class DirectOutbound: Outbound {
         self.resolver = resolver
     }
 
+    /// Flows and bytes this outbound carried, whichever input they came from (TUN, bridge,
+    /// SOCKS5): counted at its own sockets, as a holder counts its streams.
+    public struct Usage: Sendable {
+        public var flows: UInt64 = 0
+        public var liveFlows = 0
+        public var bytesUp: UInt64 = 0
+        public var bytesDown: UInt64 = 0
+    }
+
+    /// Shared by the outbound's streams and associations (one loop thread).
+    final class Meter {
+        var usage = Usage()
+    }
+
+    let meter = Meter()
+    public var usage: Usage { meter.usage }
+
     public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
-        let stream = DirectStream(loop: loop, events: events)
+        let stream = DirectStream(loop: loop, events: events, meter: meter)
         switch destination {
         case .ip(let endpoint):
             stream.connect(endpoint)
@@ -36,7 +53,7 @@ public final class DirectOutbound: Outbound {
     }
 
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
-        DirectAssociation(loop: loop, events: events, resolver: resolver)
+        DirectAssociation(loop: loop, events: events, resolver: resolver, meter: meter)
     }
 }
 
@@ -50,10 +67,25 @@ final class DirectStream: StreamConnection, IOHandler {
     private var readInterest = true
     private var wantWrite = false
     private var mask: UInt32 = 0
+    /// nil for the drop outbound's refusals. `live` until torn down or failed.
+    private let meter: DirectOutbound.Meter?
+    private var live: Bool
 
-    init(loop: EventLoop, events: StreamEvents) {
+    init(loop: EventLoop, events: StreamEvents, meter: DirectOutbound.Meter?) {
         self.loop = loop
         self.events = events
+        self.meter = meter
+        live = meter != nil
+        if let meter {
+            meter.usage.flows &+= 1
+            meter.usage.liveFlows += 1
+        }
+    }
+
+    private func ended() {
+        guard live else { return }
+        live = false
+        meter?.usage.liveFlows -= 1
     }
 
     func connect(_ endpoint: Endpoint) {
@@ -75,6 +107,7 @@ final class DirectStream: StreamConnection, IOHandler {
 
     func failSoon(_ failure: FlowFailure) {
         finished = true
+        ended()
         loop.soon { [weak self] in self?.events?.streamFailed(failure) }
     }
 
@@ -132,6 +165,7 @@ final class DirectStream: StreamConnection, IOHandler {
             }
             return -1
         }
+        meter?.usage.bytesUp &+= UInt64(n)
         var total = 0
         for i in 0..<count { total += segments[i].iov_len }
         if n < total {
@@ -144,7 +178,10 @@ final class DirectStream: StreamConnection, IOHandler {
     func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard fd >= 0 else { return .eof }
         let n = recv(fd, buffer.baseAddress, buffer.count, 0)
-        if n > 0 { return .data(n) }
+        if n > 0 {
+            meter?.usage.bytesDown &+= UInt64(n)
+            return .data(n)
+        }
         if n == 0 { return .eof }
         let e = Sockets.errno
         if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
@@ -166,6 +203,7 @@ final class DirectStream: StreamConnection, IOHandler {
 
     private func teardown(reset: Bool) {
         finished = true
+        ended()
         guard fd >= 0 else { return }
         if registered { loop.unregister(fd) }
         registered = false
@@ -186,13 +224,17 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     private var v4: Int32 = -1
     private var v6: Int32 = -1
     private var closed = false
+    private let meter: DirectOutbound.Meter
     // Shared receive buffer: one loop thread, and each datagram is delivered before the next read.
     nonisolated(unsafe) private static let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
-    init(loop: EventLoop, events: DatagramEvents, resolver: Resolver?) {
+    init(loop: EventLoop, events: DatagramEvents, resolver: Resolver?, meter: DirectOutbound.Meter) {
         self.loop = loop
         self.events = events
         self.resolver = resolver
+        self.meter = meter
+        meter.usage.flows &+= 1
+        meter.usage.liveFlows += 1
     }
 
     private func socketFor(_ e: Endpoint) -> Int32 {
@@ -224,7 +266,9 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
             guard s >= 0 else { return false }
             let addr = SocketAddress(e)
             let n = addr.withSockaddr { sendto(s, payload.baseAddress, payload.count, 0, $0, $1) }
-            return n == payload.count
+            guard n == payload.count else { return false }
+            meter.usage.bytesUp &+= UInt64(n)
+            return true
         case .domain(let name, let port):
             guard let resolver else { return false }
             let copy = Array(payload)
@@ -237,20 +281,25 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     }
 
     func handleIO(_ ev: UInt32) {
-        for s in [v4, v6] where s >= 0 {
-            // Bounded per wake-up so one busy association cannot starve the loop.
-            for _ in 0..<64 {
-                var from = SocketAddress()
-                let n = from.withMutableSockaddr { recvfrom(s, Self.buffer.baseAddress, Self.buffer.count, Int32(MSG_DONTWAIT), $0, $1) }
-                if n < 0 { break }
-                guard let ep = from.endpoint else { continue }
-                events?.datagramReceived(UnsafeRawBufferPointer(rebasing: Self.buffer[0..<n]), from: ep)
-                if closed { return }
-            }
+        if v4 >= 0 { receive(v4) }
+        if v6 >= 0 && !closed { receive(v6) }
+    }
+
+    private func receive(_ s: Int32) {
+        // Bounded per wake-up so one busy association cannot starve the loop.
+        for _ in 0..<64 {
+            var from = SocketAddress()
+            let n = from.withMutableSockaddr { recvfrom(s, Self.buffer.baseAddress, Self.buffer.count, Int32(MSG_DONTWAIT), $0, $1) }
+            if n < 0 { break }
+            guard let ep = from.endpoint else { continue }
+            meter.usage.bytesDown &+= UInt64(n)
+            events?.datagramReceived(UnsafeRawBufferPointer(rebasing: Self.buffer[0..<n]), from: ep)
+            if closed { return }
         }
     }
 
     func close() {
+        if !closed { meter.usage.liveFlows -= 1 }
         closed = true
         for s in [v4, v6] where s >= 0 {
             loop.unregister(s)
@@ -268,7 +317,7 @@ public final class DropOutbound: Outbound {
     let loop: EventLoop
     public init(name: String = "drop", loop: EventLoop) { self.name = name; self.loop = loop }
     public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
-        let s = DirectStream(loop: loop, events: events)
+        let s = DirectStream(loop: loop, events: events, meter: nil)
         s.failSoon(.notAllowed)
         return s
     }

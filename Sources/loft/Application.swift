@@ -375,11 +375,16 @@ final class Runtime {
                            ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
                            ("hold-drops", st.holdDrops), ("fallback-flows", st.fallbackFlows),
                            ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
-            } else {
-                s = StatusReport.Outbound(name: name, type: o is DropOutbound ? "drop" : "direct", state: "ready")
-            }
-            if let u = usage[name], !(o is HolderOutbound) {
+            } else if let d = o as? DirectOutbound {
+                s = StatusReport.Outbound(name: name, type: "direct", state: "ready")
+                // Counted at its sockets, so SOCKS5 flows are in it too.
+                let u = d.usage
                 s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
+            } else {
+                s = StatusReport.Outbound(name: name, type: "drop", state: "ready")
+                if let u = usage[name] {
+                    s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
+                }
             }
             r.outbounds.append(s)
         }

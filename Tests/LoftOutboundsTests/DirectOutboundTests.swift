@@ -31,6 +31,12 @@ final class DirectOutboundTests: XCTestCase {
         XCTAssertEqual(server.bytesIn, p.toSend.count)
         XCTAssertEqual(server.eofs, 1)
         XCTAssertEqual(server.closedClean, 1)
+        // Counted at the socket: every byte each way, one flow, none live once closed.
+        let u = direct.usage
+        XCTAssertEqual(u.flows, 1)
+        XCTAssertEqual(u.liveFlows, 0)
+        XCTAssertEqual(u.bytesUp, UInt64(p.toSend.count))
+        XCTAssertEqual(u.bytesDown, UInt64(p.toSend.count))
     }
 
     func testEchoOverIPv4() throws { try echo(loopback4) }
@@ -48,6 +54,8 @@ final class DirectOutboundTests: XCTestCase {
         XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1)")
         XCTAssertEqual(p.failure, .refused)
         XCTAssertFalse(p.connected)
+        XCTAssertEqual(direct.usage.flows, 1)
+        XCTAssertEqual(direct.usage.liveFlows, 0, "a refused flow is not live")
     }
 
     func testClosedPortIsRefusedOverIPv4() throws { try refused(loopback4) }
@@ -105,7 +113,12 @@ final class DirectOutboundTests: XCTestCase {
         let byPayload = Dictionary(uniqueKeysWithValues: d.received.map { ($0.payload, $0.from) })
         XCTAssertEqual(byPayload[[1, 2, 3]], v4.endpoint)
         XCTAssertEqual(byPayload[[6, 6]], v6.endpoint)
+        XCTAssertEqual(direct.usage.flows, 1)
+        XCTAssertEqual(direct.usage.liveFlows, 1)
+        XCTAssertEqual(direct.usage.bytesUp, 5)
+        XCTAssertEqual(direct.usage.bytesDown, 5)
         assoc.close()
+        XCTAssertEqual(direct.usage.liveFlows, 0)
         XCTAssertFalse(([0] as [UInt8]).withUnsafeBytes { assoc.send($0, to: .ip(v4.endpoint)) }, "closed: nothing is sent")
     }
 }

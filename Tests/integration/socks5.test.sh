@@ -386,7 +386,7 @@ udp-foreign-source-dropped udp-dies-with-control greeting-bad-version greeting-n
 greeting-zero-methods request-bad-version bind-0x07 unknown-command-0x07 atyp-0x08 empty-domain-0x01
 refused-0x05 host-unreachable-0x04 network-unreachable-0x03 timeout-0x06 drop-rule-0x02
 resolve-failed-0x04 connect-bound-address handshake-deadline-silent handshake-deadline-half-request
-client-limit-129 counters-and-exit"
+client-limit-129 direct-counts-socks5 counters-and-exit"
 if ! s5_start; then
     for c in $CASES; do fail "$c" "loft did not start"; done
     finish
@@ -491,6 +491,19 @@ for pair in "handshake-deadline-silent:silent" "handshake-deadline-half-request:
 done
 
 check client-limit-129 py limit 128 "$SRV4"
+
+# The direct outbound counts at its own sockets, so the SOCKS5 flows above are in its row:
+# the four 50 MiB curl downloads alone are 200 MiB down; every flow has ended by now.
+row=$("$LOFT_BIN" status -c "$T_DIR/s5.yaml" --json | python3 -c '
+import json, sys
+o = [o for o in json.load(sys.stdin)["outbounds"] if o["name"] == "direct"][0]
+print(o["flows_total"], o["live_flows"], o["bytes_down"], o["bytes_up"])' 2>&1)
+set -- $row
+if [ "${1:-0}" -ge 4 ] 2>/dev/null && [ "${3:-0}" -ge $((4 * 50 * 1048576)) ] && [ "${4:-0}" -gt 0 ]; then
+    pass direct-counts-socks5; note "direct: flows, live, bytes down, bytes up: $row"
+else
+    fail direct-counts-socks5 "direct row: '$row'"
+fi
 
 # loft exits 0 on SIGTERM, and its counters saw the refusal and the dropped datagrams.
 if loft_stop TERM; then
