@@ -89,7 +89,7 @@ struct ConfigDecoder {
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
-    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls"]
+    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file"]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
     static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
     static let carriers = ["get", "ws", "h2", "quic", "h3"]
@@ -335,6 +335,7 @@ struct ConfigDecoder {
         var type: String?
         var server: String?, carrier: String?, token: String?
         var tls: (TLSVerification, String?)?
+        var stateFile: String?
         var loftOnlyKey: YAMLNode?
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
@@ -357,6 +358,12 @@ struct ConfigDecoder {
                 token = try v.string(value, path: keyPath)
             case "tls":
                 tls = try self.tls(value, path: keyPath)
+            case "state-file":
+                let file = try v.string(value, path: keyPath)
+                guard !file.hasSuffix("/") else {
+                    throw v.error(value, "\(keyPath) must be a file path, got \(Values.describe(value))")
+                }
+                stateFile = ConfigLoader.resolve(file, against: baseDirectory)
             default: break
             }
         }
@@ -378,7 +385,7 @@ struct ConfigDecoder {
             return OutboundSettings(
                 name: name,
                 kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
-                position: item.position)
+                position: item.position, stateFile: stateFile)
         }
     }
 

@@ -134,13 +134,17 @@ public struct OutboundSettings: Sendable, Equatable {
 
     public var name: String
     public var kind: Kind
+    /// Type loft, key `state-file`: where the session's instance is kept, so a restarted loft
+    /// resumes it (same overlay address). Resolved against the config file's folder.
+    public var stateFile: String?
     /// Where the outbound's entry starts in the config file.
     public var position: SourcePosition
 
-    public init(name: String, kind: Kind, position: SourcePosition) {
+    public init(name: String, kind: Kind, position: SourcePosition, stateFile: String? = nil) {
         self.name = name
         self.kind = kind
         self.position = position
+        self.stateFile = stateFile
     }
 }
 

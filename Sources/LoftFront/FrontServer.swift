@@ -242,7 +242,7 @@ public final class FrontServer: CarrierListenerDelegate {
         guard let path = settings.stateFile, stateDirty || (final && !keepingIgnoredFile) else { return true }
         lastStateWrite = loop.now
         let text = FrontState.encode(FrontState.snapshot(of: pool, now: loop.now))
-        if let error = FrontState.write(text, to: path) {
+        if let error = StateFile.write(text, to: path) {
             // Once per run of failures: the retry each second would flood the log.
             if !stateWriteFailing { Log.warn("state-file-write-failed", ["path": path, "error": error]) }
             stateWriteFailing = true
@@ -260,7 +260,7 @@ public final class FrontServer: CarrierListenerDelegate {
     private func loadState() {
         guard let path = settings.stateFile else { return }
         let bytes: [UInt8]
-        switch FrontState.read(path) {
+        switch StateFile.read(path, maxBytes: FrontState.maxFileBytes) {
         case .missing:
             Log.info("state-loaded", ["path": path, "instances": 0, "file": "absent"])
             return

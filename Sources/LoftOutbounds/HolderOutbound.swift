@@ -15,6 +15,8 @@ public struct HolderOptions {
     public var minBackoffMs: UInt64
     public var maxBackoffMs: UInt64
     public var limits: SessionLimits
+    /// Where the instance is kept across loft's restarts (nil: memory only).
+    public var stateFile: String?
     /// Receive window per stream. 256 KiB (the protocol's initial window) holds one stream
     /// to half the direct path's rate on loopback; 1 MiB lets it run at the carrier's speed
     /// (bench/holder). Idle streams give their buffers back, so this costs only while busy.
@@ -109,7 +111,44 @@ public final class HolderOutbound: Outbound {
         client = try CarrierClient(options.carrier, runtime: runtime)
         session = ClientSession(token: options.token, clientName: options.clientName, limits: options.limits)
         session.delegate = self
+        restoreInstance()
         loop.every(1000) { [weak self] in self?.tick() }
+    }
+
+    // MARK: the instance across restarts
+
+    static let stateHeader = "loft-holder-state 1"
+
+    /// The first dial RESUMEs the instance the state file names, so the front gives back the
+    /// same overlay address. A missing or unreadable file means HELLO (said in the log).
+    private func restoreInstance() {
+        guard let path = options.stateFile else { return }
+        switch StateFile.read(path, maxBytes: 4096) {
+        case .missing:
+            return
+        case .failed(let why):
+            Log.warn("holder.state-unreadable", ["outbound": name, "file": path, "error": why])
+        case .bytes(let b):
+            let lines = String(decoding: b, as: UTF8.self).split(separator: "\n")
+            if lines.count == 2, lines[0] == Self.stateHeader, let id = InstanceID(hex: String(lines[1])) {
+                session.restore(instance: id)
+                Log.info("holder.state-restored", ["outbound": name, "instance": id.description])
+            } else {
+                Log.warn("holder.state-unreadable", ["outbound": name, "file": path,
+                                                      "error": "not a \(Self.stateHeader) file with one instance id"])
+            }
+        }
+    }
+
+    private var savedInstance: InstanceID?
+
+    private func saveInstance(_ id: InstanceID) {
+        guard let path = options.stateFile, id != savedInstance else { return }
+        if let error = StateFile.write("\(Self.stateHeader)\n\(id)\n", to: path) {
+            Log.warn("holder.state-not-saved", ["outbound": name, "file": path, "error": error])
+            return
+        }
+        savedInstance = id
     }
 
     public var isUp: Bool { link == .up }
@@ -439,6 +478,7 @@ extension HolderOutbound: ClientSessionDelegate {
         }
         link = .up
         failures = 0
+        saveInstance(status.instanceID)
         counts.instance = status.instanceID.description
         counts.overlay = describe(status.overlay)
         if resumed { counts.resumes += 1 } else { counts.sessions += 1 }

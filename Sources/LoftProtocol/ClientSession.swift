@@ -73,6 +73,14 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
         state = .detached
     }
 
+    /// Before the first attach(): the instance a previous run of the client had (its state
+    /// file), so the first carrier sends RESUME. A front that has forgotten it answers GOAWAY
+    /// unknown-instance, and the next attach() sends HELLO.
+    public func restore(instance: InstanceID) {
+        guard state == .detached else { return }
+        instanceID = instance
+    }
+
     /// After GOAWAY unknown-instance: the next attach() sends HELLO.
     public func forgetInstance() {
         instanceID = nil

@@ -51,11 +51,11 @@ enum Application {
             case .loft(let server, let carrier, let token, let verification, let serverName):
                 do {
                     if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop) }
-                    let holder = try HolderOutbound(
-                        name: o.name, loop: loop, runtime: carrierRuntime!,
-                        options: holderOptions(server: server, carrier: carrier, token: token, verification: verification,
-                                               serverName: serverName, config: config),
-                        fallback: outbounds["direct"])
+                    var options = try holderOptions(server: server, carrier: carrier, token: token, verification: verification,
+                                                    serverName: serverName, config: config)
+                    options.stateFile = o.stateFile
+                    let holder = try HolderOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options,
+                                                    fallback: outbounds["direct"])
                     outbounds[o.name] = holder
                     runtime.holders.append(holder)
                 } catch {

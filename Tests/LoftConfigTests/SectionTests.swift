@@ -92,6 +92,20 @@ final class SectionTests: XCTestCase {
         XCTAssertEqual(c.outbounds[1].kind, .direct)
         XCTAssertEqual(c.outbounds[2].kind, .drop)
         XCTAssertEqual(c.outbounds[1].position, at(8, 5))
+        XCTAssertNil(c.outbounds[0].stateFile)
+    }
+
+    /// `state-file` (type loft): kept resolved against the config file's folder.
+    func testOutboundStateFile() {
+        let yaml = "outbounds:\n  - name: a\n" + Self.loftOutbound + "    tls: { insecure: true }\n    state-file: %@\n"
+        XCTAssertEqual(parseOK(yaml.replacingOccurrences(of: "%@", with: "home.state"), baseDirectory: "/etc/loft")?
+            .outbounds.first?.stateFile, "/etc/loft/home.state")
+        XCTAssertEqual(parseOK(yaml.replacingOccurrences(of: "%@", with: "/run/loft/home.state"), baseDirectory: "/etc/loft")?
+            .outbounds.first?.stateFile, "/run/loft/home.state")
+        assertError(yaml.replacingOccurrences(of: "%@", with: "/run/loft/"), at: 8, 17,
+                    "outbounds[0].state-file must be a file path")
+        assertError("outbounds:\n  - { name: a, type: direct, state-file: x }\n", at: 2, 30,
+                    "key \"state-file\" in outbounds[0] is only for type loft")
     }
 
     func testOutboundErrors() {

@@ -17,7 +17,7 @@ final class StateFileTests: XCTestCase {
     }
 
     private func contents(_ path: String) -> String? {
-        guard case .bytes(let b) = FrontState.read(path) else { return nil }
+        guard case .bytes(let b) = StateFile.read(path, maxBytes: FrontState.maxFileBytes) else { return nil }
         return String(decoding: b, as: UTF8.self)
     }
 
@@ -131,14 +131,14 @@ final class StateFileTests: XCTestCase {
 
     func testWritesAreAtomicAndPrivate() throws {
         let path = try tempDir() + "/front.state"
-        XCTAssertNil(FrontState.write("one\n", to: path))
-        XCTAssertNil(FrontState.write("two\n", to: path))
+        XCTAssertNil(StateFile.write("one\n", to: path))
+        XCTAssertNil(StateFile.write("two\n", to: path))
         XCTAssertEqual(contents(path), "two\n")
         XCTAssertFalse(FileManager.default.fileExists(atPath: path + ".tmp"))
         var st = stat()
         XCTAssertEqual(stat(path, &st), 0)
         XCTAssertEqual(st.st_mode & 0o777, 0o600)
-        XCTAssertNotNil(FrontState.write("x", to: "/nonexistent-dir/front.state"))
+        XCTAssertNotNil(StateFile.write("x", to: "/nonexistent-dir/front.state"))
     }
 
     // MARK: a real front, stopped without a word and started again
@@ -194,7 +194,7 @@ final class StateFileTests: XCTestCase {
     /// starts empty.
     func testCorruptFileIsIgnoredAndKeptUntilTheFirstChange() throws {
         let path = try tempDir() + "/front.state"
-        XCTAssertNil(FrontState.write("something else entirely\n", to: path))
+        XCTAssertNil(StateFile.write("something else entirely\n", to: path))
         let h = try FrontHarness(FrontHarness.settings(stateFile: path))
         XCTAssertEqual(h.server.report().instancesDetached, 0)
         var c: RawClient!
@@ -216,7 +216,7 @@ final class StateFileTests: XCTestCase {
     /// A clean exit with nothing changed leaves an ignored file alone.
     func testCleanExitKeepsAnIgnoredFile() throws {
         let path = try tempDir() + "/front.state"
-        XCTAssertNil(FrontState.write("loft-front-state 9\n", to: path))
+        XCTAssertNil(StateFile.write("loft-front-state 9\n", to: path))
         let h = try FrontHarness(FrontHarness.settings(stateFile: path))
         XCTAssertTrue(h.server.saveState(final: true))
         XCTAssertEqual(contents(path), "loft-front-state 9\n")

@@ -543,6 +543,62 @@ final class HolderOutboundTests: XCTestCase {
         XCTAssertEqual(r.sessionsAttached, 1)
     }
 
+    /// loft itself restarts: a new holder with the same state file RESUMEs the instance the
+    /// first one saved, and gets the same overlay; a file naming an instance the front does
+    /// not know costs one GOAWAY, then HELLO, and the new instance replaces it in the file.
+    func testRestartedHolderWithItsStateFileResumesTheInstance() throws {
+        let dir = NSTemporaryDirectory() + "loft-holder-state-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let stateFile = dir + "/home.state"
+        let sc = try Scenario()
+        let front = try sc.startFront()
+        let port = front.localEndpoint!.port
+        let first = try sc.holder(port: port, stateFile: stateFile)
+        first.start()
+        var second: HolderOutbound?
+        var third: HolderOutbound?
+        var instance = ""
+        var written = ""
+        let ok = sc.run(seconds: 20, [
+            { first.isUp },
+            {
+                instance = first.stats.instance
+                written = (try? String(contentsOfFile: stateFile, encoding: .utf8)) ?? ""
+                first.stop()
+                second = try? sc.holder(port: port, stateFile: stateFile)
+                second?.start()
+                return true
+            },
+            { second == nil || second!.isUp },
+            {
+                second!.stop()
+                // A front that never saw this instance.
+                try? "loft-holder-state 1\n\(String(repeating: "ab", count: 16))\n".write(toFile: stateFile, atomically: true, encoding: .utf8)
+                third = try? sc.holder(port: port, stateFile: stateFile)
+                third?.start()
+                return true
+            },
+            { third == nil || third!.isUp },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1): \(second?.stats as Any) \(third?.stats as Any)")
+        XCTAssertEqual(written, "loft-holder-state 1\n\(instance)\n")
+        let s2 = try XCTUnwrap(second?.stats)
+        XCTAssertEqual(s2.instance, instance, "the restarted holder resumed")
+        XCTAssertEqual(s2.resumes, 1)
+        XCTAssertEqual(s2.sessions, 0)
+        XCTAssertEqual(s2.overlay, "198.18.64.2/24 fd00:64::2/64")
+        let s3 = try XCTUnwrap(third?.stats)
+        XCTAssertEqual(s3.sessions, 1, "HELLO after GOAWAY unknown-instance")
+        XCTAssertEqual(s3.resumes, 0)
+        XCTAssertTrue(s3.lastError.contains("unknown-instance") || s3.dials >= 2, "\(s3)")
+        XCTAssertNotEqual(s3.instance, String(repeating: "ab", count: 16))
+        let saved = (try? String(contentsOfFile: stateFile, encoding: .utf8)) ?? ""
+        XCTAssertEqual(saved, "loft-holder-state 1\n\(s3.instance)\n")
+        let r = front.report()
+        XCTAssertEqual(r.sessionsResumed, 1)
+    }
+
     /// stop(): flows fail, the state says so, and nothing is dialled again.
     func testStopEndsTheSession() throws {
         let sc = try Scenario()

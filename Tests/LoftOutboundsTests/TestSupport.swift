@@ -41,14 +41,16 @@ final class Scenario {
     }
 
     func holder(_ kind: CarrierKind = .ws, port: UInt16, hold: Bool = false, fallback: Outbound? = nil,
-                minBackoffMs: UInt64 = 200) throws -> HolderOutbound {
+                minBackoffMs: UInt64 = 200, stateFile: String? = nil) throws -> HolderOutbound {
         let carrier = CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
                                            tls: TLSClientOptions(serverName: "front.test",
                                                                  caFile: TestPKI.shared.dir + "/ca.pem"),
                                            connectTimeoutMs: 5000)
         let options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
                                     minBackoffMs: minBackoffMs, maxBackoffMs: 2000)
-        return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: options, fallback: fallback)
+        var withState = options
+        withState.stateFile = stateFile
+        return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: withState, fallback: fallback)
     }
 
     /// Runs the loop once through `steps`: each is called every 10 ms until it returns true,

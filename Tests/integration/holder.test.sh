@@ -282,6 +282,32 @@ for f in text_string_to_metric_families(sys.stdin.read()):
     loft_stop_clean resume-exit-clean
 fi
 
+# --- loft itself restarted: with outbound.state-file the new process RESUMEs ---------------
+# The front keeps a detached instance (loft sends no GOAWAY when it stops), so a HELLO would
+# get the pool's next address; RESUME gets the same one.
+LOFT_CFG=$(holder_config holder-restart ws)
+sed -i "s|^    tls: .*|&\n    state-file: $T_DIR/home.state|" "$LOFT_CFG"
+CASES="restart-state-file-written restart-resumes restart-same-overlay restart-exit-clean"
+if require_loft "$LOFT_CFG" $CASES; then
+    wait_state up 15
+    id0=$(instance); a0=$(tun_addr4)
+    if [ "$(sed -n 2p "$T_DIR/home.state" 2>/dev/null)" = "$id0" ] && [ "$(stat -c %a "$T_DIR/home.state")" = 600 ]; then
+        pass restart-state-file-written
+    else
+        fail restart-state-file-written "file: '$(tr '\n' '|' <"$T_DIR/home.state" 2>&1)', instance $id0"
+    fi
+    loft_stop TERM >/dev/null
+    if loft_start "$LOFT_CFG" && wait_state up 15; then
+        id1=$(instance); a1=$(tun_addr4); res=$(field 'c["resumes"]'); ses=$(field 'c["sessions"]')
+        if [ "$id1" = "$id0" ] && [ "$res" = 1 ] && [ "$ses" = 0 ]; then pass restart-resumes
+        else fail restart-resumes "instance $id0 -> $id1, resumes $res, sessions $ses"; fi
+        if [ -n "$a0" ] && [ "$a1" = "$a0" ]; then pass restart-same-overlay; else fail restart-same-overlay "address $a0 -> $a1"; fi
+        loft_stop_clean restart-exit-clean
+    else
+        fail restart-resumes "loft not up after its restart"; fail restart-same-overlay "not up"; fail restart-exit-clean "not up"
+    fi
+fi
+
 # --- hold: fail-closed while the session is down ------------------------------------------
 LOFT_CFG=$(holder_config holder-hold ws "hold: true")
 CASES="hold-no-leak-counters hold-no-leak-capture hold-traffic-back hold-exit-clean"
