@@ -503,8 +503,7 @@ final class HolderOutboundTests: XCTestCase {
     /// A new front process on the same port with the same state file: the holder redials and
     /// resumes the same instance with the same overlay.
     func testRestartedFrontWithItsStateFileResumesTheInstance() throws {
-        let dir = NSTemporaryDirectory() + "loft-outbounds-state-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try scratchDirectory("loft-outbounds-state")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let stateFile = dir + "/front.state"
         let sc = try Scenario()
@@ -547,8 +546,7 @@ final class HolderOutboundTests: XCTestCase {
     /// first one saved, and gets the same overlay; a file naming an instance the front does
     /// not know costs one GOAWAY, then HELLO, and the new instance replaces it in the file.
     func testRestartedHolderWithItsStateFileResumesTheInstance() throws {
-        let dir = NSTemporaryDirectory() + "loft-holder-state-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try scratchDirectory("loft-holder-state")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let stateFile = dir + "/home.state"
         let sc = try Scenario()
@@ -625,5 +623,12 @@ final class HolderOutboundTests: XCTestCase {
         XCTAssertFalse(holder.isUp)
         XCTAssertEqual(holder.stats.dials, dials, "no redial after stop")
         XCTAssertEqual(echo.accepted, 1)
+    }
+
+    /// A fresh folder under the temporary directory; the caller removes it.
+    private func scratchDirectory(_ tag: String) throws -> String {
+        let dir = NSTemporaryDirectory() + "\(tag)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
     }
 }
