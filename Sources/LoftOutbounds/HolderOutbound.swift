@@ -230,17 +230,24 @@ public final class HolderOutbound: Outbound {
     }
 
     /// The carrier is gone (closed by the peer, broken, dead, or dropped by us).
+    /// GOAWAY unknown-instance before the session was up: a state file (or a front that lost
+    /// its own) named an instance the front does not have. The next dial is a HELLO, at once,
+    /// and flows waiting for the session keep waiting: nothing is wrong with the path.
+    private var helloAtOnce = false
+
     private func carrierLost(_ why: String, redialIn fixedDelay: UInt64? = nil) {
         let wasUp = link == .up
+        let retryHello = helloAtOnce && !wasUp
+        helloAtOnce = false
         carrier = nil
         writeBlocked = false
         session.detach()
-        failAll(wasUp ? .other(ECONNRESET) : .networkUnreachable)
+        failAll(wasUp ? .other(ECONNRESET) : .networkUnreachable, keepWaiting: retryHello)
         counts.carrierLosses += wasUp ? 1 : 0
         counts.lastError = why
         guard link != .stopped else { return }
         link = .waiting
-        let delay = fixedDelay ?? backoff()
+        let delay = retryHello ? 0 : fixedDelay ?? backoff()
         Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
                                  "hold": options.hold])
         let g = generation
@@ -260,12 +267,15 @@ public final class HolderOutbound: Outbound {
         return max(100, UInt64(Double(base) * jitter))
     }
 
-    /// Flows waiting for the session, and streams of the lost attachment: all fail now.
-    private func failAll(_ failure: FlowFailure) {
-        let pending = pendingStreams
-        pendingStreams.removeAll()
-        if options.hold { counts.holdDrops += UInt64(pending.count) }
-        for s in pending { s.fail(failure) }
+    /// Flows waiting for the session (unless `keepWaiting`), and streams of the lost
+    /// attachment: all fail now.
+    private func failAll(_ failure: FlowFailure, keepWaiting: Bool = false) {
+        if !keepWaiting {
+            let pending = pendingStreams
+            pendingStreams.removeAll()
+            if options.hold { counts.holdDrops += UInt64(pending.count) }
+            for s in pending { s.fail(failure) }
+        }
         let open = streams
         streams.removeAll()
         if !open.isEmpty { counts.streamsReset += UInt64(open.count) }
@@ -507,7 +517,10 @@ extension HolderOutbound: ClientSessionDelegate {
         let level: Log.Level = reason == .shutdown || reason == .superseded ? .warn : .error
         Log.emit(level, "holder.goaway", ["outbound": name, "reason": reason.description, "text": text])
         counts.lastError = "GOAWAY \(reason)\(text.isEmpty ? "" : ": \(text)")"
-        if reason == .unknownInstance { session.forgetInstance() }
+        if reason == .unknownInstance {
+            session.forgetInstance()
+            if link != .up { helloAtOnce = true }
+        }
         // The front closes the carrier after GOAWAY; the close event redials with backoff.
     }
 
