@@ -22,7 +22,7 @@
 
 typedef struct {
     struct netif netif;
-    uint32_t send_buffer;  // each accepted pcb's snd_buf (bytes towards the app)
+    uint32_t recv_window;  // each accepted pcb's receive window (bytes from the app)
 } input_slot;
 
 static clwip_callbacks cb;
@@ -106,11 +106,6 @@ int clwip_init(const clwip_callbacks *callbacks) {
     return 0;
 }
 
-void clwip_netif_set_send_buffer(int idx, uint32_t bytes) {
-    if (idx < 0 || idx >= slot_count) return;
-    slots[idx].send_buffer = bytes;
-}
-
 void clwip_netif_set_mtu(int idx, uint16_t mtu) {
     if (idx < 0 || idx >= slot_count) return;
     slots[idx].netif.mtu = mtu;
@@ -120,7 +115,7 @@ void clwip_netif_set_mtu(int idx, uint16_t mtu) {
 int clwip_netif_add(uint16_t mtu) {
     if (slot_count == MAX_NETIFS) return -1;
     input_slot *s = &slots[slot_count];
-    s->send_buffer = TCP_SND_BUF;
+    s->recv_window = TCP_WND;
     ip4_addr_t addr, mask, gw;
     addr.addr = DUMMY_V4;
     mask.addr = 0;
@@ -176,12 +171,13 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     endpoint_from(&src, &pcb->remote_ip, pcb->remote_port);
     endpoint_from(&dst, &pcb->local_ip, pcb->local_port);
     tcp_nagle_disable(pcb);  // the outbound side already coalesces; forward writes at once
-    // snd_buf is a per-pcb counter (32 bits with window scaling); the library's 64 KiB is only
-    // its starting value. ssthresh starts there too, so slow start runs up to the new size.
-    uint32_t send_buffer = idx >= 0 && idx < slot_count ? slots[idx].send_buffer : 0;
-    if (send_buffer > pcb->snd_buf) {
-        pcb->snd_buf = send_buffer;
-        if (pcb->ssthresh < send_buffer) pcb->ssthresh = send_buffer;
+    // rcv_wnd is a 32-bit per-pcb counter; the library's TCP_WND is only its starting value
+    // and tcp_recved's cap (see clwip_tcp_recved).
+    uint32_t recv_window = idx >= 0 && idx < slot_count ? slots[idx].recv_window : 0;
+    if (recv_window > pcb->rcv_wnd && (pcb->flags & TF_WND_SCALE)) {
+        pcb->rcv_wnd = recv_window;
+        tcp_update_rcv_ann_wnd(pcb);
+        tcp_ack_now(pcb);
     }
     uintptr_t token = cb.accepted((clwip_tcp *)pcb, idx, &src, &dst);
     if (token == 0) {
@@ -225,13 +221,38 @@ int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len) {
 
 void clwip_tcp_output(clwip_tcp *c) { tcp_output((struct tcp_pcb *)c); }
 
+// tcp_recved caps the window at the library's TCP_WND; a larger one (window scale 1 allows
+// up to 128 KiB) is kept the same way here, with the input's own cap.
+static uint32_t recv_window_of(const struct tcp_pcb *pcb) {
+    if (!(pcb->flags & TF_WND_SCALE)) return TCP_WND;
+    for (int i = 0; i < slot_count; i++) {
+        if (netif_get_index(&slots[i].netif) == pcb->netif_idx) return slots[i].recv_window;
+    }
+    return TCP_WND;
+}
+
 void clwip_tcp_recved(clwip_tcp *c, uint32_t len) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
-    while (len > 0) {
-        u16_t n = len > 0xFFFF ? 0xFFFF : (u16_t)len;
-        tcp_recved(pcb, n);
-        len -= n;
+    uint32_t max = recv_window_of(pcb);
+    if (max <= TCP_WND) {
+        while (len > 0) {
+            u16_t n = len > 0xFFFF ? 0xFFFF : (u16_t)len;
+            tcp_recved(pcb, n);
+            len -= n;
+        }
+        return;
     }
+    uint32_t wnd = pcb->rcv_wnd + len;
+    pcb->rcv_wnd = wnd > max || wnd < pcb->rcv_wnd ? max : wnd;
+    if (tcp_update_rcv_ann_wnd(pcb) >= TCP_WND_UPDATE_THRESHOLD) {
+        tcp_ack_now(pcb);
+        tcp_output(pcb);
+    }
+}
+
+void clwip_netif_set_recv_window(int idx, uint32_t bytes) {
+    if (idx < 0 || idx >= slot_count) return;
+    slots[idx].recv_window = bytes > 0x1FFFE ? 0x1FFFE : bytes;
 }
 
 int clwip_tcp_shutdown_write(clwip_tcp *c) {

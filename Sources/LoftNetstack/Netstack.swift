@@ -68,12 +68,12 @@ public final class Netstack {
 
     /// Adds an input; returns its index, used with `input(_:from:)`. `verifyChecksums` checks
     /// transport checksums before lwIP so bad ones are counted (for inputs fed by any process;
-    /// the TUN's packets come from the kernel). `sendBuffer`: bytes each TCP flow of this input
-    /// may have in flight towards the app, when more than lwIP's 64 KiB.
-    public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false, sendBuffer: Int = 0) -> Int {
+    /// the TUN's packets come from the kernel). `receiveWindow`: bytes each TCP flow's app may
+    /// send ahead, when more than lwIP's 64 KiB (at most 128 KiB: lwIP's window scale is 1).
+    public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false, receiveWindow: Int = 0) -> Int {
         let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
         precondition(idx == inputs.count, "lwIP netif table full")
-        if sendBuffer > 0 { clwip_netif_set_send_buffer(Int32(idx), UInt32(clamping: sendBuffer)) }
+        if receiveWindow > 0 { clwip_netif_set_recv_window(Int32(idx), UInt32(clamping: receiveWindow)) }
         inputs.append(Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums))
         inputCounters.append(InputCounters())
         return idx

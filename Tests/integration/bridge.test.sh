@@ -53,8 +53,10 @@ peer_up || die "socat peer did not come up: $(cat "$T_DIR/socat.log")"
 
 download() {        # download NS URL NAME: SHA-256 of a 50 MiB download must match
     local ns=$1 url=$2 name=$3 got
+    local t0=$(now_ms)
     got=$(ip netns exec "$ns" curl -sS -g --max-time 60 "$url" | sha256sum | cut -d' ' -f1)
-    if [ "$got" = "$(sha_of "$T_DIR/www/big")" ]; then pass "$name"; else fail "$name" "sha256 $got"; fi
+    if [ "$got" = "$(sha_of "$T_DIR/www/big")" ]; then pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
+    else fail "$name" "sha256 $got"; fi
 }
 
 download "$PEER_NS" "http://$SRV4/big" bridge-download-v4
@@ -68,9 +70,10 @@ import json, sys
 d = json.load(sys.stdin)
 print([i for i in d["inputs"] if i["name"] == "bridge"][0]["counters"][sys.argv[1]])' "$1"
 }
-acks_before=$(bridge_counter acks-coalesced)
+acks_before=$(bridge_counter acks-coalesced); t0=$(now_ms)
 got=$(in_peer timeout 60 socat -t 30 - "TCP4:$SRV4:9000" <"$T_DIR/www/big" | cut -d' ' -f1)
-if [ "$got" = "$(sha_of "$T_DIR/www/big")" ]; then pass bridge-upload-v4; else fail bridge-upload-v4 "sha256 '$got'"; fi
+if [ "$got" = "$(sha_of "$T_DIR/www/big")" ]; then pass bridge-upload-v4; note "bridge-upload-v4: 50 MiB in $(( $(now_ms) - t0 )) ms"
+else fail bridge-upload-v4 "sha256 '$got'"; fi
 acks_after=$(bridge_counter acks-coalesced)
 if [ "$acks_after" -gt "$acks_before" ] 2>/dev/null; then
     pass bridge-acks-coalesced; note "acks-coalesced during the 50 MiB upload: $((acks_after - acks_before))"

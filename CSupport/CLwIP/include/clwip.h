@@ -43,9 +43,9 @@ int clwip_init(const clwip_callbacks *callbacks);
 int clwip_netif_add(uint16_t mtu);
 /// A new MTU for input `idx` (a holder's STATUS changed the TUN's).
 void clwip_netif_set_mtu(int idx, uint16_t mtu);
-/// The send buffer of connections accepted on input `idx` from now on, when larger than the
-/// library's TCP_SND_BUF (64 KiB). In effect at most about TCP_SND_QUEUELEN segments (~250 KiB).
-void clwip_netif_set_send_buffer(int idx, uint32_t bytes);
+/// The receive window of connections accepted on input `idx` from now on (bytes the app may
+/// send ahead), when larger than TCP_WND; at most 0x1FFFE (window scale 1).
+void clwip_netif_set_recv_window(int idx, uint32_t bytes);
 
 /// Feeds one IP packet (copied). `syn_port` >= 0 makes sure a listener for that TCP port exists
 /// on this netif first; `udp_port` >= 0 the same for a UDP port. Returns 0, or -1 when no pbuf
