@@ -51,7 +51,7 @@ let package = Package(
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
-        .target(name: "LoftTestSupport", dependencies: ["LoftCarriers"], path: "Tests/LoftTestSupport"),
+        .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftIO"], path: "Tests/LoftTestSupport"),
         .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),

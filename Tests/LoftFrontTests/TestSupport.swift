@@ -42,18 +42,7 @@ final class FrontHarness {
     /// run twice, so one scenario per harness.
     @discardableResult
     func run(seconds: Double = 20, _ steps: [() -> Bool]) -> Bool {
-        let deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
-        var index = 0
-        loop.every(10) { [unowned self] in
-            while index < steps.count, steps[index]() { index += 1 }
-            if index == steps.count {
-                self.loop.stop()
-            } else if monotonicMilliseconds() > deadline {
-                self.failedStep = index
-                self.loop.stop()
-            }
-        }
-        loop.run()
+        failedStep = loop.run(steps: steps, seconds: seconds)
         return failedStep == nil
     }
 

@@ -46,11 +46,10 @@ final class Scenario {
                                            tls: TLSClientOptions(serverName: "front.test",
                                                                  caFile: TestPKI.shared.dir + "/ca.pem"),
                                            connectTimeoutMs: 5000)
-        let options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
+        var options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
                                     minBackoffMs: minBackoffMs, maxBackoffMs: 2000)
-        var withState = options
-        withState.stateFile = stateFile
-        return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: withState, fallback: fallback)
+        options.stateFile = stateFile
+        return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: options, fallback: fallback)
     }
 
     /// Runs the loop once through `steps`: each is called every 10 ms until it returns true,
@@ -58,18 +57,7 @@ final class Scenario {
     /// scenario: the loop cannot run twice.
     @discardableResult
     func run(seconds: Double = 15, _ steps: [() -> Bool]) -> Bool {
-        let deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
-        var index = 0
-        loop.every(10) { [unowned self] in
-            while index < steps.count, steps[index]() { index += 1 }
-            if index == steps.count {
-                self.loop.stop()
-            } else if monotonicMilliseconds() > deadline {
-                self.failedStep = index
-                self.loop.stop()
-            }
-        }
-        loop.run()
+        failedStep = loop.run(steps: steps, seconds: seconds)
         return failedStep == nil
     }
 
