@@ -132,6 +132,7 @@ public final class HolderOutbound: Outbound {
             let lines = String(decoding: b, as: UTF8.self).split(separator: "\n")
             if lines.count == 2, lines[0] == Self.stateHeader, let id = InstanceID(hex: String(lines[1])) {
                 session.restore(instance: id)
+                savedInstance = id  // a RESUME that keeps it need not write the file again
                 Log.info("holder.state-restored", ["outbound": name, "instance": id.description])
             } else {
                 Log.warn("holder.state-unreadable", ["outbound": name, "file": path,
@@ -229,12 +230,12 @@ public final class HolderOutbound: Outbound {
         carrier = client.dial(delegate: self)
     }
 
-    /// The carrier is gone (closed by the peer, broken, dead, or dropped by us).
     /// GOAWAY unknown-instance before the session was up: a state file (or a front that lost
     /// its own) named an instance the front does not have. The next dial is a HELLO, at once,
     /// and flows waiting for the session keep waiting: nothing is wrong with the path.
     private var helloAtOnce = false
 
+    /// The carrier is gone (closed by the peer, broken, dead, or dropped by us).
     private func carrierLost(_ why: String, redialIn fixedDelay: UInt64? = nil) {
         let wasUp = link == .up
         let retryHello = helloAtOnce && !wasUp
