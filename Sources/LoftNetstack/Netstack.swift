@@ -185,7 +185,6 @@ public final class Netstack {
             counters.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
             flow.ruleIndex = rule
-            finishedUsage[outbound.name, default: OutboundUsage()].flows &+= 1
             flow.connection = outbound.openStream(to: .ip(key.destination), events: flow)
         }
     }
@@ -194,34 +193,8 @@ public final class Netstack {
     func remove(_ flow: TCPFlow) {
         if tcpFlows[flow.key] === flow {
             tcpFlows[flow.key] = nil
-            finishedUsage[flow.outboundName, default: OutboundUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
             ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
         }
-    }
-
-    /// Per outbound name: flows opened and bytes of flows already finished.
-    var finishedUsage: [String: OutboundUsage] = [:]
-
-    public struct OutboundUsage: Sendable {
-        public var flows: UInt64 = 0
-        public var liveFlows = 0
-        public var bytesUp: UInt64 = 0
-        public var bytesDown: UInt64 = 0
-        mutating func add(up: UInt64, down: UInt64) { bytesUp &+= up; bytesDown &+= down }
-    }
-
-    /// Usage per outbound name, live flows included.
-    public func outboundUsage() -> [String: OutboundUsage] {
-        var u = finishedUsage
-        for f in tcpFlows.values {
-            u[f.outboundName, default: OutboundUsage()].add(up: f.bytesUp, down: f.bytesDown)
-            u[f.outboundName]!.liveFlows += 1
-        }
-        for a in udpAssociations.values {
-            u[a.outboundName, default: OutboundUsage()].add(up: a.bytesUp, down: a.bytesDown)
-            u[a.outboundName]!.liveFlows += 1
-        }
-        return u
     }
 
     public struct RuleUsage: Sendable {
@@ -352,7 +325,6 @@ public final class Netstack {
             a.outboundName = outbound.name
             a.ruleIndex = rule
             ruleUsage[rule, default: RuleUsage()].flows &+= 1
-            finishedUsage[outbound.name, default: OutboundUsage()].flows &+= 1
             udpAssociations[key] = a
             counters.udpAssociationsOpened &+= 1
             assoc = a
@@ -365,7 +337,6 @@ public final class Netstack {
 
     func closeAssociation(_ a: UDPAssociation) {
         if udpAssociations[a.key] === a {
-            finishedUsage[a.outboundName, default: OutboundUsage()].add(up: a.bytesUp, down: a.bytesDown)
             ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
         }
         a.outboundSide?.close()

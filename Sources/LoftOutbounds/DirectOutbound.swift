@@ -315,8 +315,11 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
 public final class DropOutbound: Outbound {
     public let name: String
     let loop: EventLoop
+    /// TCP flows refused, from any input (UDP associations are refused before they exist).
+    public private(set) var refusedFlows: UInt64 = 0
     public init(name: String = "drop", loop: EventLoop) { self.name = name; self.loop = loop }
     public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+        refusedFlows &+= 1
         let s = DirectStream(loop: loop, events: events, meter: nil)
         s.failSoon(.notAllowed)
         return s

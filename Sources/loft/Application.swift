@@ -356,7 +356,6 @@ final class Runtime {
         } else {
             r.inputs.append(StatusReport.Input(name: "socks5", state: "off", detail: ""))
         }
-        let usage = netstack?.outboundUsage() ?? [:]
         for name in outbounds.keys.sorted(by: { ($0 == "direct" ? "" : $0) < ($1 == "direct" ? "" : $1) }) {
             let o = outbounds[name]!
             var s: StatusReport.Outbound
@@ -382,9 +381,7 @@ final class Runtime {
                 s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
             } else {
                 s = StatusReport.Outbound(name: name, type: "drop", state: "ready")
-                if let u = usage[name] {
-                    s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
-                }
+                s.flows = (o as? DropOutbound)?.refusedFlows ?? 0
             }
             r.outbounds.append(s)
         }
