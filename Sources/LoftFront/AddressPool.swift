@@ -64,8 +64,13 @@ public final class AddressPool {
         var slot = cursor
         while owners[slot] != nil { slot = slot + 1 == UInt32(capacity) ? 0 : slot + 1 }
         cursor = slot + 1 == UInt32(capacity) ? 0 : slot + 1
-        let lease = Lease(instanceID: id, slot: slot, ipv4: AddressPool.host(ipv4Network, UInt64(slot) + 2),
-                          ipv6: ipv6Network.map { AddressPool.host($0, UInt64(slot) + 2) }, expiresAt: nil)
+        return place(id, slot: slot, expiresAt: nil)
+    }
+
+    /// Records `id` on a free `slot` inside the pools.
+    private func place(_ id: InstanceID, slot: UInt32, expiresAt: UInt64?) -> Lease? {
+        guard let a = addresses(ofSlot: slot) else { return nil }
+        let lease = Lease(instanceID: id, slot: slot, ipv4: a.ipv4, ipv6: a.ipv6, expiresAt: expiresAt)
         leases[id] = lease
         owners[slot] = id
         return lease
@@ -82,11 +87,8 @@ public final class AddressPool {
     /// id is known.
     @discardableResult
     public func restore(_ id: InstanceID, slot: UInt32, expiresAt: UInt64) -> Lease? {
-        guard leases[id] == nil, owners[slot] == nil, let a = addresses(ofSlot: slot) else { return nil }
-        let lease = Lease(instanceID: id, slot: slot, ipv4: a.ipv4, ipv6: a.ipv6, expiresAt: expiresAt)
-        leases[id] = lease
-        owners[slot] = id
-        return lease
+        guard leases[id] == nil, Int(slot) < capacity, owners[slot] == nil else { return nil }
+        return place(id, slot: slot, expiresAt: expiresAt)
     }
 
     /// Where round-robin hands out the next slot (saved with the instances, so a slot freed just
