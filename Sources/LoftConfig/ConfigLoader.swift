@@ -359,11 +359,7 @@ struct ConfigDecoder {
             case "tls":
                 tls = try self.tls(value, path: keyPath)
             case "state-file":
-                let file = try v.string(value, path: keyPath)
-                guard !file.hasSuffix("/") else {
-                    throw v.error(value, "\(keyPath) must be a file path, got \(Values.describe(value))")
-                }
-                stateFile = ConfigLoader.resolve(file, against: baseDirectory)
+                stateFile = try v.writableFilePath(value, path: keyPath, baseDirectory: baseDirectory)
             default: break
             }
         }

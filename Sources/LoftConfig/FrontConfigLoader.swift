@@ -173,12 +173,7 @@ struct FrontConfigDecoder {
                 }
                 control = p
             case "state-file":
-                let p = try v.string(value, path: "state-file")
-                // PATH.tmp must fit a path too; NUL cannot be passed to open(2).
-                guard !p.isEmpty, !p.hasSuffix("/"), p.utf8.count <= 4000, !p.utf8.contains(0) else {
-                    throw v.error(value, "state-file must be a file path, got \(Values.describe(value))")
-                }
-                stateFile = ConfigLoader.resolve(p, against: baseDirectory)
+                stateFile = try v.writableFilePath(value, path: "state-file", baseDirectory: baseDirectory)
             case "udp-idle-timeout":
                 udpIdleTimeout = try v.duration(value, path: "udp-idle-timeout", in: FrontConfigDecoder.udpIdleRange)
             default:

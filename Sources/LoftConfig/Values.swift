@@ -141,6 +141,16 @@ struct Values {
         return text
     }
 
+    /// A path to a file loft writes (a state file), resolved against `baseDirectory`. PATH.tmp
+    /// must fit a path too, and NUL cannot be passed to open(2).
+    func writableFilePath(_ node: YAMLNode, path: String, baseDirectory: String) throws(ConfigError) -> String {
+        let p = try string(node, path: path)
+        guard !p.hasSuffix("/"), p.utf8.count <= 4000, !p.utf8.contains(0) else {
+            throw error(node, "\(path) must be a file path, got \(Values.describe(node))")
+        }
+        return ConfigLoader.resolve(p, against: baseDirectory)
+    }
+
     /// A plain decimal integer (underscores between digits allowed) within `range`.
     func integer(_ node: YAMLNode, path: String, in range: ClosedRange<Int>) throws(ConfigError) -> Int {
         if case .scalar(let text, plain: true) = node.value, let value = Values.parseInteger(text),
