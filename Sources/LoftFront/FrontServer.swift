@@ -14,7 +14,9 @@ public final class FrontServer: CarrierListenerDelegate {
     let loop: EventLoop
     let runtime: CarrierRuntime
     let outbound: DirectOutbound
-    let resolver: Resolver
+    /// Checked on every address a client names (OPEN, DGRAM) and, in the outbound, on every
+    /// address a name it sends resolves to.
+    let destinationAllowed: (IPAddress) -> Bool
     let pool: AddressPool
     let limits: SessionLimits
     let keepaliveMs: UInt32
@@ -44,8 +46,6 @@ public final class FrontServer: CarrierListenerDelegate {
         self.settings = settings
         self.loop = loop
         runtime = try CarrierRuntime(loop: loop)
-        resolver = try Resolver(loop: loop)
-        outbound = DirectOutbound(name: "front", loop: loop, resolver: resolver)
         pool = AddressPool(ipv4: settings.pool.ipv4, ipv6: settings.pool.ipv6, maxLeases: settings.maxSessions)
         // 1 MiB receive window per stream, as the holder uses: 256 KiB caps one upload at half
         // the carrier's speed on loopback (bench/holder); idle streams give their buffers back.
@@ -57,6 +57,10 @@ public final class FrontServer: CarrierListenerDelegate {
         connectTimeoutMs = settings.connectTimeout.wholeMilliseconds
         udpIdleMs = max(1, settings.udpIdleTimeout.wholeMilliseconds)
         tokens = settings.tokens.map { Array($0.utf8) }
+        destinationAllowed = Self.destinationAllowed(settings: settings)
+        // A name a client sends is held to the same addresses as one it names itself.
+        outbound = DirectOutbound(name: "front", loop: loop, resolver: try Resolver(loop: loop),
+                                  allowResolved: destinationAllowed)
     }
 
     deinit { relayBuffer.deallocate() }
@@ -178,14 +182,17 @@ public final class FrontServer: CarrierListenerDelegate {
         }
     }
 
-    /// Whether a destination may be dialed: not the overlay itself, nothing unspecified or
-    /// multicast (the front is no router between its clients).
-    func destinationAllowed(_ address: IPAddress) -> Bool {
-        if address.isUnspecified || address.isMulticast { return false }
-        if case .v4(let a) = address, a == UInt32.max { return false }
-        if settings.pool.ipv4.contains(address) { return false }
-        if let v6 = settings.pool.ipv6, v6.contains(address) { return false }
-        return true
+    /// Whether a destination may be dialed: not unspecified, multicast or broadcast, and not in
+    /// the overlay pools (the front is no router between its clients).
+    static func destinationAllowed(settings: FrontSettings) -> (IPAddress) -> Bool {
+        let pool4 = settings.pool.ipv4, pool6 = settings.pool.ipv6
+        return { address in
+            if address.isUnspecified || address.isMulticast { return false }
+            if case .v4(let a) = address, a == UInt32.max { return false }
+            if pool4.contains(address) { return false }
+            if let pool6, pool6.contains(address) { return false }
+            return true
+        }
     }
 
     // MARK: timers

@@ -42,25 +42,8 @@ final class StreamRelay: StreamEvents {
             guard let self, !self.connected, !self.finished else { return }
             self.fail(.timedOut)
         }
-        switch destination {
-        case .ip(let endpoint):
-            dial(endpoint)
-        case .domain(let name, let port):
-            // Resolved here rather than in the outbound so the answer passes the same check as
-            // an address would.
-            server.resolver.resolve(name) { [weak self] addresses in
-                guard let self, !self.finished else { return }
-                guard let address = addresses.first(where: self.server.destinationAllowed) else {
-                    self.fail(addresses.isEmpty ? .resolveFailed : .notAllowed)
-                    return
-                }
-                self.dial(Endpoint(address, port))
-            }
-        }
-    }
-
-    private func dial(_ endpoint: Endpoint) {
-        socket = server.outbound.openStream(to: .ip(endpoint), events: self)
+        // Names are resolved by the outbound, which keeps to the addresses the front allows.
+        socket = server.outbound.openStream(to: destination, events: self)
     }
 
     // MARK: StreamEvents (the destination socket)

@@ -9,11 +9,23 @@ public final class DirectOutbound: Outbound {
     public let name: String
     let loop: EventLoop
     let resolver: Resolver?
+    /// Which addresses a name may resolve to (nil: any). A name whose addresses all fail it
+    /// gives a stream `.notAllowed`, and a datagram is dropped. loft-front applies here the
+    /// check it makes on the addresses a client names itself.
+    let allowResolved: ((IPAddress) -> Bool)?
 
-    public init(name: String = "direct", loop: EventLoop, resolver: Resolver? = nil) {
+    public init(name: String = "direct", loop: EventLoop, resolver: Resolver? = nil,
+                allowResolved: ((IPAddress) -> Bool)? = nil) {
         self.name = name
         self.loop = loop
         self.resolver = resolver
+        self.allowResolved = allowResolved
+    }
+
+    /// The first of `addresses` that may be used.
+    func pick(_ addresses: [IPAddress]) -> IPAddress? {
+        guard let allowResolved else { return addresses.first }
+        return addresses.first(where: allowResolved)
     }
 
     /// Flows and bytes this outbound carried, whichever input they came from (TUN, bridge,
@@ -43,17 +55,17 @@ public final class DirectOutbound: Outbound {
                 stream.failSoon(.resolveFailed)
                 break
             }
-            resolver.resolve(name) { [weak stream] addresses in
-                guard let stream else { return }
-                if let first = addresses.first { stream.connect(Endpoint(first, port)) }
-                else { stream.failSoon(.resolveFailed) }
+            resolver.resolve(name) { [weak self, weak stream] addresses in
+                guard let self, let stream else { return }
+                if let address = self.pick(addresses) { stream.connect(Endpoint(address, port)) }
+                else { stream.failSoon(addresses.isEmpty ? .resolveFailed : .notAllowed) }
             }
         }
         return stream
     }
 
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
-        DirectAssociation(loop: loop, events: events, resolver: resolver, meter: meter)
+        DirectAssociation(outbound: self, events: events)
     }
 }
 
@@ -225,14 +237,16 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     private var v6: Int32 = -1
     private var closed = false
     private let meter: DirectOutbound.Meter
+    private let outbound: DirectOutbound
     // Shared receive buffer: one loop thread, and each datagram is delivered before the next read.
     nonisolated(unsafe) private static let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
-    init(loop: EventLoop, events: DatagramEvents, resolver: Resolver?, meter: DirectOutbound.Meter) {
-        self.loop = loop
+    init(outbound: DirectOutbound, events: DatagramEvents) {
+        self.outbound = outbound
+        loop = outbound.loop
         self.events = events
-        self.resolver = resolver
-        self.meter = meter
+        resolver = outbound.resolver
+        meter = outbound.meter
         meter.usage.flows &+= 1
         meter.usage.liveFlows += 1
     }
@@ -273,7 +287,7 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
             guard let resolver else { return false }
             let copy = Array(payload)
             resolver.resolve(name) { [weak self] addrs in
-                guard let self, let a = addrs.first else { return }
+                guard let self, let a = self.outbound.pick(addrs) else { return }
                 copy.withUnsafeBytes { _ = self.send($0, to: .ip(Endpoint(a, port))) }
             }
             return true

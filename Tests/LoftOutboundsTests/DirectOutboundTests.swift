@@ -73,6 +73,39 @@ final class DirectOutboundTests: XCTestCase {
         XCTAssertEqual(p.failure, .resolveFailed)
     }
 
+    /// allowResolved: a name whose addresses are all refused fails a stream with notAllowed and
+    /// drops a datagram; the same name resolves and connects without the filter.
+    func testResolvedAddressesAreHeldToTheFilter() throws {
+        let sc = try Scenario()
+        let server = TCPEchoServer(loop: sc.loop)
+        let udp = UDPEchoServer(loop: sc.loop)
+        let resolver = try Resolver(loop: sc.loop)
+        let strict = DirectOutbound(loop: sc.loop, resolver: resolver, allowResolved: { !$0.isLoopback })
+        let open = DirectOutbound(loop: sc.loop, resolver: resolver)
+        let refused = StreamProbe()
+        let allowed = StreamProbe()
+        let d = DatagramProbe()
+        var assoc: DatagramAssociation?
+        let ok = sc.run([
+            {
+                refused.conn = strict.openStream(to: .domain("localhost", server.endpoint.port), events: refused)
+                allowed.conn = open.openStream(to: .domain("localhost", server.endpoint.port), events: allowed)
+                assoc = strict.openAssociation(events: d)
+                _ = ([7] as [UInt8]).withUnsafeBytes { assoc?.send($0, to: .domain("localhost", udp.endpoint.port)) }
+                return true
+            },
+            { refused.failure != nil && allowed.connected },
+            sc.pause(300),
+        ])
+        XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1)")
+        XCTAssertEqual(refused.failure, .notAllowed)
+        XCTAssertNil(allowed.failure)
+        XCTAssertEqual(udp.datagrams, 0, "a datagram to a refused address is dropped")
+        XCTAssertTrue(d.received.isEmpty)
+        allowed.conn?.close()
+        assoc?.close()
+    }
+
     /// reset(): the destination sees ECONNRESET.
     func testResetReachesTheDestination() throws {
         let sc = try Scenario()
