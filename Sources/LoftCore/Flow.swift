@@ -55,33 +55,62 @@ public enum StreamReadResult: Equatable {
     case failed(FlowFailure)
 }
 
-/// What the outbound half of a TCP flow tells the input half. All calls come on the loop thread.
-public protocol StreamEvents: AnyObject {
+/// What a byte stream tells whoever drives it (the splice, or an input while it connects).
+/// All calls come on the loop thread, never from inside a call the driver made on the stream.
+public protocol ByteStreamEvents: AnyObject {
     /// The remote end accepted the connection.
     func streamConnected()
-    /// Connecting failed; the connection object is finished.
+    /// The stream broke: connecting failed, the peer reset, or an error. The stream is finished;
+    /// nothing more comes from it and the driver need not close it. Arrives whether or not
+    /// reads are wanted, exactly once.
     func streamFailed(_ failure: FlowFailure)
-    /// Data, EOF or an error can be read now.
+    /// Data or EOF can be read now (only while read interest is on).
     func streamReadable()
     /// Earlier writes drained; write() accepts bytes again.
     func streamWritable()
 }
 
-/// The outbound half of one TCP flow (one per flow: a socket, or a stream in a session).
-public protocol StreamConnection: AnyObject {
-    var events: StreamEvents? { get set }
+/// One end of a TCP-like byte stream: the lwIP flow towards an app, a SOCKS5 client socket,
+/// an outbound's socket, a holder stream, a front session's stream. Every relay joins two of
+/// them with the one `Splice` (LoftIO); no end knows what is on the other side.
+///
+/// Contract:
+/// - Reads are pulled: `read(into:)` (or `peek`/`consume` for ends that hold bytes already)
+///   while `setReadInterest(true)`; with interest off the end sends no `streamReadable`, and
+///   an end whose peer hangs up or resets meanwhile must not wake the loop repeatedly for it
+///   (a reset is one `streamFailed`; a clean hang-up waits until reads are wanted again).
+/// - Writes take what fits now and return the count (0: full, `streamWritable` follows), or
+///   -1 when the stream is broken. `writeRoom` says how much the next write would take.
+/// - `shutdownWrite` sends EOF after the bytes written; `close` ends both directions
+///   gracefully; `reset` ends them abortively (the peer sees a reset).
+public protocol ByteStream: AnyObject {
+    var events: ByteStreamEvents? { get set }
+    /// Bytes the next `write` would take at least (Int.max: not known; write and see).
+    var writeRoom: Int { get }
     /// Takes as many bytes as it can now from the segments; returns the count (0: full, wait
     /// for streamWritable), or -1 when the connection is broken.
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int
     func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult
-    /// Backpressure towards the remote: while off, no streamReadable arrives.
+    /// Zero-copy reads, for ends that already hold the bytes in memory (lwIP's pbufs): up to
+    /// `max` iovecs over readable bytes, left in place until `consume(_:)`. `.data(n)`: n bytes
+    /// in `count` iovecs. nil: this end supports only `read(into:)`.
+    func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult?
+    /// Drops `n` bytes from the front of what `peek` showed.
+    func consume(_ n: Int)
+    /// Backpressure towards the peer: while off, no streamReadable arrives.
     func setReadInterest(_ on: Bool)
-    /// Half-close: no more bytes from the app.
+    /// Half-close: no more bytes from this side.
     func shutdownWrite()
     /// Graceful close of both directions.
     func close()
     /// Abortive close (the remote sees a reset).
     func reset()
+}
+
+extension ByteStream {
+    public var writeRoom: Int { Int.max }
+    public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? { nil }
+    public func consume(_ n: Int) {}
 }
 
 /// Replies for one UDP association.
@@ -100,7 +129,7 @@ public protocol DatagramAssociation: AnyObject {
 
 public protocol Outbound: AnyObject {
     var name: String { get }
-    func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection
+    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream
     func openAssociation(events: DatagramEvents) -> DatagramAssociation?
 }
 

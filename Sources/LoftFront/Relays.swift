@@ -5,11 +5,11 @@ import LoftProtocol
 /// One TCP stream of a session joined to a socket to its destination. Bytes move only when
 /// the other side has room: the socket is read while the session grants send credit, and the
 /// session is read while the socket takes bytes. At most one read's worth (64 KiB) waits here.
-final class StreamRelay: StreamEvents {
+final class StreamRelay: ByteStreamEvents {
     private unowned let connection: FrontConnection
     let stream: UInt32
     let destination: Destination
-    private var socket: StreamConnection?
+    private var socket: ByteStream?
     private var connected = false
     private var finished = false
     /// The destination sent FIN (forwarded to the client).
@@ -46,7 +46,7 @@ final class StreamRelay: StreamEvents {
         socket = server.outbound.openStream(to: destination, events: self)
     }
 
-    // MARK: StreamEvents (the destination socket)
+    // MARK: ByteStreamEvents (the destination socket)
 
     func streamConnected() {
         guard !finished else { return }
@@ -118,7 +118,7 @@ final class StreamRelay: StreamEvents {
 
     /// An error or hang-up while reads are paused for credit (epoll reports those regardless):
     /// the rest of the destination's bytes are taken into `held` (bounded) so the event stops.
-    private func drainWhilePaused(_ socket: StreamConnection) {
+    private func drainWhilePaused(_ socket: ByteStream) {
         let buffer = server.relayBuffer
         while held.count < Self.maxHeld {
             switch socket.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(buffer.count, Self.maxHeld - held.count)])) {
@@ -232,7 +232,7 @@ final class StreamRelay: StreamEvents {
     }
 
     /// Writes what is left of an earlier read; true when nothing is left.
-    private func flushPending(_ socket: StreamConnection) -> Bool {
+    private func flushPending(_ socket: ByteStream) -> Bool {
         guard pendingStart < pending.count else { return true }
         let n = pending.withUnsafeBytes { write(socket, UnsafeRawBufferPointer(rebasing: $0[pendingStart...])) }
         if n < 0 { reset(.connectionReset); return false }
@@ -243,7 +243,7 @@ final class StreamRelay: StreamEvents {
         return true
     }
 
-    private func write(_ socket: StreamConnection, _ bytes: UnsafeRawBufferPointer) -> Int {
+    private func write(_ socket: ByteStream, _ bytes: UnsafeRawBufferPointer) -> Int {
         var segment = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
         return socket.write(&segment, count: 1)
     }

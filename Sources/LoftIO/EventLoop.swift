@@ -2,6 +2,11 @@ import CLinux
 import Glibc
 import LoftCore
 
+/// A scheduled timer, for `EventLoop.cancel(_:)`.
+public struct TimerHandle: Hashable, Sendable {
+    let id: UInt64
+}
+
 /// Receives readiness for one file descriptor.
 public protocol IOHandler: AnyObject {
     func handleIO(_ events: UInt32)
@@ -88,6 +93,39 @@ public final class EventLoop {
 
     public func stop() { stopRequested = true }
 
+    // MARK: timers (interim: replaced by the timer heap)
+
+    private var timers: [(at: UInt64, id: UInt64, action: () -> Void)] = []
+    private var nextTimerID: UInt64 = 1
+
+    /// Runs `action` on the loop `ms` milliseconds from now. Cancel with `cancel(_:)`.
+    @discardableResult
+    public func schedule(after ms: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
+        schedule(at: now &+ ms, action)
+    }
+
+    /// Runs `action` on the loop at `deadline` (loop milliseconds, as `now`).
+    @discardableResult
+    public func schedule(at deadline: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
+        let id = nextTimerID
+        nextTimerID += 1
+        timers.append((deadline, id, action))
+        return TimerHandle(id: id)
+    }
+
+    /// A timer that has not run yet never runs. Cancelling one that ran (or twice) does nothing.
+    public func cancel(_ timer: TimerHandle) {
+        timers.removeAll { $0.id == timer.id }
+    }
+
+    private func runTimers() -> Int32 {
+        var due: [() -> Void] = []
+        timers.removeAll { t in if t.at <= now { due.append(t.action); return true }; return false }
+        for a in due { a() }
+        guard let next = timers.map(\.at).min() else { return 1000 }
+        return Int32(clamping: next > now ? next - now : 0)
+    }
+
     public func run() {
         while !stopRequested {
             now = monotonicMilliseconds()
@@ -98,6 +136,9 @@ public final class EventLoop {
             runDeferred()
             afterEvents()
             for p in periodic { timeout = min(timeout, Int32(clamping: p.next > now ? p.next - now : 0)) }
+            timeout = min(timeout, runTimers())
+            runDeferred()
+            afterEvents()
             let n = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
                     clinux_epoll_wait(epfd, t.baseAddress, e.baseAddress, Int32(t.count), timeout)

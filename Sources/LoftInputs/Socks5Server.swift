@@ -289,7 +289,7 @@ struct Socks5Pending {
 }
 
 /// One TCP client: handshake, then a CONNECT relay or a UDP association's control connection.
-final class Socks5Client: IOHandler, StreamEvents {
+final class Socks5Client: IOHandler, ByteStreamEvents {
     enum Phase { case greeting, request, connecting, relaying, associated, lingering, closed }
 
     unowned let server: Socks5Server
@@ -303,7 +303,7 @@ final class Socks5Client: IOHandler, StreamEvents {
     private var handshake: UnsafeMutableRawPointer?
     private var handshakeCount = 0
     private static let handshakeCapacity = 1024
-    private var stream: StreamConnection?
+    private var stream: ByteStream?
     private var destination: Destination = .ip(Socks5.unspecifiedBound)
     private var association: Socks5Association?
     private var up = Socks5Pending()        // client → outbound, refused by the outbound

@@ -9,13 +9,13 @@ import LoftCore
 ///   `tcp_recved` opens the app's window again, so a slow outbound closes the window.
 /// - remote → app: the outbound is read only while lwIP's send buffer has room; reads pause
 ///   (outbound read interest off) and resume when lwIP reports acknowledged bytes.
-final class TCPFlow: StreamEvents {
+final class TCPFlow: ByteStreamEvents {
     enum State { case connecting, handshaking, open, closed }
 
     unowned let stack: Netstack
     let key: FlowKey
     var state = State.connecting
-    var connection: StreamConnection?
+    var connection: ByteStream?
     var outboundName = ""
     var ruleIndex = -1
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).

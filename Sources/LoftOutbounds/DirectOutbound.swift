@@ -45,7 +45,7 @@ public final class DirectOutbound: Outbound {
     let meter = Meter()
     public var usage: Usage { meter.usage }
 
-    public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+    public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         let stream = DirectStream(loop: loop, events: events, meter: meter)
         switch destination {
         case .ip(let endpoint):
@@ -70,8 +70,8 @@ public final class DirectOutbound: Outbound {
 }
 
 /// One TCP socket to the destination.
-final class DirectStream: StreamConnection, IOHandler {
-    weak var events: StreamEvents?
+final class DirectStream: ByteStream, IOHandler {
+    weak var events: ByteStreamEvents?
     private let loop: EventLoop
     private var fd: Int32 = -1
     private var connecting = true
@@ -83,7 +83,7 @@ final class DirectStream: StreamConnection, IOHandler {
     private let meter: DirectOutbound.Meter?
     private var live: Bool
 
-    init(loop: EventLoop, events: StreamEvents, meter: DirectOutbound.Meter?) {
+    init(loop: EventLoop, events: ByteStreamEvents, meter: DirectOutbound.Meter?) {
         self.loop = loop
         self.events = events
         self.meter = meter
@@ -332,7 +332,7 @@ public final class DropOutbound: Outbound {
     /// TCP flows refused, from any input (UDP associations are refused before they exist).
     public private(set) var refusedFlows: UInt64 = 0
     public init(name: String = "drop", loop: EventLoop) { self.name = name; self.loop = loop }
-    public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+    public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         refusedFlows &+= 1
         let s = DirectStream(loop: loop, events: events, meter: nil)
         s.failSoon(.notAllowed)

@@ -190,7 +190,7 @@ public final class HolderOutbound: Outbound {
 
     // MARK: Outbound
 
-    public func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+    public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         switch link {
         case .up:
             let s = HolderStream(holder: self, destination: destination, events: events)
@@ -585,8 +585,8 @@ extension HolderOutbound: ClientSessionDelegate {
 
 // MARK: - one TCP flow as a stream
 
-final class HolderStream: StreamConnection {
-    weak var events: StreamEvents?
+final class HolderStream: ByteStream {
+    weak var events: ByteStreamEvents?
     unowned let holder: HolderOutbound
     let destination: Destination
     var id: UInt32?
@@ -601,7 +601,7 @@ final class HolderStream: StreamConnection {
     private(set) var isDone = false
     private var notifyScheduled = false
 
-    init(holder: HolderOutbound, destination: Destination, events: StreamEvents) {
+    init(holder: HolderOutbound, destination: Destination, events: ByteStreamEvents) {
         self.holder = holder
         self.destination = destination
         self.events = events
@@ -653,7 +653,7 @@ final class HolderStream: StreamConnection {
         if !self.isDone && (self.readInterest || self.failure != nil) { self.events?.streamReadable() }
     }
 
-    // StreamConnection
+    // ByteStream
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
         if failure != nil || isDone { return -1 }
         var total = 0

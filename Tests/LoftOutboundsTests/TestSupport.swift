@@ -88,8 +88,8 @@ func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {
 
 /// The app side of one TCP flow, as the netstack drives it: writes `toSend` (honouring 0 =
 /// full until streamWritable), reads on streamReadable while reading is on.
-final class StreamProbe: StreamEvents {
-    var conn: StreamConnection?
+final class StreamProbe: ByteStreamEvents {
+    var conn: ByteStream?
     var toSend: [UInt8] = []
     private(set) var sent = 0
     /// shutdownWrite once everything is sent.
@@ -196,7 +196,7 @@ final class CountingOutbound: Outbound {
     private(set) var streams = 0
     private(set) var associations = 0
     init(_ inner: Outbound) { self.inner = inner }
-    func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection {
+    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         streams += 1
         return inner.openStream(to: destination, events: events)
     }

@@ -6,7 +6,7 @@ import LoftCore
 final class StubOutbound: Outbound {
     let name: String
     init(_ name: String) { self.name = name }
-    func openStream(to destination: Destination, events: StreamEvents) -> StreamConnection { fatalError("not used") }
+    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream { fatalError("not used") }
     func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
 }
 
