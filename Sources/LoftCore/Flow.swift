@@ -148,9 +148,15 @@ public enum RouteDecision {
     case drop(reset: Bool)
 }
 
+/// A route and the rule that decided it.
+public struct RouteMatch {
+    public var decision: RouteDecision
+    /// The index of the deciding rule, -1 for the default (for per-rule accounting).
+    public var rule: Int
+    public init(_ decision: RouteDecision, rule: Int) { self.decision = decision; self.rule = rule }
+}
+
 /// Chooses the outbound for each new flow (the router implements it).
 public protocol FlowRouter: AnyObject {
-    func route(_ request: FlowRequest) -> RouteDecision
-    /// Which rule decided the last route() call (-1: the default), for per-rule accounting.
-    var lastMatch: Int { get }
+    func route(_ request: FlowRequest) -> RouteMatch
 }
