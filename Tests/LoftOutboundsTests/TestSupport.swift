@@ -196,6 +196,12 @@ final class CountingOutbound: Outbound {
     private(set) var streams = 0
     private(set) var associations = 0
     init(_ inner: Outbound) { self.inner = inner }
+    /// The flows this double was given (their bytes are the inner outbound's to count).
+    var status: OutboundStatus {
+        var s = OutboundStatus(name: name, type: "counting", state: "ready")
+        s.flows = UInt64(streams + associations)
+        return s
+    }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         streams += 1
         return inner.openStream(to: destination, events: events)
