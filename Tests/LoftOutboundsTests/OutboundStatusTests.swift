@@ -63,7 +63,7 @@ final class OutboundStatusTests: XCTestCase {
     /// hold drop in its row's counters.
     func testHeldHolderRowCarriesItsHoldDrops() throws {
         let sc = try Scenario()
-        let holder = try sc.holder(port: closedPort(), hold: true, minBackoffMs: 10_000)
+        let holder = try sc.holder(port: closedPort(), hold: true, minBackoffMs: 60_000, maxBackoffMs: 60_000)
         let o: Outbound = holder
         XCTAssertEqual(o.status.state, "idle")
         holder.start()

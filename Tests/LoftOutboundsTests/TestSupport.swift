@@ -41,13 +41,13 @@ final class Scenario {
     }
 
     func holder(_ kind: CarrierKind = .ws, port: UInt16, hold: Bool = false, fallback: Outbound? = nil,
-                minBackoffMs: UInt64 = 200, stateFile: String? = nil) throws -> HolderOutbound {
+                minBackoffMs: UInt64 = 200, maxBackoffMs: UInt64 = 2000, stateFile: String? = nil) throws -> HolderOutbound {
         let carrier = CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
                                            tls: TLSClientOptions(serverName: "front.test",
                                                                  caFile: TestPKI.shared.dir + "/ca.pem"),
                                            connectTimeoutMs: 5000)
         var options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
-                                    minBackoffMs: minBackoffMs, maxBackoffMs: 2000)
+                                    minBackoffMs: minBackoffMs, maxBackoffMs: maxBackoffMs)
         options.stateFile = stateFile
         return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: options, fallback: fallback)
     }
