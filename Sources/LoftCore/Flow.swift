@@ -129,6 +129,9 @@ public protocol DatagramAssociation: AnyObject {
 
 public protocol Outbound: AnyObject {
     var name: String { get }
+    /// Its row for `loft status` now: its own counts of what it carried, whichever input the
+    /// flows came from.
+    var status: OutboundStatus { get }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream
     func openAssociation(events: DatagramEvents) -> DatagramAssociation?
 }

@@ -54,6 +54,14 @@ public final class DirectOutbound: Outbound {
         return u
     }
 
+    /// Its `loft status` row from `usage`; always ready (it dials per flow, nothing to keep up).
+    public var status: OutboundStatus {
+        let u = meter.usage
+        var s = OutboundStatus(name: name, type: "direct", state: "ready")
+        s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
+        return s
+    }
+
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         let stream = SocketStream(loop: loop, events: events, meter: streamMeter)
         switch destination {
@@ -183,6 +191,12 @@ public final class DropOutbound: Outbound {
     /// TCP flows refused, from any input (UDP associations are refused before they exist).
     public private(set) var refusedFlows: UInt64 = 0
     public init(name: String = "drop", loop: EventLoop) { self.name = name; self.loop = loop }
+    /// Its `loft status` row: the flows it refused; it never carries a byte.
+    public var status: OutboundStatus {
+        var s = OutboundStatus(name: name, type: "drop", state: "ready")
+        s.flows = refusedFlows
+        return s
+    }
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         refusedFlows &+= 1
         let s = SocketStream(loop: loop, events: events, meter: nil)

@@ -6,6 +6,8 @@ import LoftCore
 final class StubOutbound: Outbound {
     let name: String
     init(_ name: String) { self.name = name }
+    /// Routing tests only choose it; it never opens a flow.
+    var status: OutboundStatus { OutboundStatus(name: name, type: "stub", state: "ready") }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream { fatalError("not used") }
     func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
 }
