@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # loft's relays at a connection's edges, through the TUN (app namespace, default: direct) and
 # through the SOCKS5 server on loopback:
-#   reset-paused: the server sends ~1 MiB and resets (SO_LINGER {1,0}) while the app is not
-#     reading; loft must stay idle meanwhile (CPU < 5 % of a core over 3 s) and the app must
-#     then get its reset (ECONNRESET; data before it is allowed), not an EOF and not a hang;
+#   reset-1MiB / reset-stalled: the server sends 1 MiB (or as much as the path takes until it
+#     stalls) and resets (SO_LINGER {1,0}) while the app is not reading; loft must stay idle
+#     meanwhile (CPU < 5 % of a core over 3 s) and the app must then get its reset
+#     (ECONNRESET; data before it is allowed), not an EOF and not a hang;
 #   upload-remote-fin: the server half-closes right after accepting while the app uploads
 #     20 MiB: the app sees EOF at once, its upload still arrives whole (SHA-256 at the server);
 #   download-after-app-fin: the app sends a request and half-closes, the server then sends
@@ -13,7 +14,9 @@
 CPU_LIMIT_PCT=5
 CPU_WINDOW_S=3
 PAUSE_S=5
-RESET_BYTES=1048576
+RESET_BYTES=1048576              # the "1MiB" reset cases
+STALL_BYTES=$((64 * 1048576))    # the "stalled" ones: send until loft takes no more (its
+                                 # buffers and the sockets' are full), then reset
 BIG_BYTES=$((20 * 1048576))
 PORT_BASE=9110                   # one port per case: 9110.. (lib.sh's servers use 80, 9000, 9001)
 
@@ -26,7 +29,7 @@ head -c "$BIG_BYTES" /dev/urandom >"$T_DIR/big"
 BIG_SHA=$(sha_of "$T_DIR/big")
 
 # One-connection servers (run in srv): python3 srv.py MODE PORT RESULT [FILE]
-#   reset:     send up to RESET_BYTES (until the peer stops taking data for 0.5 s), then
+#   reset:     send up to BYTES (less if the peer takes nothing for 0.5 s), then
 #              SO_LINGER {1,0} and close: an RST. RESULT: "sent N".
 #   sink-fin:  shutdown(SHUT_WR) right after accept, read to EOF. RESULT: "<sha256> N".
 #   send-file: read the request to EOF, send FILE, close. RESULT: "request N sent M".
@@ -49,13 +52,14 @@ def done(text):
     os.rename(result + ".tmp", result)
 
 if mode == "reset":
-    want = int(sys.argv[4])
-    buf = os.urandom(want)
+    want, block = int(sys.argv[4]), 1 << 20
+    buf = memoryview(os.urandom(block))
     c.setblocking(False)
     sent, last = 0, time.time()
     while sent < want and time.time() - last < 0.5:
         try:
-            sent += c.send(buf[sent:sent + 65536])
+            o = sent % block
+            sent += c.send(buf[o:min(block, o + 65536, o + want - sent)])
             last = time.time()
         except BlockingIOError:
             select.select([], [c], [], 0.1)
@@ -94,8 +98,8 @@ EOF
 #   reset-paused GOFILE PAUSE: connect, read nothing until GOFILE exists and PAUSE s have
 #     passed, then read to the end. Prints "reset|eof|hang|error:<e> BYTES PAUSED_S";
 #     exit 0 only for a reset.
-#   upload BYTES: upload BYTES random bytes while watching for the server's EOF, then
-#     shutdown(SHUT_WR) and close. Prints "<sha256> BYTES EOF_MS SENT_AT_EOF TOTAL_MS".
+#   upload BYTES: upload BYTES random bytes while watching for the server's EOF (which must
+#     come within 3 s; the last 4 MiB wait for it), then shutdown(SHUT_WR) and close. Prints "<sha256> BYTES EOF_MS SENT_AT_EOF TOTAL_MS".
 #   request: send a short request, shutdown(SHUT_WR), read to EOF. Prints "<sha256> BYTES MS".
 cat >"$T_DIR/app.py" <<'EOF'
 import hashlib, os, select, socket, struct, sys, time
@@ -136,6 +140,8 @@ def connect():
     recv_exact(s, {1: 6, 4: 18}.get(head[3], 6))
     return s
 
+if mode == "upload":
+    data = os.urandom(int(args[0]))
 s = connect()
 t0 = time.time()
 
@@ -162,18 +168,21 @@ if mode == "reset-paused":
         out("error:%s %d %.1f" % (e.__class__.__name__, n, paused), 1)
 
 if mode == "upload":
-    total = int(args[0])
-    data = os.urandom(total)
+    # All but the last HOLD bytes go at once; the rest only after the server's EOF arrived, so
+    # that the upload overlaps the EOF and surely goes on after it.
+    total, hold = len(data), min(4 << 20, len(data) // 2)
     view = memoryview(data)
     s.setblocking(False)
-    sent, eof_ms, sent_at_eof = 0, None, None
+    sent, eof_ms, sent_at_eof, stuck = 0, None, None, None
     while sent < total or eof_ms is None:
-        el = time.time() - t0
-        if el > 40:
+        limit = total if eof_ms is not None else total - hold
+        if time.time() - t0 > 40:
             out("error:timeout sent %d eof %s" % (sent, eof_ms), 1)
-        if sent >= total and eof_ms is None and time.time() - t_done > 3:
-            out("error:no-eof-3s-after-upload sent %d" % sent, 1)
-        r, w, _ = select.select([s] if eof_ms is None else [], [s] if sent < total else [], [], 0.5)
+        if sent >= limit and eof_ms is None:
+            stuck = stuck or time.time()
+            if time.time() - stuck > 3:
+                out("error:no-eof-3s-after-%d-bytes" % sent, 1)
+        r, w, _ = select.select([s] if eof_ms is None else [], [s] if sent < limit else [], [], 0.5)
         try:
             if r:
                 d = s.recv(65536)
@@ -181,9 +190,7 @@ if mode == "upload":
                     out("error:data-from-a-half-closed-server %r" % d[:40], 1)
                 eof_ms, sent_at_eof = (time.time() - t0) * 1000, sent
             if w:
-                sent += s.send(view[sent:sent + 262144])
-                if sent >= total:
-                    t_done = time.time()
+                sent += s.send(view[sent:min(limit, sent + 262144)])
         except BlockingIOError:
             pass
         except OSError as e:
@@ -238,35 +245,42 @@ run_app() {
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
 
-# reset_paused TAG VIA HOST PORT: cases TAG-reset-paused-cpu and TAG-reset-delivered.
+# cpu_pct PID MS: the share of a core PID used over the next MS milliseconds ("12.3").
+cpu_pct() {
+    local c0 c1 t0 t1
+    t0=$(now_ms); c0=$(cpu_ticks "$1")
+    sleep "$(awk -v ms="$2" 'BEGIN { printf "%.3f", ms / 1000 }')"
+    c1=$(cpu_ticks "$1"); t1=$(now_ms)
+    [ -n "$c0" ] && [ -n "$c1" ] || return 1
+    awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" -v ms=$((t1 - t0)) 'BEGIN { printf "%.1f", d * 100000 / hz / ms }'
+}
+CLK_TCK=$(getconf CLK_TCK)
+
+# reset_paused NAME VIA HOST PORT BYTES: cases NAME-paused-cpu and NAME-delivered. The server
+# sends up to BYTES (less if the path stops taking data for 0.5 s) and resets; meanwhile the
+# app reads nothing.
 reset_paused() {
-    local tag=$1 via=$2 host=$3 port=$4 name=$1-reset app_pid c0 c1 t0 t1 pct hz out rc
-    local go=$T_DIR/$tag.go
-    if ! srv_start "$name" reset "$port" "$RESET_BYTES"; then
-        fail "$tag-reset-paused-cpu" "reset server did not start"
-        fail "$tag-reset-delivered" "reset server did not start"; return
+    local name=$1 via=$2 host=$3 port=$4 bytes=$5 app_pid idle pct out rc
+    local go=$T_DIR/$name.go
+    if ! srv_start "$name" reset "$port" "$bytes"; then
+        fail "$name-paused-cpu" "reset server did not start"
+        fail "$name-delivered" "reset server did not start"; return
     fi
+    idle=$(cpu_pct "$LOFT_PID" 500)             # loft before this case, for comparison
     rm -f "$go"
     run_app "$via" reset-paused "$host" "$port" "$go" "$PAUSE_S" >"$T_DIR/$name.app" 2>&1 &
     app_pid=$!
-    # The server has reset the connection (the app is still paused): loft must be idle now.
+    # The server has reset the connection and the app is still paused: loft must be idle now.
     if ! wait_file "$T_DIR/$name.result" 10; then
-        fail "$tag-reset-paused-cpu" "the server never got to its reset: $(cat "$T_DIR/$name.app" "$T_DIR/srv-$name.log" 2>/dev/null | tail -2 | tr '\n' '|')"
+        fail "$name-paused-cpu" "the server never got to its reset: $(cat "$T_DIR/$name.app" "$T_DIR/srv-$name.log" 2>/dev/null | tail -2 | tr '\n' '|')"
+    elif ! pct=$(cpu_pct "$LOFT_PID" $((CPU_WINDOW_S * 1000))); then
+        fail "$name-paused-cpu" "loft (pid $LOFT_PID) is gone"
     else
-        hz=$(getconf CLK_TCK)
-        t0=$(now_ms); c0=$(cpu_ticks "$LOFT_PID")
-        sleep "$CPU_WINDOW_S"               # the measurement window
-        c1=$(cpu_ticks "$LOFT_PID"); t1=$(now_ms)
-        if [ -z "$c0" ] || [ -z "$c1" ]; then
-            fail "$tag-reset-paused-cpu" "loft (pid $LOFT_PID) is gone"
+        note "$name-paused-cpu: server $(cat "$T_DIR/$name.result") bytes then reset; loft $pct % of a core over ${CPU_WINDOW_S} s while the app was paused (before the case: ${idle:-?} %)"
+        if awk -v p="$pct" -v l="$CPU_LIMIT_PCT" 'BEGIN { exit !(p < l) }'; then
+            pass "$name-paused-cpu"
         else
-            pct=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v ms=$((t1 - t0)) 'BEGIN { printf "%.1f", d * 100000 / hz / ms }')
-            note "$tag-reset-paused-cpu: server $(cat "$T_DIR/$name.result"), then loft used $((c1 - c0)) ticks in $((t1 - t0)) ms = $pct % of a core"
-            if awk -v p="$pct" -v l="$CPU_LIMIT_PCT" 'BEGIN { exit !(p < l) }'; then
-                pass "$tag-reset-paused-cpu"
-            else
-                fail "$tag-reset-paused-cpu" "loft used $pct % of a core over $((t1 - t0)) ms while the app was paused after the server's reset (limit $CPU_LIMIT_PCT %)"
-            fi
+            fail "$name-paused-cpu" "loft used $pct % of a core over ${CPU_WINDOW_S} s while the app was paused after the server's reset (limit $CPU_LIMIT_PCT %)"
         fi
     fi
     touch "$go"
@@ -275,16 +289,16 @@ reset_paused() {
     out=$(tail -1 "$T_DIR/$name.app")
     set -- $out
     if [ $rc -eq 0 ] && [ "${1:-}" = reset ]; then
-        pass "$tag-reset-delivered"
-        note "$tag-reset-delivered: ECONNRESET after $2 bytes read, paused $3 s"
+        pass "$name-delivered"
+        note "$name-delivered: ECONNRESET after $2 bytes read, paused $3 s"
     else
-        fail "$tag-reset-delivered" "app: '${out:-exit $rc}' (want reset: kind bytes-read paused-s)"
+        fail "$name-delivered" "app: '${out:-exit $rc}' (want reset: kind, bytes read, s paused)"
     fi
 }
 
-# upload_fin TAG VIA HOST PORT: the server half-closes at once, the app uploads 20 MiB.
+# upload_fin NAME VIA HOST PORT: the server half-closes at once, the app uploads 20 MiB.
 upload_fin() {
-    local name=$1-upload-remote-fin via=$2 host=$3 port=$4 out srv
+    local name=$1 via=$2 host=$3 port=$4 out srv
     srv_start "$name" sink-fin "$port" || { fail "$name" "sink-fin server did not start"; return; }
     out=$(run_app "$via" upload "$host" "$port" "$BIG_BYTES" 2>&1 | tail -1)
     set -- $out
@@ -299,13 +313,13 @@ upload_fin() {
         fail "$name" "the server's FIN reached the app only after $3 ms"
     else
         pass "$name"
-        note "$name: EOF at the app $3 ms after connect ($4 bytes sent by then); 20 MiB uploaded and hashed intact in $5 ms"
+        note "$name: EOF at the app $3 ms after connect ($4 bytes sent by then); all 20 MiB sent in $5 ms, the server's SHA-256 matches"
     fi
 }
 
-# download_fin TAG VIA HOST PORT: the app requests and half-closes, the server sends 20 MiB.
+# download_fin NAME VIA HOST PORT: the app requests and half-closes, the server sends 20 MiB.
 download_fin() {
-    local name=$1-download-after-app-fin via=$2 host=$3 port=$4 out
+    local name=$1 via=$2 host=$3 port=$4 out
     srv_start "$name" send-file "$port" "$T_DIR/big" || { fail "$name" "send-file server did not start"; return; }
     out=$(run_app "$via" request "$host" "$port" 2>&1 | tail -1)
     set -- $out
@@ -317,14 +331,16 @@ download_fin() {
 }
 
 # 1. Through the TUN: the app in the app namespace, loft's direct outbound.
-CASES1="tun-reset-paused-cpu tun-reset-delivered tun-upload-remote-fin tun-upload-remote-fin-v6
-tun-download-after-app-fin tun-download-after-app-fin-v6 loft-exit-clean-tun"
+CASES1="tun-reset-1MiB-paused-cpu tun-reset-1MiB-delivered tun-reset-stalled-paused-cpu
+tun-reset-stalled-delivered tun-upload-remote-fin-v4 tun-upload-remote-fin-v6
+tun-download-after-app-fin-v4 tun-download-after-app-fin-v6 loft-exit-clean-tun"
 if require_loft "$(loft_config relay)" $CASES1; then
-    reset_paused tun direct "$SRV4" $PORT_BASE
-    upload_fin tun direct "$SRV4" $((PORT_BASE + 1))
-    upload_fin tun direct "$SRV6" $((PORT_BASE + 2))
-    download_fin tun direct "$SRV4" $((PORT_BASE + 3))
-    download_fin tun direct "$SRV6" $((PORT_BASE + 4))
+    reset_paused tun-reset-1MiB direct "$SRV4" $PORT_BASE "$RESET_BYTES"
+    reset_paused tun-reset-stalled direct "$SRV6" $((PORT_BASE + 1)) "$STALL_BYTES"
+    upload_fin tun-upload-remote-fin-v4 direct "$SRV4" $((PORT_BASE + 2))
+    upload_fin tun-upload-remote-fin-v6 direct "$SRV6" $((PORT_BASE + 3))
+    download_fin tun-download-after-app-fin-v4 direct "$SRV4" $((PORT_BASE + 4))
+    download_fin tun-download-after-app-fin-v6 direct "$SRV6" $((PORT_BASE + 5))
     if loft_died; then fail loft-exit-clean-tun "loft died during the cases"
     else loft_stop_clean loft-exit-clean-tun; fi
 fi
@@ -353,12 +369,14 @@ s5_start() {
     note "loft not ready: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
     return 1
 }
-CASES2="socks5-reset-paused-cpu socks5-reset-delivered socks5-upload-remote-fin
-socks5-download-after-app-fin loft-exit-clean-socks5"
+CASES2="socks5-reset-1MiB-paused-cpu socks5-reset-1MiB-delivered socks5-reset-stalled-paused-cpu
+socks5-reset-stalled-delivered socks5-upload-remote-fin socks5-download-after-app-fin
+loft-exit-clean-socks5"
 if s5_start; then
-    reset_paused socks5 "$S5_PORT" "$SRV4" $((PORT_BASE + 5))
-    upload_fin socks5 "$S5_PORT" "$SRV4" $((PORT_BASE + 6))
-    download_fin socks5 "$S5_PORT" "$SRV4" $((PORT_BASE + 7))
+    reset_paused socks5-reset-1MiB "$S5_PORT" "$SRV4" $((PORT_BASE + 6)) "$RESET_BYTES"
+    reset_paused socks5-reset-stalled "$S5_PORT" "$SRV4" $((PORT_BASE + 7)) "$STALL_BYTES"
+    upload_fin socks5-upload-remote-fin "$S5_PORT" "$SRV4" $((PORT_BASE + 8))
+    download_fin socks5-download-after-app-fin "$S5_PORT" "$SRV4" $((PORT_BASE + 9))
     if loft_died; then
         fail loft-exit-clean-socks5 "loft died during the cases"
     elif loft_stop TERM; then
