@@ -28,7 +28,7 @@ topo_up
 head -c "$BIG_BYTES" /dev/urandom >"$T_DIR/big"
 BIG_SHA=$(sha_of "$T_DIR/big")
 
-# One-connection servers (run in srv): python3 srv.py MODE PORT RESULT [FILE]
+# One-connection servers (run in srv, v4 and v6): python3 srv.py MODE PORT RESULT [BYTES|FILE]
 #   reset:     send up to BYTES (less if the peer takes nothing for 0.5 s), then
 #              SO_LINGER {1,0} and close: an RST. RESULT: "sent N".
 #   sink-fin:  shutdown(SHUT_WR) right after accept, read to EOF. RESULT: "<sha256> N".
@@ -260,7 +260,7 @@ CLK_TCK=$(getconf CLK_TCK)
 # sends up to BYTES (less if the path stops taking data for 0.5 s) and resets; meanwhile the
 # app reads nothing.
 reset_paused() {
-    local name=$1 via=$2 host=$3 port=$4 bytes=$5 app_pid idle pct out rc
+    local name=$1 via=$2 host=$3 port=$4 bytes=$5 app_pid idle pct out rc kind nread paused
     local go=$T_DIR/$name.go
     if ! srv_start "$name" reset "$port" "$bytes"; then
         fail "$name-paused-cpu" "reset server did not start"
@@ -287,10 +287,10 @@ reset_paused() {
     wait "$app_pid"
     rc=$?
     out=$(tail -1 "$T_DIR/$name.app")
-    set -- $out
-    if [ $rc -eq 0 ] && [ "${1:-}" = reset ]; then
+    read -r kind nread paused _ <<<"$out"
+    if [ $rc -eq 0 ] && [ "$kind" = reset ]; then
         pass "$name-delivered"
-        note "$name-delivered: ECONNRESET after $2 bytes read, paused $3 s"
+        note "$name-delivered: ECONNRESET after $nread bytes read, paused $paused s"
     else
         fail "$name-delivered" "app: '${out:-exit $rc}' (want reset: kind, bytes read, s paused)"
     fi
@@ -298,33 +298,33 @@ reset_paused() {
 
 # upload_fin NAME VIA HOST PORT: the server half-closes at once, the app uploads 20 MiB.
 upload_fin() {
-    local name=$1 via=$2 host=$3 port=$4 out srv
+    local name=$1 via=$2 host=$3 port=$4 out srv sha n eof_ms at_eof ms
     srv_start "$name" sink-fin "$port" || { fail "$name" "sink-fin server did not start"; return; }
     out=$(run_app "$via" upload "$host" "$port" "$BIG_BYTES" 2>&1 | tail -1)
-    set -- $out
-    if [ "${#1}" -ne 64 ]; then fail "$name" "app: '${out:0:200}'"; return; fi
+    read -r sha n eof_ms at_eof ms _ <<<"$out"
+    if [ "${#sha}" -ne 64 ]; then fail "$name" "app: '${out:0:200}'"; return; fi
     if ! wait_file "$T_DIR/$name.result" 30; then
         fail "$name" "the server never saw the app's EOF: $(tail -2 "$T_DIR/srv-$name.log" | tr '\n' '|')"; return
     fi
     srv=$(cat "$T_DIR/$name.result")
-    if [ "$srv" != "$1 $2" ]; then
-        fail "$name" "server got '$srv', app sent '$1 $2'"
-    elif [ "${3%.*}" -gt 3000 ]; then
-        fail "$name" "the server's FIN reached the app only after $3 ms"
+    if [ "$srv" != "$sha $n" ]; then
+        fail "$name" "server got '$srv', app sent '$sha $n'"
+    elif [ "$eof_ms" -gt 3000 ]; then
+        fail "$name" "the server's FIN reached the app only after $eof_ms ms"
     else
         pass "$name"
-        note "$name: EOF at the app $3 ms after connect ($4 bytes sent by then); all 20 MiB sent in $5 ms, the server's SHA-256 matches"
+        note "$name: EOF at the app $eof_ms ms after connect ($at_eof bytes sent by then); all 20 MiB sent in $ms ms, the server's SHA-256 matches"
     fi
 }
 
 # download_fin NAME VIA HOST PORT: the app requests and half-closes, the server sends 20 MiB.
 download_fin() {
-    local name=$1 via=$2 host=$3 port=$4 out
+    local name=$1 via=$2 host=$3 port=$4 out sha n ms
     srv_start "$name" send-file "$port" "$T_DIR/big" || { fail "$name" "send-file server did not start"; return; }
     out=$(run_app "$via" request "$host" "$port" 2>&1 | tail -1)
-    set -- $out
-    if [ "${1:-}" = "$BIG_SHA" ]; then
-        pass "$name"; note "$name: 20 MiB after the app's FIN, intact, in $3 ms"
+    read -r sha n ms _ <<<"$out"
+    if [ "$sha" = "$BIG_SHA" ] && [ "$n" = "$BIG_BYTES" ]; then
+        pass "$name"; note "$name: 20 MiB after the app's FIN, intact, in $ms ms"
     else
         fail "$name" "app: '${out:0:200}', want $BIG_SHA $BIG_BYTES ($(cat "$T_DIR/$name.result" 2>/dev/null))"
     fi
