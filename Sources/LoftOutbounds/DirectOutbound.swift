@@ -56,7 +56,7 @@ public final class DirectOutbound: Outbound {
 
     /// Its `loft status` row from `usage`; always ready (it dials per flow, nothing to keep up).
     public var status: OutboundStatus {
-        let u = meter.usage
+        let u = usage
         var s = OutboundStatus(name: name, type: "direct", state: "ready")
         s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
         return s
