@@ -3,7 +3,7 @@ import LoftCore
 import XCTest
 @testable import LoftInputs
 
-/// RouteNetlink against the kernel: a namespace of its own with a dummy device, changed only
+/// RouteNetlink against the kernel: a namespace of its own with a veth pair, changed only
 /// over rtnetlink and read back with `ip`. Needs root (Tests/run runs as root).
 final class RouteNetlinkTests: XCTestCase {
     var ns = ""
@@ -12,7 +12,9 @@ final class RouteNetlinkTests: XCTestCase {
         guard getuid() == 0 else { throw XCTSkip("needs root: a network namespace") }
         ns = "loft-nltest-\(getpid())"
         try Command.run(["ip", "netns", "add", ns])
-        try Command.run(["ip", "-n", ns, "link", "add", "nl0", "type", "dummy"])
+        // A veth pair (the peer up, so nl0 has a carrier once it is up itself).
+        try Command.run(["ip", "-n", ns, "link", "add", "nl0", "type", "veth", "peer", "name", "nl1"])
+        try Command.run(["ip", "-n", ns, "link", "set", "nl1", "up"])
     }
 
     override func tearDown() {
@@ -52,6 +54,7 @@ final class RouteNetlinkTests: XCTestCase {
         try nl.replaceAddress(a1, index: index, name: "nl0")
         XCTAssertEqual(inNetns("ip -4 -o addr show dev nl0").split(separator: "\n").count, 1)
         // promote_secondaries keeps a2 (a secondary in a1's subnet) when a1 comes off.
+        XCTAssertEqual(inNetns("sysctl -n net.ipv4.conf.nl0.promote_secondaries"), "0\n")
         try nl.setPromoteSecondaries(index: index, name: "nl0")
         XCTAssertEqual(inNetns("sysctl -n net.ipv4.conf.nl0.promote_secondaries"), "1\n")
         try nl.replaceAddress(a2, index: index, name: "nl0")
