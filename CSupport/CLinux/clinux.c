@@ -397,6 +397,8 @@ int clinux_rtnl_ifindex(int fd, const char *name) {
     struct ifinfomsg *ifi = rtnl_start(&r, RTM_GETLINK, 0, sizeof *ifi);
     ifi->ifi_family = AF_UNSPEC;
     rtnl_attr(&r, IFLA_IFNAME, name, len + 1);
+    uint32_t mask = RTEXT_FILTER_SKIP_STATS;  // a short answer: only the index is read
+    rtnl_attr(&r, IFLA_EXT_MASK, &mask, sizeof mask);
     int index = rtnl_transact(fd, &r);
     return index == 0 ? -ENODEV : index;
 }
