@@ -295,3 +295,183 @@ int clinux_route_monitor_read(int fd, int ignore_ifindex) {
         }
     }
 }
+
+// --- rtnetlink requests: addresses, links and routes of one namespace ----------------------
+// Each call builds one request, sends it with NLM_F_ACK and waits (bounded by SO_RCVTIMEO)
+// for the kernel's answer to that sequence number.
+
+#include <linux/if_addr.h>
+#include <linux/ip.h>
+
+int clinux_rtnl_open(const char *netns_path) {
+    int previous = -1;
+    if (netns_path) {
+        previous = enter_netns(netns_path);
+        if (previous < 0) return previous;
+    }
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    int result = fd < 0 ? -errno : fd;
+    leave_netns(previous);
+    if (fd < 0) return result;
+    struct sockaddr_nl sa;
+    memset(&sa, 0, sizeof sa);
+    sa.nl_family = AF_NETLINK;
+    // A kernel that answers a local request takes microseconds; 2 s means something is wrong.
+    struct timeval tv = { .tv_sec = 2, .tv_usec = 0 };
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+struct rtnl_request {
+    struct nlmsghdr h;
+    char body[512];
+};
+
+static void *rtnl_start(struct rtnl_request *r, uint16_t type, uint16_t flags, size_t fixed) {
+    memset(r, 0, sizeof *r);
+    r->h.nlmsg_len = NLMSG_LENGTH(fixed);
+    r->h.nlmsg_type = type;
+    r->h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    return NLMSG_DATA(&r->h);
+}
+
+static struct rtattr *rtnl_attr(struct rtnl_request *r, uint16_t type, const void *data, size_t len) {
+    struct rtattr *a = (struct rtattr *)((char *)&r->h + NLMSG_ALIGN(r->h.nlmsg_len));
+    a->rta_type = type;
+    a->rta_len = (unsigned short)RTA_LENGTH(len);
+    if (len) memcpy(RTA_DATA(a), data, len);
+    r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + RTA_ALIGN(a->rta_len);
+    return a;
+}
+
+// Closes a nested attribute opened with rtnl_attr(r, type, NULL, 0).
+static void rtnl_nest_end(struct rtnl_request *r, struct rtattr *nest) {
+    nest->rta_len = (unsigned short)((char *)&r->h + r->h.nlmsg_len - (char *)nest);
+}
+
+// Sends the request and reads until the answer to its sequence number: the ACK (0 or -errno),
+// or for RTM_GETLINK the link, whose index is returned. Other messages are skipped.
+static int rtnl_transact(int fd, struct rtnl_request *r) {
+    static uint32_t seq;
+    r->h.nlmsg_seq = ++seq;
+    struct sockaddr_nl kernel;
+    memset(&kernel, 0, sizeof kernel);
+    kernel.nl_family = AF_NETLINK;
+    ssize_t sent;
+    do {
+        sent = sendto(fd, &r->h, r->h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0) return -errno;
+    char buf[16384];
+    int found = 0;  // RTM_GETLINK: the index, returned once the ACK follows
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+        }
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_seq != r->h.nlmsg_seq) continue;
+            if (h->nlmsg_type == NLMSG_ERROR) {
+                const struct nlmsgerr *e = NLMSG_DATA(h);
+                if (h->nlmsg_len < NLMSG_LENGTH(sizeof *e)) return -EPROTO;
+                return e->error != 0 ? e->error : found;
+            }
+            if (h->nlmsg_type == RTM_NEWLINK && r->h.nlmsg_type == RTM_GETLINK) {
+                const struct ifinfomsg *ifi = NLMSG_DATA(h);
+                found = ifi->ifi_index;
+            }
+        }
+    }
+}
+
+int clinux_rtnl_ifindex(int fd, const char *name) {
+    size_t len = strlen(name);
+    if (len == 0 || len >= IFNAMSIZ) return -EINVAL;
+    struct rtnl_request r;
+    struct ifinfomsg *ifi = rtnl_start(&r, RTM_GETLINK, 0, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    rtnl_attr(&r, IFLA_IFNAME, name, len + 1);
+    uint32_t mask = RTEXT_FILTER_SKIP_STATS;  // a short answer: only the index is read
+    rtnl_attr(&r, IFLA_EXT_MASK, &mask, sizeof mask);
+    int index = rtnl_transact(fd, &r);
+    return index == 0 ? -ENODEV : index;
+}
+
+int clinux_rtnl_set_link(int fd, int ifindex, int mtu, int up) {
+    struct rtnl_request r;
+    struct ifinfomsg *ifi = rtnl_start(&r, RTM_SETLINK, 0, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = ifindex;
+    if (up >= 0) {
+        ifi->ifi_change = IFF_UP;
+        ifi->ifi_flags = up ? IFF_UP : 0;
+    }
+    if (mtu > 0) {
+        uint32_t m = (uint32_t)mtu;
+        rtnl_attr(&r, IFLA_MTU, &m, sizeof m);
+    }
+    return rtnl_transact(fd, &r);
+}
+
+int clinux_rtnl_promote_secondaries(int fd, int ifindex, int on) {
+    struct rtnl_request r;
+    struct ifinfomsg *ifi = rtnl_start(&r, RTM_SETLINK, 0, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = ifindex;
+    struct rtattr *spec = rtnl_attr(&r, IFLA_AF_SPEC, NULL, 0);
+    struct rtattr *inet = rtnl_attr(&r, AF_INET, NULL, 0);
+    struct rtattr *conf = rtnl_attr(&r, IFLA_INET_CONF, NULL, 0);
+    uint32_t v = on ? 1 : 0;
+    rtnl_attr(&r, IPV4_DEVCONF_PROMOTE_SECONDARIES, &v, sizeof v);
+    rtnl_nest_end(&r, conf);
+    rtnl_nest_end(&r, inet);
+    rtnl_nest_end(&r, spec);
+    return rtnl_transact(fd, &r);
+}
+
+static int addr_len(int family) {
+    return family == AF_INET ? 4 : family == AF_INET6 ? 16 : -1;
+}
+
+int clinux_rtnl_addr(int fd, int replace, int ifindex, int family, const uint8_t *addr, int prefixlen) {
+    int alen = addr_len(family);
+    if (alen < 0 || prefixlen < 0 || prefixlen > alen * 8) return -EINVAL;
+    struct rtnl_request r;
+    struct ifaddrmsg *ifa = rtnl_start(&r, replace ? RTM_NEWADDR : RTM_DELADDR,
+                                       replace ? NLM_F_CREATE | NLM_F_REPLACE : 0, sizeof *ifa);
+    ifa->ifa_family = (uint8_t)family;
+    ifa->ifa_prefixlen = (uint8_t)prefixlen;
+    ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+    ifa->ifa_index = (uint32_t)ifindex;
+    if (replace && family == AF_INET6) ifa->ifa_flags = IFA_F_NODAD;
+    rtnl_attr(&r, IFA_LOCAL, addr, (size_t)alen);
+    rtnl_attr(&r, IFA_ADDRESS, addr, (size_t)alen);
+    return rtnl_transact(fd, &r);
+}
+
+int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *gateway) {
+    int alen = addr_len(family);
+    if (alen < 0) return -EINVAL;
+    struct rtnl_request r;
+    struct rtmsg *rt = rtnl_start(&r, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, sizeof *rt);
+    rt->rtm_family = (uint8_t)family;
+    rt->rtm_table = RT_TABLE_MAIN;
+    rt->rtm_protocol = RTPROT_BOOT;
+    rt->rtm_type = RTN_UNICAST;
+    // As `ip route replace default dev D` chooses: link scope for an IPv4 route without a
+    // gateway, universe otherwise.
+    rt->rtm_scope = gateway || family == AF_INET6 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK;
+    if (gateway) {
+        rt->rtm_flags = RTNH_F_ONLINK;
+        rtnl_attr(&r, RTA_GATEWAY, gateway, (size_t)alen);
+    }
+    uint32_t oif = (uint32_t)ifindex;
+    rtnl_attr(&r, RTA_OIF, &oif, sizeof oif);
+    return rtnl_transact(fd, &r);
+}

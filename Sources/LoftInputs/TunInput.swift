@@ -7,6 +7,8 @@ import LoftNetstack
 
 /// The TUN device: created (inside `tun.netns` when set), addressed, routed, read into the
 /// netstack, and removed again on exit together with everything loft created for it.
+/// The device's MTU, link state, addresses and default routes are set over rtnetlink (at
+/// start-up and for a holder's STATUS alike); only `ip netns add`/`del` run as processes.
 public final class TunInput: IOHandler, PacketWriter {
     public struct StartError: Error, CustomStringConvertible {
         public var description: String
@@ -17,6 +19,9 @@ public final class TunInput: IOHandler, PacketWriter {
     unowned let netstack: Netstack
     private var fd: Int32 = -1
     private var netif = 0
+    /// rtnetlink inside the device's namespace, and the device's index there.
+    private var rtnl: RouteNetlink?
+    private var ifindex: Int32 = 0
     public var inputIndex: Int { netif }
     private var createdNetns = false
     private var wroteResolvConf = false
@@ -62,7 +67,6 @@ public final class TunInput: IOHandler, PacketWriter {
     }
 
     var netnsPath: String? { settings.netns.map { "/var/run/netns/\($0)" } }
-    var ipPrefix: [String] { settings.netns.map { ["ip", "-n", $0] } ?? ["ip"] }
     var markerPath: String? { settings.netns.map { "\(Self.stateDir)/netns-\($0).created" } }
 
     /// Creates and configures the device. On failure everything done so far is undone.
@@ -82,13 +86,14 @@ public final class TunInput: IOHandler, PacketWriter {
     }
 
     private func setUp() throws {
+        var newNetns = false
         if let ns = settings.netns, let marker = markerPath {
             mkdir(Self.stateDir, 0o755)
             if access("/var/run/netns/\(ns)", F_OK) != 0 {
                 try Command.run(["ip", "netns", "add", ns])
                 createdNetns = true
+                newNetns = true
                 _ = creat(marker, 0o644).closingIfValid()
-                try Command.run(["ip", "-n", ns, "link", "set", "lo", "up"])
             } else if access(marker, F_OK) == 0 {
                 // Left by an earlier run of loft that did not exit cleanly: it is ours to remove.
                 createdNetns = true
@@ -100,34 +105,35 @@ public final class TunInput: IOHandler, PacketWriter {
             throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(String(cString: strerror(-r)))")
         }
         fd = r
-        let ip = ipPrefix
-        try Command.run(ip + ["link", "set", "dev", settings.name, "mtu", String(settings.mtu)])
-        if let v4 = settings.ipv4 {
-            try Command.run(ip + ["addr", "add", v4.description, "dev", settings.name])
-        }
-        if let v6 = settings.ipv6 {
-            try Command.run(ip + ["-6", "addr", "add", v6.description, "dev", settings.name, "nodad"])
-        }
-        try Command.run(ip + ["link", "set", "dev", settings.name, "up"])
+        let nl = try RouteNetlink(netns: settings.netns)
+        rtnl = nl
+        if newNetns { try nl.setUp(index: try nl.index(of: "lo"), name: "lo") }
+        let dev = settings.name
+        ifindex = try nl.index(of: dev)
+        try nl.setMTU(settings.mtu, index: ifindex, name: dev)
+        if let v4 = settings.ipv4 { try nl.replaceAddress(v4, index: ifindex, name: dev) }
+        if let v6 = settings.ipv6 { try nl.replaceAddress(v6, index: ifindex, name: dev) }
+        try nl.setUp(index: ifindex, name: dev)
         if let hostRoutes {
             try hostRoutes.install()
         } else if settings.routeAll {
-            if settings.ipv4 != nil { try Command.run(ip + ["route", "replace", "default", "dev", settings.name]) }
-            if settings.ipv6 != nil { try Command.run(ip + ["-6", "route", "replace", "default", "dev", settings.name]) }
+            if settings.ipv4 != nil { try nl.replaceDefaultRoute(ipv6: false, index: ifindex, name: dev) }
+            if settings.ipv6 != nil { try nl.replaceDefaultRoute(ipv6: true, index: ifindex, name: dev) }
         }
         if !currentDNS.isEmpty { try publishDNS() }
     }
 
     /// A holder's STATUS: the overlay's addresses, MTU, default routes via its gateways and its
     /// DNS servers replace what the config set. Applying the same overlay again changes nothing.
+    /// Runs on the loop: rtnetlink requests only, no process.
     public func applyOverlay(ipv4: IPPrefix, gateway4: IPAddress, ipv6: IPPrefix?, gateway6: IPAddress?,
                              mtu: Int, dns: [IPAddress]) {
-        guard fd >= 0 else { return }
-        let ip = ipPrefix
+        guard fd >= 0, let nl = rtnl else { return }
         let dev = settings.name
+        let index = ifindex
         do {
             if mtu != currentMTU {
-                try Command.run(ip + ["link", "set", "dev", dev, "mtu", String(mtu)])
+                try nl.setMTU(mtu, index: index, name: dev)
                 netstack.setMTU(mtu, input: netif)
                 currentMTU = mtu
             }
@@ -136,21 +142,25 @@ public final class TunInput: IOHandler, PacketWriter {
             // promote_secondaries keeps a new address in the old one's subnet when the old
             // primary is removed (by default the kernel removes such secondaries with it).
             if ipv4 != currentIPv4 {
-                let sysctl = ["sysctl", "-qw", "net.ipv4.conf.\(dev).promote_secondaries=1"]
-                _ = try? Command.run(settings.netns.map { ["ip", "netns", "exec", $0] + sysctl } ?? sysctl, allowFailure: true)
-                try Command.run(ip + ["addr", "replace", ipv4.description, "dev", dev])
-                if let old = currentIPv4 { _ = try? Command.run(ip + ["addr", "del", old.description, "dev", dev], allowFailure: true) }
+                do {
+                    try nl.setPromoteSecondaries(index: index, name: dev)
+                } catch {
+                    Log.warn("tun.promote-secondaries.failed", ["name": dev, "error": "\(error)"])
+                }
+                try nl.replaceAddress(ipv4, index: index, name: dev)
+                // The old address may be gone already (removed with a primary): nothing to do then.
+                if let old = currentIPv4 { try? nl.deleteAddress(old, index: index, name: dev) }
                 currentIPv4 = ipv4
             }
             if let v6 = ipv6, v6 != currentIPv6 {
-                try Command.run(ip + ["-6", "addr", "replace", v6.description, "dev", dev, "nodad"])
-                if let old = currentIPv6 { _ = try? Command.run(ip + ["-6", "addr", "del", old.description, "dev", dev], allowFailure: true) }
+                try nl.replaceAddress(v6, index: index, name: dev)
+                if let old = currentIPv6 { try? nl.deleteAddress(old, index: index, name: dev) }
                 currentIPv6 = v6
             }
             if hostRoutes == nil && settings.routeAll {
-                try Command.run(ip + ["route", "replace", "default", "via", gateway4.description, "dev", dev, "onlink"])
+                try nl.replaceDefaultRoute(via: gateway4, index: index, name: dev)
                 if ipv6 != nil, let g6 = gateway6 {
-                    try Command.run(ip + ["-6", "route", "replace", "default", "via", g6.description, "dev", dev, "onlink"])
+                    try nl.replaceDefaultRoute(via: g6, index: index, name: dev)
                 }
             }
             if !dns.isEmpty && dns != currentDNS {
@@ -200,6 +210,9 @@ public final class TunInput: IOHandler, PacketWriter {
             close(fd)  // the device (and its addresses and routes) goes with the last fd
             fd = -1
         }
+        // The socket holds its namespace: closed before the namespace is deleted.
+        rtnl?.close()
+        rtnl = nil
         if let ns = settings.netns {
             if wroteResolvConf {
                 unlink("/etc/netns/\(ns)/resolv.conf")

@@ -6,7 +6,8 @@
 # and restarted (RESUME: same instance, same overlay address), `loft path-changed` and a
 # default-route change (RESUME), `hold: true` (nothing leaks direct while down: counters and a
 # capture in srv; traffic flows again once the front is back), a wrong token (GOAWAY, one clear
-# log line), and a front that sends garbage (loft stays up and redials).
+# log line), and a front that sends garbage (loft stays up and redials). A front restarted
+# with another pool and MTU: the TUN takes the new overlay and loft starts no process for it.
 . "$(dirname "$0")/lib.sh"
 
 FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
@@ -39,7 +40,7 @@ state-file: $T_DIR/front.state
 EOF
 
 front_start() {
-    "$FRONT_BIN" run -c "$T_DIR/front.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
+    "$FRONT_BIN" run -c "${FRONT_CFG:-$T_DIR/front.yaml}" >>"$FRONT_LOG" 2>&1 </dev/null &
     FRONT_PID=$!
     register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
     local i
@@ -280,6 +281,56 @@ for f in text_string_to_metric_families(sys.stdin.read()):
     if [ -n "$want" ] && [ "$got" = "$want" ] && [ "$want" -ge 3 ]; then pass metrics-holder-counters
     else fail metrics-holder-counters "resumes: metrics '$got', status '$want'"; fi
     loft_stop_clean resume-exit-clean
+fi
+
+# --- a different overlay: the front restarted with another pool, MTU and state file --------
+# The new front does not know the instance (GOAWAY unknown-instance), so the HELLO that follows
+# gets an address from its pool: the TUN takes the new address, MTU and default routes and the
+# old addresses come off, over rtnetlink. `ip` and `sysctl` on loft's PATH are wrappers that
+# log every call loft itself makes: start-up's `ip netns add` is logged, the STATUS adds nothing.
+sed -e 's|198.18.64.0/24|198.18.65.0/24|; s|fd00:64::/64|fd00:65::/64|; s|^mtu: 1400|mtu: 1380|; s|front.state|front2.state|' \
+    "$T_DIR/front.yaml" >"$T_DIR/front2.yaml"
+SPY=$T_DIR/spy
+mkdir -p "$SPY"
+for tool in ip sysctl; do
+    cat >"$SPY/$tool" <<EOF
+#!/bin/sh
+[ "\$(cat /proc/\$PPID/comm 2>/dev/null)" = loft ] && echo "$tool \$*" >>"$T_DIR/spawned"
+exec $(command -v $tool) "\$@"
+EOF
+    chmod 755 "$SPY/$tool"
+done
+: >"$T_DIR/spawned"
+LOFT_CFG=$(holder_config holder-overlay ws)
+CASES="overlay-change-applied overlay-change-old-gone overlay-change-no-process overlay-change-traffic overlay-change-exit-clean"
+if PATH=$SPY:$PATH require_loft "$LOFT_CFG" $CASES; then
+    wait_state up 15
+    a0=$(tun_addr4); n0=$(wc -l <"$T_DIR/spawned")
+    front_kill
+    FRONT_CFG=$T_DIR/front2.yaml front_start
+    ok=
+    for _ in $(seq 200); do [[ $(tun_addr4) == 198.18.65.* ]] && { ok=1; break; }; sleep 0.1; done
+    sleep 0.3
+    a1=$(ip -n "$APP_NS" -4 -o addr show dev "$TUN_NAME" | awk '{print $4}' | tr '\n' ' ')
+    v6=$(ip -n "$APP_NS" -6 -o addr show dev "$TUN_NAME" scope global | awk '{print $4}' | tr '\n' ' ')
+    r4=$(ip -n "$APP_NS" route show default); r6=$(ip -n "$APP_NS" -6 route show default)
+    mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
+    if [ -n "$ok" ] && [[ $r4 == "default via 198.18.65.1 dev $TUN_NAME onlink"* && $r6 == "default via fd00:65::1 dev $TUN_NAME"*onlink* \
+        && $v6 == fd00:65::* && $mtu == "mtu 1380" ]] && grep -q 'event=tun.overlay .*mtu=1380' "$LOFT_LOG"; then
+        pass overlay-change-applied; note "overlay $a0 -> $a1 $v6, $mtu, $r4"
+    else
+        fail overlay-change-applied "addr '$a1' '$v6', routes '$r4' '$r6', $mtu: $(grep -E 'tun.overlay|holder.goaway' "$LOFT_LOG" | tail -2 | tr '\n' '|')"
+    fi
+    if [[ $a1 == 198.18.65.*/24" " && $v6 != *fd00:64::* ]] && ! grep -q 'tun.overlay.failed' "$LOFT_LOG"; then pass overlay-change-old-gone
+    else fail overlay-change-old-gone "IPv4 '$a1' (was $a0), IPv6 '$v6'"; fi
+    n1=$(wc -l <"$T_DIR/spawned")
+    if [ "$n0" -ge 1 ] && [ "$n1" = "$n0" ] && grep -q '^ip netns add' "$T_DIR/spawned"; then pass overlay-change-no-process
+    else fail overlay-change-no-process "loft ran $n0 commands at start-up, $n1 after the new STATUS: $(tr '\n' '|' <"$T_DIR/spawned")"; fi
+    if in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html" && in_app curl -gsf --max-time 10 -o /dev/null "http://[$SRV6]/index.html"
+    then pass overlay-change-traffic; else fail overlay-change-traffic "curl through the new overlay failed"; fi
+    loft_stop_clean overlay-change-exit-clean
+    front_kill
+    front_start || note "loft-front did not start again"
 fi
 
 # --- loft itself restarted: with outbound.state-file the new process RESUMEs ---------------

@@ -1,4 +1,4 @@
-// Thin Linux shims: the TUN ioctls, network-namespace switching and epoll, whose kernel
+// Thin Linux shims: the TUN ioctls, network-namespace switching, epoll and rtnetlink, whose kernel
 // structs or macros Swift cannot import cleanly.
 #ifndef CLINUX_H
 #define CLINUX_H
@@ -69,5 +69,24 @@ int clinux_route_monitor_open(void);
 /// Drains the socket; returns how many default-route changes of the main table it held (not
 /// counting routes through `ignore_ifindex`), or -errno. A lost notification (ENOBUFS) counts.
 int clinux_route_monitor_read(int fd, int ignore_ifindex);
+
+/// rtnetlink requests. A NETLINK_ROUTE socket opened inside `netns_path` (NULL: the caller's
+/// namespace; the thread returns to its own before this returns) stays in that namespace.
+/// Blocking with a 2 s receive timeout; the fd or -errno.
+int clinux_rtnl_open(const char *netns_path);
+/// Each call below sends one request with NLM_F_ACK and reads the kernel's answer: 0 or -errno.
+/// The index of the interface `name` in the socket's namespace (RTM_GETLINK), or -errno.
+int clinux_rtnl_ifindex(int fd, const char *name);
+/// RTM_SETLINK: the MTU when `mtu` > 0; IFF_UP set (`up` 1) or cleared (0), left alone when < 0.
+int clinux_rtnl_set_link(int fd, int ifindex, int mtu, int up);
+/// RTM_SETLINK, IFLA_AF_SPEC/AF_INET/IFLA_INET_CONF: the device's IPv4 promote_secondaries.
+int clinux_rtnl_promote_secondaries(int fd, int ifindex, int on);
+/// `replace` 1: RTM_NEWADDR with NLM_F_CREATE|NLM_F_REPLACE (`ip addr replace`; IPv6 with
+/// IFA_F_NODAD); 0: RTM_DELADDR. `addr` is 4 (AF_INET) or 16 (AF_INET6) bytes, network order.
+int clinux_rtnl_addr(int fd, int replace, int ifindex, int family, const uint8_t *addr, int prefixlen);
+/// RTM_NEWROUTE with NLM_F_CREATE|NLM_F_REPLACE in the main table: the default route of
+/// `family` via `gateway` (RTNH_F_ONLINK) on the device, or through the device alone when
+/// `gateway` is NULL.
+int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *gateway);
 
 #endif

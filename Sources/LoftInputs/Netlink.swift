@@ -1,0 +1,97 @@
+import CLinux
+import Glibc
+import LoftCore
+
+/// An rtnetlink socket in one network namespace: loft's own requests for a device's MTU, link
+/// state, addresses and default routes, each one kernel round trip answered by an ACK. No
+/// process is started, so these are fine on the event loop.
+public final class RouteNetlink {
+    /// A request the kernel refused (or could not be sent): the operation and the kernel's error.
+    public struct Failure: Error, CustomStringConvertible {
+        public var operation: String
+        public var code: Int32
+        public var description: String { "\(operation): \(String(cString: strerror(code)))" }
+    }
+
+    private var fd: Int32
+    /// Where the socket lives, for error messages: " in netns NAME" or "".
+    let place: String
+
+    /// Opens the socket inside the namespace at /var/run/netns/`netns` (nil: loft's own).
+    public init(netns: String?) throws {
+        place = netns.map { " in netns \($0)" } ?? ""
+        let path = netns.map { "/var/run/netns/\($0)" }
+        let r = clinux_rtnl_open(path)
+        guard r >= 0 else { throw Failure(operation: "cannot open rtnetlink\(place)", code: -r) }
+        fd = r
+    }
+
+    deinit { close() }
+
+    /// Closes the socket (it holds a reference to its namespace until then).
+    public func close() {
+        if fd >= 0 { _ = Glibc.close(fd) }
+        fd = -1
+    }
+
+    private func check(_ r: Int32, _ operation: @autoclosure () -> String) throws {
+        if r < 0 { throw Failure(operation: operation(), code: -r) }
+    }
+
+    /// The interface index of `name` in the socket's namespace.
+    public func index(of name: String) throws -> Int32 {
+        let r = clinux_rtnl_ifindex(fd, name)
+        try check(r, "cannot find interface \(name)\(place)")
+        return r
+    }
+
+    public func setMTU(_ mtu: Int, index: Int32, name: String) throws {
+        try check(clinux_rtnl_set_link(fd, index, Int32(mtu), -1), "cannot set MTU \(mtu) on \(name)\(place)")
+    }
+
+    public func setUp(index: Int32, name: String) throws {
+        try check(clinux_rtnl_set_link(fd, index, 0, 1), "cannot set \(name) up\(place)")
+    }
+
+    /// IPv4 promote_secondaries: a secondary address in the primary's subnet becomes primary
+    /// when the primary is removed, instead of being removed with it.
+    public func setPromoteSecondaries(index: Int32, name: String) throws {
+        try check(clinux_rtnl_promote_secondaries(fd, index, 1), "cannot set promote_secondaries on \(name)\(place)")
+    }
+
+    /// `ip addr replace PREFIX dev NAME` (IPv6: `nodad`).
+    public func replaceAddress(_ prefix: IPPrefix, index: Int32, name: String) throws {
+        let r = withAddress(prefix.address) { family, bytes in
+            clinux_rtnl_addr(fd, 1, index, family, bytes, Int32(prefix.length))
+        }
+        try check(r, "cannot add address \(prefix) to \(name)\(place)")
+    }
+
+    /// `ip addr del PREFIX dev NAME`.
+    public func deleteAddress(_ prefix: IPPrefix, index: Int32, name: String) throws {
+        let r = withAddress(prefix.address) { family, bytes in
+            clinux_rtnl_addr(fd, 0, index, family, bytes, Int32(prefix.length))
+        }
+        try check(r, "cannot remove address \(prefix) from \(name)\(place)")
+    }
+
+    /// `ip route replace default via GATEWAY dev NAME onlink` in the gateway's family.
+    public func replaceDefaultRoute(via gateway: IPAddress, index: Int32, name: String) throws {
+        let r = withAddress(gateway) { family, bytes in clinux_rtnl_default_route(fd, index, family, bytes) }
+        try check(r, "cannot set the default route via \(gateway) dev \(name)\(place)")
+    }
+
+    /// `ip route replace default dev NAME` (`ip -6 …` when `ipv6`).
+    public func replaceDefaultRoute(ipv6: Bool, index: Int32, name: String) throws {
+        let r = clinux_rtnl_default_route(fd, index, ipv6 ? AF_INET6 : AF_INET, nil)
+        try check(r, "cannot set the \(ipv6 ? "IPv6" : "IPv4") default route dev \(name)\(place)")
+    }
+
+    private func withAddress(_ address: IPAddress, _ body: (Int32, UnsafePointer<UInt8>) -> Int32) -> Int32 {
+        var bytes: (UInt64, UInt64) = (0, 0)
+        return withUnsafeMutableBytes(of: &bytes) { raw in
+            let n = address.write(to: raw.baseAddress!)
+            return body(n == 4 ? AF_INET : AF_INET6, raw.bindMemory(to: UInt8.self).baseAddress!)
+        }
+    }
+}
