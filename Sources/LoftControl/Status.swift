@@ -1,3 +1,5 @@
+import LoftCore
+
 /// A point-in-time view of everything loft is doing, built on the loop thread when asked for,
 /// and rendered as text (loft status), JSON (--json) or Prometheus metrics.
 public struct StatusReport: Sendable {
@@ -14,19 +16,6 @@ public struct StatusReport: Sendable {
         public init(name: String, state: String, detail: String) {
             self.name = name; self.state = state; self.detail = detail
         }
-    }
-
-    public struct Outbound: Sendable {
-        public var name: String
-        public var type: String
-        public var state: String
-        public var detail: String = ""
-        public var flows: UInt64 = 0        // flows opened through it
-        public var liveFlows: Int = 0
-        public var bytesUp: UInt64 = 0
-        public var bytesDown: UInt64 = 0
-        public var extra: [(String, UInt64)] = []   // outbound-specific counters (a holder's resumes, ...)
-        public init(name: String, type: String, state: String) { self.name = name; self.type = type; self.state = state }
     }
 
     public struct Flow: Sendable {
@@ -60,7 +49,8 @@ public struct StatusReport: Sendable {
     public var residentBytes: UInt64 = 0
     public var peakResidentBytes: UInt64 = 0
     public var inputs: [Input] = []
-    public var outbounds: [Outbound] = []
+    /// One row per outbound, as each reports itself.
+    public var outbounds: [OutboundStatus] = []
     public var tcpFlowsByState: [(String, Int)] = []
     public var udpAssociations = 0
     public var maxFlows = 0

@@ -129,6 +129,9 @@ public protocol DatagramAssociation: AnyObject {
 
 public protocol Outbound: AnyObject {
     var name: String { get }
+    /// Its row for `loft status` now: its own counts of what it carried, whichever input the
+    /// flows came from.
+    var status: OutboundStatus { get }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream
     func openAssociation(events: DatagramEvents) -> DatagramAssociation?
 }
@@ -148,9 +151,15 @@ public enum RouteDecision {
     case drop(reset: Bool)
 }
 
+/// A route and the rule that decided it.
+public struct RouteMatch {
+    public var decision: RouteDecision
+    /// The index of the deciding rule, -1 for the default (for per-rule accounting).
+    public var rule: Int
+    public init(_ decision: RouteDecision, rule: Int) { self.decision = decision; self.rule = rule }
+}
+
 /// Chooses the outbound for each new flow (the router implements it).
 public protocol FlowRouter: AnyObject {
-    func route(_ request: FlowRequest) -> RouteDecision
-    /// Which rule decided the last route() call (-1: the default), for per-rule accounting.
-    var lastMatch: Int { get }
+    func route(_ request: FlowRequest) -> RouteMatch
 }

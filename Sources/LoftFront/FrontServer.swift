@@ -31,8 +31,8 @@ public final class FrontServer: CarrierListenerDelegate {
     private var attachments: [InstanceID: FrontConnection] = [:]
     var stats = FrontStats()
     private(set) var shuttingDown = false
-    /// One buffer for every relay's reads: one loop thread, and each read is used before the next.
-    let relayBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    /// TCP payload moved by the relays' splices (client → destinations is up).
+    let meter = SpliceMeter()
 
     /// Carriers that have not sent HELLO/RESUME yet must do so within this.
     var helloDeadlineMs: UInt64 = 10_000
@@ -63,7 +63,6 @@ public final class FrontServer: CarrierListenerDelegate {
                                   allowResolved: destinationAllowed)
     }
 
-    deinit { relayBuffer.deallocate() }
 
     /// Loads the state file (if any), binds the listener (and the control socket), starts the
     /// timers.
@@ -312,6 +311,8 @@ public final class FrontServer: CarrierListenerDelegate {
 
     public func report() -> FrontStats {
         var s = stats
+        s.bytesUp = meter.bytesUp
+        s.bytesDown = meter.bytesDown
         s.carriersOpen = connections.count
         s.sessionsAttached = attachments.count
         s.instancesDetached = pool.count - pool.attachedCount

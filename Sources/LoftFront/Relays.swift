@@ -1,32 +1,18 @@
 import Glibc
 import LoftCore
+import LoftIO
 import LoftProtocol
 
-/// One TCP stream of a session joined to a socket to its destination. Bytes move only when
-/// the other side has room: the socket is read while the session grants send credit, and the
-/// session is read while the socket takes bytes. At most one read's worth (64 KiB) waits here.
-final class StreamRelay: ByteStreamEvents {
+/// One TCP stream of a session joined to a socket to its destination by a splice: the
+/// session's stream is the inbound end (`SessionStream`), the socket the outbound end. This
+/// is the stream's handshake (OPEN answered once the destination connects) and its entry in
+/// the connection's table.
+final class StreamRelay: SpliceOwner {
     private unowned let connection: FrontConnection
     let stream: UInt32
     let destination: Destination
-    private var socket: ByteStream?
-    private var connected = false
-    private var finished = false
-    /// The destination sent FIN (forwarded to the client).
-    private var destinationDone = false
-    /// The client sent FIN (the socket was shut down for writing).
-    private var clientDone = false
-    /// Bytes read from the session that the socket did not take yet.
-    private var pending: [UInt8] = []
-    private var pendingStart = 0
-    /// Reading the socket is paused until the session grants credit again.
-    private var socketReadPaused = false
-    /// Destination bytes read while paused (only after an error or hang-up event), and whether
-    /// its EOF came after them.
-    private var held: [UInt8] = []
-    private var heldStart = 0
-    private var heldEOF = false
-    static let maxHeld = 8 << 20
+    private var splice: Splice?
+    private var end: SessionStream?
 
     private var session: FrontSession { connection.session }
     private var server: FrontServer { connection.server }
@@ -38,235 +24,124 @@ final class StreamRelay: ByteStreamEvents {
     }
 
     func start() {
-        server.runtime.after(server.connectTimeoutMs) { [weak self] in
-            guard let self, !self.connected, !self.finished else { return }
-            self.fail(.timedOut)
-        }
+        let s = Splice(loop: server.loop, owner: self, meter: server.meter, connectTimeoutMs: server.connectTimeoutMs)
+        splice = s
         // Names are resolved by the outbound, which keeps to the addresses the front allows.
-        socket = server.outbound.openStream(to: destination, events: self)
+        s.dial(server.outbound, to: destination)
     }
 
-    // MARK: ByteStreamEvents (the destination socket)
+    // MARK: SpliceOwner
 
-    func streamConnected() {
-        guard !finished else { return }
-        connected = true
+    func spliceConnected(_ splice: Splice) {
         server.stats.streamsOpened += 1
         session.accept(stream: stream)
         Log.debug("stream-open", ["stream": stream, "to": destination])
-        // The client may have sent data (and FIN) right after OPEN.
-        sessionReadable()
-        if !finished { pumpDown() }
+        let e = SessionStream(connection: connection, id: stream)
+        end = e
+        // The client may have sent data (and FIN) right after OPEN: the splice reads it now.
+        splice.attach(e)
     }
 
-    func streamFailed(_ failure: FlowFailure) {
-        guard !finished else { return }
-        fail(OpenFailReason(failure))
+    func spliceFailed(_ splice: Splice, _ failure: FlowFailure) {
+        server.stats.streamsFailed += 1
+        Log.debug("stream-failed", ["stream": stream, "to": destination, "reason": failure])
+        session.refuse(stream: stream, reason: OpenFailReason(failure))
+        self.splice = nil
+        connection.relayEnded(stream)
     }
 
-    func streamReadable() {
-        guard connected, !finished, let socket else { return }
-        if destinationDone {
-            // Reads are off after the destination's FIN, so this is an error or hang-up: with
-            // our side still open that means a reset (and level-triggered epoll would repeat it).
-            if case .failed(let f) = socket.read(into: server.relayBuffer) {
-                Log.debug("stream-reset", ["stream": stream, "to": destination, "error": f])
-            }
-            reset(.connectionReset)
-            return
+    func spliceEnded(_ splice: Splice, _ ending: Splice.Ending) {
+        if ending != .closed {
+            server.stats.streamsReset += 1
+            Log.debug("stream-reset", ["stream": stream, "to": destination, "ending": "\(ending)"])
         }
-        if socketReadPaused {
-            drainWhilePaused(socket)
-            return
-        }
-        pumpDown()
+        self.splice = nil
+        end = nil
+        connection.relayEnded(stream)
     }
-
-    func streamWritable() { pumpUp() }
 
     // MARK: from the session
 
-    func sessionReadable() { pumpUp() }
-
-    func sessionWritable() {
-        if socketReadPaused {
-            socketReadPaused = false
-            socket?.setReadInterest(true)
-        }
-        pumpDown()
-    }
+    func sessionReadable() { end?.sessionReadable() }
+    func sessionWritable() { end?.sessionWritable() }
 
     /// The stream is gone with its session or was reset by the client: reset the socket.
     func abandon() {
-        guard !finished else { return }
-        finished = true
-        socket?.reset()
-        socket = nil
+        end?.abandon()
+        end = nil
+        splice?.reset()
+        splice = nil
+    }
+}
+
+/// One TCP stream of a front session as a byte stream: the client's side of a relay.
+final class SessionStream: ByteStream {
+    weak var events: ByteStreamEvents?
+    private unowned let connection: FrontConnection
+    let id: UInt32
+    private var readInterest = true
+    /// The session had bytes or a FIN while reads were off.
+    private var missedReadable = false
+    /// The stream is gone from the session (reset by the client, or the session ended).
+    private var gone = false
+
+    private var session: FrontSession { connection.session }
+
+    init(connection: FrontConnection, id: UInt32) {
+        self.connection = connection
+        self.id = id
     }
 
-    // MARK: moving bytes
-
-    private func fail(_ reason: OpenFailReason) {
-        finished = true
-        server.stats.streamsFailed += 1
-        Log.debug("stream-failed", ["stream": stream, "to": destination, "reason": reason])
-        socket?.reset()
-        socket = nil
-        session.refuse(stream: stream, reason: reason)
-        connection.relayEnded(stream)
+    func sessionReadable() {
+        if readInterest { events?.streamReadable() } else { missedReadable = true }
     }
 
-    /// An error or hang-up while reads are paused for credit (epoll reports those regardless):
-    /// the rest of the destination's bytes are taken into `held` (bounded) so the event stops.
-    private func drainWhilePaused(_ socket: ByteStream) {
-        let buffer = server.relayBuffer
-        while held.count < Self.maxHeld {
-            switch socket.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(buffer.count, Self.maxHeld - held.count)])) {
-            case .data(let n): held.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            case .wouldBlock: return
-            case .eof:
-                // A hang-up with our side still open is a reset; with our FIN sent, the
-                // destination is simply finished and its socket can go (the event stops).
-                guard clientDone else { reset(.connectionReset); return }
-                heldEOF = true
-                socket.close()
-                self.socket = nil
-                return
-            case .failed: reset(.connectionReset); return
-            }
-        }
-        reset(.error)
+    func sessionWritable() { events?.streamWritable() }
+
+    /// No reset goes back: the session already dropped the stream.
+    func abandon() {
+        gone = true
+        events = nil
     }
 
-    /// Sends what `drainWhilePaused` kept; true when it is all sent.
-    private func sendHeld() -> Bool {
-        while heldStart < held.count {
-            let room = session.writableBytes(stream: stream)
-            if room <= 0 { return false }
-            let n = held.withUnsafeBytes { session.write(stream: stream, UnsafeRawBufferPointer(rebasing: $0[heldStart..<min(held.count, heldStart + room)])) }
-            if n <= 0 { return false }
-            heldStart += n
-            server.stats.bytesDown += UInt64(n)
+    var writeRoom: Int { gone ? Int.max : session.writableBytes(stream: id) }
+
+    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        if gone { return -1 }
+        var total = 0
+        for i in 0..<count {
+            let seg = segments[i]
+            guard let base = seg.iov_base, seg.iov_len > 0 else { continue }
+            let n = session.write(stream: id, UnsafeRawBufferPointer(start: base, count: seg.iov_len))
+            total += n
+            if n < seg.iov_len { break }
         }
-        held = []
-        heldStart = 0
-        if heldEOF {
-            heldEOF = false
-            destinationDone = true
-            session.finish(stream: stream)
-            endIfDone()
-            return false
-        }
-        return true
+        return total
     }
 
-    /// Destination → client, while the session has credit for this stream.
-    private func pumpDown() {
-        guard connected, !finished, !destinationDone else { return }
-        if !held.isEmpty || heldEOF {
-            if !sendHeld() { return }
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        if gone { return .failed(.other(ECONNRESET)) }
+        switch session.read(stream: id, into: buffer) {
+        case .data(let n): return .data(n)
+        case .wouldBlock: return .wouldBlock
+        case .eof: return .eof
         }
-        guard let socket else { return }
-        let buffer = server.relayBuffer
-        while true {
-            let room = session.writableBytes(stream: stream)
-            if room <= 0 {
-                if !socketReadPaused {
-                    socketReadPaused = true
-                    socket.setReadInterest(false)
-                }
-                return
-            }
-            switch socket.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(room, buffer.count)])) {
-            case .data(let n):
-                let took = session.write(stream: stream, UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-                server.stats.bytesDown += UInt64(took)
-                if took < n {
-                    // writableBytes promised room; a session that still refuses is broken.
-                    reset(.error)
-                    return
-                }
-            case .wouldBlock:
-                return
-            case .eof:
-                destinationDone = true
-                session.finish(stream: stream)
-                socket.setReadInterest(false)
-                endIfDone()
-                return
-            case .failed(let failure):
-                Log.debug("stream-reset", ["stream": stream, "to": destination, "error": failure])
-                reset(.connectionReset)
-                return
+    }
+
+    func setReadInterest(_ on: Bool) {
+        readInterest = on
+        if on && missedReadable {
+            missedReadable = false
+            connection.server.loop.soon { [weak self] in
+                guard let self, self.readInterest else { return }
+                self.events?.streamReadable()
             }
         }
     }
 
-    /// Client → destination, while the socket takes bytes.
-    private func pumpUp() {
-        guard connected, !finished, let socket else { return }
-        if !flushPending(socket) { return }
-        guard !clientDone else { return }
-        let buffer = server.relayBuffer
-        while true {
-            switch session.read(stream: stream, into: buffer) {
-            case .data(let n):
-                server.stats.bytesUp += UInt64(n)
-                let written = write(socket, UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-                if written < 0 { reset(.connectionReset); return }
-                if written < n {
-                    // The socket is full: keep the rest and stop reading the session until it drains.
-                    pending = Array(UnsafeRawBufferPointer(rebasing: buffer[written..<n]))
-                    pendingStart = 0
-                    return
-                }
-            case .wouldBlock:
-                return
-            case .eof:
-                clientDone = true
-                socket.shutdownWrite()
-                endIfDone()
-                return
-            }
-        }
-    }
-
-    /// Writes what is left of an earlier read; true when nothing is left.
-    private func flushPending(_ socket: ByteStream) -> Bool {
-        guard pendingStart < pending.count else { return true }
-        let n = pending.withUnsafeBytes { write(socket, UnsafeRawBufferPointer(rebasing: $0[pendingStart...])) }
-        if n < 0 { reset(.connectionReset); return false }
-        pendingStart += n
-        if pendingStart < pending.count { return false }
-        pending = []
-        pendingStart = 0
-        return true
-    }
-
-    private func write(_ socket: ByteStream, _ bytes: UnsafeRawBufferPointer) -> Int {
-        var segment = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
-        return socket.write(&segment, count: 1)
-    }
-
-    private func reset(_ reason: RstReason) {
-        guard !finished else { return }
-        finished = true
-        server.stats.streamsReset += 1
-        socket?.reset()
-        socket = nil
-        session.reset(stream: stream, reason: reason)
-        connection.relayEnded(stream)
-    }
-
-    /// FIN both ways and nothing left to write: the socket is closed, the id freed.
-    private func endIfDone() {
-        guard destinationDone, clientDone, pendingStart >= pending.count, !finished else { return }
-        finished = true
-        socket?.close()
-        socket = nil
-        session.close(stream: stream)
-        connection.relayEnded(stream)
-    }
+    func shutdownWrite() { if !gone { session.finish(stream: id) } }
+    func close() { if !gone { gone = true; session.close(stream: id) } }
+    func reset() { if !gone { gone = true; session.reset(stream: id, reason: .connectionReset) } }
 }
 
 /// One UDP association of a session joined to the front's sockets (one per address family, so

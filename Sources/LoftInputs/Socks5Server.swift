@@ -54,7 +54,15 @@ public final class Socks5Server: IOHandler {
     let options: Options
     let loop: EventLoop
     let router: FlowRouter
-    public private(set) var counters = Socks5Counters()
+    /// Counted here; CONNECT bytes are counted by the relays' splices into `meter`.
+    private var tally = Socks5Counters()
+    let meter = SpliceMeter()
+    public var counters: Socks5Counters {
+        var c = tally
+        c.tcpBytesUp = meter.bytesUp
+        c.tcpBytesDown = meter.bytesDown
+        return c
+    }
     /// The address and port both sockets are bound to (the port is known after start when
     /// `listen` named port 0).
     public private(set) var bound: Endpoint
@@ -63,10 +71,8 @@ public final class Socks5Server: IOHandler {
     private var udp: Socks5UDPRelay?
     private var clients: [Int32: Socks5Client] = [:]
     /// Clients with a deadline (handshake, connect, linger).
-    private var timed: [Int32: Socks5Client] = [:]
-    private var acceptPausedUntil: UInt64 = 0
+    private var acceptResume: TimerHandle?
     private var lastLimitLog: UInt64 = 0
-    private var lastIdleSweep: UInt64 = 0
     private var running = false
     let scratch: UnsafeMutableRawBufferPointer
 
@@ -76,7 +82,7 @@ public final class Socks5Server: IOHandler {
         self.router = router
         self.bound = options.listen
         scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunk, alignment: 16)
-        counters.maxClients = options.maxClients
+        tally.maxClients = options.maxClients
     }
 
     deinit {
@@ -114,7 +120,6 @@ public final class Socks5Server: IOHandler {
         udp = relay
         running = true
         loop.register(s, IOEvents.readable, self)
-        loop.every(100) { [weak self] in self?.sweep() }
         Log.info("socks5.listening", ["listen": bound, "udp": bound, "max-clients": options.maxClients])
     }
 
@@ -151,168 +156,90 @@ public final class Socks5Server: IOHandler {
                 if e == EINTR || e == ECONNABORTED { continue }
                 if e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM {
                     // Out of descriptors: stop accepting for a moment instead of spinning.
-                    acceptPausedUntil = loop.now + 100
                     loop.modify(listenFD, 0)
+                    if acceptResume == nil {
+                        acceptResume = loop.schedule(after: 100) { [weak self] in
+                            guard let self, self.running else { return }
+                            self.acceptResume = nil
+                            self.loop.modify(self.listenFD, IOEvents.readable)
+                        }
+                    }
                     Log.warn("socks5.accept.paused", ["error": String(cString: strerror(e)), "open": counters.openClients])
                 }
                 return
             }
-            if counters.openClients >= options.maxClients {
-                counters.refusedAtLimit &+= 1
+            if tally.openClients >= options.maxClients {
+                tally.refusedAtLimit &+= 1
                 _ = clinux_set_linger_reset(fd)
                 Glibc.close(fd)
                 if loop.now >= lastLimitLog + 1000 {
                     lastLimitLog = loop.now
-                    Log.info("socks5.limit", ["max-clients": options.maxClients, "refused": counters.refusedAtLimit])
+                    Log.info("socks5.limit", ["max-clients": options.maxClients, "refused": tally.refusedAtLimit])
                 }
                 continue
             }
             _ = clinux_set_nodelay(fd)
             let client = Socks5Client(server: self, fd: fd, peer: peer.endpoint ?? Socks5.unspecifiedBound)
             clients[fd] = client
-            counters.openClients += 1
-            counters.clientsAccepted &+= 1
-            client.begin(deadline: loop.now + options.handshakeTimeoutMs)
+            tally.openClients += 1
+            tally.clientsAccepted &+= 1
+            client.begin()
         }
-    }
-
-    // MARK: deadlines
-
-    func setDeadline(_ c: Socks5Client, _ at: UInt64) {
-        c.deadline = at
-        if at == 0 { timed[c.fd] = nil } else { timed[c.fd] = c }
     }
 
     func removed(_ c: Socks5Client) {
         if clients[c.fd] === c {
             clients[c.fd] = nil
-            counters.openClients -= 1
-        }
-        if timed[c.fd] === c { timed[c.fd] = nil }
-    }
-
-    private func sweep() {
-        guard running else { return }
-        let now = loop.now
-        if acceptPausedUntil != 0 && now >= acceptPausedUntil {
-            acceptPausedUntil = 0
-            loop.modify(listenFD, IOEvents.readable)
-        }
-        if !timed.isEmpty {
-            var expired: [Socks5Client] = []
-            for c in timed.values where c.deadline != 0 && c.deadline <= now { expired.append(c) }
-            for c in expired { c.deadlinePassed() }
-        }
-        if now >= lastIdleSweep + 1000 {
-            lastIdleSweep = now
-            var idle: [Socks5Client] = []
-            for c in clients.values {
-                if options.idleTimeoutMs > 0 && c.isIdle(now: now, limit: options.idleTimeoutMs) { idle.append(c) }
-                else { c.releaseBuffersIfCalm(now: now) }
-            }
-            for c in idle {
-                counters.idleClosed &+= 1
-                c.close(graceful: true)
-            }
+            tally.openClients -= 1
         }
     }
 
     // MARK: hooks for clients and the UDP relay
 
-    func count(reply code: Socks5.ReplyCode) { counters.replies[Int(code.rawValue)] &+= 1 }
-    func countHandshakeTimeout() { counters.handshakeTimeouts &+= 1 }
-    func countConnectTimeout() { counters.connectTimeouts &+= 1 }
-    func countMethodRejected() { counters.methodRejected &+= 1 }
-    func countBadVersion() { counters.badVersion &+= 1 }
-    func countRelayEnd(reset: Bool) { if reset { counters.relaysReset &+= 1 } else { counters.relaysClosed &+= 1 } }
-    func countTCP(up: Int) { counters.tcpBytesUp &+= UInt64(up) }
-    func countTCP(down: Int) { counters.tcpBytesDown &+= UInt64(down) }
-    func countUDP(up bytes: Int) { counters.udpPacketsUp &+= 1; counters.udpBytesUp &+= UInt64(bytes) }
-    func countUDP(down bytes: Int) { counters.udpPacketsDown &+= 1; counters.udpBytesDown &+= UInt64(bytes) }
-    func countDrop(_ r: Socks5DropReason) { counters.udpDrops[r.rawValue] &+= 1 }
-    func associationOpened() { counters.activeAssociations += 1; counters.associationsOpened &+= 1 }
-    func associationClosed() { counters.activeAssociations -= 1 }
+    func count(reply code: Socks5.ReplyCode) { tally.replies[Int(code.rawValue)] &+= 1 }
+    func countHandshakeTimeout() { tally.handshakeTimeouts &+= 1 }
+    func countConnectTimeout() { tally.connectTimeouts &+= 1 }
+    func countMethodRejected() { tally.methodRejected &+= 1 }
+    func countBadVersion() { tally.badVersion &+= 1 }
+    func countRelayEnd(_ ending: Splice.Ending) {
+        switch ending {
+        case .closed: tally.relaysClosed &+= 1
+        case .reset: tally.relaysReset &+= 1
+        case .idle: tally.relaysReset &+= 1; tally.idleClosed &+= 1
+        }
+    }
+    func countUDP(up bytes: Int) { tally.udpPacketsUp &+= 1; tally.udpBytesUp &+= UInt64(bytes) }
+    func countUDP(down bytes: Int) { tally.udpPacketsDown &+= 1; tally.udpBytesDown &+= UInt64(bytes) }
+    func countDrop(_ r: Socks5DropReason) { tally.udpDrops[r.rawValue] &+= 1 }
+    func associationOpened() { tally.activeAssociations += 1; tally.associationsOpened &+= 1 }
+    func associationClosed() { tally.activeAssociations -= 1 }
 
     func openAssociation(for client: Socks5Client, namedPort: UInt16) -> Socks5Association? {
         udp?.open(peer: client.peer.address, namedPort: namedPort)
     }
 }
 
-/// A client's own remainder buffer: bytes a socket refused, sent before anything else is read.
-struct Socks5Pending {
-    private(set) var base: UnsafeMutableRawPointer?
-    private(set) var start = 0
-    private(set) var end = 0
-
-    var isEmpty: Bool { start == end }
-    var count: Int { end - start }
-    var bytes: UnsafeRawPointer? { base.map { UnsafeRawPointer($0 + start) } }
-
-    /// Keeps `n` bytes (n ≤ capacity − count; the relay never holds more than one chunk).
-    mutating func append(_ p: UnsafeRawPointer, _ n: Int) {
-        guard n > 0 else { return }
-        if base == nil { base = .allocate(byteCount: Socks5Server.chunk, alignment: 16) }
-        if start > 0 {
-            if start < end { memmove(base!, base! + start, end - start) }
-            end -= start
-            start = 0
-        }
-        let take = min(n, Socks5Server.chunk - end)
-        (base! + end).copyMemory(from: p, byteCount: take)
-        end += take
-    }
-
-    /// Free room at the tail after compacting (for reads straight into the buffer).
-    mutating func tail() -> UnsafeMutableRawBufferPointer {
-        if base == nil { base = .allocate(byteCount: Socks5Server.chunk, alignment: 16) }
-        if start > 0 {
-            if start < end { memmove(base!, base! + start, end - start) }
-            end -= start
-            start = 0
-        }
-        return UnsafeMutableRawBufferPointer(start: base! + end, count: Socks5Server.chunk - end)
-    }
-
-    mutating func grew(_ n: Int) { end += n }
-
-    mutating func consume(_ n: Int) {
-        start += n
-        if start >= end { start = 0; end = 0 }
-    }
-
-    mutating func release() {
-        base?.deallocate()
-        base = nil
-        start = 0
-        end = 0
-    }
-}
-
-/// One TCP client: handshake, then a CONNECT relay or a UDP association's control connection.
-final class Socks5Client: IOHandler, ByteStreamEvents {
+/// One TCP client: handshake, then a CONNECT relay (its socket spliced to the outbound's
+/// stream) or a UDP association's control connection.
+final class Socks5Client: IOHandler, SpliceOwner {
     enum Phase { case greeting, request, connecting, relaying, associated, lingering, closed }
 
     unowned let server: Socks5Server
     let fd: Int32
     let peer: Endpoint
     var phase = Phase.greeting
-    var deadline: UInt64 = 0
+    /// The handshake's or the linger's deadline.
+    private var deadline: TimerHandle?
     private var mask: UInt32 = 0
     private var registered = false
     /// Handshake bytes received so far (freed when the handshake ends).
     private var handshake: UnsafeMutableRawPointer?
     private var handshakeCount = 0
     private static let handshakeCapacity = 1024
-    private var stream: ByteStream?
+    /// The CONNECT relay; from `relaying` on, the client socket belongs to its inbound end.
+    private var splice: Splice?
     private var destination: Destination = .ip(Socks5.unspecifiedBound)
     private var association: Socks5Association?
-    private var up = Socks5Pending()        // client → outbound, refused by the outbound
-    private var down = Socks5Pending()      // outbound → client, refused by the client socket
-    private var clientEOF = false           // FIN from the client read
-    private var upShut = false              // … and passed on (shutdownWrite)
-    private var remoteEOF = false           // EOF from the outbound read
-    private var downShut = false            // … and passed on (shutdown(SHUT_WR))
-    private var lastActivity: UInt64 = 0
 
     init(server: Socks5Server, fd: Int32, peer: Endpoint) {
         self.server = server
@@ -322,16 +249,28 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
 
     deinit {
         handshake?.deallocate()
-        up.release()
-        down.release()
     }
 
-    func begin(deadline at: UInt64) {
+    func begin() {
         handshake = .allocate(byteCount: Self.handshakeCapacity, alignment: 8)
-        server.setDeadline(self, at)
+        setDeadline(after: server.options.handshakeTimeoutMs)
         setMask(IOEvents.readable)
         // The greeting often arrives with the connection: read it now, not a loop turn later.
         readHandshake()
+    }
+
+    private func setDeadline(after ms: UInt64) {
+        clearDeadline()
+        deadline = server.loop.schedule(after: ms) { [weak self] in
+            guard let self else { return }
+            self.deadline = nil
+            self.deadlinePassed()
+        }
+    }
+
+    private func clearDeadline() {
+        if let d = deadline { server.loop.cancel(d) }
+        deadline = nil
     }
 
     private func setMask(_ m: UInt32) {
@@ -346,39 +285,7 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
         }
     }
 
-    /// The client socket's interest in the relay: read while the outbound has taken every byte
-    /// so far, write while bytes wait for the client.
-    private func updateRelayMask() {
-        var m: UInt32 = 0
-        if !clientEOF && up.isEmpty { m |= IOEvents.readable }
-        if !down.isEmpty { m |= IOEvents.writable }
-        if m == 0 && quiet { return }
-        if quiet {
-            // Re-armed after a hang-up parked it (see handleIO).
-            quiet = false
-            registered = false
-        }
-        setMask(m)
-    }
-
-    /// The client socket hung up while the relay wanted nothing from it; it is out of epoll
-    /// until the relay wants to read or write it again (level-triggered HUP would spin).
-    private var quiet = false
-
-    func isIdle(now: UInt64, limit: UInt64) -> Bool {
-        phase == .relaying && now >= lastActivity + limit
-    }
-
-    /// Remainder buffers are kept while backpressure recurs (no allocation per chunk) and
-    /// given back once a relay has been calm for a while, so quiet clients hold no buffers.
-    func releaseBuffersIfCalm(now: UInt64) {
-        guard now >= lastBackpressure + Socks5Server.releaseAfterMs else { return }
-        if up.isEmpty && up.base != nil { up.release() }
-        if down.isEmpty && down.base != nil { down.release() }
-    }
-    private var lastBackpressure: UInt64 = 0
-
-    // MARK: I/O on the client socket
+    // MARK: I/O on the client socket (until the relay owns it)
 
     func handleIO(_ ev: UInt32) {
         switch phase {
@@ -388,17 +295,15 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
         case .connecting:
             // Not reading; an error or hang-up means the client is gone.
             if ev & (IOEvents.error | IOEvents.hangup) != 0 {
-                stream?.reset()
-                stream = nil
+                splice?.reset()
+                splice = nil
                 close(graceful: false)
             }
-        case .relaying:
-            relayIO(ev)
         case .associated:
             controlIO(ev)
         case .lingering:
             discardInput()
-        case .closed:
+        case .relaying, .closed:
             return
         }
     }
@@ -497,13 +402,13 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
     /// passes, so the reply is read before any reset.
     private func linger() {
         guard phase != .closed else { return }
-        stream = nil
+        splice = nil
         phase = .lingering
         _ = Glibc.shutdown(fd, Int32(SHUT_WR))
         handshake?.deallocate()
         handshake = nil
         handshakeCount = 0
-        server.setDeadline(self, server.loop.now + server.options.lingerMs)
+        setDeadline(after: server.options.lingerMs)
         setMask(IOEvents.readable)
     }
 
@@ -520,23 +425,16 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
         }
     }
 
-    func deadlinePassed() {
+    private func deadlinePassed() {
         switch phase {
         case .greeting, .request:
             server.countHandshakeTimeout()
             Log.debug("socks5.handshake-timeout", ["client": peer, "phase": phase == .greeting ? "greeting" : "request"])
             close(graceful: false)
-        case .connecting:
-            server.countConnectTimeout()
-            Log.debug("socks5.connect-timeout", ["client": peer, "dst": destination])
-            stream?.reset()
-            stream = nil
-            reply(.ttlExpired)
-            linger()
         case .lingering:
             close(graceful: true)
         default:
-            server.setDeadline(self, 0)
+            return
         }
     }
 
@@ -546,18 +444,21 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
         destination = request.destination
         switch request.command {
         case .connect:
-            let decision = server.router.route(FlowRequest(network: .tcp, source: peer, destination: destination))
-            switch decision {
+            switch server.router.route(FlowRequest(network: .tcp, source: peer, destination: destination)).decision {
             case .drop:
                 Log.debug("socks5.connect", ["client": peer, "dst": destination, "result": "drop-rule"])
                 reply(.notAllowed)
                 linger()
             case .outbound(let outbound):
                 phase = .connecting
-                server.setDeadline(self, server.loop.now + server.options.connectTimeoutMs)
+                clearDeadline()
                 setMask(0)
                 Log.debug("socks5.connect", ["client": peer, "dst": destination, "outbound": outbound.name])
-                stream = outbound.openStream(to: destination, events: self)
+                let s = Splice(loop: server.loop, owner: self, meter: server.meter,
+                               connectTimeoutMs: server.options.connectTimeoutMs,
+                               idleTimeoutMs: server.options.idleTimeoutMs)
+                splice = s
+                s.dial(outbound, to: destination)
             }
         case .udpAssociate:
             // DST.PORT: the port the client will send from, or 0 (not known yet).
@@ -568,7 +469,7 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
             }
             association = a
             phase = .associated
-            server.setDeadline(self, 0)
+            clearDeadline()
             handshake?.deallocate()
             handshake = nil
             handshakeCount = 0
@@ -581,206 +482,44 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
         }
     }
 
-    // MARK: outbound events
+    // MARK: the relay
 
-    func streamConnected() {
-        guard phase == .connecting, let stream else { return }
-        server.setDeadline(self, 0)
+    func spliceConnected(_ splice: Splice) {
+        guard phase == .connecting else { return }
         phase = .relaying
-        lastActivity = server.loop.now
         reply(.succeeded)
+        // The client socket now belongs to the relay's inbound end.
+        server.loop.unregister(fd)
+        registered = false
+        let client = SocketStream(loop: server.loop, connected: fd)
         // Bytes the client sent after its request, before the reply: first in line.
-        if let buf = handshake, handshakeCount > 0 { up.append(buf, handshakeCount) }
+        let early = handshake.map { UnsafeRawBufferPointer(start: $0, count: handshakeCount) }
+        splice.attach(client, initialUp: early)
         handshake?.deallocate()
         handshake = nil
         handshakeCount = 0
-        if !up.isEmpty { flushUp(); if phase == .closed { return } }
-        stream.setReadInterest(true)
-        updateRelayMask()
     }
 
-    func streamFailed(_ failure: FlowFailure) {
+    func spliceFailed(_ splice: Splice, _ failure: FlowFailure) {
         guard phase == .connecting else { return }
-        stream = nil
-        let code = Socks5.ReplyCode(failure)
-        Log.debug("socks5.connect-failed", ["client": peer, "dst": destination, "reason": failure])
-        reply(code)
+        self.splice = nil
+        if failure == .timedOut {
+            server.countConnectTimeout()
+            Log.debug("socks5.connect-timeout", ["client": peer, "dst": destination])
+            reply(.ttlExpired)
+        } else {
+            Log.debug("socks5.connect-failed", ["client": peer, "dst": destination, "reason": failure])
+            reply(Socks5.ReplyCode(failure))
+        }
         linger()
     }
 
-    func streamWritable() {
-        guard phase == .relaying else { return }
-        flushUp()
-    }
-
-    func streamReadable() {
-        guard phase == .relaying, let stream else { return }
-        if remoteEOF { stream.setReadInterest(false); return }
-        if !down.isEmpty {
-            // Paused, but woken for an error or hang-up: take what fits behind the remainder.
-            lastBackpressure = server.loop.now
-            let room = down.tail()
-            guard room.count > 0 else { return }
-            switch stream.read(into: room) {
-            case .data(let n):
-                down.grew(n)
-                server.countTCP(down: n)
-                lastActivity = server.loop.now
-            case .wouldBlock: break
-            case .eof: remoteEOF = true
-            case .failed: abort(); return
-            }
-            stream.setReadInterest(false)
-            return
-        }
-        let scratch = server.scratch
-        for _ in 0..<4 {
-            switch stream.read(into: scratch) {
-            case .data(let n):
-                lastActivity = server.loop.now
-                server.countTCP(down: n)
-                var k = send(fd, scratch.baseAddress, n, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-                if k < 0 {
-                    let e = Sockets.errno
-                    guard e == EAGAIN || e == EWOULDBLOCK else { abort(); return }
-                    k = 0
-                }
-                if k < n {
-                    lastBackpressure = server.loop.now
-                    down.append(scratch.baseAddress! + k, n - k)
-                    stream.setReadInterest(false)
-                    updateRelayMask()
-                    return
-                }
-                // Read again after a short read: an EOF behind the last bytes is passed on in
-                // the same wake-up, so the client sees data and FIN together.
-            case .wouldBlock:
-                return
-            case .eof:
-                remoteEOF = true
-                stream.setReadInterest(false)
-                _ = Glibc.shutdown(fd, Int32(SHUT_WR))
-                downShut = true
-                finishIfDone()
-                return
-            case .failed:
-                abort()
-                return
-            }
-        }
-    }
-
-    // MARK: the relay
-
-    private func relayIO(_ ev: UInt32) {
-        if ev & IOEvents.error != 0 {
-            // The client reset (or the socket failed): reset the outbound too.
-            _ = clinux_so_error(fd)
-            abort()
-            return
-        }
-        if ev & IOEvents.writable != 0 && !down.isEmpty {
-            flushDown()
-            if phase != .relaying { return }
-        }
-        if ev & (IOEvents.readable | IOEvents.hangup) != 0 && mask & IOEvents.readable != 0 {
-            readClient()
-            return
-        }
-        if ev & IOEvents.hangup != 0 && mask & IOEvents.readable == 0 && mask & IOEvents.writable == 0 {
-            // Both directions of the client socket are shut and nothing is wanted from it now.
-            server.loop.unregister(fd)
-            quiet = true
-        }
-    }
-
-    private func readClient() {
-        guard let stream, !clientEOF, up.isEmpty else { return }
-        let scratch = server.scratch
-        for _ in 0..<4 {
-            let n = recv(fd, scratch.baseAddress, scratch.count, 0)
-            if n > 0 {
-                lastActivity = server.loop.now
-                server.countTCP(up: n)
-                var iov = iovec(iov_base: scratch.baseAddress, iov_len: n)
-                let k = stream.write(&iov, count: 1)
-                if k < 0 { abort(); return }
-                if k < n {
-                    lastBackpressure = server.loop.now
-                    up.append(scratch.baseAddress! + k, n - k)
-                    break
-                }
-                if n < scratch.count { break }
-                continue
-            }
-            if n == 0 {
-                clientEOF = true
-                stream.shutdownWrite()
-                upShut = true
-                break
-            }
-            let e = Sockets.errno
-            if e == EAGAIN || e == EWOULDBLOCK { break }
-            if e == EINTR { continue }
-            abort()
-            return
-        }
-        updateRelayMask()
-        finishIfDone()
-    }
-
-    private func flushUp() {
-        guard let stream else { return }
-        if !up.isEmpty {
-            var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: up.bytes), iov_len: up.count)
-            let k = stream.write(&iov, count: 1)
-            if k < 0 { abort(); return }
-            up.consume(k)
-            if !up.isEmpty { return }
-        }
-        if clientEOF && !upShut {
-            stream.shutdownWrite()
-            upShut = true
-        }
-        updateRelayMask()
-        finishIfDone()
-    }
-
-    private func flushDown() {
-        let k = send(fd, down.bytes, down.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-        if k < 0 {
-            let e = Sockets.errno
-            if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return }
-            abort()
-            return
-        }
-        down.consume(k)
-        guard down.isEmpty else { return }
-        if remoteEOF {
-            if !downShut {
-                _ = Glibc.shutdown(fd, Int32(SHUT_WR))
-                downShut = true
-            }
-        } else {
-            stream?.setReadInterest(true)
-        }
-        updateRelayMask()
-        finishIfDone()
-    }
-
-    private func finishIfDone() {
-        guard phase == .relaying, clientEOF, upShut, remoteEOF, downShut, up.isEmpty, down.isEmpty else { return }
-        server.countRelayEnd(reset: false)
-        close(graceful: true)
-    }
-
-    /// Resets both sides.
-    private func abort() {
-        guard phase != .closed else { return }
-        if phase == .relaying { server.countRelayEnd(reset: true) }
-        stream?.reset()
-        stream = nil
-        close(graceful: false)
+    func spliceEnded(_ splice: Splice, _ ending: Splice.Ending) {
+        server.countRelayEnd(ending)
+        self.splice = nil
+        // The relay closed the client socket.
+        phase = .closed
+        server.removed(self)
     }
 
     // MARK: UDP ASSOCIATE control connection
@@ -797,8 +536,11 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
     /// association.
     func close(graceful: Bool) {
         guard phase != .closed else { return }
-        if let s = stream {
-            stream = nil
+        clearDeadline()
+        let wasRelaying = phase == .relaying
+        if let s = splice {
+            splice = nil
+            // While relaying this closes the client socket too.
             if graceful { s.close() } else { s.reset() }
         }
         if let a = association {
@@ -807,14 +549,13 @@ final class Socks5Client: IOHandler, ByteStreamEvents {
         }
         phase = .closed
         server.removed(self)
-        if registered && !quiet { server.loop.unregister(fd) }
+        handshake?.deallocate()
+        handshake = nil
+        guard !wasRelaying else { return }
+        if registered { server.loop.unregister(fd) }
         registered = false
         if !graceful { _ = clinux_set_linger_reset(fd) }
         Glibc.close(fd)
-        handshake?.deallocate()
-        handshake = nil
-        up.release()
-        down.release()
     }
 }
 
@@ -941,7 +682,7 @@ final class Socks5UDPRelay: IOHandler {
 
     func route(_ a: Socks5Association, to destination: Destination) -> DatagramAssociation? {
         let source = a.source ?? Endpoint(a.peer, 0)
-        switch server.router.route(FlowRequest(network: .udp, source: source, destination: destination)) {
+        switch server.router.route(FlowRequest(network: .udp, source: source, destination: destination)).decision {
         case .drop:
             server.countDrop(.ruleDropped)
             return nil

@@ -24,7 +24,15 @@ public final class Netstack {
     let loop: EventLoop
     let router: FlowRouter
     public let settings: Settings
-    public internal(set) var counters = NetstackCounters()
+    /// Counted here; TCP bytes are counted by the flows' splices into `meter`.
+    var tally = NetstackCounters()
+    let meter = SpliceMeter()
+    public var counters: NetstackCounters {
+        var c = tally
+        c.tcpBytesUp = meter.bytesUp
+        c.tcpBytesDown = meter.bytesDown
+        return c
+    }
 
     struct Input {
         let writer: PacketWriter
@@ -34,13 +42,20 @@ public final class Netstack {
     var inputs: [Input] = []
 
     var tcpFlows: [FlowKey: TCPFlow] = [:]
+    /// Flows by activity: `oldestFlow` is the least recently active (evicted first at the cap).
+    private unowned(unsafe) var oldestFlow: TCPFlow?
+    private unowned(unsafe) var newestFlow: TCPFlow?
+    /// Associations by app endpoint and outbound, and by app endpoint and destination (so a
+    /// datagram of a known conversation finds its association without asking the router).
     var udpAssociations: [UDPKey: UDPAssociation] = [:]
-    /// Flows whose lwIP side must be closed outside lwIP callbacks.
-    var finishing: [TCPFlow] = []
-    /// Flows with app bytes queued during this batch of packets.
-    var dirtyFlows: [TCPFlow] = []
-    /// Flows whose paused reads got room from ACKs in this batch of packets.
-    var readableFlows: [TCPFlow] = []
+    var udpConversations: [UDPConversation: UDPAssociation] = [:]
+    private unowned(unsafe) var oldestAssociation: UDPAssociation?
+    private unowned(unsafe) var newestAssociation: UDPAssociation?
+    /// lwIP ends with events for after this batch of packets (never from inside lwIP's callbacks).
+    var readableStreams: [LwipStream] = []
+    var writableStreams: [LwipStream] = []
+    var outputStreams: [LwipStream] = []
+    private var spareStreams: [LwipStream] = []
     /// Remote → app copy buffer (one loop thread).
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
@@ -56,7 +71,6 @@ public final class Netstack {
         var cb = clwip_callbacks(output: lwipOutput, accepted: lwipAccepted, received: lwipReceived,
                                  sent: lwipSent, failed: lwipError, udp: lwipUDP)
         _ = clwip_init(&cb)
-        loop.every(1000) { [weak self] in self?.sweep() }
     }
 
     /// The input's MTU changed (a holder's STATUS set a new one on the TUN).
@@ -83,7 +97,7 @@ public final class Netstack {
     public func runTimers() -> UInt32 { clwip_check_timeouts() }
 
     func drop(_ r: PacketDropReason, _ netif: Int) {
-        counters.drops[r.rawValue] &+= 1
+        tally.drops[r.rawValue] &+= 1
         inputCounters[netif].drops[r.rawValue] &+= 1
     }
 
@@ -95,8 +109,8 @@ public final class Netstack {
 
     /// The hot path: one packet from an input.
     public func input(_ packet: UnsafeRawBufferPointer, from netif: Int) {
-        counters.packetsIn &+= 1
-        counters.bytesIn &+= UInt64(packet.count)
+        tally.packetsIn &+= 1
+        tally.bytesIn &+= UInt64(packet.count)
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
         let summary: PacketSummary
@@ -123,11 +137,12 @@ public final class Netstack {
             // Echo is answered by lwIP itself, unless a rule drops its destination.
             let request = FlowRequest(network: .icmp, source: Endpoint(summary.source, 0),
                                       destination: .ip(Endpoint(summary.destination, 0)))
-            if case .drop = router.route(request) {
+            let match = router.route(request)
+            if case .drop = match.decision {
                 drop(.rule, netif)
                 return
             }
-            ruleUsage[router.lastMatch, default: RuleUsage()].flows &+= 1
+            ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
         }
         let udpPort = summary.proto == IPProtocol.udp && !summary.isLaterFragment ? Int32(summary.destinationPort) : -1
         if clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count, -1, udpPort) != 0 {
@@ -147,8 +162,8 @@ public final class Netstack {
     }
 
     func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
-        counters.packetsOut &+= 1
-        counters.bytesOut &+= UInt64(p.count)
+        tally.packetsOut &+= 1
+        tally.bytesOut &+= UInt64(p.count)
         inputCounters[netif].packetsOut &+= 1
         inputCounters[netif].bytesOut &+= UInt64(p.count)
         inputs[netif].writer.writePacket(p)
@@ -167,10 +182,9 @@ public final class Netstack {
             }
             return
         }
-        let decision = router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
-        let rule = router.lastMatch
-        ruleUsage[rule, default: RuleUsage()].flows &+= 1
-        switch decision {
+        let match = router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
+        ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
+        switch match.decision {
         case .drop(let reset):
             drop(.rule, netif)
             if reset { send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
@@ -182,19 +196,44 @@ public final class Netstack {
             }
             let flow = TCPFlow(stack: self, key: key, syn: Array(packet), summary: s, now: loop.now)
             tcpFlows[key] = flow
-            counters.tcpFlowsOpened &+= 1
+            append(flow)
+            tally.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
-            flow.ruleIndex = rule
-            flow.connection = outbound.openStream(to: .ip(key.destination), events: flow)
+            flow.ruleIndex = match.rule
+            flow.splice.dial(outbound, to: .ip(key.destination))
         }
     }
 
     /// Called by a flow when it is completely done.
     func remove(_ flow: TCPFlow) {
-        if tcpFlows[flow.key] === flow {
-            tcpFlows[flow.key] = nil
-            ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
-        }
+        guard tcpFlows[flow.key] === flow else { return }
+        tcpFlows[flow.key] = nil
+        unlink(flow)
+        ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
+    }
+
+    // The activity list: O(1) to move a flow to the newest end and to find the oldest.
+
+    private func append(_ f: TCPFlow) {
+        f.older = newestFlow
+        f.newer = nil
+        newestFlow?.newer = f
+        newestFlow = f
+        if oldestFlow == nil { oldestFlow = f }
+    }
+
+    private func unlink(_ f: TCPFlow) {
+        if let n = f.newer { n.older = f.older } else if newestFlow === f { newestFlow = f.older }
+        if let o = f.older { o.newer = f.newer } else if oldestFlow === f { oldestFlow = f.newer }
+        f.older = nil
+        f.newer = nil
+    }
+
+    /// Bytes moved on `f` (a live flow): it becomes the newest.
+    func touch(_ f: TCPFlow) {
+        guard newestFlow !== f else { return }
+        unlink(f)
+        append(f)
     }
 
     public struct RuleUsage: Sendable {
@@ -216,8 +255,13 @@ public final class Netstack {
         return u
     }
 
-    /// Forgets per-rule accounting (the rules were replaced).
-    public func resetRuleUsage() { ruleUsage = [:] }
+    /// The rules were replaced: forgets per-rule accounting, and the routes of UDP
+    /// conversations, so their next datagram is routed by the new rules.
+    public func resetRuleUsage() {
+        ruleUsage = [:]
+        for a in udpAssociations.values { a.conversations = [] }
+        udpConversations = [:]
+    }
 
     /// Live TCP flows by state.
     public func tcpStateCounts() -> [(String, Int)] {
@@ -233,71 +277,49 @@ public final class Netstack {
         return [("connecting", connecting), ("handshaking", handshaking), ("established", open), ("closing", closing)]
     }
 
-    /// After each batch of events: app bytes to the outbounds, outbound bytes into the room
-    /// ACKs made, then closes that finished inside lwIP callbacks.
+    /// After each batch of events: the lwIP ends' events (bytes from apps, room from ACKs),
+    /// then one tcp_output per flow that was written to.
     public func afterEvents() {
-        defer { counters.timeWaitReaped &+= UInt64(clwip_reap_timewait()) }
-        // Each list is swapped with a spare before it runs: flows queued meanwhile wait for the
-        // next batch, and no array storage is reallocated.
-        if !dirtyFlows.isEmpty {
-            swap(&dirtyFlows, &spareFlows)
-            for f in spareFlows { f.drainToOutbound() }
-            spareFlows.removeAll(keepingCapacity: true)
-        }
-        if !readableFlows.isEmpty {
-            swap(&readableFlows, &spareFlows)
-            for f in spareFlows { f.readAfterAcks() }
-            spareFlows.removeAll(keepingCapacity: true)
-        }
-        if !finishing.isEmpty {
-            swap(&finishing, &spareFlows)
-            for f in spareFlows { f.completeClose() }
-            spareFlows.removeAll(keepingCapacity: true)
+        defer { tally.timeWaitReaped &+= UInt64(clwip_reap_timewait()) }
+        // Each list is swapped with a spare before it runs: ends queued meanwhile run in the
+        // next round, and no array storage is reallocated.
+        while !readableStreams.isEmpty || !writableStreams.isEmpty || !outputStreams.isEmpty {
+            if !readableStreams.isEmpty {
+                swap(&readableStreams, &spareStreams)
+                for s in spareStreams { s.deliverReadable() }
+                spareStreams.removeAll(keepingCapacity: true)
+            }
+            if !writableStreams.isEmpty {
+                swap(&writableStreams, &spareStreams)
+                for s in spareStreams { s.deliverWritable() }
+                spareStreams.removeAll(keepingCapacity: true)
+            }
+            if !outputStreams.isEmpty {
+                swap(&outputStreams, &spareStreams)
+                for s in spareStreams { s.flushOutput() }
+                spareStreams.removeAll(keepingCapacity: true)
+            }
         }
     }
 
-    private var spareFlows: [TCPFlow] = []
-
-    /// Keeps the table under the cap by evicting the longest-idle flow. False if nothing could go.
+    /// Keeps the table under the cap by evicting the least recently active flow or
+    /// association, whichever is older. False if nothing could go.
     private func makeRoom() -> Bool {
         if tcpFlows.count + udpAssociations.count < settings.maxFlows { return true }
-        var oldestTCP: TCPFlow?
-        for f in tcpFlows.values where oldestTCP == nil || f.lastActivity < oldestTCP!.lastActivity { oldestTCP = f }
-        var oldestUDP: UDPAssociation?
-        for a in udpAssociations.values where oldestUDP == nil || a.lastActivity < oldestUDP!.lastActivity { oldestUDP = a }
-        counters.flowsEvicted &+= 1
-        if let u = oldestUDP, oldestTCP == nil || u.lastActivity < oldestTCP!.lastActivity {
+        let t = oldestFlow
+        let u = oldestAssociation
+        if let u, t == nil || u.lastActivity < t!.lastActivity {
+            tally.flowsEvicted &+= 1
             closeAssociation(u)
             return true
         }
-        if let t = oldestTCP {
+        if let t {
+            tally.flowsEvicted &+= 1
             Log.debug("flow.evicted", ["src": t.key.source, "dst": t.key.destination])
             t.abort()
             return true
         }
         return false
-    }
-
-    /// Once a second: connect and idle timeouts.
-    func sweep() {
-        let now = loop.now
-        for f in Array(tcpFlows.values) {
-            switch f.state {
-            case .connecting, .handshaking:
-                if now - f.createdAt > settings.connectTimeoutMs { f.connectTimedOut() }
-            case .open:
-                if now - f.lastActivity > settings.tcpIdleTimeoutMs {
-                    counters.idleClosed &+= 1
-                    f.abort()
-                }
-            case .closed:
-                remove(f)
-            }
-        }
-        for a in Array(udpAssociations.values) where now - a.lastActivity > settings.udpIdleTimeoutMs {
-            counters.idleClosed &+= 1
-            closeAssociation(a)
-        }
     }
 
     // MARK: UDP
@@ -306,50 +328,86 @@ public final class Netstack {
         let len = Int(clwip_pbuf_total(pbuf))
         _ = clwip_pbuf_copy(pbuf, scratch.baseAddress, UInt16(len))
         clwip_pbuf_free(pbuf)
-        let decision = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
-        let rule = router.lastMatch
-        guard case .outbound(let outbound) = decision else {
-            drop(.rule, netif)
-            return
-        }
-        let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
-        var assoc = udpAssociations[key]
-        if assoc == nil {
-            guard makeRoom() else { drop(.flowCap, netif); return }
-            let a = UDPAssociation(stack: self, key: key, now: loop.now)
-            guard let outboundSide = outbound.openAssociation(events: a) else {
+        let conversation = UDPConversation(netif: netif, source: source, destination: destination)
+        let assoc: UDPAssociation
+        if let known = udpConversations[conversation] {
+            assoc = known
+        } else {
+            let match = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
+            guard case .outbound(let outbound) = match.decision else {
                 drop(.rule, netif)
                 return
             }
-            a.outboundSide = outboundSide
-            a.outboundName = outbound.name
-            a.ruleIndex = rule
-            ruleUsage[rule, default: RuleUsage()].flows &+= 1
-            udpAssociations[key] = a
-            counters.udpAssociationsOpened &+= 1
-            assoc = a
+            let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
+            if let existing = udpAssociations[key] {
+                assoc = existing
+            } else {
+                guard makeRoom() else { drop(.flowCap, netif); return }
+                let a = UDPAssociation(stack: self, key: key, now: loop.now)
+                guard let outboundSide = outbound.openAssociation(events: a) else {
+                    drop(.rule, netif)
+                    return
+                }
+                a.outboundSide = outboundSide
+                a.outboundName = outbound.name
+                a.ruleIndex = match.rule
+                ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
+                udpAssociations[key] = a
+                append(a)
+                a.armIdle()
+                tally.udpAssociationsOpened &+= 1
+                assoc = a
+            }
+            udpConversations[conversation] = assoc
+            assoc.conversations.append(conversation)
         }
-        assoc!.lastActivity = loop.now
-        counters.udpDatagramsUp &+= 1
-        assoc!.bytesUp &+= UInt64(len)
-        assoc!.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
+        assoc.lastDestination = destination
+        touch(assoc)
+        tally.udpDatagramsUp &+= 1
+        assoc.bytesUp &+= UInt64(len)
+        assoc.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
     }
 
     func closeAssociation(_ a: UDPAssociation) {
-        if udpAssociations[a.key] === a {
-            ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
-        }
-        a.outboundSide?.close()
-        a.outboundSide = nil
+        guard udpAssociations[a.key] === a else { return }
+        ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
         udpAssociations[a.key] = nil
+        for c in a.conversations where udpConversations[c] === a { udpConversations[c] = nil }
+        a.conversations = []
+        unlink(a)
+        a.close()
     }
 
-    /// Live flows for status: (network, source, destination, outbound, bytes up, bytes down, age ms).
+    private func append(_ a: UDPAssociation) {
+        a.older = newestAssociation
+        a.newer = nil
+        newestAssociation?.newer = a
+        newestAssociation = a
+        if oldestAssociation == nil { oldestAssociation = a }
+    }
+
+    private func unlink(_ a: UDPAssociation) {
+        if let n = a.newer { n.older = a.older } else if newestAssociation === a { newestAssociation = a.older }
+        if let o = a.older { o.newer = a.newer } else if oldestAssociation === a { oldestAssociation = a.newer }
+        a.older = nil
+        a.newer = nil
+    }
+
+    /// A datagram either way on `a`: it becomes the newest.
+    func touch(_ a: UDPAssociation) {
+        a.lastActivity = loop.now
+        guard newestAssociation !== a, a.outboundSide != nil else { return }
+        unlink(a)
+        append(a)
+    }
+
+    /// Live flows for status: (network, source, destination, outbound, bytes up, bytes down,
+    /// age ms). A UDP association shows the destination of its app's latest datagram.
     public func flowSnapshot() -> [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] {
         let now = loop.now
         var out: [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] = []
         for f in tcpFlows.values { out.append((.tcp, f.key.source, f.key.destination, f.outboundName, f.bytesUp, f.bytesDown, now - f.createdAt)) }
-        for a in udpAssociations.values { out.append((.udp, a.key.source, a.key.source, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
+        for a in udpAssociations.values { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
         return out
     }
 }
@@ -358,6 +416,13 @@ struct UDPKey: Hashable {
     var netif: Int
     var source: Endpoint
     var outbound: ObjectIdentifier
+}
+
+/// One app endpoint talking to one destination: routed once, then found by this.
+struct UDPConversation: Hashable {
+    var netif: Int
+    var source: Endpoint
+    var destination: Endpoint
 }
 
 /// One app source endpoint's UDP traffic through one outbound (full-cone: replies from any
@@ -372,20 +437,52 @@ final class UDPAssociation: DatagramEvents {
     let createdAt: UInt64
     var bytesUp: UInt64 = 0
     var bytesDown: UInt64 = 0
+    /// The destination of the app's latest datagram (for status).
+    var lastDestination: Endpoint
+    /// The conversations routed to this association (forgotten with it).
+    var conversations: [UDPConversation] = []
+    /// Neighbours in the netstack's activity list.
+    unowned(unsafe) var older: UDPAssociation?
+    unowned(unsafe) var newer: UDPAssociation?
+    private var idleTimer: TimerHandle?
 
     init(stack: Netstack, key: UDPKey, now: UInt64) {
         self.stack = stack
         self.key = key
         self.lastActivity = now
         self.createdAt = now
+        self.lastDestination = key.source
+    }
+
+    /// The idle deadline, re-armed from the last datagram when it fires (one timer per idle
+    /// period, not one per datagram).
+    func armIdle() {
+        let limit = stack.settings.udpIdleTimeoutMs
+        idleTimer = stack.loop.schedule(at: lastActivity &+ limit) { [weak self] in
+            guard let self, self.outboundSide != nil else { return }
+            self.idleTimer = nil
+            if self.stack.loop.now &- self.lastActivity < limit {
+                self.armIdle()
+            } else {
+                self.stack.tally.idleClosed &+= 1
+                self.stack.closeAssociation(self)
+            }
+        }
+    }
+
+    func close() {
+        if let t = idleTimer { stack.loop.cancel(t) }
+        idleTimer = nil
+        outboundSide?.close()
+        outboundSide = nil
     }
 
     func datagramReceived(_ payload: UnsafeRawBufferPointer, from remote: Endpoint) {
         // An IPv4 reply cannot go to an IPv6 app endpoint or the reverse.
         guard remote.address.isIPv4 == key.source.address.isIPv4, payload.count <= 65507 else { return }
-        lastActivity = stack.loop.now
+        stack.touch(self)
         bytesDown &+= UInt64(payload.count)
-        stack.counters.udpDatagramsDown &+= 1
+        stack.tally.udpDatagramsDown &+= 1
         var from = clwip_endpoint(remote)
         var to = clwip_endpoint(key.source)
         if clwip_udp_send(Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
@@ -422,25 +519,30 @@ private let lwipAccepted: @convention(c) (OpaquePointer?, Int32, UnsafePointer<c
     guard let stack = activeNetstack, let pcb, let src, let dst else { return 0 }
     let key = FlowKey(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint)
     guard let flow = stack.tcpFlows[key], flow.state == .handshaking else { return 0 }
-    flow.accepted(pcb)
-    return UInt(bitPattern: Unmanaged.passUnretained(flow).toOpaque())
+    let stream = flow.accepted(pcb)
+    return UInt(bitPattern: Unmanaged.passUnretained(stream).toOpaque())
 }
 
+// The token is the flow's LwipStream, alive while its pcb has callbacks (close and abort
+// detach them first).
 @inline(__always)
-private func flow(_ token: UInt) -> TCPFlow {
-    Unmanaged<TCPFlow>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
+private func stream(_ token: UInt) -> LwipStream {
+    Unmanaged<LwipStream>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
 }
 
 private let lwipReceived: @convention(c) (UInt, OpaquePointer?) -> Int32 = { token, p in
-    flow(token).received(p) ? 1 : 0
+    stream(token).received(p)
+    return 0
 }
 
-private let lwipSent: @convention(c) (UInt, UInt16) -> Void = { token, len in
-    flow(token).sent(Int(len))
+private let lwipSent: @convention(c) (UInt, UInt16) -> Void = { token, _ in
+    stream(token).sent()
 }
 
 private let lwipError: @convention(c) (UInt, Int32) -> Void = { token, err in
-    flow(token).lwipFailed(err)
+    // The failure can end the flow that holds the stream: keep it alive for the call.
+    let s = stream(token)
+    withExtendedLifetime(s) { s.lwipFailed(err) }
 }
 
 private let lwipUDP: @convention(c) (Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { netif, src, dst, p in

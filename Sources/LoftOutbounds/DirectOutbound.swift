@@ -37,16 +37,33 @@ public final class DirectOutbound: Outbound {
         public var bytesDown: UInt64 = 0
     }
 
-    /// Shared by the outbound's streams and associations (one loop thread).
+    /// The streams' counts, kept at their sockets.
+    let streamMeter = StreamMeter()
+    /// The associations' counts (one loop thread).
     final class Meter {
         var usage = Usage()
     }
-
     let meter = Meter()
-    public var usage: Usage { meter.usage }
+
+    public var usage: Usage {
+        var u = meter.usage
+        u.flows &+= streamMeter.streams
+        u.liveFlows += streamMeter.live
+        u.bytesUp &+= streamMeter.bytesWritten
+        u.bytesDown &+= streamMeter.bytesRead
+        return u
+    }
+
+    /// Its `loft status` row from `usage`; always ready (it dials per flow, nothing to keep up).
+    public var status: OutboundStatus {
+        let u = meter.usage
+        var s = OutboundStatus(name: name, type: "direct", state: "ready")
+        s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
+        return s
+    }
 
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
-        let stream = DirectStream(loop: loop, events: events, meter: meter)
+        let stream = SocketStream(loop: loop, events: events, meter: streamMeter)
         switch destination {
         case .ip(let endpoint):
             stream.connect(endpoint)
@@ -67,164 +84,6 @@ public final class DirectOutbound: Outbound {
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
         DirectAssociation(outbound: self, events: events)
     }
-}
-
-/// One TCP socket to the destination.
-final class DirectStream: ByteStream, IOHandler {
-    weak var events: ByteStreamEvents?
-    private let loop: EventLoop
-    private var fd: Int32 = -1
-    private var connecting = true
-    private var finished = false
-    private var readInterest = true
-    private var wantWrite = false
-    private var mask: UInt32 = 0
-    /// nil for the drop outbound's refusals. `live` until torn down or failed.
-    private let meter: DirectOutbound.Meter?
-    private var live: Bool
-
-    init(loop: EventLoop, events: ByteStreamEvents, meter: DirectOutbound.Meter?) {
-        self.loop = loop
-        self.events = events
-        self.meter = meter
-        live = meter != nil
-        if let meter {
-            meter.usage.flows &+= 1
-            meter.usage.liveFlows += 1
-        }
-    }
-
-    private func ended() {
-        guard live else { return }
-        live = false
-        meter?.usage.liveFlows -= 1
-    }
-
-    func connect(_ endpoint: Endpoint) {
-        guard !finished else { return }
-        let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
-        guard s >= 0 else { failSoon(FlowFailure(errno: Sockets.errno)); return }
-        _ = clinux_set_nodelay(s)
-        let addr = SocketAddress(endpoint)
-        let r = addr.withSockaddr { Glibc.connect(s, $0, $1) }
-        if r != 0 && Sockets.errno != EINPROGRESS {
-            let e = Sockets.errno
-            Glibc.close(s)
-            failSoon(FlowFailure(errno: e))
-            return
-        }
-        fd = s
-        setMask(IOEvents.writable)
-    }
-
-    func failSoon(_ failure: FlowFailure) {
-        finished = true
-        ended()
-        loop.soon { [weak self] in self?.events?.streamFailed(failure) }
-    }
-
-    private var registered = false
-
-    private func setMask(_ m: UInt32) {
-        guard m != mask || !registered, fd >= 0 else { return }
-        mask = m
-        if registered { loop.modify(fd, m) } else { loop.register(fd, m, self); registered = true }
-    }
-
-    private func updateMask() {
-        var m: UInt32 = 0
-        if readInterest { m |= IOEvents.readable }
-        if wantWrite { m |= IOEvents.writable }
-        setMask(m)
-    }
-
-    func handleIO(_ ev: UInt32) {
-        if connecting {
-            let err = clinux_so_error(fd)
-            if err != 0 {
-                teardown(reset: false)
-                events?.streamFailed(FlowFailure(errno: err))
-                return
-            }
-            if ev & IOEvents.writable == 0 { return }
-            connecting = false
-            updateMask()
-            events?.streamConnected()
-            return
-        }
-        if ev & IOEvents.writable != 0 && wantWrite {
-            wantWrite = false
-            updateMask()
-            events?.streamWritable()
-        }
-        if fd >= 0 && ev & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 && readInterest {
-            events?.streamReadable()
-        } else if fd >= 0 && ev & (IOEvents.error | IOEvents.hangup) != 0 && !readInterest {
-            // Errors must still surface while reads are paused; the flow reads the error then.
-            events?.streamReadable()
-        }
-    }
-
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        guard fd >= 0, !connecting else { return fd >= 0 ? 0 : -1 }
-        let n = writev(fd, segments, Int32(count))
-        if n < 0 {
-            let e = Sockets.errno
-            if e == EAGAIN || e == EWOULDBLOCK {
-                wantWrite = true
-                updateMask()
-                return 0
-            }
-            return -1
-        }
-        meter?.usage.bytesUp &+= UInt64(n)
-        var total = 0
-        for i in 0..<count { total += segments[i].iov_len }
-        if n < total {
-            wantWrite = true
-            updateMask()
-        }
-        return n
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        guard fd >= 0 else { return .eof }
-        let n = recv(fd, buffer.baseAddress, buffer.count, 0)
-        if n > 0 {
-            meter?.usage.bytesDown &+= UInt64(n)
-            return .data(n)
-        }
-        if n == 0 { return .eof }
-        let e = Sockets.errno
-        if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
-        return .failed(FlowFailure(errno: e))
-    }
-
-    func setReadInterest(_ on: Bool) {
-        guard readInterest != on else { return }
-        readInterest = on
-        if !connecting { updateMask() }
-    }
-
-    func shutdownWrite() {
-        if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
-    }
-
-    func close() { teardown(reset: false) }
-    func reset() { teardown(reset: true) }
-
-    private func teardown(reset: Bool) {
-        finished = true
-        ended()
-        guard fd >= 0 else { return }
-        if registered { loop.unregister(fd) }
-        registered = false
-        if reset { _ = clinux_set_linger_reset(fd) }
-        Glibc.close(fd)
-        fd = -1
-    }
-
-    deinit { teardown(reset: true) }
 }
 
 /// One UDP association: an unconnected socket per address family, opened on first use, so
@@ -332,9 +191,15 @@ public final class DropOutbound: Outbound {
     /// TCP flows refused, from any input (UDP associations are refused before they exist).
     public private(set) var refusedFlows: UInt64 = 0
     public init(name: String = "drop", loop: EventLoop) { self.name = name; self.loop = loop }
+    /// Its `loft status` row: the flows it refused; it never carries a byte.
+    public var status: OutboundStatus {
+        var s = OutboundStatus(name: name, type: "drop", state: "ready")
+        s.flows = refusedFlows
+        return s
+    }
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         refusedFlows &+= 1
-        let s = DirectStream(loop: loop, events: events, meter: nil)
+        let s = SocketStream(loop: loop, events: events, meter: nil)
         s.failSoon(.notAllowed)
         return s
     }

@@ -161,6 +161,26 @@ public final class HolderOutbound: Outbound {
     /// Streams and associations on the live attachment.
     public var liveFlowCount: Int { streams.count + associations.count }
 
+    /// Its `loft status` row from `stats`: the holder's own counts, which include SOCKS5 flows
+    /// (the netstack never sees those). The detail names the carrier, the overlay address, the
+    /// round trip, and the last error while not up.
+    public var status: OutboundStatus {
+        let st = stats
+        var s = OutboundStatus(name: name, type: "loft", state: st.state)
+        s.flows = st.flowsOpened; s.liveFlows = liveFlowCount; s.bytesUp = st.bytesUp; s.bytesDown = st.bytesDown
+        var d: [String] = []
+        if !st.carrier.isEmpty { d.append(st.carrier) }
+        if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
+        if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
+        if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
+        s.detail = d.joined(separator: ", ")
+        s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
+                   ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
+                   (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
+                   ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
+        return s
+    }
+
     /// Starts the first dial.
     public func start() {
         guard link == .idle else { return }

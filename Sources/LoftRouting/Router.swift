@@ -99,18 +99,13 @@ public final class Router: FlowRouter {
         return parts.joined(separator: " ")
     }
 
-    /// The index of the rule that decided the last route() call, or -1 for the default.
-    public private(set) var lastMatch = -1
-
-    public func route(_ request: FlowRequest) -> RouteDecision {
+    public func route(_ request: FlowRequest) -> RouteMatch {
         for i in rules.indices where rules[i].matches(request) {
             rules[i].matches &+= 1
-            lastMatch = i
-            return rules[i].decision
+            return RouteMatch(rules[i].decision, rule: i)
         }
         defaultMatches &+= 1
-        lastMatch = -1
-        return defaultDecision
+        return RouteMatch(defaultDecision, rule: -1)
     }
 
     /// One rule against one flow (for tests and `loft check`).

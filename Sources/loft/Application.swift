@@ -356,35 +356,9 @@ final class Runtime {
         } else {
             r.inputs.append(StatusReport.Input(name: "socks5", state: "off", detail: ""))
         }
-        for name in outbounds.keys.sorted(by: { ($0 == "direct" ? "" : $0) < ($1 == "direct" ? "" : $1) }) {
-            let o = outbounds[name]!
-            var s: StatusReport.Outbound
-            if let h = o as? HolderOutbound {
-                let st = h.stats
-                s = StatusReport.Outbound(name: name, type: "loft", state: st.state)
-                // The holder's own counts: they include SOCKS5 flows, which the netstack never sees.
-                s.flows = st.flowsOpened; s.liveFlows = h.liveFlowCount; s.bytesUp = st.bytesUp; s.bytesDown = st.bytesDown
-                var d: [String] = []
-                if !st.carrier.isEmpty { d.append(st.carrier) }
-                if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
-                if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
-                if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
-                s.detail = d.joined(separator: ", ")
-                s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
-                           ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
-                           ("hold-drops", st.holdDrops), ("fallback-flows", st.fallbackFlows),
-                           ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
-            } else if let d = o as? DirectOutbound {
-                s = StatusReport.Outbound(name: name, type: "direct", state: "ready")
-                // Counted at its sockets, so SOCKS5 flows are in it too.
-                let u = d.usage
-                s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
-            } else {
-                s = StatusReport.Outbound(name: name, type: "drop", state: "ready")
-                s.flows = (o as? DropOutbound)?.refusedFlows ?? 0
-            }
-            r.outbounds.append(s)
-        }
+        // Each outbound reports its own row; "direct" first, then by name.
+        r.outbounds = outbounds.keys.sorted(by: { ($0 == "direct" ? "" : $0) < ($1 == "direct" ? "" : $1) })
+            .map { outbounds[$0]!.status }
         if let ns = netstack {
             r.tcpFlowsByState = ns.tcpStateCounts()
             r.udpAssociations = ns.udpAssociationCount
@@ -394,8 +368,10 @@ final class Runtime {
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped)]
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
-            // Flows and datagrams a held holder refused are drops too (fail-closed).
-            if !holders.isEmpty { r.drops.append(("hold", holders.reduce(0) { $0 + $1.stats.holdDrops })) }
+            // Flows and datagrams refused while an outbound was down and held are drops too
+            // (fail-closed): a "hold" row whenever some outbound keeps that counter.
+            let held = r.outbounds.compactMap { $0.counter(OutboundStatus.holdDrops) }
+            if !held.isEmpty { r.drops.append(("hold", held.reduce(0, &+))) }
         }
         if let router {
             let usage = netstack?.ruleUsageSnapshot() ?? [:]

@@ -1,4 +1,5 @@
 import XCTest
+import LoftCore
 @testable import LoftControl
 
 final class StatusTests: XCTestCase {
@@ -9,7 +10,7 @@ final class StatusTests: XCTestCase {
         tun.packetsIn = 1234; tun.packetsOut = 99; tun.bytesIn = 5 << 20; tun.bytesOut = 1 << 30
         tun.drops = [("truncated", 2), ("rule", 3)]
         r.inputs = [tun, StatusReport.Input(name: "bridge", state: "off", detail: "")]
-        var o = StatusReport.Outbound(name: "direct", type: "direct", state: "ready")
+        var o = OutboundStatus(name: "direct", type: "direct", state: "ready")
         o.flows = 7; o.liveFlows = 2; o.bytesUp = 100; o.bytesDown = 2048
         r.outbounds = [o]
         r.tcpFlowsByState = [("connecting", 1), ("handshaking", 0), ("established", 5), ("closing", 1)]

@@ -293,26 +293,3 @@ final class Socks5UDPHeaderTests: XCTestCase {
         XCTAssertEqual(H.parse(d), .complete(H(fragment: 0, destination: .domain("a.b", 53), length: 10), length: 10))
     }
 }
-
-final class Socks5PendingTests: XCTestCase {
-    func testAppendConsumeCompact() {
-        var p = Socks5Pending()
-        XCTAssertTrue(p.isEmpty)
-        XCTAssertNil(p.base, "no buffer until one is needed")
-        let a: [UInt8] = Array(0..<100)
-        a.withUnsafeBytes { p.append($0.baseAddress!, 100) }
-        XCTAssertEqual(p.count, 100)
-        p.consume(60)
-        XCTAssertEqual(p.count, 40)
-        XCTAssertEqual(p.bytes!.load(as: UInt8.self), 60)
-        a.withUnsafeBytes { p.append($0.baseAddress!, 10) }
-        XCTAssertEqual(p.count, 50)
-        XCTAssertEqual(p.start, 0, "compacted before appending")
-        XCTAssertEqual(p.bytes!.load(as: UInt8.self), 60)
-        XCTAssertEqual(p.bytes!.load(fromByteOffset: 40, as: UInt8.self), 0)
-        p.consume(50)
-        XCTAssertTrue(p.isEmpty)
-        p.release()
-        XCTAssertNil(p.base)
-    }
-}

@@ -41,13 +41,13 @@ final class Scenario {
     }
 
     func holder(_ kind: CarrierKind = .ws, port: UInt16, hold: Bool = false, fallback: Outbound? = nil,
-                minBackoffMs: UInt64 = 200, stateFile: String? = nil) throws -> HolderOutbound {
+                minBackoffMs: UInt64 = 200, maxBackoffMs: UInt64 = 2000, stateFile: String? = nil) throws -> HolderOutbound {
         let carrier = CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
                                            tls: TLSClientOptions(serverName: "front.test",
                                                                  caFile: TestPKI.shared.dir + "/ca.pem"),
                                            connectTimeoutMs: 5000)
         var options = HolderOptions(carrier: carrier, token: "secret-1", clientName: "outbound-tests", hold: hold,
-                                    minBackoffMs: minBackoffMs, maxBackoffMs: 2000)
+                                    minBackoffMs: minBackoffMs, maxBackoffMs: maxBackoffMs)
         options.stateFile = stateFile
         return try HolderOutbound(name: "home", loop: loop, runtime: runtime, options: options, fallback: fallback)
     }
@@ -196,6 +196,12 @@ final class CountingOutbound: Outbound {
     private(set) var streams = 0
     private(set) var associations = 0
     init(_ inner: Outbound) { self.inner = inner }
+    /// The flows this double was given (their bytes are the inner outbound's to count).
+    var status: OutboundStatus {
+        var s = OutboundStatus(name: name, type: "counting", state: "ready")
+        s.flows = UInt64(streams + associations)
+        return s
+    }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         streams += 1
         return inner.openStream(to: destination, events: events)

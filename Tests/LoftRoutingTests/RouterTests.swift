@@ -6,6 +6,8 @@ import LoftCore
 final class StubOutbound: Outbound {
     let name: String
     init(_ name: String) { self.name = name }
+    /// Routing tests only choose it; it never opens a flow.
+    var status: OutboundStatus { OutboundStatus(name: name, type: "stub", state: "ready") }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream { fatalError("not used") }
     func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
 }
@@ -19,8 +21,8 @@ final class RouterTests: XCTestCase {
         FlowRequest(network: net, source: Endpoint(IPAddress("198.18.0.1")!, 40000), destination: .ip(Endpoint(IPAddress(dst)!, port)))
     }
 
-    func name(_ d: RouteDecision) -> String {
-        switch d {
+    func name(_ m: RouteMatch) -> String {
+        switch m.decision {
         case .outbound(let o): return o.name
         case .drop(let r): return r ? "drop-reset" : "drop"
         }
@@ -135,7 +137,8 @@ final class ShadowTests: XCTestCase {
         ]
         let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": StubOutbound("direct")])
         let icmp = FlowRequest(network: .icmp, source: Endpoint(IPAddress("198.18.0.1")!, 0), destination: .ip(Endpoint(IPAddress("198.18.1.2")!, 0)))
-        guard case .drop(reset: true) = r.route(icmp) else { return XCTFail("ICMP should match the port-less rule") }
-        XCTAssertEqual(r.lastMatch, 1)
+        let m = r.route(icmp)
+        guard case .drop(reset: true) = m.decision else { return XCTFail("ICMP should match the port-less rule") }
+        XCTAssertEqual(m.rule, 1)
     }
 }

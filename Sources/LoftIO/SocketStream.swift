@@ -1,0 +1,238 @@
+import CLinux
+import Glibc
+import LoftCore
+
+/// Streams and bytes counted at a kind of socket (an outbound's, say), as they happen.
+public final class StreamMeter {
+    /// Streams opened, ever.
+    public var streams: UInt64 = 0
+    /// Streams not yet closed, reset or failed.
+    public var live = 0
+    /// Bytes written to the sockets (towards their peers) and read from them.
+    public var bytesWritten: UInt64 = 0
+    public var bytesRead: UInt64 = 0
+    public init() {}
+}
+
+/// A nonblocking TCP socket as a `ByteStream`: one an outbound dials, or one a listener
+/// accepted (a SOCKS5 client). Level-triggered epoll, interest kept to what the driver wants.
+///
+/// Events epoll reports whatever the interest (error, hang-up) never repeat for nothing: an
+/// error while reads are paused is one `streamFailed` (the socket is then closed); a clean
+/// hang-up while reads are paused takes the socket out of epoll until reads are wanted again.
+public final class SocketStream: ByteStream, IOHandler {
+    public weak var events: ByteStreamEvents?
+    private let loop: EventLoop
+    public private(set) var fd: Int32 = -1
+    private var connecting = false
+    private var finished = false
+    private var failure: FlowFailure?
+    private var readInterest = true
+    private var wantWrite = false
+    private var mask: UInt32 = 0
+    private var registered = false
+    /// Out of epoll after a hang-up while reads were off (see the type's comment).
+    private var parked = false
+    private let meter: StreamMeter?
+    private var live = false
+
+    /// A stream that `connect(_:)` (or `failSoon(_:)`) starts.
+    public init(loop: EventLoop, events: ByteStreamEvents?, meter: StreamMeter?) {
+        self.loop = loop
+        self.events = events
+        self.meter = meter
+        begin()
+    }
+
+    /// A connected socket (accepted); this stream owns it from now on and closes it.
+    public init(loop: EventLoop, connected fd: Int32, meter: StreamMeter? = nil) {
+        self.loop = loop
+        self.meter = meter
+        self.fd = fd
+        begin()
+        updateMask()
+    }
+
+    private func begin() {
+        guard let meter else { return }
+        live = true
+        meter.streams &+= 1
+        meter.live += 1
+    }
+
+    private func ended() {
+        guard live else { return }
+        live = false
+        meter?.live -= 1
+    }
+
+    deinit { teardown(reset: true) }
+
+    /// Starts a nonblocking connect; `streamConnected` or `streamFailed` follows.
+    public func connect(_ endpoint: Endpoint) {
+        guard !finished, fd < 0 else { return }
+        let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else { failSoon(FlowFailure(errno: Sockets.errno)); return }
+        _ = clinux_set_nodelay(s)
+        let addr = SocketAddress(endpoint)
+        let r = addr.withSockaddr { Glibc.connect(s, $0, $1) }
+        if r != 0 {
+            let e = Sockets.errno
+            if e != EINPROGRESS {
+                Glibc.close(s)
+                failSoon(FlowFailure(errno: e))
+                return
+            }
+        }
+        fd = s
+        connecting = true
+        setMask(IOEvents.writable)
+    }
+
+    /// Fails on the next loop turn (never inside the call that opened the stream).
+    public func failSoon(_ failure: FlowFailure) {
+        guard !finished else { return }
+        teardown(reset: false)
+        self.failure = failure
+        loop.soon { [weak self] in self?.events?.streamFailed(failure) }
+    }
+
+    private func setMask(_ m: UInt32) {
+        guard fd >= 0, !parked else { return }
+        if !registered {
+            mask = m
+            loop.register(fd, m, self)
+            registered = true
+        } else if m != mask {
+            mask = m
+            loop.modify(fd, m)
+        }
+    }
+
+    private func updateMask() {
+        var m: UInt32 = 0
+        if readInterest { m |= IOEvents.readable }
+        if wantWrite { m |= IOEvents.writable }
+        setMask(m)
+    }
+
+    public func handleIO(_ ev: UInt32) {
+        guard fd >= 0 else { return }
+        if connecting {
+            let err = clinux_so_error(fd)
+            if err != 0 {
+                fail(FlowFailure(errno: err))
+                return
+            }
+            if ev & IOEvents.writable == 0 { return }
+            connecting = false
+            updateMask()
+            events?.streamConnected()
+            return
+        }
+        if ev & IOEvents.writable != 0 && wantWrite {
+            wantWrite = false
+            updateMask()
+            events?.streamWritable()
+            if fd < 0 { return }
+        }
+        if readInterest {
+            // Data, EOF or an error: read() tells which (bytes before a reset come first).
+            if ev & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 { events?.streamReadable() }
+            return
+        }
+        if ev & IOEvents.error != 0 {
+            // Reads are paused, so nobody would read the error: the stream is over now.
+            let err = clinux_so_error(fd)
+            fail(FlowFailure(errno: err != 0 ? err : ECONNRESET))
+        } else if ev & IOEvents.hangup != 0 {
+            // Both directions are finished and reads are not wanted: out of epoll until they are
+            // (what is left to read, and the EOF, stay in the socket).
+            if registered { loop.unregister(fd) }
+            registered = false
+            parked = true
+            if wantWrite {
+                // Nothing can be written to a socket that hung up.
+                fail(.other(EPIPE))
+            }
+        }
+    }
+
+    private func fail(_ f: FlowFailure) {
+        teardown(reset: false)
+        failure = f
+        events?.streamFailed(f)
+    }
+
+    // MARK: ByteStream
+
+    public func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        guard fd >= 0 else { return -1 }
+        if connecting { return 0 }
+        let n = writev(fd, segments, Int32(count))
+        if n < 0 {
+            let e = Sockets.errno
+            if e == EAGAIN || e == EWOULDBLOCK || e == EINTR {
+                wantWrite = true
+                updateMask()
+                return 0
+            }
+            return -1
+        }
+        meter?.bytesWritten &+= UInt64(n)
+        var total = 0
+        for i in 0..<count { total += segments[i].iov_len }
+        if n < total {
+            wantWrite = true
+            updateMask()
+        }
+        return n
+    }
+
+    public func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        guard fd >= 0 else { return failure.map { .failed($0) } ?? .eof }
+        let n = recv(fd, buffer.baseAddress, buffer.count, 0)
+        if n > 0 {
+            meter?.bytesRead &+= UInt64(n)
+            return .data(n)
+        }
+        if n == 0 { return .eof }
+        let e = Sockets.errno
+        if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return .wouldBlock }
+        return .failed(FlowFailure(errno: e))
+    }
+
+    public func setReadInterest(_ on: Bool) {
+        guard readInterest != on else { return }
+        readInterest = on
+        guard fd >= 0, !connecting else { return }
+        if on && parked {
+            // Hung up while paused: what is left (bytes, then EOF) is readable at once.
+            parked = false
+            loop.soon { [weak self] in
+                guard let self, self.fd >= 0, self.readInterest else { return }
+                self.events?.streamReadable()
+            }
+            return
+        }
+        updateMask()
+    }
+
+    public func shutdownWrite() {
+        if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    }
+
+    public func close() { teardown(reset: false) }
+    public func reset() { teardown(reset: true) }
+
+    private func teardown(reset: Bool) {
+        finished = true
+        ended()
+        guard fd >= 0 else { return }
+        if registered { loop.unregister(fd) }
+        registered = false
+        if reset { _ = clinux_set_linger_reset(fd) }
+        Glibc.close(fd)
+        fd = -1
+    }
+}

@@ -1,0 +1,192 @@
+import CLwIP
+import Glibc
+import LoftCore
+
+/// The app's side of one TCP flow, terminated in lwIP, as a `ByteStream`.
+///
+/// - Reads are zero-copy: the pbufs lwIP delivered stay here until the other side has taken
+///   their bytes (`peek` describes them as iovecs, `consume` frees them); only then does
+///   `tcp_recved` open the app's window again, so a slow other side closes the window.
+/// - Writes copy into lwIP's send buffer (`writeRoom` is its free space); when it is full,
+///   `streamWritable` follows the ACKs that make room.
+/// - Events reach the driver after the current batch of packets (`Netstack.afterEvents`),
+///   never from inside an lwIP callback, except `streamFailed` (the pcb is gone by then).
+final class LwipStream: ByteStream {
+    weak var events: ByteStreamEvents?
+    unowned let stack: Netstack
+    private(set) var pcb: OpaquePointer?
+    /// App → remote bytes lwIP delivered that the driver has not consumed yet.
+    private var pending: [OpaquePointer] = []
+    /// The app's FIN arrived (after `pending`).
+    private var appFinished = false
+    private var failure: FlowFailure?
+    private var readInterest = true
+    /// The driver found the send buffer full: tell it when ACKs make room.
+    private var wantWritable = false
+    var readableQueued = false
+    var writableQueued = false
+    var outputQueued = false
+
+    init(stack: Netstack, pcb: OpaquePointer) {
+        self.stack = stack
+        self.pcb = pcb
+    }
+
+    deinit { releasePending() }
+
+    // MARK: lwIP callbacks
+
+    func received(_ p: OpaquePointer?) {
+        if let p { pending.append(p) } else { appFinished = true }
+        queueReadable()
+    }
+
+    func sent() {
+        if wantWritable && !writableQueued {
+            writableQueued = true
+            stack.writableStreams.append(self)
+        }
+    }
+
+    /// The pcb is gone (freed by lwIP). ERR_CLSD: the FIN exchange completed both ways, which
+    /// the driver learns from the EOF it reads; anything else is a reset.
+    func lwipFailed(_ err: Int32) {
+        pcb = nil
+        if err == -15 /* ERR_CLSD */ { return }
+        releasePending()
+        let f = FlowFailure.other(ECONNRESET)
+        failure = f
+        events?.streamFailed(f)
+    }
+
+    private func queueReadable() {
+        guard readInterest, !readableQueued else { return }
+        readableQueued = true
+        stack.readableStreams.append(self)
+    }
+
+    /// From Netstack.afterEvents.
+    func deliverReadable() {
+        readableQueued = false
+        if readInterest { events?.streamReadable() }
+    }
+
+    func deliverWritable() {
+        writableQueued = false
+        guard wantWritable else { return }
+        wantWritable = false
+        events?.streamWritable()
+    }
+
+    func flushOutput() {
+        outputQueued = false
+        if let pcb { clwip_tcp_output(pcb) }
+    }
+
+    private func queueOutput() {
+        guard !outputQueued else { return }
+        outputQueued = true
+        stack.outputStreams.append(self)
+    }
+
+    // MARK: ByteStream
+
+    var writeRoom: Int {
+        guard let pcb else { return Int.max }  // write() reports the broken stream
+        let room = Int(clwip_tcp_sndbuf(pcb))
+        if room == 0 { wantWritable = true }
+        return room
+    }
+
+    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        guard let pcb, failure == nil else { return -1 }
+        var total = 0
+        outer: for i in 0..<count {
+            var base = segments[i].iov_base
+            var left = segments[i].iov_len
+            while left > 0 {
+                let room = Int(clwip_tcp_sndbuf(pcb))
+                let n = min(left, room, 0xFFFF)
+                if n == 0 || clwip_tcp_write(pcb, base, UInt32(n)) != 0 {
+                    wantWritable = true
+                    break outer
+                }
+                total += n
+                left -= n
+                base = base.map { $0 + n }
+            }
+        }
+        if total > 0 { queueOutput() }
+        return total
+    }
+
+    func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
+        if let failure { return .failed(failure) }
+        guard !pending.isEmpty else { return appFinished ? .eof : .wouldBlock }
+        count = Int(pending.withUnsafeBufferPointer { chains in
+            clwip_pbuf_iovecs(chains.baseAddress!.withMemoryRebound(to: OpaquePointer?.self, capacity: chains.count) { $0 },
+                              Int32(chains.count), iov, Int32(max))
+        })
+        var total = 0
+        for i in 0..<count { total += iov[i].iov_len }
+        return .data(total)
+    }
+
+    func consume(_ n: Int) {
+        var left = n
+        while left > 0, let head = pending.first {
+            let total = Int(clwip_pbuf_total(head))
+            if left >= total {
+                clwip_pbuf_free(head)
+                pending.removeFirst()
+                left -= total
+            } else {
+                pending[0] = clwip_pbuf_consume(head, UInt16(left))!
+                left = 0
+            }
+        }
+        if let pcb, n > 0 { clwip_tcp_recved(pcb, UInt32(n)) }
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        if let failure { return .failed(failure) }
+        guard let head = pending.first else { return appFinished ? .eof : .wouldBlock }
+        let n = Int(clwip_pbuf_copy(head, buffer.baseAddress, UInt16(clamping: buffer.count)))
+        consume(n)
+        return .data(n)
+    }
+
+    func setReadInterest(_ on: Bool) {
+        readInterest = on
+        if on && (!pending.isEmpty || appFinished) { queueReadable() }
+    }
+
+    func shutdownWrite() {
+        guard let pcb else { return }
+        _ = clwip_tcp_shutdown_write(pcb)
+        queueOutput()
+    }
+
+    /// Hands the pcb to lwIP to finish the FIN exchange (never from inside its callbacks: the
+    /// driver calls it from loop events and afterEvents).
+    func close() {
+        releasePending()
+        if let pcb {
+            self.pcb = nil
+            clwip_tcp_close(pcb)
+        }
+    }
+
+    func reset() {
+        releasePending()
+        if let pcb {
+            self.pcb = nil
+            clwip_tcp_abort(pcb)
+        }
+    }
+
+    private func releasePending() {
+        for p in pending { clwip_pbuf_free(p) }
+        pending.removeAll()
+    }
+}
