@@ -46,6 +46,7 @@ let package = Package(
                            "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
+        .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),

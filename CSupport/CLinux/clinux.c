@@ -245,6 +245,13 @@ int clinux_accept(int fd) {
     return c < 0 ? -errno : c;
 }
 
+int clinux_accept_from(int fd, void *addr, unsigned *len) {
+    socklen_t l = *len;
+    int c = accept4(fd, (struct sockaddr *)addr, &l, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    *len = l;
+    return c < 0 ? -errno : c;
+}
+
 int clinux_terminal_width(int fd) {
     struct winsize w;
     if (ioctl(fd, TIOCGWINSZ, &w) != 0) return 0;

@@ -5,8 +5,8 @@ import LoftCore
 import LoftIO
 
 /// What every carrier on one event loop shares: the loop, a name resolver that runs
-/// getaddrinfo off the loop, coarse deadlines (connect, handshake, close and join timeouts)
-/// and a pool of random bytes for WebSocket masking keys. Make one per loop, before dialling
+/// getaddrinfo off the loop, deadlines on the loop's timer heap (connect, handshake, close and
+/// join timeouts) and a pool of random bytes for WebSocket masking keys. Make one per loop, before dialling
 /// or listening. Creating it sets SIGPIPE to ignored (OpenSSL writes to sockets with write(2)).
 public final class CarrierRuntime: IOHandler {
     public let loop: EventLoop
@@ -15,12 +15,8 @@ public final class CarrierRuntime: IOHandler {
     private var nextID: UInt64 = 1
     private var waiting: [UInt64: ([IPAddress]) -> Void] = [:]
     private let results = LookupResults()
-    private var deadlines: [(at: UInt64, action: () -> Void)] = []
     private var randomPool = [UInt8](repeating: 0, count: 4096)
     private var randomUsed = 4096
-
-    /// Deadline granularity in milliseconds.
-    public static let tick: UInt64 = 100
 
     public init(loop: EventLoop) throws {
         signal(SIGPIPE, SIG_IGN)
@@ -34,7 +30,6 @@ public final class CarrierRuntime: IOHandler {
         writeFD = fds[1]
         self.loop = loop
         loop.register(readFD, IOEvents.readable, self)
-        loop.every(Self.tick) { [weak self] in self?.sweep() }
     }
 
     deinit {
@@ -45,21 +40,11 @@ public final class CarrierRuntime: IOHandler {
 
     // MARK: deadlines
 
-    /// Runs `action` on the loop about `ms` milliseconds from now (at `tick` granularity).
-    /// There is no cancel: actions capture their owner weakly and check whether they still apply.
-    public func after(_ ms: UInt64, _ action: @escaping () -> Void) {
-        deadlines.append((loop.now + ms, action))
-    }
-
-    private func sweep() {
-        guard !deadlines.isEmpty else { return }
-        let now = loop.now
-        var due: [() -> Void] = []
-        deadlines.removeAll { d in
-            if d.at <= now { due.append(d.action); return true }
-            return false
-        }
-        for a in due { a() }
+    /// Runs `action` on the loop `ms` milliseconds from now: a timer on the loop's heap
+    /// (`loop.schedule(after:)`); cancel it with `loop.cancel(_:)`.
+    @discardableResult
+    public func after(_ ms: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
+        loop.schedule(after: ms, action)
     }
 
     // MARK: randomness

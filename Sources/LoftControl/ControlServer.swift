@@ -4,14 +4,15 @@ import LoftCore
 import LoftIO
 
 /// A connection that reads one request (up to a terminator, bounded in size and time),
-/// answers once and closes. Shared by the control socket and the metrics listener.
+/// answers once and closes. Shared by the control socket and the metrics listener. A timer
+/// closes it `deadlineMs` after it was accepted, answered or not.
 final class OneShotConnection: IOHandler {
     let fd: Int32
     let loop: EventLoop
     let terminator: [UInt8]
     let limit: Int
     let respond: ([UInt8]) -> [UInt8]
-    let opened: UInt64
+    private var deadline: TimerHandle?
     var request: [UInt8] = []
     var response: [UInt8] = []
     var sent = 0
@@ -19,22 +20,26 @@ final class OneShotConnection: IOHandler {
     var closed = false
     var onClose: ((OneShotConnection) -> Void)?
 
-    init(fd: Int32, loop: EventLoop, terminator: [UInt8], limit: Int, respond: @escaping ([UInt8]) -> [UInt8]) {
+    init(fd: Int32, loop: EventLoop, terminator: [UInt8], limit: Int, deadlineMs: UInt64,
+         respond: @escaping ([UInt8]) -> [UInt8]) {
         self.fd = fd
         self.loop = loop
         self.terminator = terminator
         self.limit = limit
         self.respond = respond
-        self.opened = loop.now
         loop.register(fd, IOEvents.readable, self)
+        deadline = loop.schedule(after: deadlineMs) { [weak self] in self?.close() }
     }
 
     func handleIO(_ events: UInt32) {
         if !answered {
             var buf = [UInt8](repeating: 0, count: 4096)
-            let n = read(fd, &buf, buf.count)
-            if n == 0 || (n < 0 && errno != EAGAIN) { close(); return }
-            if n < 0 { return }
+            let n: Int
+            switch buf.withUnsafeMutableBytes({ Syscall.read(fd, $0.baseAddress!, $0.count) }) {
+            case .success(let count) where count > 0: n = count
+            case .failure(let e) where e.wouldBlock: return
+            case .success, .failure: close(); return
+            }
             request.append(contentsOf: buf[0..<n])
             if let end = find(terminator, in: request) {
                 answer(Array(request[..<end]))
@@ -55,12 +60,11 @@ final class OneShotConnection: IOHandler {
 
     private func flush() {
         while sent < response.count {
-            let n = response.withUnsafeBytes { write(fd, $0.baseAddress! + sent, response.count - sent) }
-            if n < 0 {
-                if errno == EAGAIN { return }
-                break
+            switch response.withUnsafeBytes({ Syscall.write(fd, $0.baseAddress! + sent, response.count - sent) }) {
+            case .success(let n): sent += n
+            case .failure(let e) where e.wouldBlock: return
+            case .failure: close(); return
             }
-            sent += n
         }
         close()
     }
@@ -68,8 +72,10 @@ final class OneShotConnection: IOHandler {
     func close() {
         guard !closed else { return }
         closed = true
+        if let deadline { loop.cancel(deadline) }
+        deadline = nil
         loop.unregister(fd)
-        Glibc.close(fd)
+        _ = Syscall.close(fd)
         onClose?(self)
     }
 
@@ -94,6 +100,7 @@ public final class ControlServer: IOHandler {
     public private(set) var refusedPeers: UInt64 = 0
     public private(set) var badRequests: UInt64 = 0
     static let maxClients = 32
+    /// A connection is closed this long after it was accepted.
     static let deadlineMs: UInt64 = 2000
 
     public struct ControlError: Error, CustomStringConvertible {
@@ -116,23 +123,21 @@ public final class ControlServer: IOHandler {
         }
         fd = r
         loop.register(fd, IOEvents.readable, self)
-        loop.every(1000) { [weak self] in self?.expire() }
     }
 
     public func handleIO(_ events: UInt32) {
-        while true {
-            let c = clinux_accept(fd)
-            if c < 0 { return }
+        while case .success(let c) = Syscall.accept(fd) {
             // Only root and loft's own user; the file mode says the same, this holds for root too.
             let uid = clinux_peer_uid(c)
             if uid < 0 || (uid != 0 && uid != Int(geteuid())) || connections.count >= Self.maxClients {
                 refusedPeers &+= 1
-                var msg = Array("error permission denied\n".utf8)
-                _ = write(c, &msg, msg.count)
-                close(c)
+                let msg = Array("error permission denied\n".utf8)
+                _ = msg.withUnsafeBytes { Syscall.write(c, $0.baseAddress!, $0.count) }
+                _ = Syscall.close(c)
                 continue
             }
-            let conn = OneShotConnection(fd: c, loop: loop, terminator: [10], limit: 1024) { [weak self] req in
+            let conn = OneShotConnection(fd: c, loop: loop, terminator: [10], limit: 1024,
+                                         deadlineMs: Self.deadlineMs) { [weak self] req in
                 guard let self else { return [] }
                 return Array(self.respond(req).utf8)
             }
@@ -155,10 +160,6 @@ public final class ControlServer: IOHandler {
         }
     }
 
-    private func expire() {
-        for c in Array(connections.values) where loop.now - c.opened > Self.deadlineMs { c.close() }
-    }
-
     public func stop() {
         for c in Array(connections.values) { c.close() }
         loop.unregister(fd)
@@ -173,6 +174,8 @@ public final class MetricsServer: IOHandler {
     let fd: Int32
     let render: () -> String
     var connections: [ObjectIdentifier: OneShotConnection] = [:]
+    /// A scrape is closed this long after it was accepted.
+    static let deadlineMs: UInt64 = 5000
 
     public init(listen: Endpoint, loop: EventLoop, render: @escaping () -> String) throws {
         self.loop = loop
@@ -189,18 +192,13 @@ public final class MetricsServer: IOHandler {
         }
         fd = s
         loop.register(fd, IOEvents.readable, self)
-        loop.every(1000) { [weak self] in
-            guard let self else { return }
-            for c in Array(self.connections.values) where loop.now - c.opened > 5000 { c.close() }
-        }
     }
 
     public func handleIO(_ events: UInt32) {
-        while true {
-            let c = clinux_accept(fd)
-            if c < 0 { return }
-            if connections.count >= 64 { close(c); continue }
-            let conn = OneShotConnection(fd: c, loop: loop, terminator: Array("\r\n\r\n".utf8), limit: 8192) { [weak self] req in
+        while case .success(let c) = Syscall.accept(fd) {
+            if connections.count >= 64 { _ = Syscall.close(c); continue }
+            let conn = OneShotConnection(fd: c, loop: loop, terminator: Array("\r\n\r\n".utf8), limit: 8192,
+                                         deadlineMs: Self.deadlineMs) { [weak self] req in
                 guard let self else { return [] }
                 return self.answer(req)
             }

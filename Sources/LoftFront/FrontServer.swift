@@ -79,7 +79,7 @@ public final class FrontServer: CarrierListenerDelegate {
                 return self.handleControl(line)
             }
         }
-        loop.every(1000) { [weak self] in self?.housekeeping() }
+        armHousekeeping()
     }
 
     // MARK: listener
@@ -101,7 +101,7 @@ public final class FrontServer: CarrierListenerDelegate {
         connections[ObjectIdentifier(connection)] = connection
         Log.debug("carrier-accepted", ["peer": carrier.peer.map { "\($0)" } ?? "-", "carrier": carrier.kind.rawValue,
                                        "tls": carrier.tlsDescription])
-        runtime.after(helloDeadlineMs) { [weak self, weak connection] in
+        loop.schedule(after: helloDeadlineMs) { [weak self, weak connection] in
             guard let self, let connection, connection.isAwaitingHello else { return }
             self.stats.refusedNoHello += 1
             Log.info("session-refused", ["reason": "no-hello", "peer": connection.peerText])
@@ -196,6 +196,21 @@ public final class FrontServer: CarrierListenerDelegate {
 
     // MARK: timers
 
+    /// The once-a-second `housekeeping`, from `start` until `shutdown`.
+    private var housekeepingTimer: TimerHandle?
+
+    /// Schedules the next `housekeeping` a second from now; each run schedules the one after it.
+    private func armHousekeeping() {
+        housekeepingTimer = loop.schedule(after: 1000) { [weak self] in
+            guard let self else { return }
+            self.housekeepingTimer = nil
+            self.housekeeping()
+            if !self.shuttingDown { self.armHousekeeping() }
+        }
+    }
+
+    /// Keepalive and idle associations of every connection, expired instances, and a state
+    /// write that failed earlier.
     private func housekeeping() {
         let now = loop.now
         for c in Array(connections.values) { c.tick(now: now) }
@@ -237,7 +252,7 @@ public final class FrontServer: CarrierListenerDelegate {
             self.saveState()
         }
         // After the current batch of events, so one iteration's changes make one write.
-        if lastStateWrite == nil || loop.now >= due { loop.soon(write) } else { runtime.after(due - loop.now, write) }
+        if lastStateWrite == nil || loop.now >= due { loop.soon(write) } else { loop.schedule(at: due, write) }
     }
 
     /// Writes the state file if the table changed since the last write; `final` (a clean exit)
@@ -330,6 +345,8 @@ public final class FrontServer: CarrierListenerDelegate {
     public func shutdown(_ done: @escaping () -> Void) {
         guard !shuttingDown else { return }
         shuttingDown = true
+        if let t = housekeepingTimer { loop.cancel(t) }
+        housekeepingTimer = nil
         listener?.close()
         control?.stop()
         control = nil
@@ -338,9 +355,9 @@ public final class FrontServer: CarrierListenerDelegate {
         let deadline = loop.now + 2000
         func check() {
             if loop.now >= deadline || open.allSatisfy({ $0.carrierFlushed }) { done(); return }
-            runtime.after(100, check)
+            loop.schedule(after: 100, check)
         }
-        runtime.after(100, check)
+        loop.schedule(after: 100, check)
     }
 }
 

@@ -2,11 +2,6 @@ import CLinux
 import Glibc
 import LoftCore
 
-/// A scheduled timer, for `EventLoop.cancel(_:)`.
-public struct TimerHandle: Hashable, Sendable {
-    let id: UInt64
-}
-
 /// Receives readiness for one file descriptor.
 public protocol IOHandler: AnyObject {
     func handleIO(_ events: UInt32)
@@ -26,55 +21,88 @@ public struct SystemError: Error, CustomStringConvertible {
     public var description: String { "\(operation): \(String(cString: strerror(code)))" }
 }
 
-/// The one event loop: epoll over every descriptor loft owns, level-triggered, handlers kept
-/// in an array indexed by fd (O(1), no per-event allocation), plus timer hooks.
+/// The one event loop: epoll over every descriptor loft owns, level-triggered, and the timer
+/// heap. Handlers are kept in a table indexed by fd; each registration has a generation, and
+/// epoll's token for it is the fd and that generation (32 bits each), so an event for a
+/// registration that ended earlier in the same batch (fd closed, number reused) is dropped.
+/// O(1) per event, no allocation per event.
 public final class EventLoop {
     private let epfd: Int32
-    private var handlers: [IOHandler?] = []
+    private struct Registration {
+        var handler: IOHandler?
+        /// Bumped by each `register` of the fd.
+        var generation: UInt32 = 0
+    }
+    private var registrations: [Registration] = []
     private var tokens = [UInt64](repeating: 0, count: 256)
     private var events = [UInt32](repeating: 0, count: 256)
-    private var periodic: [(interval: UInt64, next: UInt64, action: () -> Void)] = []
+    private var timers = TimerHeap()
     private var stopRequested = false
 
     /// Called every iteration; returns milliseconds until it wants to run again (lwIP timers).
     public var timerHook: (() -> UInt32)?
-    /// Called after each batch of I/O events, in the order added (deferred work: flushing
-    /// queued bytes, batched packet writes, closing flows).
+    /// Called after each batch of I/O events and after each drain of due timers, in the order
+    /// added (deferred work: flushing queued bytes, batched packet writes, closing flows).
     private var afterEventHooks: [() -> Void] = []
     public func addAfterEvents(_ hook: @escaping () -> Void) { afterEventHooks.append(hook) }
     private func afterEvents() { for h in afterEventHooks { h() } }
-    /// Milliseconds, cached once per iteration.
+    /// Milliseconds, cached once per iteration (at its start and again after epoll returns).
     public private(set) var now: UInt64 = monotonicMilliseconds()
 
     public init() throws {
-        let fd = clinux_epoll_create()
-        guard fd >= 0 else { throw SystemError("epoll_create", -fd) }
-        epfd = fd
+        switch Syscall.epollCreate() {
+        case .success(let fd): epfd = fd
+        case .failure(let e): throw SystemError("epoll_create", e.code)
+        }
     }
 
-    deinit { Glibc.close(epfd) }
+    deinit { _ = Syscall.close(epfd) }
 
+    private static func token(_ fd: Int32, _ generation: UInt32) -> UInt64 {
+        UInt64(generation) << 32 | UInt64(UInt32(bitPattern: fd))
+    }
+
+    /// Watches `fd` for `mask`, reporting to `handler`. Registering an fd that is still
+    /// registered replaces its handler and mask.
     public func register(_ fd: Int32, _ mask: UInt32, _ handler: IOHandler) {
+        precondition(fd >= 0, "register: negative fd")
         let i = Int(fd)
-        if i >= handlers.count { handlers.append(contentsOf: repeatElement(nil, count: max(i + 1 - handlers.count, handlers.count))) }
-        handlers[i] = handler
-        let r = clinux_epoll_ctl(epfd, Int32(CLINUX_EPOLL_CTL_ADD), fd, mask, UInt64(fd))
-        if r != 0 { Log.error("epoll.add", ["fd": fd, "error": String(cString: strerror(-r))]) }
+        if i >= registrations.count {
+            registrations.append(contentsOf: repeatElement(Registration(), count: max(i + 1 - registrations.count, registrations.count)))
+        }
+        registrations[i].generation &+= 1
+        registrations[i].handler = handler
+        let token = Self.token(fd, registrations[i].generation)
+        switch Syscall.epollCtl(epfd, Int32(CLINUX_EPOLL_CTL_ADD), fd, mask, token) {
+        case .success:
+            break
+        case .failure(let e) where e == .exists:
+            _ = Syscall.epollCtl(epfd, Int32(CLINUX_EPOLL_CTL_MOD), fd, mask, token)
+        case .failure(let e):
+            registrations[i].handler = nil
+            Log.error("epoll.add", ["fd": fd, "error": e.description])
+        }
     }
 
     public func modify(_ fd: Int32, _ mask: UInt32) {
-        _ = clinux_epoll_ctl(epfd, Int32(CLINUX_EPOLL_CTL_MOD), fd, mask, UInt64(fd))
+        let generation = Int(fd) < registrations.count ? registrations[Int(fd)].generation : 0
+        _ = Syscall.epollCtl(epfd, Int32(CLINUX_EPOLL_CTL_MOD), fd, mask, Self.token(fd, generation))
     }
 
-    /// Call before closing fd.
+    /// Call before closing fd. Events for it still in the current batch are dropped.
     public func unregister(_ fd: Int32) {
-        _ = clinux_epoll_ctl(epfd, Int32(CLINUX_EPOLL_CTL_DEL), fd, 0, 0)
-        if Int(fd) < handlers.count { handlers[Int(fd)] = nil }
+        _ = Syscall.epollCtl(epfd, Int32(CLINUX_EPOLL_CTL_DEL), fd, 0, 0)
+        if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
     }
 
-    /// Runs `action` every `intervalMs` (coarse: housekeeping such as idle sweeps).
+    /// Runs `action` every `intervalMs`, first `intervalMs` from now: a timer on the heap that
+    /// schedules its next run before running `action`. It cannot be cancelled (callers check
+    /// whether it still applies); new code uses `schedule` and keeps the handle.
     public func every(_ intervalMs: UInt64, _ action: @escaping () -> Void) {
-        periodic.append((intervalMs, monotonicMilliseconds() + intervalMs, action))
+        schedule(after: intervalMs) { [unowned self] in
+            self.every(intervalMs, action)
+            action()
+        }
     }
 
     private var deferred: [() -> Void] = []
@@ -93,73 +121,84 @@ public final class EventLoop {
 
     public func stop() { stopRequested = true }
 
-    // MARK: timers (interim: replaced by the timer heap)
+    // MARK: timers
 
-    private var timers: [(at: UInt64, id: UInt64, action: () -> Void)] = []
-    private var nextTimerID: UInt64 = 1
-
-    /// Runs `action` on the loop `ms` milliseconds from now. Cancel with `cancel(_:)`.
+    /// Runs `action` on the loop `ms` milliseconds from now (from the clock at the call, not
+    /// the iteration's cached `now`). Cancel with `cancel(_:)`.
     @discardableResult
     public func schedule(after ms: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
-        schedule(at: now &+ ms, action)
+        schedule(at: monotonicMilliseconds() &+ ms, action)
     }
 
-    /// Runs `action` on the loop at `deadline` (loop milliseconds, as `now`).
+    /// Runs `action` on the loop at `deadline` (loop milliseconds, as `now`). Timers due at the
+    /// same time run in the order they were scheduled; one scheduled while timers run (for
+    /// now or earlier) runs on the loop's next turn.
     @discardableResult
     public func schedule(at deadline: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
-        let id = nextTimerID
-        nextTimerID += 1
-        timers.append((deadline, id, action))
-        return TimerHandle(id: id)
+        timers.insert(at: deadline, action)
     }
 
     /// A timer that has not run yet never runs. Cancelling one that ran (or twice) does nothing.
     public func cancel(_ timer: TimerHandle) {
-        timers.removeAll { $0.id == timer.id }
+        timers.cancel(timer)
     }
 
-    private func runTimers() -> Int32 {
-        var due: [() -> Void] = []
-        timers.removeAll { t in if t.at <= now { due.append(t.action); return true }; return false }
-        for a in due { a() }
-        guard let next = timers.map(\.at).min() else { return 1000 }
-        return Int32(clamping: next > now ? next - now : 0)
+    /// Timers pending, and the entries the heap holds for them (for tests).
+    var pendingTimers: Int { timers.count }
+    var timerCapacity: Int { timers.capacity }
+
+    /// Runs every timer due at `now` that was scheduled before this drain began.
+    private func runTimers() {
+        let drainStart = timers.nextSequence
+        while let action = timers.popDue(now: now, scheduledBefore: drainStart) { action() }
+    }
+
+    /// epoll's timeout: until the earliest timer, bounded by lwIP's wait; -1 (no limit) when
+    /// neither waits, 0 when deferred work is queued.
+    private func waitTimeout(hook: Int32?) -> Int32 {
+        if !deferred.isEmpty { return 0 }
+        var timeout = hook ?? -1
+        if let next = timers.earliest {
+            let clock = monotonicMilliseconds()
+            let wait = Int32(clamping: next > clock ? next - clock : 0)
+            timeout = timeout < 0 ? wait : min(timeout, wait)
+        }
+        return timeout
     }
 
     public func run() {
         while !stopRequested {
             now = monotonicMilliseconds()
-            // lwIP timers first; what they queued (data to flush, flows to close) runs before
-            // the loop sleeps.
-            var timeout = Int32(1000)
-            if let hook = timerHook { timeout = min(timeout, Int32(hook())) }
+            // lwIP's timers, then the loop's due timers; what they queued (data to flush, flows
+            // to close) runs before the loop sleeps.
+            let hookWait = timerHook.map { Int32(clamping: $0()) }
+            runTimers()
             runDeferred()
             afterEvents()
-            for p in periodic { timeout = min(timeout, Int32(clamping: p.next > now ? p.next - now : 0)) }
-            timeout = min(timeout, runTimers())
-            runDeferred()
-            afterEvents()
-            let n = tokens.withUnsafeMutableBufferPointer { t in
+            if stopRequested { break }
+            let timeout = waitTimeout(hook: hookWait)
+            let waited = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
-                    clinux_epoll_wait(epfd, t.baseAddress, e.baseAddress, Int32(t.count), timeout)
+                    Syscall.epollWait(epfd, t.baseAddress!, e.baseAddress!, Int32(t.count), timeout)
                 }
             }
             now = monotonicMilliseconds()
-            if n < 0 {
-                if -n == EINTR { continue }
-                Log.error("epoll.wait", ["error": String(cString: strerror(-n))])
+            let n: Int
+            switch waited {
+            case .success(let count): n = count
+            case .failure(let e) where e == .interrupted: continue
+            case .failure(let e):
+                Log.error("epoll.wait", ["error": e.description])
                 return
             }
-            for i in 0..<Int(n) {
-                let fd = Int(tokens[i])
-                // A handler earlier in this batch may have closed this fd.
-                if fd < handlers.count, let h = handlers[fd] { h.handleIO(events[i]) }
-            }
-            runDeferred()
-            afterEvents()
-            for i in periodic.indices where periodic[i].next <= now {
-                periodic[i].next = now + periodic[i].interval
-                periodic[i].action()
+            for i in 0..<n {
+                let token = tokens[i]
+                let fd = Int(UInt32(truncatingIfNeeded: token))
+                guard fd < registrations.count else { continue }
+                // A handler earlier in this batch may have closed this fd, and a new
+                // registration may have its number: only the registration the event is for.
+                let r = registrations[fd]
+                if r.generation == UInt32(truncatingIfNeeded: token >> 32), let h = r.handler { h.handleIO(events[i]) }
             }
             runDeferred()
             afterEvents()

@@ -72,14 +72,24 @@ public enum Sockets {
     /// policy routing keeps loft's own traffic out of its TUN. 0: no mark.
     nonisolated(unsafe) public static var outboundMark: UInt32 = 0
 
-    /// A nonblocking, close-on-exec socket.
-    public static func make(family: Int32, type: Int32) -> Int32 {
-        let fd = socket(family, type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        if fd >= 0 && outboundMark != 0 {
+    /// A nonblocking, close-on-exec socket (with `outboundMark`), or the errno.
+    public static func open(family: Int32, type: Int32) -> Result<Int32, Errno> {
+        let made = Syscall.socket(family: family, type: type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+        if case .success(let fd) = made, outboundMark != 0 {
             var m = outboundMark
             setsockopt(fd, SOL_SOCKET, SO_MARK, &m, socklen_t(MemoryLayout<UInt32>.size))
         }
-        return fd
+        return made
+    }
+
+    /// As `open`, as an fd or -1 with `errno` holding the reason.
+    public static func make(family: Int32, type: Int32) -> Int32 {
+        switch open(family: family, type: type) {
+        case .success(let fd): return fd
+        case .failure(let e):
+            Glibc.errno = e.code
+            return -1
+        }
     }
 
     public static func family(of e: Endpoint) -> Int32 { e.address.isIPv4 ? AF_INET : AF_INET6 }

@@ -5,12 +5,13 @@ import LoftIO
 
 /// Watches the host's default routes (rtnetlink, main table, IPv4 and IPv6) and reports a path
 /// change once the routes have been quiet for `settleMs`: a network switch rewrites several
-/// routes in a burst, and the holder should redial once, on the new path.
+/// routes in a burst, and the holder should redial once, on the new path. Each change re-arms
+/// one settle timer.
 public final class PathMonitor: IOHandler {
     let loop: EventLoop
     private var fd: Int32 = -1
     private let settleMs: UInt64
-    private var changedAt: UInt64?
+    private var settleTimer: TimerHandle?
     /// Routes through this interface (loft's own TUN in host mode) are not a path change.
     public var ignoreInterfaceIndex: Int32 = 0
     public var onChange: (() -> Void)?
@@ -29,11 +30,12 @@ public final class PathMonitor: IOHandler {
         }
         fd = r
         loop.register(fd, IOEvents.readable, self)
-        loop.every(250) { [weak self] in self?.settle() }
     }
 
     public func stop() {
         guard fd >= 0 else { return }
+        if let t = settleTimer { loop.cancel(t) }
+        settleTimer = nil
         loop.unregister(fd)
         close(fd)
         fd = -1
@@ -41,12 +43,13 @@ public final class PathMonitor: IOHandler {
 
     public func handleIO(_ events: UInt32) {
         let n = clinux_route_monitor_read(fd, ignoreInterfaceIndex)
-        if n > 0 { changedAt = loop.now }
+        guard n > 0 else { return }
+        if let t = settleTimer { loop.cancel(t) }
+        settleTimer = loop.schedule(after: settleMs) { [weak self] in self?.settle() }
     }
 
     private func settle() {
-        guard let t = changedAt, loop.now - t >= settleMs else { return }
-        changedAt = nil
+        settleTimer = nil
         changes += 1
         Log.info("path-monitor.changed", ["default-route": "changed"])
         onChange?()

@@ -73,6 +73,10 @@ public final class HolderOutbound: Outbound {
     private var failures = 0
     /// Bumped for every carrier, so a redial scheduled for an older one is ignored.
     private var generation = 0
+    /// The next redial while `waiting`; cancelled by a dial that comes first and by `stop`.
+    private var redialTimer: TimerHandle?
+    /// The once-a-second `tick`, from creation until `stop`.
+    private var tickTimer: TimerHandle?
 
     private var streams: [UInt32: HolderStream] = [:]
     private var pendingStreams: [HolderStream] = []
@@ -112,7 +116,7 @@ public final class HolderOutbound: Outbound {
         session = ClientSession(token: options.token, clientName: options.clientName, limits: options.limits)
         session.delegate = self
         restoreInstance()
-        loop.every(1000) { [weak self] in self?.tick() }
+        armTick()
     }
 
     // MARK: the instance across restarts
@@ -202,6 +206,9 @@ public final class HolderOutbound: Outbound {
     /// Ends the session: GOAWAY is not sent (the front expires the instance); carriers close.
     public func stop() {
         link = .stopped
+        for t in [tickTimer, redialTimer].compactMap({ $0 }) { loop.cancel(t) }
+        tickTimer = nil
+        redialTimer = nil
         carrier?.close()
         carrier = nil
         failAll(.networkUnreachable)
@@ -244,6 +251,8 @@ public final class HolderOutbound: Outbound {
 
     private func dial() {
         guard link != .stopped else { return }
+        if let t = redialTimer { loop.cancel(t) }
+        redialTimer = nil
         generation += 1
         link = .dialing
         counts.dials += 1
@@ -272,10 +281,16 @@ public final class HolderOutbound: Outbound {
         Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
                                  "hold": options.hold])
         let g = generation
+        if let t = redialTimer { loop.cancel(t) }
+        redialTimer = nil
         if delay == 0 {
             loop.soon { [weak self] in if let self, self.generation == g, self.link == .waiting { self.dial() } }
         } else {
-            runtime.after(delay) { [weak self] in if let self, self.generation == g, self.link == .waiting { self.dial() } }
+            redialTimer = loop.schedule(after: delay) { [weak self] in
+                guard let self else { return }
+                self.redialTimer = nil
+                if self.generation == g, self.link == .waiting { self.dial() }
+            }
         }
     }
 
@@ -303,6 +318,16 @@ public final class HolderOutbound: Outbound {
         for (_, s) in open { s.lost(failure) }
         for (_, a) in associations { a.detached() }
         associations.removeAll()
+    }
+
+    /// Schedules the next `tick` a second from now; each tick schedules the one after it.
+    private func armTick() {
+        tickTimer = loop.schedule(after: 1000) { [weak self] in
+            guard let self else { return }
+            self.tickTimer = nil
+            self.tick()
+            if self.link != .stopped { self.armTick() }
+        }
     }
 
     private func tick() {

@@ -62,6 +62,8 @@ int clinux_unix_connect(const char *path);
 int clinux_terminal_width(int fd);
 /// accept4 with SOCK_NONBLOCK|SOCK_CLOEXEC; the fd or -errno.
 int clinux_accept(int fd);
+/// The same, with the peer's address into `addr` (`*len` bytes; set to the address's length).
+int clinux_accept_from(int fd, void *addr, unsigned *len);
 /// The peer's uid on an AF_UNIX socket, or -1.
 long clinux_peer_uid(int fd);
 /// A nonblocking rtnetlink socket subscribed to IPv4 and IPv6 route changes; -errno on failure.

@@ -1,0 +1,144 @@
+import CLinux
+import Glibc
+
+/// An errno value, as a `Syscall` wrapper returns it.
+public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
+    public var code: Int32
+    public init(_ code: Int32) { self.code = code }
+
+    public static let again = Errno(EAGAIN)
+    public static let interrupted = Errno(EINTR)
+    public static let inProgress = Errno(EINPROGRESS)
+    public static let exists = Errno(EEXIST)
+    public static let badDescriptor = Errno(EBADF)
+
+    /// EAGAIN or EWOULDBLOCK: a nonblocking call that would have waited.
+    public var wouldBlock: Bool { code == EAGAIN || code == EWOULDBLOCK }
+    public var description: String { String(cString: strerror(code)) }
+}
+
+/// The system calls the loop and its sockets make, each in one wrapper that calls libc and
+/// reads errno right after it (accept and epoll go through CLinux, which returns -errno): the
+/// result is the value or the errno, never a -1 with errno left for later. The data calls (read, write, writev, recv, send, recvfrom, sendto, accept)
+/// are retried on EINTR; connect, close and shutdown are not (a connect interrupted goes on in
+/// the background, and on Linux close has released the fd even when it says EINTR).
+public enum Syscall {
+    @inline(__always)
+    static func failure<T>() -> Result<T, Errno> { .failure(Errno(Glibc.errno)) }
+
+    public static func socket(family: Int32, type: Int32) -> Result<Int32, Errno> {
+        let fd = Glibc.socket(family, type, 0)
+        return fd >= 0 ? .success(fd) : failure()
+    }
+
+    public static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.read(fd, buffer, count)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    public static func write(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.write(fd, buffer, count)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    public static func writev(_ fd: Int32, _ vectors: UnsafePointer<iovec>, _ count: Int32) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.writev(fd, vectors, count)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    public static func recv(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, flags: Int32 = 0) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.recv(fd, buffer, count, flags)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    public static func send(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, flags: Int32 = 0) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.send(fd, buffer, count, flags)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    /// One datagram into `buffer`; `from` gets the sender's address.
+    public static func recvfrom(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, flags: Int32 = 0,
+                                from: inout SocketAddress) -> Result<Int, Errno> {
+        while true {
+            let n = from.withMutableSockaddr { Glibc.recvfrom(fd, buffer, count, flags, $0, $1) }
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    public static func sendto(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, flags: Int32 = 0,
+                              to: SocketAddress) -> Result<Int, Errno> {
+        while true {
+            let n = to.withSockaddr { Glibc.sendto(fd, buffer, count, flags, $0, $1) }
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC (through CLinux): the new fd.
+    public static func accept(_ fd: Int32) -> Result<Int32, Errno> {
+        while true {
+            let c = clinux_accept(fd)
+            if c >= 0 { return .success(c) }
+            if c != -EINTR { return .failure(Errno(-c)) }
+        }
+    }
+
+    /// As `accept(_:)`; `peer` gets the peer's address.
+    public static func accept(_ fd: Int32, peer: inout SocketAddress) -> Result<Int32, Errno> {
+        while true {
+            let c = peer.withMutableSockaddr { clinux_accept_from(fd, $0, $1) }
+            if c >= 0 { return .success(c) }
+            if c != -EINTR { return .failure(Errno(-c)) }
+        }
+    }
+
+    /// On a nonblocking socket, `.failure(.inProgress)` means the connect goes on.
+    public static func connect(_ fd: Int32, to address: SocketAddress) -> Result<Void, Errno> {
+        address.withSockaddr { Glibc.connect(fd, $0, $1) } == 0 ? .success(()) : failure()
+    }
+
+    public static func close(_ fd: Int32) -> Result<Void, Errno> {
+        Glibc.close(fd) == 0 ? .success(()) : failure()
+    }
+
+    public static func shutdown(_ fd: Int32, _ how: Int32) -> Result<Void, Errno> {
+        Glibc.shutdown(fd, how) == 0 ? .success(()) : failure()
+    }
+
+    // epoll, through CLinux (struct epoll_event is packed); those shims return -errno.
+
+    public static func epollCreate() -> Result<Int32, Errno> {
+        let fd = clinux_epoll_create()
+        return fd >= 0 ? .success(fd) : .failure(Errno(-fd))
+    }
+
+    /// `op` is CLINUX_EPOLL_CTL_ADD, _MOD or _DEL; `token` comes back with the fd's events.
+    public static func epollCtl(_ epfd: Int32, _ op: Int32, _ fd: Int32, _ events: UInt32, _ token: UInt64) -> Result<Void, Errno> {
+        let r = clinux_epoll_ctl(epfd, op, fd, events, token)
+        return r == 0 ? .success(()) : .failure(Errno(-r))
+    }
+
+    /// Waits up to `timeoutMs` (-1: no limit) for up to `max` events (at most 256); fills
+    /// `tokens` and `events` and returns the count. EINTR comes back as a failure.
+    public static func epollWait(_ epfd: Int32, _ tokens: UnsafeMutablePointer<UInt64>, _ events: UnsafeMutablePointer<UInt32>,
+                                 _ max: Int32, _ timeoutMs: Int32) -> Result<Int, Errno> {
+        let n = clinux_epoll_wait(epfd, tokens, events, max, timeoutMs)
+        return n >= 0 ? .success(Int(n)) : .failure(Errno(-n))
+    }
+}
