@@ -46,7 +46,7 @@ let package = Package(
                            "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
-        .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore"]),
+        .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),

@@ -203,5 +203,7 @@ public final class EventLoop {
             runDeferred()
             afterEvents()
         }
+        // A later run() runs again (tests drive one loop in several runs).
+        stopRequested = false
     }
 }

@@ -119,6 +119,8 @@ final class Owner: SpliceOwner {
     var ended: [Splice.Ending] = []
     var moved = 0
     var attachOnConnect: MemoryStream?
+    /// Owners keep their splices.
+    var splices: [Splice] = []
     func spliceConnected(_ splice: Splice) {
         connected += 1
         if let a = attachOnConnect { splice.attach(a) }
@@ -155,6 +157,7 @@ final class SpliceTests: XCTestCase {
     /// A splice dialled and connected: `app` inbound, the returned stream outbound.
     func connectedSplice(idleMs: UInt64 = 0, meter: SpliceMeter? = nil) -> (Splice, MemoryStream) {
         let s = Splice(loop: loop, owner: owner, meter: meter, connectTimeoutMs: 10_000, idleTimeoutMs: idleMs)
+        owner.splices.append(s)
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
         let remote = out.opened[0]
         remote.events?.streamConnected()
@@ -168,8 +171,8 @@ final class SpliceTests: XCTestCase {
         let (s, remote) = connectedSplice(meter: meter)
         app.feed(bytes(100_000))
         remote.feed(bytes(70_000, seed: 3))
-        XCTAssertEqual(remote.written, bytes(100_000))
-        XCTAssertEqual(app.written, bytes(70_000, seed: 3))
+        XCTAssertTrue(remote.written == bytes(100_000), "\(remote.written.count) bytes written")
+        XCTAssertTrue(app.written == bytes(70_000, seed: 3), "\(app.written.count) bytes written")
         XCTAssertEqual(s.bytesUp, 100_000)
         XCTAssertEqual(s.bytesDown, 70_000)
         XCTAssertEqual(meter.bytesUp, 100_000)
@@ -185,8 +188,9 @@ final class SpliceTests: XCTestCase {
         remote.events?.streamConnected()
         XCTAssertFalse(remote.readInterest, "remote bytes wait until the inbound end is attached")
         remote.inbox = bytes(10)
-        s.attach(app, initialUp: UnsafeRawBufferPointer(start: [UInt8(1), 2, 3], count: 3))
-        XCTAssertEqual(app.written, bytes(10))
+        let early: [UInt8] = [1, 2, 3]
+        early.withUnsafeBytes { s.attach(app, initialUp: $0) }
+        XCTAssertTrue(app.written == bytes(10), "\(app.written.count) bytes written")
         XCTAssertEqual(remote.written, [1, 2, 3], "bytes read before attach go first")
     }
 
@@ -200,7 +204,7 @@ final class SpliceTests: XCTestCase {
         XCTAssertLessThanOrEqual(data.count - app.inbox.count, Splice.chunk, "at most one read waits in the splice")
         let readsWhilePaused = app.reads
         for _ in 0..<200 where remote.written.count < data.count { remote.drain(50_000) }
-        XCTAssertEqual(remote.written, data)
+        XCTAssertTrue(remote.written == data, "\(remote.written.count) bytes written")
         XCTAssertTrue(app.readInterest)
         XCTAssertGreaterThan(app.reads, readsWhilePaused)
     }
@@ -214,7 +218,7 @@ final class SpliceTests: XCTestCase {
         XCTAssertEqual(app.inbox.count, 40_000, "only what the destination took is consumed")
         XCTAssertFalse(app.readInterest)
         remote.drain(1_000_000)
-        XCTAssertEqual(remote.written, data)
+        XCTAssertTrue(remote.written == data, "\(remote.written.count) bytes written")
     }
 
     func testHalfCloseEachWayThenClose() {
@@ -225,7 +229,7 @@ final class SpliceTests: XCTestCase {
         XCTAssertFalse(app.shut)
         // The remote keeps sending after the app's FIN.
         remote.feed(bytes(20_000, seed: 9))
-        XCTAssertEqual(app.written, bytes(20_000, seed: 9))
+        XCTAssertTrue(app.written == bytes(20_000, seed: 9), "\(app.written.count) bytes written")
         XCTAssertTrue(owner.ended.isEmpty)
         remote.finishInput()
         XCTAssertTrue(app.shut)
@@ -242,7 +246,7 @@ final class SpliceTests: XCTestCase {
         app.finishInput()
         XCTAssertFalse(remote.shut, "no half-close while bytes wait")
         remote.drain(10_000)
-        XCTAssertEqual(remote.written, bytes(1000))
+        XCTAssertTrue(remote.written == bytes(1000), "\(remote.written.count) bytes written")
         XCTAssertTrue(remote.shut)
     }
 
@@ -273,6 +277,7 @@ final class SpliceTests: XCTestCase {
         let app2 = MemoryStream()
         owner2.attachOnConnect = app2
         let s2 = Splice(loop: loop, owner: owner2, connectTimeoutMs: 10_000)
+        owner2.splices.append(s2)
         s2.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
         let remote2 = out.opened[1]
         remote2.events?.streamConnected()
@@ -292,6 +297,7 @@ final class SpliceTests: XCTestCase {
 
         let owner2 = Owner()
         let s2 = Splice(loop: loop, owner: owner2, connectTimeoutMs: 30)
+        owner2.splices.append(s2)
         s2.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
         let t0 = monotonicMilliseconds()
         loop.turn(100)
@@ -320,8 +326,8 @@ final class SpliceTests: XCTestCase {
         app.feed(bytes(600_000))
         loop.turn(0)
         loop.turn(0)
-        XCTAssertEqual(remote.written, bytes(600_000))
-        XCTAssertEqual(app.written, bytes(300_000, seed: 5))
+        XCTAssertTrue(remote.written == bytes(600_000), "\(remote.written.count) bytes written")
+        XCTAssertTrue(app.written == bytes(300_000, seed: 5), "\(app.written.count) bytes written")
     }
 
     func testOwnerResetAndCloseCallNoOwner() {
@@ -393,7 +399,7 @@ final class SocketStreamTests: XCTestCase {
         _ = clinux_set_linger_reset(peer)
         Glibc.close(peer)
         loop.turn(200)
-        XCTAssertEqual(ev.failed, [.other(ECONNRESET)].map { _ in FlowFailure(errno: ECONNRESET) })
+        XCTAssertEqual(ev.failed, [FlowFailure(errno: ECONNRESET)])
         XCTAssertEqual(ev.readable, 0, "no readable while reads are paused")
         XCTAssertEqual(s.fd, -1, "the failed socket is closed")
     }
