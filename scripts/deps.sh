@@ -5,8 +5,8 @@
 set -eu
 
 PACKAGES=(
-    # build: lwIP, libyaml and OpenSSL (the holder's TLS) and the Swift toolchain's needs
-    liblwip-dev libyaml-dev libssl-dev openssl pkg-config
+    # build: lwIP, libyaml, OpenSSL (the holder's TLS), c-ares (the resolver) and the Swift toolchain's needs
+    liblwip-dev libyaml-dev libssl-dev libc-ares-dev openssl pkg-config
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes

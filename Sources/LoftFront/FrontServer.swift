@@ -59,7 +59,7 @@ public final class FrontServer: CarrierListenerDelegate {
         tokens = settings.tokens.map { Array($0.utf8) }
         destinationAllowed = Self.destinationAllowed(settings: settings)
         // A name a client sends is held to the same addresses as one it names itself.
-        outbound = DirectOutbound(name: "front", loop: loop, resolver: try Resolver(loop: loop),
+        outbound = DirectOutbound(name: "front", loop: loop, resolver: runtime.resolver,
                                   allowResolved: destinationAllowed)
     }
 

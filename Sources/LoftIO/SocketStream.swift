@@ -35,6 +35,9 @@ public final class SocketStream: ByteStream, IOHandler {
     private var parked = false
     private let meter: StreamMeter?
     private var live = false
+    /// The name being resolved before `connect` (an outbound's); cancelled when the stream
+    /// ends first.
+    public var resolving: ResolveRequest?
 
     /// A stream that `connect(_:)` (or `failSoon(_:)`) starts.
     public init(loop: EventLoop, events: ByteStreamEvents?, meter: StreamMeter?) {
@@ -226,6 +229,7 @@ public final class SocketStream: ByteStream, IOHandler {
     public func reset() { teardown(reset: true) }
 
     private func teardown(reset: Bool) {
+        resolving?.cancel()
         finished = true
         ended()
         guard fd >= 0 else { return }

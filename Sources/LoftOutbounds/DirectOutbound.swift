@@ -72,7 +72,7 @@ public final class DirectOutbound: Outbound {
                 stream.failSoon(.resolveFailed)
                 break
             }
-            resolver.resolve(name) { [weak self, weak stream] addresses in
+            stream.resolving = resolver.resolve(name) { [weak self, weak stream] addresses in
                 guard let self, let stream else { return }
                 if let address = self.pick(addresses) { stream.connect(Endpoint(address, port)) }
                 else { stream.failSoon(addresses.isEmpty ? .resolveFailed : .notAllowed) }
@@ -97,6 +97,8 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     private var closed = false
     private let meter: DirectOutbound.Meter
     private let outbound: DirectOutbound
+    /// Names being resolved for datagrams; cancelled at close.
+    var resolving: [ResolveRequest] = []
     // Shared receive buffer: one loop thread, and each datagram is delivered before the next read.
     nonisolated(unsafe) private static let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
@@ -145,10 +147,11 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
         case .domain(let name, let port):
             guard let resolver else { return false }
             let copy = Array(payload)
-            resolver.resolve(name) { [weak self] addrs in
+            resolving.removeAll { !$0.isPending }
+            resolving.append(resolver.resolve(name) { [weak self] addrs in
                 guard let self, let a = self.outbound.pick(addrs) else { return }
                 copy.withUnsafeBytes { _ = self.send($0, to: .ip(Endpoint(a, port))) }
-            }
+            })
             return true
         }
     }
@@ -174,6 +177,8 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     func close() {
         if !closed { meter.usage.liveFlows -= 1 }
         closed = true
+        for r in resolving { r.cancel() }
+        resolving.removeAll()
         for s in [v4, v6] where s >= 0 {
             loop.unregister(s)
             Glibc.close(s)

@@ -50,7 +50,7 @@ enum Application {
             case .drop: outbounds[o.name] = DropOutbound(name: o.name, loop: loop)
             case .loft(let server, let carrier, let token, let verification, let serverName):
                 do {
-                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop) }
+                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
                     var options = try holderOptions(server: server, carrier: carrier, token: token, verification: verification,
                                                     serverName: serverName, config: config)
                     options.stateFile = o.stateFile
