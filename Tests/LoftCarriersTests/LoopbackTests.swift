@@ -236,7 +236,7 @@ final class LoopbackTests: XCTestCase {
     }
 
     func testResolvesNames() throws {
-        // "localhost" goes through getaddrinfo off the loop; the certificate names it too.
+        // "localhost" goes through the loop's resolver (/etc/hosts); the certificate names it too.
         let r = try dialOutcome(.ws, tls: TLSClientOptions(caFile: TestPKI.shared.ca), host: "localhost")
         XCTAssertTrue(r.connected, "\(String(describing: r.reason))")
     }
