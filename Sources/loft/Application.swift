@@ -38,7 +38,9 @@ enum Application {
         let signals = SignalWatcher(loop: loop)
         let runtime = Runtime(config: config, configPath: configPath, loop: loop)
 
-        let resolver = try? Resolver(loop: loop)
+        // The loop's one resolver, shared by the direct outbounds and the holders' carriers.
+        let resolver: Resolver
+        do { resolver = try Resolver(loop: loop) } catch { Log.error("start.failed", ["resolver": error]); return 1 }
         var outbounds: [String: Outbound] = [
             "direct": DirectOutbound(loop: loop, resolver: resolver),
             "drop": DropOutbound(loop: loop),
