@@ -36,7 +36,8 @@ int cares_library_init(void) {
 }
 
 cares_channel *cares_channel_new(cares_socket_cb socket_cb, void *socket_context,
-                                 const char *servers, int timeout_ms, int tries, int *error) {
+                                 const char *resolv_conf, const char *servers, uint16_t port,
+                                 int timeout_ms, int tries, int *error) {
     cares_channel *channel = calloc(1, sizeof(*channel));
     if (!channel) {
         *error = ARES_ENOMEM;
@@ -55,6 +56,16 @@ cares_channel *cares_channel_new(cares_socket_cb socket_cb, void *socket_context
     if (tries > 0) {
         options.tries = tries;
         mask |= ARES_OPT_TRIES;
+    }
+    if (port != 0) {
+        options.udp_port = port;
+        options.tcp_port = port;
+        mask |= ARES_OPT_UDP_PORT | ARES_OPT_TCP_PORT;
+    }
+    if (resolv_conf) {
+        // c-ares copies the path.
+        options.resolvconf_path = (char *)resolv_conf;
+        mask |= ARES_OPT_RESOLVCONF;
     }
     int status = ares_init_options(&channel->ares, &options, mask);
     if (status != ARES_SUCCESS) {

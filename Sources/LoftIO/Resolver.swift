@@ -1,4 +1,5 @@
 import CAres
+import Glibc
 import LoftCore
 
 /// A resolution in progress. After `cancel()` its completion never runs.
@@ -28,7 +29,9 @@ public struct ResolverError: Error, CustomStringConvertible {
 /// The one name resolver of an event loop, on c-ares: its sockets are watched by the loop, its
 /// timeouts are a loop timer, nothing blocks and no thread is involved. Reads /etc/hosts (at
 /// each lookup) and then asks the servers of /etc/resolv.conf (or the ones given), as c-ares
-/// does by default.
+/// does by default. When resolv.conf changes (checked at most every `confCheckMs`, when a
+/// name is resolved) later lookups go to a fresh c-ares channel that reads it again, and the cache is
+/// emptied; lookups already out finish on the old channel.
 ///
 /// Completions run on the loop, never from inside `resolve`: IP literals and cached answers on
 /// the next turn (`loop.soon`), the rest when their answer arrives or the tries time out.
@@ -38,10 +41,16 @@ public struct ResolverError: Error, CustomStringConvertible {
 /// name already being looked up join that lookup.
 public final class Resolver {
     private let loop: EventLoop
-    private let sockets: ResolverSockets
-    private let channel: OpaquePointer
-    private var timer: TimerHandle?
-    private var timerDue: UInt64 = 0
+    private let settings: ChannelSettings
+    /// The channel new lookups go to.
+    private var channel: Channel
+    /// Channels replaced after a resolv.conf change, kept until their lookups end.
+    private var retired: [Channel] = []
+    var retiredChannels: Int { retired.count }
+    private var confStamp: FileStamp
+    private var nextConfCheck: UInt64 = 0
+    /// How often (at most) resolv.conf is checked for changes.
+    public static let confCheckMs: UInt64 = 2000
 
     /// Names being looked up (lower-cased), with the requests waiting for them.
     private var inFlight: [String: Lookup] = [:]
@@ -64,47 +73,26 @@ public final class Resolver {
 
     /// c-ares lookups started (names that were neither literals, cached nor already in flight).
     public private(set) var lookupsStarted: UInt64 = 0
+    /// Times a changed resolv.conf was read again.
+    public private(set) var confReloads: UInt64 = 0
 
-    private static let libraryStatus: Int32 = cares_library_init()
-
-    /// `servers`: "host:port" entries to ask instead of /etc/resolv.conf's (IPv6 hosts in
-    /// brackets). `timeoutMs`: the first try's timeout, doubled at each further try; `tries`:
-    /// rounds over the servers (2000 ms and 2: an unanswered name gives up after 6 s).
-    public init(loop: EventLoop, servers: [String]? = nil, timeoutMs: Int = 2000, tries: Int = 2,
+    /// `servers`: "host:port" entries to ask instead of resolv.conf's (IPv6 hosts in
+    /// brackets). `resolvConf`: the file read for servers, search domains and options.
+    /// `serverPort`: the port of servers named without one (nil: 53). `timeoutMs`: the first
+    /// try's timeout, doubled at each further try; `tries`: rounds over the servers (2000 ms
+    /// and 2: an unanswered name gives up after 6 s).
+    public init(loop: EventLoop, servers: [String]? = nil, resolvConf: String = "/etc/resolv.conf",
+                serverPort: UInt16? = nil, timeoutMs: Int = 2000, tries: Int = 2,
                 cacheEntries: Int = 1024, negativeTTLms: UInt64 = 5000) throws {
-        guard Self.libraryStatus == 0 else {
-            throw ResolverError(description: "c-ares: \(String(cString: cares_error_text(Self.libraryStatus)))")
-        }
         self.loop = loop
         self.cacheEntries = max(0, cacheEntries)
         self.negativeTTLms = negativeTTLms
-        sockets = ResolverSockets(loop: loop)
-        var error: Int32 = 0
-        let context = Unmanaged.passUnretained(sockets).toOpaque()
-        let socketChanged: cares_socket_cb = { context, fd, readable, writable in
-            guard let context else { return }
-            Unmanaged<ResolverSockets>.fromOpaque(context).takeUnretainedValue()
-                .update(fd, readable: readable != 0, writable: writable != 0)
-        }
-        let made: OpaquePointer? = if let servers {
-            servers.joined(separator: ",").withCString {
-                cares_channel_new(socketChanged, context, $0, Int32(clamping: timeoutMs), Int32(clamping: tries), &error)
-            }
-        } else {
-            cares_channel_new(socketChanged, context, nil, Int32(clamping: timeoutMs), Int32(clamping: tries), &error)
-        }
-        guard let made else {
-            throw ResolverError(description: "c-ares: \(String(cString: cares_error_text(error)))")
-        }
-        channel = made
-        sockets.resolver = self
-    }
-
-    deinit {
-        if let timer { loop.cancel(timer) }
-        // Closes c-ares's sockets (each unregistered from the loop first); lookups in flight
-        // end without their completions.
-        cares_channel_free(channel)
+        settings = ChannelSettings(resolvConf: resolvConf, servers: servers?.joined(separator: ","),
+                                   port: serverPort ?? 0, timeoutMs: Int32(clamping: timeoutMs),
+                                   tries: Int32(clamping: tries))
+        confStamp = FileStamp(resolvConf)
+        channel = try Channel(loop: loop, settings)
+        nextConfCheck = loop.now + Self.confCheckMs
     }
 
     /// Resolves `name` (a host name, or an IP literal: IPv6 with or without brackets) and calls
@@ -121,6 +109,7 @@ public final class Resolver {
             deliverSoon([request], [])
             return request
         }
+        reloadIfConfChanged()
         let key = name.lowercased()
         if let addresses = cached(key) {
             deliverSoon([request], addresses)
@@ -130,25 +119,29 @@ public final class Resolver {
             lookup.waiters.append(request)
             return request
         }
-        let lookup = Lookup(key: key, resolver: self, request: request)
+        let lookup = Lookup(key: key, resolver: self, channel: channel, request: request)
         inFlight[key] = lookup
         lookupsStarted += 1
+        channel.pending += 1
         // The lookup is retained until its result callback, which runs exactly once (maybe
         // during cares_lookup: an /etc/hosts entry).
         let context = Unmanaged.passRetained(lookup).toOpaque()
         // Host mode marks loft's own sockets (set after start-up began): c-ares's too.
-        cares_set_mark(channel, Sockets.outboundMark)
-        cares_lookup(channel, name, { context, result, detail, addresses, count, ttl in
+        cares_set_mark(channel.pointer, Sockets.outboundMark)
+        cares_lookup(channel.pointer, name, { context, result, detail, addresses, count, ttl in
             guard let context else { return }
             let lookup = Unmanaged<Lookup>.fromOpaque(context).takeRetainedValue()
-            guard Int(result) != CARES_RESULT_DESTROYED, let resolver = lookup.resolver else { return }
+            // Destroyed: the channel is being freed (the resolver went); nothing to tell.
+            guard Int(result) != CARES_RESULT_DESTROYED else { return }
+            lookup.channel?.pending -= 1
+            guard let resolver = lookup.resolver else { return }
             var list = [IPAddress]()
             if let addresses, count > 0 {
                 list = Resolver.ordered(UnsafeBufferPointer(start: addresses, count: Int(count)))
             }
             resolver.finish(lookup, result: result, detail: detail, addresses: list, ttl: ttl)
         }, context)
-        rearmTimer()
+        channel.rearmTimer()
         return request
     }
 
@@ -200,6 +193,33 @@ public final class Resolver {
             store(lookup.key, addresses, lifetime: min(UInt64(max(ttl, 0)) * 1000, Self.maximumTTLms))
         }
         deliverSoon(lookup.waiters, addresses)
+        // A retired channel is freed once its last lookup ended, outside c-ares's callback.
+        if let ch = lookup.channel, ch.pending == 0, retired.contains(where: { $0 === ch }) {
+            loop.soon { [weak self] in self?.retired.removeAll { $0 === ch && $0.pending == 0 } }
+        }
+    }
+
+    /// Moves new lookups to a fresh channel when resolv.conf changed since the current one
+    /// read it, and empties the cache (answers and failures may differ with other servers).
+    private func reloadIfConfChanged() {
+        guard loop.now >= nextConfCheck else { return }
+        nextConfCheck = loop.now + Self.confCheckMs
+        let stamp = FileStamp(settings.resolvConf)
+        guard stamp != confStamp else { return }
+        let fresh: Channel
+        do { fresh = try Channel(loop: loop, settings) } catch {
+            Log.warn("resolver.reload-failed", ["file": settings.resolvConf, "error": error])
+            return
+        }
+        confStamp = stamp
+        confReloads += 1
+        Log.info("resolver.reloaded", ["file": settings.resolvConf])
+        // Not inside a c-ares callback here: an idle channel is freed at once.
+        if channel.pending > 0 { retired.append(channel) }
+        channel = fresh
+        cache.removeAll()
+        insertions.removeAll()
+        insertionsStart = 0
     }
 
     // MARK: cache
@@ -238,22 +258,125 @@ public final class Resolver {
         // No live record left: cannot happen while entries exist, but never loop forever.
         cache.removeAll()
     }
+}
 
-    // MARK: c-ares on the loop
+/// One name being looked up and the requests waiting for it.
+private final class Lookup {
+    let key: String
+    weak var resolver: Resolver?
+    /// Weak: the resolver owns its channels, and freeing one from inside its own callback (the
+    /// last reference dropped there) would free c-ares under its own feet.
+    weak var channel: Channel?
+    var waiters: [ResolveRequest]
 
-    /// The loop saw `events` on one of c-ares's sockets.
-    fileprivate func process(_ fd: Int32, _ events: UInt32) {
+    init(key: String, resolver: Resolver, channel: Channel, request: ResolveRequest) {
+        self.key = key
+        self.resolver = resolver
+        self.channel = channel
+        waiters = [request]
+    }
+}
+
+/// How every channel of a resolver is made.
+private struct ChannelSettings {
+    var resolvConf: String
+    var servers: String?
+    var port: UInt16
+    var timeoutMs: Int32
+    var tries: Int32
+}
+
+/// A file's identity and modification time (all zero when it cannot be read): a changed stamp
+/// means a changed file.
+private struct FileStamp: Equatable {
+    var device: UInt64 = 0, inode: UInt64 = 0, size: Int64 = 0, seconds: Int = 0, nanoseconds: Int = 0
+
+    init(_ path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return }
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+        size = Int64(st.st_size)
+        seconds = st.st_mtim.tv_sec
+        nanoseconds = st.st_mtim.tv_nsec
+    }
+}
+
+/// One c-ares channel on the loop: the target of its socket callback (which also runs while the
+/// channel is freed), the sockets it asked to be watched, and a timer at its next timeout.
+private final class Channel {
+    let loop: EventLoop
+    private(set) var pointer: OpaquePointer!
+    /// Lookups started on this channel whose result has not come yet.
+    var pending = 0
+    private var watched: [Int32: ResolverSocket] = [:]
+    private var timer: TimerHandle?
+    private var timerDue: UInt64 = 0
+
+    private static let libraryStatus: Int32 = cares_library_init()
+
+    init(loop: EventLoop, _ settings: ChannelSettings) throws {
+        guard Self.libraryStatus == 0 else {
+            throw ResolverError(description: "c-ares: \(String(cString: cares_error_text(Self.libraryStatus)))")
+        }
+        self.loop = loop
+        var error: Int32 = 0
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        let socketChanged: cares_socket_cb = { context, fd, readable, writable in
+            guard let context else { return }
+            Unmanaged<Channel>.fromOpaque(context).takeUnretainedValue()
+                .update(fd, readable: readable != 0, writable: writable != 0)
+        }
+        pointer = settings.resolvConf.withCString { conf in
+            if let servers = settings.servers {
+                servers.withCString {
+                    cares_channel_new(socketChanged, context, conf, $0, settings.port, settings.timeoutMs, settings.tries, &error)
+                }
+            } else {
+                cares_channel_new(socketChanged, context, conf, nil, settings.port, settings.timeoutMs, settings.tries, &error)
+            }
+        }
+        guard pointer != nil else {
+            throw ResolverError(description: "c-ares: \(String(cString: cares_error_text(error)))")
+        }
+    }
+
+    deinit {
+        if let timer { loop.cancel(timer) }
+        // Closes c-ares's sockets (each unregistered from the loop first: `update`); lookups
+        // still out end as destroyed, without their completions.
+        if let pointer { cares_channel_free(pointer) }
+    }
+
+    /// c-ares wants `fd` watched for reading and/or writing, or (neither) is about to close it.
+    func update(_ fd: Int32, readable: Bool, writable: Bool) {
+        if !readable && !writable {
+            if watched.removeValue(forKey: fd) != nil { loop.unregister(fd) }
+            return
+        }
+        let mask = (readable ? IOEvents.readable : 0) | (writable ? IOEvents.writable : 0)
+        if watched[fd] != nil {
+            loop.modify(fd, mask)
+        } else {
+            let socket = ResolverSocket(fd: fd, channel: self)
+            watched[fd] = socket
+            loop.register(fd, mask, socket)
+        }
+    }
+
+    /// The loop saw `events` on one of this channel's sockets.
+    func process(_ fd: Int32, _ events: UInt32) {
         let failed = events & (IOEvents.error | IOEvents.hangup) != 0
         let readable = failed || events & IOEvents.readable != 0
         let writable = failed || events & IOEvents.writable != 0
-        cares_process(channel, readable ? fd : -1, writable ? fd : -1)
+        cares_process(pointer, readable ? fd : -1, writable ? fd : -1)
         rearmTimer()
     }
 
     /// Keeps one loop timer at c-ares's next timeout (a timer due earlier is kept: it handles
     /// what is due and sets the next). None while no lookup is pending.
-    private func rearmTimer() {
-        let ms = cares_timeout_ms(channel)
+    func rearmTimer() {
+        let ms = cares_timeout_ms(pointer)
         guard ms >= 0 else {
             if let timer { loop.cancel(timer) }
             timer = nil
@@ -271,59 +394,21 @@ public final class Resolver {
         timer = loop.schedule(after: after) { [weak self] in
             guard let self else { return }
             self.timer = nil
-            cares_process(self.channel, -1, -1)
+            cares_process(self.pointer, -1, -1)
             self.rearmTimer()
         }
     }
 }
 
-/// One name being looked up and the requests waiting for it.
-private final class Lookup {
-    let key: String
-    weak var resolver: Resolver?
-    var waiters: [ResolveRequest]
-
-    init(key: String, resolver: Resolver, request: ResolveRequest) {
-        self.key = key
-        self.resolver = resolver
-        waiters = [request]
-    }
-}
-
-/// c-ares's sockets as the loop watches them; the target of c-ares's socket callback, which
-/// also runs while the channel is freed (from the resolver's deinit), so it is not the resolver.
-private final class ResolverSockets {
-    let loop: EventLoop
-    weak var resolver: Resolver?
-    private var watched: [Int32: ResolverSocket] = [:]
-
-    init(loop: EventLoop) { self.loop = loop }
-
-    /// c-ares wants `fd` watched for reading and/or writing, or (neither) is about to close it.
-    func update(_ fd: Int32, readable: Bool, writable: Bool) {
-        if !readable && !writable {
-            if watched.removeValue(forKey: fd) != nil { loop.unregister(fd) }
-            return
-        }
-        let mask = (readable ? IOEvents.readable : 0) | (writable ? IOEvents.writable : 0)
-        if watched[fd] != nil {
-            loop.modify(fd, mask)
-        } else {
-            let socket = ResolverSocket(fd: fd, owner: self)
-            watched[fd] = socket
-            loop.register(fd, mask, socket)
-        }
-    }
-}
-
+/// The loop's handler for one c-ares socket.
 private final class ResolverSocket: IOHandler {
     let fd: Int32
-    weak var owner: ResolverSockets?
+    weak var channel: Channel?
 
-    init(fd: Int32, owner: ResolverSockets) {
+    init(fd: Int32, channel: Channel) {
         self.fd = fd
-        self.owner = owner
+        self.channel = channel
     }
 
-    func handleIO(_ events: UInt32) { owner?.resolver?.process(fd, events) }
+    func handleIO(_ events: UInt32) { channel?.process(fd, events) }
 }

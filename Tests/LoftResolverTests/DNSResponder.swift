@@ -4,7 +4,8 @@ import LoftIO
 
 /// A small DNS server on 127.0.0.1 for the resolver tests, on the test's loop: answers A and
 /// AAAA questions from `records` with the TTL given, NXDOMAIN for names it does not know,
-/// and counts every question it gets. `silent` drops every query; names in `malformed` get an
+/// and counts every question it gets. `silent` drops every query (`silentNames`, those for
+/// some names); names in `malformed` get an
 /// answer whose record claims more bytes than the packet has.
 final class DNSResponder: IOHandler {
     struct Records {
@@ -18,16 +19,19 @@ final class DNSResponder: IOHandler {
     let port: UInt16
     var records: [String: Records] = [:]
     var silent = false
+    /// Names never answered.
+    var silentNames: Set<String> = []
     var malformed: Set<String> = []
     /// Questions received, by "name A" / "name AAAA" (names lower-cased, no trailing dot).
     private(set) var questions: [String: Int] = [:]
     var totalQuestions: Int { questions.values.reduce(0, +) }
 
-    init(loop: EventLoop) throws {
+    /// Listens on `address` (IPv4), at `port` (0: any).
+    init(loop: EventLoop, address: IPAddress = IPAddress("127.0.0.1")!, port wanted: UInt16 = 0) throws {
         self.loop = loop
         let s = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
-        let address = SocketAddress(Endpoint(.v4(0x7F00_0001), 0))
+        let address = SocketAddress(Endpoint(address, wanted))
         guard address.withSockaddr({ bind(s, $0, $1) }) == 0, let local = Sockets.localEndpoint(s) else {
             close(s)
             throw SystemError("bind", Sockets.errno)
@@ -79,7 +83,7 @@ final class DNSResponder: IOHandler {
         let name = labels.joined(separator: ".")
         let typeName = type == 1 ? "A" : type == 28 ? "AAAA" : "TYPE\(type)"
         questions["\(name) \(typeName)", default: 0] += 1
-        if silent { return nil }
+        if silent || silentNames.contains(name) { return nil }
 
         var rdata: [[UInt8]] = []
         var ttl: UInt32 = 0

@@ -1,5 +1,5 @@
 import LoftCore
-import LoftIO
+@testable import LoftIO
 import LoftTestSupport
 import XCTest
 
@@ -295,5 +295,63 @@ final class ResolverTests: XCTestCase {
         XCTAssertNil(failed)
         XCTAssertEqual(calls, 0)
         XCTAssertEqual(dns.count("dropped.loft.test", "A"), 1, "nothing was retried after the resolver went")
+    }
+}
+
+/// A changed resolv.conf is read again: later lookups ask the servers it names now, and a
+/// lookup already out on the old channel still ends.
+final class ResolverReloadTests: XCTestCase {
+    func testAChangedResolvConfIsReadAgain() throws {
+        Log.threshold = .warn
+        let loop = try EventLoop()
+        let first = try DNSResponder(loop: loop)
+        // The same port on another loopback address: resolv.conf names servers without a port.
+        let second = try DNSResponder(loop: loop, address: IPAddress("127.0.0.2")!, port: first.port)
+        first.records["moved.loft.test"] = .init(v4: ["192.0.2.70"])
+        second.records["moved.loft.test"] = .init(v4: ["192.0.2.71"])
+        first.silentNames = ["slow.loft.test"]
+        let path = "/tmp/loft-resolver-test-\(getpid()).conf"
+        defer { unlink(path) }
+        func write(_ text: String) {
+            let f = fopen(path, "w")!
+            fputs(text, f)
+            fclose(f)
+        }
+        write("nameserver 127.0.0.1\n")
+        // 3 s: the slow lookup is still out on the old channel when the change is seen.
+        let r = try Resolver(loop: loop, resolvConf: path, serverPort: first.port, timeoutMs: 3000, tries: 1)
+        var before: [IPAddress]?
+        var slow: [IPAddress]?
+        var retiredWhileSlow = -1
+        var after: [IPAddress]?
+        var pause: UInt64 = 0
+        let failed = loop.run(steps: [
+            {
+                r.resolve("moved.loft.test") { before = $0 }
+                r.resolve("slow.loft.test") { slow = $0 }
+                return true
+            },
+            { before != nil },
+            {
+                write("# moved\nnameserver 127.0.0.2\n")
+                pause = monotonicMilliseconds() + Resolver.confCheckMs + 100
+                return true
+            },
+            { monotonicMilliseconds() >= pause },
+            { r.resolve("moved.loft.test") { after = $0 }; return true },
+            { after != nil },
+            { retiredWhileSlow = r.retiredChannels; return true },
+            { slow != nil },
+            { r.retiredChannels == 0 },
+        ], seconds: 8)
+        XCTAssertNil(failed)
+        XCTAssertEqual(before, [IPAddress("192.0.2.70")!])
+        XCTAssertEqual(after, [IPAddress("192.0.2.71")!], "the cache was emptied and the new server asked")
+        XCTAssertEqual(r.confReloads, 1)
+        XCTAssertEqual(first.count("moved.loft.test", "A"), 1)
+        XCTAssertEqual(second.count("moved.loft.test", "A"), 1)
+        XCTAssertEqual(slow, [], "the old channel timed its lookup out")
+        XCTAssertEqual(retiredWhileSlow, 1, "the old channel was kept while its lookup was out")
+        XCTAssertEqual(second.count("slow.loft.test", "A"), 0)
     }
 }

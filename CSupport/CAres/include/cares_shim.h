@@ -35,12 +35,14 @@ typedef void (*cares_result_cb)(void *context, int result, int detail,
 /// Initialises the library once per process (start-up; not thread-safe). 0 on success.
 int cares_library_init(void);
 
-/// A channel reading /etc/resolv.conf and /etc/hosts as c-ares does by default. `servers`
-/// (NULL: the resolv.conf ones) replaces the servers, "host:port,host:port" with IPv6 hosts in
-/// brackets. `timeout_ms` is the first try's timeout (later tries double it), `tries` how many
-/// rounds over the servers. Returns NULL on failure with c-ares's status in *error.
+/// A channel reading resolv.conf (`resolv_conf`, NULL: /etc/resolv.conf) and /etc/hosts as
+/// c-ares does by default. `servers` (NULL: the resolv.conf ones) replaces the servers,
+/// "host:port,host:port" with IPv6 hosts in brackets. `port` (0: 53) is the port of servers
+/// named without one. `timeout_ms` is the first try's timeout (later tries double it), `tries`
+/// how many rounds over the servers. Returns NULL on failure with c-ares's status in *error.
 cares_channel *cares_channel_new(cares_socket_cb socket_cb, void *socket_context,
-                                 const char *servers, int timeout_ms, int tries, int *error);
+                                 const char *resolv_conf, const char *servers, uint16_t port,
+                                 int timeout_ms, int tries, int *error);
 
 /// Ends every lookup (their callbacks run with CARES_RESULT_DESTROYED), closes the sockets
 /// (socket callbacks with both flags zero first), frees the channel.
