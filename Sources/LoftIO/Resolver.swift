@@ -30,14 +30,14 @@ public struct ResolverError: Error, CustomStringConvertible {
 /// timeouts are a loop timer, nothing blocks and no thread is involved. Reads /etc/hosts (at
 /// each lookup) and then asks the servers of /etc/resolv.conf (or the ones given), as c-ares
 /// does by default. When resolv.conf changes (checked at most every `confCheckMs`, when a
-/// name is resolved) later lookups go to a fresh c-ares channel that reads it again, and the cache is
-/// emptied; lookups already out finish on the old channel.
+/// name is resolved) later lookups go to a fresh c-ares channel that reads it again and the
+/// cache is emptied; lookups already out finish on the old channel.
 ///
 /// Completions run on the loop, never from inside `resolve`: IP literals and cached answers on
 /// the next turn (`loop.soon`), the rest when their answer arrives or the tries time out.
 /// Addresses come IPv4 first, then IPv6, each once; none when the name could not be resolved.
-/// Answers are cached for their smallest TTL (at most an hour), failures for
-/// `negativeTTLms`; at most `cacheEntries` names, the oldest entry evicted first. Lookups of a
+/// Answers are cached for their smallest TTL (at most an hour), failures (no such name, no
+/// address, no answer in time) for `negativeTTLms`; at most `cacheEntries` names, the oldest entry evicted first. Lookups of a
 /// name already being looked up join that lookup.
 public final class Resolver {
     private let loop: EventLoop
@@ -46,6 +46,7 @@ public final class Resolver {
     private var channel: Channel
     /// Channels replaced after a resolv.conf change, kept until their lookups end.
     private var retired: [Channel] = []
+    /// How many channels are retired and still running (for tests).
     var retiredChannels: Int { retired.count }
     private var confStamp: FileStamp
     private var nextConfCheck: UInt64 = 0

@@ -281,19 +281,33 @@ final class ResolverTests: XCTestCase {
         XCTAssertEqual(a.byTag["1 again"], ips("192.0.2.60"))
     }
 
+    /// Descriptors this process has open.
+    private func openDescriptors() -> Int {
+        guard let dir = opendir("/proc/self/fd") else { return -1 }
+        defer { closedir(dir) }
+        var n = 0
+        while readdir(dir) != nil { n += 1 }
+        return n
+    }
+
     /// A resolver dropped with a lookup in flight closes its socket and never calls back.
     func testDroppingTheResolverEndsItsLookups() throws {
         dns.silent = true
+        let before = openDescriptors()
         var r: Resolver? = try resolver(timeoutMs: 200, tries: 2)
         var calls = 0
+        var during = 0
+        var after = 0
         let failed = loop.run(steps: [
             { r?.resolve("dropped.loft.test") { _ in calls += 1 }; return true },
             { self.dns.count("dropped.loft.test", "A") == 1 },
-            { r = nil; return true },
+            { during = self.openDescriptors(); r = nil; after = self.openDescriptors(); return true },
             pause(900),
         ], seconds: 5)
         XCTAssertNil(failed)
         XCTAssertEqual(calls, 0)
+        XCTAssertGreaterThan(during, before, "the lookup had a socket open")
+        XCTAssertEqual(after, before, "its socket was closed with the resolver")
         XCTAssertEqual(dns.count("dropped.loft.test", "A"), 1, "nothing was retried after the resolver went")
     }
 }
