@@ -244,6 +244,35 @@ final class ResolverTests: XCTestCase {
         XCTAssertEqual(dns.totalQuestions, 0)
     }
 
+    /// A name of /etc/hosts other than localhost (which c-ares never sends to a server anyway)
+    /// comes from the file, and no server is asked.
+    func testOtherHostsFileNamesComeFromTheFile() throws {
+        var entry: (name: String, address: IPAddress)?
+        if let f = fopen("/etc/hosts", "r") {
+            defer { fclose(f) }
+            var line = [CChar](repeating: 0, count: 1024)
+            while entry == nil, fgets(&line, Int32(line.count), f) != nil {
+                let bytes = line.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }
+                let text = String(decoding: bytes, as: UTF8.self).split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false)[0]
+                let fields = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" })
+                guard fields.count >= 2, let a = IPAddress(String(fields[0])), a.isIPv4 else { continue }
+                if let name = fields.dropFirst().first(where: { !$0.lowercased().hasPrefix("localhost") }) {
+                    entry = (String(name), a)
+                }
+            }
+        }
+        guard let entry else { throw XCTSkip("/etc/hosts has no IPv4 name but localhost") }
+        let r = try resolver()
+        var result: [IPAddress]?
+        let failed = loop.run(steps: [
+            { r.resolve(entry.name) { result = $0 }; return true },
+            { result != nil },
+        ], seconds: 5)
+        XCTAssertNil(failed)
+        XCTAssertTrue(result?.contains(entry.address) == true, "\(entry.name): \(String(describing: result))")
+        XCTAssertEqual(dns.totalQuestions, 0)
+    }
+
     /// A record claiming more bytes than the answer holds: no address, no crash.
     func testAMalformedAnswerGivesNothing() throws {
         dns.records["broken.loft.test"] = .init(v4: ["192.0.2.50"], v6: ["2001:db8::50"])
