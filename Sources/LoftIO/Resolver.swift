@@ -383,10 +383,10 @@ private final class Channel {
             timer = nil
             return
         }
-        // One millisecond more: the loop's clock is read once per turn, so a timer can run a
-        // little early; c-ares then finds nothing due and the timer is set again.
+        // One millisecond more: the loop's clock counts whole milliseconds, so a timer could
+        // run up to one early; c-ares would then find nothing due and the timer be set again.
         let after = UInt64(ms) + 1
-        let due = loop.now + after
+        let due = monotonicMilliseconds() + after
         if let timer {
             if timerDue <= due { return }
             loop.cancel(timer)
