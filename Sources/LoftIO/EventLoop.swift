@@ -95,16 +95,6 @@ public final class EventLoop {
         if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
     }
 
-    /// Runs `action` every `intervalMs`, first `intervalMs` from now: a timer on the heap that
-    /// schedules its next run before running `action`. It cannot be cancelled (callers check
-    /// whether it still applies); new code uses `schedule` and keeps the handle.
-    public func every(_ intervalMs: UInt64, _ action: @escaping () -> Void) {
-        schedule(after: intervalMs) { [unowned self] in
-            self.every(intervalMs, action)
-            action()
-        }
-    }
-
     private var deferred: [() -> Void] = []
 
     /// Runs `action` after the current batch of events: for results that must not be delivered

@@ -18,16 +18,18 @@ final class Harness {
         runtime = try CarrierRuntime(loop: loop)
     }
 
-    /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass. The loop can
-    /// run once.
+    /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass.
     @discardableResult
     func run(seconds: Double, until done: @escaping () -> Bool) -> Bool {
         deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
-        loop.every(10) { [unowned self] in
-            if done() { self.loop.stop() } else if monotonicMilliseconds() > self.deadline {
+        loop.poll(every: 10) { [unowned self] in
+            if done() { self.loop.stop(); return false }
+            if monotonicMilliseconds() > self.deadline {
                 self.timedOut = true
                 self.loop.stop()
+                return false
             }
+            return true
         }
         loop.run()
         return !timedOut

@@ -374,7 +374,7 @@ final class SocketStreamTests: XCTestCase {
     /// A listening socket on 127.0.0.1 and its port.
     func listener() -> (Int32, UInt16) {
         let l = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var a = SocketAddress(Endpoint("127.0.0.1:0")!)
+        let a = SocketAddress(Endpoint("127.0.0.1:0")!)
         _ = a.withSockaddr { bind(l, $0, $1) }
         listen(l, 8)
         return (l, Sockets.localEndpoint(l)!.port)

@@ -147,18 +147,4 @@ final class TimerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(firedAt - start, 30)
         XCTAssertLessThan(firedAt - start, 500)
     }
-
-    /// `every` on the heap: runs repeatedly at its interval.
-    func testEveryRepeats() throws {
-        let loop = try EventLoop()
-        let start = monotonicMilliseconds()
-        var runs = 0
-        loop.every(10) {
-            runs += 1
-            if runs == 5 { loop.stop() }
-        }
-        XCTAssertTrue(run(loop))
-        XCTAssertEqual(runs, 5)
-        XCTAssertGreaterThanOrEqual(monotonicMilliseconds() - start, 50)
-    }
 }

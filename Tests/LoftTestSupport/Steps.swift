@@ -3,21 +3,34 @@ import LoftIO
 extension EventLoop {
     /// Runs the loop once through `steps`: each is called every 10 ms until it returns true,
     /// then the next. Returns the index of the step still waiting when `seconds` passed, or nil
-    /// when all were done. The loop cannot run twice, so one run per loop.
+    /// when all were done.
     public func run(steps: [() -> Bool], seconds: Double) -> Int? {
         let deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
         var index = 0
         var failed: Int?
-        every(10) { [unowned self] in
+        poll(every: 10) { [unowned self] in
             while index < steps.count, steps[index]() { index += 1 }
             if index == steps.count {
                 self.stop()
+                return false
             } else if monotonicMilliseconds() > deadline {
                 failed = index
                 self.stop()
+                return false
             }
+            return true
         }
         run()
         return failed
+    }
+}
+
+extension EventLoop {
+    /// Calls `check` every `ms` milliseconds (a timer that schedules the next) while it
+    /// returns true.
+    public func poll(every ms: UInt64, _ check: @escaping () -> Bool) {
+        schedule(after: ms) { [unowned self] in
+            if check() { self.poll(every: ms, check) }
+        }
     }
 }
