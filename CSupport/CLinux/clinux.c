@@ -64,15 +64,6 @@ int clinux_tun_open(const char *name, const char *netns_path) {
     return result;
 }
 
-int clinux_socket_in_netns(const char *netns_path, int domain, int type) {
-    int previous = enter_netns(netns_path);
-    if (previous < 0) return previous;
-    int fd = socket(domain, type, 0);
-    int result = fd < 0 ? -errno : fd;
-    leave_netns(previous);
-    return result;
-}
-
 int clinux_epoll_create(void) {
     int fd = epoll_create1(EPOLL_CLOEXEC);
     return fd < 0 ? -errno : fd;

@@ -33,8 +33,6 @@ struct ctls_conn {
     char err[320];
 };
 
-int ctls_version_number(void) { return (int)OpenSSL_version_num(); }
-
 static void put_err(char *err, size_t errlen, const char *what) {
     if (!err || errlen == 0) return;
     unsigned long e = ERR_get_error();
@@ -309,8 +307,6 @@ int ctls_shutdown(ctls_conn *c) {
     c->shutdown_sent = 1;
     return k == CTLS_WANT_READ ? CTLS_OK : CTLS_ERROR;
 }
-
-size_t ctls_pending(ctls_conn *c) { return (size_t)SSL_pending(c->ssl); }
 
 const char *ctls_conn_error(ctls_conn *c) { return c->err; }
 

@@ -11,10 +11,6 @@
 /// returns to its own before this returns). Returns the fd or -errno.
 int clinux_tun_open(const char *name, const char *netns_path);
 
-/// Runs with the calling thread inside `netns_path`: opens a socket of `domain`/`type` there
-/// and returns it (or -errno). Sockets keep the namespace they were created in.
-int clinux_socket_in_netns(const char *netns_path, int domain, int type);
-
 /// epoll: plain-integer wrappers (struct epoll_event is packed, which Swift imports poorly).
 int clinux_epoll_create(void);
 int clinux_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token);

@@ -19,9 +19,6 @@ enum {
 typedef struct ctls_ctx ctls_ctx;
 typedef struct ctls_conn ctls_conn;
 
-/// OpenSSL's version number (OPENSSL_VERSION_NUMBER of the library loaded).
-int ctls_version_number(void);
-
 /// A client context, TLS 1.3 only. Verification, in this order of precedence:
 ///   insecure != 0: no verification at all (only when the configuration says so);
 ///   otherwise, if ca_file is non-NULL: the chain must verify against that PEM file and the
@@ -58,8 +55,6 @@ long ctls_read(ctls_conn *c, void *buf, size_t len);
 long ctls_write(ctls_conn *c, const void *buf, size_t len);
 /// Sends close_notify once (does not wait for the peer's). CTLS_OK, CTLS_WANT_WRITE, CTLS_ERROR.
 int ctls_shutdown(ctls_conn *c);
-/// Decrypted bytes buffered inside OpenSSL, readable without touching the fd.
-size_t ctls_pending(ctls_conn *c);
 /// The last error's text ("" when none).
 const char *ctls_conn_error(ctls_conn *c);
 /// The negotiated ALPN name copied into buf (NUL-terminated); its length, 0 when none.
