@@ -691,11 +691,18 @@ final class HolderStream: ByteStream {
         holder.loop.soon(notifyAction)
     }
 
-    /// Made once: scheduling it per DATA frame then allocates nothing.
+    /// Made once: scheduling it per DATA frame then allocates nothing. A lost stream is one
+    /// streamFailed, whether or not reads are wanted.
     private lazy var notifyAction: () -> Void = { [weak self] in
         guard let self else { return }
         self.notifyScheduled = false
-        if !self.isDone && (self.readInterest || self.failure != nil) { self.events?.streamReadable() }
+        guard !self.isDone else { return }
+        if let f = self.failure {
+            self.isDone = true
+            self.events?.streamFailed(f)
+        } else if self.readInterest {
+            self.events?.streamReadable()
+        }
     }
 
     // ByteStream
