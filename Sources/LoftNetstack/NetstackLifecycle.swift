@@ -10,6 +10,11 @@ public struct LwIPResources: Equatable, Sendable, CustomStringConvertible {
     public var udpPCBs: Int
     public var netifs: Int
 
+    /// Nothing of lwIP's is live.
+    public var isEmpty: Bool {
+        tcpActive == 0 && tcpTimeWait == 0 && tcpListeners == 0 && tcpBound == 0 && udpPCBs == 0 && netifs == 0
+    }
+
     public var description: String {
         "tcp active \(tcpActive), time-wait \(tcpTimeWait), listeners \(tcpListeners), bound \(tcpBound), udp \(udpPCBs), netifs \(netifs)"
     }
