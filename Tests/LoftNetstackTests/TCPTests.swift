@@ -111,6 +111,19 @@ final class HandshakeTests: XCTestCase {
         XCTAssertEqual(Netstack.lwipResources().tcpActive, 0)
     }
 
+    func testDropRuleWithResetAnswersSYNWithRSTAndOpensNothing() {
+        let h = Harness()
+        defer { h.shutdown() }
+        h.router.decision = .drop(reset: true)
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        h.send(app.syn())
+        h.deliver(to: &app)
+        XCTAssertTrue(app.rstReceived)
+        XCTAssertTrue(h.outbound.streams.isEmpty)
+        XCTAssertEqual(h.netstack.tcpFlowCount, 0)
+        XCTAssertEqual(h.netstack.counters.dropped(.rule), 1)
+    }
+
     func testHostUnreachableAnswersSYNWithICMPUnreachable() {
         let h = Harness()
         defer { h.shutdown() }
@@ -211,6 +224,16 @@ final class FlowControlTests: XCTestCase {
         XCTAssertEqual(app.peerWindow, 0, "the app's window is closed")
         XCTAssertTrue(stream.written.isEmpty)
         XCTAssertGreaterThan(stream.writeCalls, 0)
+
+        // Bytes beyond the closed window are refused (and the refusal acknowledged), so what
+        // loft holds for a slow outbound stays bounded by the window.
+        let edge = app.sndNxt
+        h.send(app.data(pattern(100, seed: 200)))
+        app.sndNxt = edge
+        let refusal = h.deliver(to: &app)
+        XCTAssertFalse(refusal.isEmpty, "lwIP answered the out-of-window segment")
+        XCTAssertEqual(refusal.last?.ack, edge, "the out-of-window bytes were not taken")
+        XCTAssertEqual(app.peerWindow, 0)
 
         // Some room: the window opens by what the outbound took.
         stream.grant(20000)
