@@ -38,6 +38,8 @@ final class TestStream: ByteStream {
     var written: [UInt8] = []
     /// Bytes writes may still take (Int.max: unlimited). `grant(_:)` adds more.
     var room = Int.max
+    /// The most one write call takes (a socket buffer that drains between calls).
+    var maxPerWrite = Int.max
     private var writeCameUpShort = false
     /// Bytes waiting for the stack to read.
     private var readable: [UInt8] = []
@@ -129,10 +131,11 @@ final class TestStream: ByteStream {
         if readFailure != nil || closeCalls > 0 || resetCalls > 0 { return -1 }
         var taken = 0
         var short = false
+        let limit = min(room, maxPerWrite)
         for i in 0..<count {
             let iov = segments[i]
             let want = Int(iov.iov_len)
-            let n = min(want, room == Int.max ? want : room - taken)
+            let n = min(want, limit == Int.max ? want : limit - taken)
             if n > 0 {
                 written += UnsafeRawBufferPointer(start: iov.iov_base, count: n)
                 taken += n
@@ -239,7 +242,12 @@ final class Harness {
     }
 
     /// Shuts the stack down (idempotent); every test ends with it so the next can start one.
-    func shutdown() { netstack?.shutdown() }
+    /// Afterwards nothing of lwIP's may be left.
+    func shutdown(file: StaticString = #filePath, line: UInt = #line) {
+        netstack?.shutdown()
+        let r = Netstack.lwipResources()
+        XCTAssertTrue(r.isEmpty, "lwIP objects left after shutdown: \(r)", file: file, line: line)
+    }
 
     /// Drops the harness's reference to the stack without shutting it down (for deinit tests).
     func releaseStack() { netstack = nil }
