@@ -27,9 +27,10 @@ final class TestRouter: FlowRouter {
 
 /// An outbound byte stream the test controls: when it connects or fails, how many bytes its
 /// writes take, what there is to read and when EOF or a failure comes. The harness delivers its
-/// readiness once per loop turn, level-triggered like epoll: `streamReadable` while read
-/// interest is on and something is readable, `streamWritable` once after a write came up short
-/// and room was granted. Every call from the stack is counted.
+/// readiness once per loop turn, level-triggered like epoll but within the ByteStream contract:
+/// `streamReadable` only while read interest is on and something is readable (a reset while
+/// reads are paused is reported by `fail`, once), `streamWritable` once after a write came up
+/// short or `writeRoom` was 0, when there is room again. Every call from the stack is counted.
 final class TestStream: ByteStream {
     weak var events: ByteStreamEvents?
     let destination: Destination
@@ -49,8 +50,6 @@ final class TestStream: ByteStream {
     private var eofPending = false
     /// What reads return once the bytes are gone (a reset by the remote).
     private var readFailure: FlowFailure?
-    /// A failure wakes the reader whatever its read interest, as epoll reports EPOLLERR/EPOLLHUP.
-    var failureWakesAlways = false
 
     private(set) var connected = false
     private(set) var readInterest = false
@@ -116,7 +115,7 @@ final class TestStream: ByteStream {
             events?.streamWritable()
         }
         let hasSomething = unread > 0 || eofPending || readFailure != nil
-        if hasSomething && (readInterest || (readFailure != nil && failureWakesAlways)) {
+        if hasSomething && readInterest {
             readableEvents += 1
             events?.streamReadable()
         }
@@ -124,7 +123,12 @@ final class TestStream: ByteStream {
 
     // MARK: ByteStream
 
-    var writeRoom: Int { room }
+    /// What the next write takes. Reporting 0 promises a streamWritable once room is granted.
+    var writeRoom: Int {
+        let limit = min(room, maxPerWrite)
+        if limit == 0 { writeCameUpShort = true }
+        return limit
+    }
 
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
         writeCalls += 1
