@@ -100,9 +100,16 @@ static err_t netif_setup(struct netif *n) {
     return ERR_OK;
 }
 
+// lwip_init registers lwIP's cyclic timers each time it runs, so it runs once per process; a
+// later clwip_init (after clwip_shutdown) only installs the new callbacks.
+static int lwip_initialised;
+
 int clwip_init(const clwip_callbacks *callbacks) {
     cb = *callbacks;
-    lwip_init();
+    if (!lwip_initialised) {
+        lwip_init();
+        lwip_initialised = 1;
+    }
     return 0;
 }
 
@@ -414,3 +421,40 @@ uint32_t clwip_reap_timewait(void) {
 }
 
 void clwip_get_stats(clwip_stats *out) { *out = stats; }
+
+// ---- teardown -----------------------------------------------------------------------------
+
+void clwip_shutdown(void) {
+    // Connections first, while their input still exists: each is detached (no callback reaches
+    // Swift) and aborted, which sends an RST to the app unless it is in TIME_WAIT.
+    while (tcp_active_pcbs != NULL) {
+        struct tcp_pcb *pcb = tcp_active_pcbs;
+        detach(pcb);
+        tcp_abort(pcb);  // unlinks it from tcp_active_pcbs
+    }
+    while (tcp_tw_pcbs != NULL) tcp_abort(tcp_tw_pcbs);
+    // Listeners and bound-but-unopened pcbs are freed by tcp_close (it cannot fail for them).
+    while (tcp_listen_pcbs.pcbs != NULL) tcp_close(tcp_listen_pcbs.pcbs);
+    while (tcp_bound_pcbs != NULL) tcp_close(tcp_bound_pcbs);
+    while (udp_pcbs != NULL) udp_remove(udp_pcbs);
+    for (int i = slot_count - 1; i >= 0; i--) netif_remove(&slots[i].netif);
+    memset(slots, 0, sizeof slots);
+    slot_count = 0;
+    free(listener_by_port);
+    listener_by_port = NULL;
+    free(udp_by_port);
+    udp_by_port = NULL;
+    current_input = 0;
+    memset(&stats, 0, sizeof stats);
+}
+
+void clwip_get_resources(clwip_resources *out) {
+    memset(out, 0, sizeof *out);
+    for (struct tcp_pcb *p = tcp_active_pcbs; p != NULL; p = p->next) out->tcp_active++;
+    for (struct tcp_pcb *p = tcp_tw_pcbs; p != NULL; p = p->next) out->tcp_time_wait++;
+    for (struct tcp_pcb_listen *p = tcp_listen_pcbs.listen_pcbs; p != NULL; p = p->next) out->tcp_listen++;
+    for (struct tcp_pcb *p = tcp_bound_pcbs; p != NULL; p = p->next) out->tcp_bound++;
+    for (struct udp_pcb *p = udp_pcbs; p != NULL; p = p->next) out->udp++;
+    struct netif *n;
+    NETIF_FOREACH(n) out->netifs++;
+}

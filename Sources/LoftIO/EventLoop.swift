@@ -181,19 +181,44 @@ public final class EventLoop {
                 Log.error("epoll.wait", ["error": e.description])
                 return
             }
-            for i in 0..<n {
-                let token = tokens[i]
-                let fd = Int(UInt32(truncatingIfNeeded: token))
-                guard fd < registrations.count else { continue }
-                // A handler earlier in this batch may have closed this fd, and a new
-                // registration may have its number: only the registration the event is for.
-                let r = registrations[fd]
-                if r.generation == UInt32(truncatingIfNeeded: token >> 32), let h = r.handler { h.handleIO(events[i]) }
-            }
+            dispatch(n)
             runDeferred()
             afterEvents()
         }
         // A later run() runs again (tests drive one loop in several runs).
         stopRequested = false
+    }
+
+    /// Hands the first `n` events of the batch epoll returned to their handlers.
+    private func dispatch(_ n: Int) {
+        for i in 0..<n {
+            let token = tokens[i]
+            let fd = Int(UInt32(truncatingIfNeeded: token))
+            guard fd < registrations.count else { continue }
+            // A handler earlier in this batch may have closed this fd, and a new
+            // registration may have its number: only the registration the event is for.
+            let r = registrations[fd]
+            if r.generation == UInt32(truncatingIfNeeded: token >> 32), let h = r.handler { h.handleIO(events[i]) }
+        }
+    }
+
+    /// One turn of `run()` that waits at most `timeoutMs` for I/O (0: only what is ready now),
+    /// for code that drives the loop itself (tests): lwIP's timer hook and the due timers, the
+    /// deferred actions and after-event hooks, the ready handlers, then those again.
+    public func runOnce(timeoutMs: Int32 = 0) {
+        now = monotonicMilliseconds()
+        _ = timerHook?()
+        runTimers()
+        runDeferred()
+        afterEvents()
+        let waited = tokens.withUnsafeMutableBufferPointer { t in
+            events.withUnsafeMutableBufferPointer { e in
+                Syscall.epollWait(epfd, t.baseAddress!, e.baseAddress!, Int32(t.count), timeoutMs)
+            }
+        }
+        now = monotonicMilliseconds()
+        if case .success(let n) = waited { dispatch(n) }
+        runDeferred()
+        afterEvents()
     }
 }

@@ -62,8 +62,10 @@ public final class Netstack {
     public var tcpFlowCount: Int { tcpFlows.count }
     public var udpAssociationCount: Int { udpAssociations.count }
 
+    /// Creates the stack. lwIP is one global, so only one Netstack may be live at a time; the
+    /// next can be created once this one is shut down (`shutdown()` or deinit).
     public init(loop: EventLoop, router: FlowRouter, settings: Settings) {
-        precondition(activeNetstack == nil, "lwIP is a single global instance")
+        precondition(activeNetstack == nil, "lwIP is a single global instance: shut the previous Netstack down first")
         self.loop = loop
         self.router = router
         self.settings = settings
@@ -71,6 +73,14 @@ public final class Netstack {
         var cb = clwip_callbacks(output: lwipOutput, accepted: lwipAccepted, received: lwipReceived,
                                  sent: lwipSent, failed: lwipError, udp: lwipUDP)
         _ = clwip_init(&cb)
+    }
+
+    /// Set once `shutdown()` (or deinit) has released lwIP.
+    public internal(set) var isShutDown = false
+
+    deinit {
+        if !isShutDown { releaseInDeinit() }
+        scratch.deallocate()
     }
 
     /// The input's MTU changed (a holder's STATUS set a new one on the TUN).
@@ -494,7 +504,8 @@ final class UDPAssociation: DatagramEvents {
 // MARK: - C callbacks
 
 // lwIP is one global instance; its callbacks find the stack through this (loop thread only).
-nonisolated(unsafe) var activeNetstack: Netstack?
+// It does not own the stack: set by init, cleared by shutdown() or deinit.
+nonisolated(unsafe) unowned(unsafe) var activeNetstack: Netstack?
 
 extension clwip_endpoint {
     init(_ e: Endpoint) {

@@ -37,7 +37,7 @@ typedef struct {
     void (*udp)(int netif, const clwip_endpoint *src, const clwip_endpoint *dst, clwip_pbuf *p);
 } clwip_callbacks;
 
-/// Initialises lwIP once. Returns 0.
+/// Installs the callbacks; initialises lwIP on the first call only. Returns 0.
 int clwip_init(const clwip_callbacks *callbacks);
 /// Adds an input (TUN, bridge): a netif that accepts any destination. Returns its index.
 int clwip_netif_add(uint16_t mtu);
@@ -98,4 +98,17 @@ uint32_t clwip_reap_timewait(void);
 /// Live lwIP objects (for status and the flow-memory benchmark).
 typedef struct { uint32_t tcp_listeners, udp_ports, pbuf_alloc_failures; } clwip_stats;
 void clwip_get_stats(clwip_stats *out);
+
+/// Undoes everything clwip made since clwip_init: aborts every TCP connection (RST to the app,
+/// no callbacks into Swift), frees TIME_WAIT pcbs, listeners and UDP pcbs, removes every
+/// netif, and forgets the per-port tables and stats. lwIP itself stays initialised; a later
+/// clwip_init with new callbacks starts a fresh set of inputs. Never call from a callback.
+void clwip_shutdown(void);
+
+/// lwIP's live objects, counted on its own lists (Debian's build has no LWIP_STATS, so pbufs
+/// and memp pools cannot be counted).
+typedef struct {
+    uint32_t tcp_active, tcp_time_wait, tcp_listen, tcp_bound, udp, netifs;
+} clwip_resources;
+void clwip_get_resources(clwip_resources *out);
 #endif

@@ -1,0 +1,350 @@
+import Glibc
+import LoftCore
+import LoftIO
+import LoftNetstack
+import XCTest
+
+/// Collects every packet the stack emits towards the input.
+final class TestWriter: PacketWriter {
+    var packets: [[UInt8]] = []
+    func writePacket(_ packet: UnsafeRawBufferPointer) { packets.append(Array(packet)) }
+}
+
+/// Sends every flow to one outbound (or drops), counting how often it was asked.
+final class TestRouter: FlowRouter {
+    var decision: RouteDecision
+    var requests: [FlowRequest] = []
+
+    init(decision: RouteDecision) { self.decision = decision }
+
+    func route(_ request: FlowRequest) -> RouteMatch {
+        requests.append(request)
+        return RouteMatch(decision, rule: 0)
+    }
+
+    func calls(_ network: FlowNetwork) -> Int { requests.filter { $0.network == network }.count }
+}
+
+/// An outbound byte stream the test controls: when it connects or fails, how many bytes its
+/// writes take, what there is to read and when EOF or a failure comes. The harness delivers its
+/// readiness once per loop turn, level-triggered like epoll but within the ByteStream contract:
+/// `streamReadable` only while read interest is on and something is readable (a reset while
+/// reads are paused is reported by `fail`, once), `streamWritable` once after a write came up
+/// short or `writeRoom` was 0, when there is room again. Every call from the stack is counted.
+final class TestStream: ByteStream {
+    weak var events: ByteStreamEvents?
+    let destination: Destination
+
+    /// Bytes the stack wrote, in order.
+    var written: [UInt8] = []
+    /// Bytes writes may still take (Int.max: unlimited). `grant(_:)` adds more.
+    var room = Int.max
+    /// The most one write call takes (a socket buffer that drains between calls).
+    var maxPerWrite = Int.max
+    private var writeCameUpShort = false
+    /// Bytes waiting for the stack to read.
+    private var readable: [UInt8] = []
+    private var readOffset = 0
+    /// Bytes the stack read in total.
+    var bytesRead = 0
+    private var eofPending = false
+    /// What reads return once the bytes are gone (a reset by the remote).
+    private var readFailure: FlowFailure?
+
+    private(set) var connected = false
+    private(set) var readInterest = false
+
+    // What the stack did.
+    private(set) var readCalls = 0
+    private(set) var writeCalls = 0
+    private(set) var readableEvents = 0
+    private(set) var writableEvents = 0
+    private(set) var interestChanges: [Bool] = []
+    private(set) var shutdownWriteCalls = 0
+    private(set) var closeCalls = 0
+    private(set) var resetCalls = 0
+    var isFinished: Bool { closeCalls > 0 || resetCalls > 0 || failedReported }
+    private var failedReported = false
+
+    init(destination: Destination, events: ByteStreamEvents) {
+        self.destination = destination
+        self.events = events
+    }
+
+    // MARK: the test's controls
+
+    /// The remote accepted the connection.
+    func connect() {
+        connected = true
+        events?.streamConnected()
+    }
+
+    /// The stream broke (connecting failed, or the remote reset): one streamFailed.
+    func fail(_ failure: FlowFailure) {
+        failedReported = true
+        readable = []
+        readOffset = 0
+        readFailure = failure
+        events?.streamFailed(failure)
+    }
+
+    /// The remote reset, reported only through reads (`read` returns `.failed`).
+    func breakReads(_ failure: FlowFailure) {
+        readable = []
+        readOffset = 0
+        readFailure = failure
+    }
+
+    /// The remote sent these bytes.
+    func supply(_ bytes: [UInt8]) { readable += bytes }
+
+    /// The remote finished sending (EOF after the bytes supplied).
+    func finishSending() { eofPending = true }
+
+    /// Lets writes take `n` more bytes.
+    func grant(_ n: Int) { room = room == Int.max ? Int.max : room + n }
+
+    var unread: Int { readable.count - readOffset }
+
+    /// One loop turn's readiness for this stream.
+    func deliverReadiness() {
+        guard closeCalls == 0, resetCalls == 0, !failedReported else { return }
+        if writeCameUpShort && room > 0 {
+            writeCameUpShort = false
+            writableEvents += 1
+            events?.streamWritable()
+        }
+        let hasSomething = unread > 0 || eofPending || readFailure != nil
+        if hasSomething && readInterest {
+            readableEvents += 1
+            events?.streamReadable()
+        }
+    }
+
+    // MARK: ByteStream
+
+    /// What the next write takes. Reporting 0 promises a streamWritable once room is granted.
+    var writeRoom: Int {
+        let limit = min(room, maxPerWrite)
+        if limit == 0 { writeCameUpShort = true }
+        return limit
+    }
+
+    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        writeCalls += 1
+        if readFailure != nil || closeCalls > 0 || resetCalls > 0 { return -1 }
+        var taken = 0
+        var short = false
+        let limit = min(room, maxPerWrite)
+        for i in 0..<count {
+            let iov = segments[i]
+            let want = Int(iov.iov_len)
+            let n = min(want, limit == Int.max ? want : limit - taken)
+            if n > 0 {
+                written += UnsafeRawBufferPointer(start: iov.iov_base, count: n)
+                taken += n
+            }
+            if n < want { short = true; break }
+        }
+        if room != Int.max { room -= taken }
+        if short { writeCameUpShort = true }
+        return taken
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        readCalls += 1
+        if unread > 0 {
+            let n = min(buffer.count, unread)
+            readable.withUnsafeBytes { src in
+                buffer.baseAddress!.copyMemory(from: src.baseAddress! + readOffset, byteCount: n)
+            }
+            readOffset += n
+            bytesRead += n
+            if readOffset == readable.count { readable = []; readOffset = 0 }
+            return .data(n)
+        }
+        if let f = readFailure { return .failed(f) }
+        if eofPending { return .eof }
+        return .wouldBlock
+    }
+
+    func setReadInterest(_ on: Bool) {
+        if on != readInterest { interestChanges.append(on) }
+        readInterest = on
+    }
+
+    func shutdownWrite() { shutdownWriteCalls += 1 }
+    func close() { closeCalls += 1 }
+    func reset() { resetCalls += 1 }
+}
+
+/// The outbound side of one UDP association: what the stack sent, replies on demand.
+final class TestAssociation: DatagramAssociation {
+    weak var events: DatagramEvents?
+    var sent: [(payload: [UInt8], to: Destination)] = []
+    private(set) var closed = false
+
+    init(events: DatagramEvents) { self.events = events }
+
+    func send(_ payload: UnsafeRawBufferPointer, to destination: Destination) -> Bool {
+        sent.append((Array(payload), destination))
+        return true
+    }
+
+    func close() { closed = true }
+
+    /// A reply from `remote`.
+    func reply(_ payload: [UInt8], from remote: Endpoint) {
+        payload.withUnsafeBytes { events?.datagramReceived($0, from: remote) }
+    }
+}
+
+/// Hands out TestStreams and TestAssociations and keeps them for the test.
+final class TestOutbound: Outbound {
+    let name = "test"
+    var status: OutboundStatus { OutboundStatus(name: name, type: "test", state: "ready") }
+    var streams: [TestStream] = []
+    var associations: [TestAssociation] = []
+    /// Runs on each new stream inside openStream (e.g. to fail it later via the loop).
+    var onOpen: ((TestStream) -> Void)?
+
+    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
+        let s = TestStream(destination: destination, events: events)
+        streams.append(s)
+        onOpen?(s)
+        return s
+    }
+
+    func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        let a = TestAssociation(events: events)
+        associations.append(a)
+        return a
+    }
+}
+
+/// A Netstack on an embedded loop: packets in through `send`, one loop turn per `turn()`
+/// (stream readiness, then the loop's deferred work, after-event hooks and lwIP's timers),
+/// packets out collected by the writer.
+final class Harness {
+    let loop: EventLoop
+    let writer = TestWriter()
+    let outbound = TestOutbound()
+    let router: TestRouter
+    private(set) var netstack: Netstack!
+    private(set) var input = 0
+    private let dead = DeadEvents()
+
+    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500) {
+        loop = try! EventLoop()
+        router = TestRouter(decision: .drop(reset: true))
+        router.decision = .outbound(outbound)
+        let ns = Netstack(loop: loop, router: router, settings: settings)
+        netstack = ns
+        input = ns.addInput(mtu: mtu, writer: writer)
+        loop.timerHook = { [weak ns] in ns?.runTimers() ?? 1000 }
+        loop.addAfterEvents { [weak ns] in ns?.afterEvents() }
+    }
+
+    /// Shuts the stack down (idempotent); every test ends with it so the next can start one.
+    /// Afterwards nothing of lwIP's may be left.
+    func shutdown(file: StaticString = #filePath, line: UInt = #line) {
+        netstack?.shutdown()
+        let r = Netstack.lwipResources()
+        XCTAssertTrue(r.isEmpty, "lwIP objects left after shutdown: \(r)", file: file, line: line)
+    }
+
+    /// Drops the harness's reference to the stack without shutting it down (for deinit tests).
+    func releaseStack() { netstack = nil }
+
+    /// Feeds packets as one batch, then runs one loop turn.
+    func send(_ packets: [UInt8]...) { send(batch: packets) }
+
+    func send(batch packets: [[UInt8]]) {
+        for p in packets { p.withUnsafeBytes { netstack.input($0, from: input) } }
+        turn()
+    }
+
+    /// One loop iteration.
+    func turn() {
+        for s in outbound.streams { s.deliverReadiness() }
+        loop.runOnce(timeoutMs: 0)
+    }
+
+    func turns(_ n: Int) { for _ in 0..<n { turn() } }
+
+    /// Removes and returns the packets emitted so far.
+    func takePackets() -> [[UInt8]] {
+        defer { writer.packets.removeAll() }
+        return writer.packets
+    }
+
+    /// Removes the TCP segments for `app` from what was emitted, and lets the app take them.
+    @discardableResult
+    func deliver(to app: inout AppTCP, file: StaticString = #filePath, line: UInt = #line) -> [Segment] {
+        var mine: [Segment] = []
+        var rest: [[UInt8]] = []
+        for p in writer.packets {
+            if let s = Segment.parse(p), app.owns(s) { mine.append(s) } else { rest.append(p) }
+        }
+        writer.packets = rest
+        for s in mine { app.receive(s) }
+        XCTAssertEqual(app.unexpected, 0, "lwIP sent bytes out of order", file: file, line: line)
+        return mine
+    }
+
+    /// SYN, outbound opened and connected, SYN-ACK, ACK: an established flow.
+    func establish(_ app: inout AppTCP, file: StaticString = #filePath, line: UInt = #line) -> TestStream {
+        let before = outbound.streams.count
+        send(app.syn())
+        guard outbound.streams.count == before + 1 else {
+            XCTFail("the SYN opened no outbound stream", file: file, line: line)
+            return TestStream(destination: .ip(app.remote), events: dead)
+        }
+        let stream = outbound.streams[before]
+        stream.connect()
+        turn()
+        deliver(to: &app, file: file, line: line)
+        XCTAssertTrue(app.synAckSeen, "no SYN-ACK", file: file, line: line)
+        send(app.ackPacket())
+        deliver(to: &app, file: file, line: line)
+        return stream
+    }
+
+    /// The app receives what lwIP sent and ACKs it, until nothing new comes (at most `rounds`).
+    func pumpToApp(_ app: inout AppTCP, rounds: Int = 200) {
+        for _ in 0..<rounds {
+            turn()
+            let segs = deliver(to: &app)
+            if segs.isEmpty { return }
+            if segs.contains(where: { !$0.payload.isEmpty || $0.isFIN }) { send(app.ackPacket()) }
+        }
+    }
+}
+
+extension Netstack {
+    /// Live TCP flows by state name (connecting, handshaking, established, closing).
+    var states: [String: Int] { Dictionary(uniqueKeysWithValues: tcpStateCounts()) }
+}
+
+/// Events nobody listens to (placeholder for a failed setup).
+final class DeadEvents: ByteStreamEvents {
+    func streamConnected() {}
+    func streamFailed(_ failure: FlowFailure) {}
+    func streamReadable() {}
+    func streamWritable() {}
+}
+
+/// Byte-for-byte equality, reported as lengths and the first differing offset (not as dumps).
+func assertBytes(_ actual: [UInt8], _ expected: [UInt8], _ message: String = "",
+                 file: StaticString = #filePath, line: UInt = #line) {
+    if actual == expected { return }
+    let common = min(actual.count, expected.count)
+    let firstDiff = (0..<common).first { actual[$0] != expected[$0] } ?? common
+    XCTFail("bytes differ: got \(actual.count), expected \(expected.count), first difference at \(firstDiff) \(message)",
+            file: file, line: line)
+}
+
+/// Deterministic test bytes.
+func pattern(_ count: Int, seed: UInt8 = 0) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8 &+ Int(seed)) }
+}
