@@ -34,7 +34,6 @@ static struct tcp_pcb **listener_by_port;   // [65536]
 static struct udp_pcb **udp_by_port;    // [65536]
 // The input whose packet is being processed (valid inside clwip_input).
 static int current_input = 0;
-static clwip_stats stats;
 // The dummy put back after each input: nonzero so lwIP's routing still sees an up netif.
 static const uint32_t DUMMY_V4 = PP_HTONL(0x00000001UL);
 
@@ -157,7 +156,8 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err) 
         if (p) { tcp_recved(pcb, p->tot_len); pbuf_free(p); }
         return ERR_OK;
     }
-    return cb.received((uintptr_t)arg, (clwip_pbuf *)p) ? ERR_ABRT : ERR_OK;
+    cb.received((uintptr_t)arg, (clwip_pbuf *)p);
+    return ERR_OK;
 }
 
 static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len) {
@@ -207,7 +207,6 @@ static void ensure_listener(u16_t port) {
     if (!l) { tcp_close(pcb); return; }
     tcp_accept(l, on_accept);
     listener_by_port[port] = l;
-    stats.tcp_listeners++;
 }
 
 uint32_t clwip_tcp_sndbuf(clwip_tcp *c) {
@@ -303,7 +302,6 @@ static struct udp_pcb *ensure_udp(u16_t port) {
     if (udp_bind(pcb, IP_ANY_TYPE, port) != ERR_OK) { udp_remove(pcb); return NULL; }
     udp_recv(pcb, on_udp, NULL);
     udp_by_port[port] = pcb;
-    stats.udp_ports++;
     return pcb;
 }
 
@@ -312,7 +310,7 @@ int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to
     struct udp_pcb *pcb = ensure_udp(from->port);
     if (!pcb) return ERR_MEM;
     struct pbuf *p = pbuf_alloc(PBUF_TRANSPORT, len, PBUF_RAM);
-    if (!p) { stats.pbuf_alloc_failures++; return ERR_MEM; }
+    if (!p) return ERR_MEM;
     memcpy(p->payload, data, len);
     ip_addr_t src, dst;
     ip_from_endpoint(&src, from);
@@ -330,7 +328,7 @@ int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int ud
     if (syn_port >= 0) ensure_listener((u16_t)syn_port);
     if (udp_port >= 0) ensure_udp((u16_t)udp_port);
     struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
-    if (!p) { stats.pbuf_alloc_failures++; return -1; }
+    if (!p) return -1;
     memcpy(p->payload, packet, len);
     current_input = idx;
     // While this packet is processed, only its own input may look like a route for IPv4
@@ -395,14 +393,6 @@ int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, i
     return n;
 }
 
-ssize_t clwip_pbuf_writev(int fd, clwip_pbuf *const *chains, int count) {
-    struct iovec iov[64];
-    int n = clwip_pbuf_iovecs(chains, count, iov, 64);
-    if (n == 0) return 0;
-    ssize_t w = writev(fd, iov, n);
-    return w < 0 ? -errno : w;
-}
-
 uint32_t clwip_reap_timewait(void) {
     uint32_t n = 0;
     struct tcp_pcb *pcb = tcp_tw_pcbs;
@@ -419,8 +409,6 @@ uint32_t clwip_reap_timewait(void) {
     }
     return n;
 }
-
-void clwip_get_stats(clwip_stats *out) { *out = stats; }
 
 // ---- teardown -----------------------------------------------------------------------------
 
@@ -445,7 +433,6 @@ void clwip_shutdown(void) {
     free(udp_by_port);
     udp_by_port = NULL;
     current_input = 0;
-    memset(&stats, 0, sizeof stats);
 }
 
 void clwip_get_resources(clwip_resources *out) {

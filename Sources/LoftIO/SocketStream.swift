@@ -74,18 +74,16 @@ public final class SocketStream: ByteStream, IOHandler {
     /// Starts a nonblocking connect; `streamConnected` or `streamFailed` follows.
     public func connect(_ endpoint: Endpoint) {
         guard !finished, fd < 0 else { return }
-        let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
-        guard s >= 0 else { failSoon(FlowFailure(errno: Sockets.errno)); return }
+        let s: Int32
+        switch Sockets.open(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue)) {
+        case .success(let fd): s = fd
+        case .failure(let e): failSoon(FlowFailure(errno: e.code)); return
+        }
         _ = clinux_set_nodelay(s)
-        let addr = SocketAddress(endpoint)
-        let r = addr.withSockaddr { Glibc.connect(s, $0, $1) }
-        if r != 0 {
-            let e = Sockets.errno
-            if e != EINPROGRESS {
-                Glibc.close(s)
-                failSoon(FlowFailure(errno: e))
-                return
-            }
+        if case .failure(let e) = Syscall.connect(s, to: SocketAddress(endpoint)), e != .inProgress {
+            _ = Syscall.close(s)
+            failSoon(FlowFailure(errno: e.code))
+            return
         }
         fd = s
         connecting = true
@@ -172,15 +170,14 @@ public final class SocketStream: ByteStream, IOHandler {
     public func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
         guard fd >= 0 else { return -1 }
         if connecting { return 0 }
-        let n = writev(fd, segments, Int32(count))
-        if n < 0 {
-            let e = Sockets.errno
-            if e == EAGAIN || e == EWOULDBLOCK || e == EINTR {
-                wantWrite = true
-                updateMask()
-                return 0
-            }
-            return -1
+        let n: Int
+        switch Syscall.writev(fd, segments, Int32(count)) {
+        case .success(let k): n = k
+        case .failure(let e):
+            guard e.wouldBlock else { return -1 }
+            wantWrite = true
+            updateMask()
+            return 0
         }
         meter?.bytesWritten &+= UInt64(n)
         var total = 0
@@ -194,15 +191,15 @@ public final class SocketStream: ByteStream, IOHandler {
 
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard fd >= 0 else { return failure.map { .failed($0) } ?? .eof }
-        let n = recv(fd, buffer.baseAddress, buffer.count, 0)
-        if n > 0 {
+        switch Syscall.recv(fd, buffer.baseAddress!, buffer.count) {
+        case .success(0):
+            return .eof
+        case .success(let n):
             meter?.bytesRead &+= UInt64(n)
             return .data(n)
+        case .failure(let e):
+            return e.wouldBlock ? .wouldBlock : .failed(FlowFailure(errno: e.code))
         }
-        if n == 0 { return .eof }
-        let e = Sockets.errno
-        if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return .wouldBlock }
-        return .failed(FlowFailure(errno: e))
     }
 
     public func setReadInterest(_ on: Bool) {
@@ -222,7 +219,7 @@ public final class SocketStream: ByteStream, IOHandler {
     }
 
     public func shutdownWrite() {
-        if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+        if fd >= 0 { _ = Syscall.shutdown(fd, Int32(SHUT_WR)) }
     }
 
     public func close() { teardown(reset: false) }
@@ -236,7 +233,7 @@ public final class SocketStream: ByteStream, IOHandler {
         if registered { loop.unregister(fd) }
         registered = false
         if reset { _ = clinux_set_linger_reset(fd) }
-        Glibc.close(fd)
+        _ = Syscall.close(fd)
         fd = -1
     }
 }

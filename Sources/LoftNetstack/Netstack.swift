@@ -541,9 +541,8 @@ private func stream(_ token: UInt) -> LwipStream {
     Unmanaged<LwipStream>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
 }
 
-private let lwipReceived: @convention(c) (UInt, OpaquePointer?) -> Int32 = { token, p in
+private let lwipReceived: @convention(c) (UInt, OpaquePointer?) -> Void = { token, p in
     stream(token).received(p)
-    return 0
 }
 
 private let lwipSent: @convention(c) (UInt, UInt16) -> Void = { token, _ in

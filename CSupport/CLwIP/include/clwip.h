@@ -26,9 +26,9 @@ typedef struct {
     /// A TCP handshake completed. Return a nonzero token to keep the connection (it is passed to
     /// every later callback), or 0 to reset it.
     uintptr_t (*accepted)(clwip_tcp *pcb, int netif, const clwip_endpoint *src, const clwip_endpoint *dst);
-    /// Data (p != NULL, ownership passes to Swift) or the peer's FIN (p == NULL).
-    /// Return 0 normally; 1 when Swift aborted the pcb inside this callback.
-    int (*received)(uintptr_t token, clwip_pbuf *p);
+    /// Data (p != NULL, ownership passes to Swift) or the peer's FIN (p == NULL). Swift only
+    /// queues it (no pcb is closed or aborted inside).
+    void (*received)(uintptr_t token, clwip_pbuf *p);
     /// `len` bytes were acknowledged by the peer: send-buffer space is back.
     void (*sent)(uintptr_t token, uint16_t len);
     /// The connection is gone (reset by the peer or aborted by lwIP); the pcb is already freed.
@@ -81,8 +81,6 @@ clwip_pbuf *clwip_pbuf_consume(clwip_pbuf *p, uint16_t len);
 void clwip_pbuf_free(clwip_pbuf *p);
 /// Describes `count` chains as iovecs (at most `max`); returns how many were filled.
 int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, int max);
-/// writev()s `count` chains to fd in order, at most 64 segments. Returns bytes written or -errno.
-ssize_t clwip_pbuf_writev(int fd, clwip_pbuf *const *chains, int count);
 
 // UDP
 /// Sends a datagram from `from` (a remote endpoint, used as source) to `to` (the app) on netif.
@@ -95,13 +93,10 @@ int clwip_udp_send(int netif, const clwip_endpoint *from, const clwip_endpoint *
 /// many were freed.
 uint32_t clwip_reap_timewait(void);
 
-/// Live lwIP objects (for status and the flow-memory benchmark).
-typedef struct { uint32_t tcp_listeners, udp_ports, pbuf_alloc_failures; } clwip_stats;
-void clwip_get_stats(clwip_stats *out);
 
 /// Undoes everything clwip made since clwip_init: aborts every TCP connection (RST to the app,
 /// no callbacks into Swift), frees TIME_WAIT pcbs, listeners and UDP pcbs, removes every
-/// netif, and forgets the per-port tables and stats. lwIP itself stays initialised; a later
+/// netif, and forgets the per-port tables. lwIP itself stays initialised; a later
 /// clwip_init with new callbacks starts a fresh set of inputs. Never call from a callback.
 void clwip_shutdown(void);
 
