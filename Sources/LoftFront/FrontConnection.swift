@@ -97,20 +97,17 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
             tearDown(graceful: false)
             return
         }
-        closeIdleAssociations(now: now)
     }
 
-    /// Associations without a datagram either way for `udp-idle-timeout` are closed (RST
-    /// timed-out), so their sockets do not stay open for a client that forgot them.
-    private func closeIdleAssociations(now: UInt64) {
-        let limit = server.udpIdleMs
-        for (id, a) in associations where now >= a.lastActive && now - a.lastActive >= limit {
-            associations.removeValue(forKey: id)
-            a.close()
-            session.reset(stream: id, reason: .timedOut)
-            server.stats.associationsTimedOut += 1
-            Log.debug("association-timed-out", ["instance": instanceText, "association": id])
-        }
+    /// An association without a datagram either way for `udp-idle-timeout` (its own deadline)
+    /// is closed (RST timed-out), so its sockets do not stay open for a client that forgot it.
+    func associationIdle(_ a: DatagramRelay) {
+        guard associations[a.association] === a else { return }
+        associations.removeValue(forKey: a.association)
+        a.close()
+        session.reset(stream: a.association, reason: .timedOut)
+        server.stats.associationsTimedOut += 1
+        Log.debug("association-timed-out", ["instance": instanceText, "association": a.association])
     }
 
     // MARK: CarrierDelegate
@@ -243,6 +240,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
                 return
             }
             associations[stream] = relay
+            relay.armIdle()
             server.stats.associationsOpened += 1
             session.accept(stream: stream)
         case .icmp:

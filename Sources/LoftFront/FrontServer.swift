@@ -177,6 +177,7 @@ public final class FrontServer: CarrierListenerDelegate {
         if let id = connection.instanceID, attachments[id] === connection {
             attachments.removeValue(forKey: id)
             pool.detach(id, now: loop.now, expiryMs: expiryMs)
+            expireAt(loop.now &+ expiryMs)
             stateChanged()
         }
     }
@@ -209,18 +210,25 @@ public final class FrontServer: CarrierListenerDelegate {
         }
     }
 
-    /// Keepalive and idle associations of every connection, expired instances, and a state
-    /// write that failed earlier.
+    /// Keepalive of every connection, and a state write that failed earlier.
     private func housekeeping() {
         let now = loop.now
         for c in Array(connections.values) { c.tick(now: now) }
-        for lease in pool.sweep(now: now) {
-            stats.instancesExpired += 1
-            Log.info("instance-expired", ["instance": lease.instanceID, "ipv4": lease.ipv4])
-            stateChanged()
-        }
         // A write that failed earlier is tried again here.
         if stateDirty { scheduleStateWrite() }
+    }
+
+    /// A detached instance's expiry: a timer at that time frees whatever has expired by then
+    /// (nothing, if the instance was resumed meanwhile).
+    private func expireAt(_ at: UInt64) {
+        loop.schedule(at: at) { [weak self] in
+            guard let self, !self.shuttingDown else { return }
+            for lease in self.pool.sweep(now: self.loop.now) {
+                self.stats.instancesExpired += 1
+                Log.info("instance-expired", ["instance": lease.instanceID, "ipv4": lease.ipv4])
+                self.stateChanged()
+            }
+        }
     }
 
     // MARK: state file
@@ -304,6 +312,7 @@ public final class FrontServer: CarrierListenerDelegate {
             Log.warn("state-entry-dropped", ["instance": e.id, "ipv4": e.ipv4, "ipv6": e.ipv6.map { "\($0)" } ?? "-",
                                              "reason": reason])
         }
+        for lease in pool.allLeases { if let at = lease.expiresAt { expireAt(at) } }
         Log.info("state-loaded", ["path": path, "instances": restored, "dropped": dropped.count])
     }
 

@@ -171,7 +171,26 @@ final class DatagramRelay: DatagramEvents {
         if stats { connection.server.stats.datagramsDown += 1 } else { connection.server.stats.datagramsDropped += 1 }
     }
 
+    private var idleTimer: TimerHandle?
+
+    /// The idle deadline, re-armed from the last datagram when it fires (one timer per idle
+    /// period, none per datagram).
+    func armIdle() {
+        let server = connection.server
+        idleTimer = server.loop.schedule(at: lastActive &+ server.udpIdleMs) { [weak self] in
+            guard let self, self.sockets != nil else { return }
+            self.idleTimer = nil
+            if self.connection.server.loop.now &- self.lastActive < self.connection.server.udpIdleMs {
+                self.armIdle()
+            } else {
+                self.connection.associationIdle(self)
+            }
+        }
+    }
+
     func close() {
+        if let t = idleTimer { connection.server.loop.cancel(t) }
+        idleTimer = nil
         sockets?.close()
         sockets = nil
     }

@@ -252,7 +252,7 @@ public final class Splice {
             if let peeked {
                 // Zero-copy: the source's own memory goes straight to the destination.
                 switch peeked {
-                case .data(let n):
+                case .data(let n) where n > 0:
                     let w = withUnsafeMutableBytes(of: &iov) { raw in
                         to.write(raw.baseAddress!.assumingMemoryBound(to: iovec.self), count: count)
                     }
@@ -269,7 +269,8 @@ public final class Splice {
                     }
                     budget -= n
                     continue
-                case .wouldBlock:
+                case .data, .wouldBlock:
+                    // (Nothing to read now: an empty .data is treated alike, never looped on.)
                     resume(src)
                     return
                 case .eof:
@@ -284,7 +285,7 @@ public final class Splice {
             }
             let want = min(room, scratch.count, budget)
             switch from.read(into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want])) {
-            case .data(let n):
+            case .data(let n) where n > 0:
                 var seg = iovec(iov_base: scratch.baseAddress, iov_len: n)
                 let w = to.write(&seg, count: 1)
                 if w < 0 { broke(dst, .other(EPIPE)); return }
@@ -301,7 +302,7 @@ public final class Splice {
                 // Read again even after a short read: an EOF right behind the last bytes then
                 // leaves with them (an app that closes once it has its answer would otherwise
                 // close first and keep the TIME_WAIT).
-            case .wouldBlock:
+            case .data, .wouldBlock:
                 resume(src)
                 return
             case .eof:

@@ -12,10 +12,8 @@ import LoftIO
 /// - Each TCP client: greeting and request within `handshakeTimeoutMs`, then either a CONNECT
 ///   relay (the reply waits for the outbound's connect, at most `connectTimeoutMs`) or a UDP
 ///   association that lives exactly as long as the TCP connection.
-/// - The relay holds no bytes it was not forced to: it reads the client only when the outbound
-///   took everything so far, and the outbound only when the client socket took everything so
-///   far. Reads go into one shared scratch buffer; only a remainder that a socket refused is
-///   copied into the client's own buffer (allocated on first need, reused, freed at close).
+/// - A CONNECT relay is a splice (LoftIO) between the client's socket and the outbound's
+///   stream: backpressure, half-close, resets and the idle deadline are the splice's.
 public final class Socks5Server: IOHandler {
     public struct Options: Sendable {
         public var listen: Endpoint
@@ -44,12 +42,8 @@ public final class Socks5Server: IOHandler {
         public var description: String
     }
 
-    /// Bytes read per call, and the capacity of each client's remainder buffer.
-    /// (Measured on loopback + veth: 64 KiB reads ~4.5-5.5 Gbit/s, 128 KiB ~5.3-6, 256-512
-    /// KiB ~6.5-9 per stream; more gained nothing.)
-    static let chunk = 256 * 1024
-    /// A client's remainder buffers are given back after this long without backpressure.
-    static let releaseAfterMs: UInt64 = 2_000
+    /// Bytes read per call while discarding a lingering client's input.
+    static let chunk = 64 * 1024
 
     let options: Options
     let loop: EventLoop
