@@ -51,15 +51,17 @@ public final class Splice {
     enum State { case dialing, connected, relaying, finished }
 
     let loop: EventLoop
-    public weak var owner: SpliceOwner?
+    /// Unowned: the owner holds the splice for the splice's whole life.
+    public unowned let owner: SpliceOwner
     private let meter: SpliceMeter?
     private let connectTimeoutMs: UInt64
     private let idleTimeoutMs: UInt64
     private var state = State.dialing
     private let inbound: End
     private let outbound: End
-    private var connectTimer: TimerHandle?
-    private var idleTimer: TimerHandle?
+    /// The connect deadline until `attach`, then the idle deadline: one timer per splice.
+    private var deadline: TimerHandle?
+    private var deadlineAt: UInt64 = 0
     private var releaseTimer: TimerHandle?
     private var repumpQueued = false
 
@@ -95,6 +97,9 @@ public final class Splice {
     }
 
     deinit {
+        // Timer actions hold the splice unowned: none may run after this.
+        cancel(&deadline)
+        cancel(&releaseTimer)
         inbound.pending.release()
         outbound.pending.release()
     }
@@ -110,7 +115,7 @@ public final class Splice {
     /// Opens the outbound end and starts the connect deadline.
     public func dial(_ out: Outbound, to destination: Destination) {
         precondition(state == .dialing && outbound.stream == nil)
-        connectTimer = loop.schedule(after: connectTimeoutMs) { [weak self] in self?.connectDeadline() }
+        arm(at: loop.now &+ connectTimeoutMs)
         outbound.stream = out.openStream(to: destination, events: outbound)
     }
 
@@ -124,11 +129,17 @@ public final class Splice {
             return
         }
         state = .relaying
-        cancel(&connectTimer)
+        // The connect deadline's timer stays and becomes the idle deadline's: when it fires it
+        // is re-armed from the last activity (or it goes, with no idle timeout).
+        if idleTimeoutMs == 0 {
+            cancel(&deadline)
+        } else if deadlineAt > loop.now &+ idleTimeoutMs {
+            cancel(&deadline)
+            arm(at: loop.now &+ idleTimeoutMs)
+        }
         inbound.stream = stream
         stream.events = inbound
         if let initialUp, initialUp.count > 0 { outbound.pending.append(initialUp.baseAddress!, initialUp.count) }
-        armIdle()
         stream.setReadInterest(true)
         outbound.stream?.setReadInterest(true)
         run(from: inbound, to: outbound)
@@ -161,7 +172,7 @@ public final class Splice {
         // Remote bytes wait until the inbound end is attached.
         outbound.stream?.setReadInterest(false)
         outbound.readsPaused = true
-        owner?.spliceConnected(self)
+        owner.spliceConnected(self)
     }
 
     fileprivate func failed(_ end: End, _ failure: FlowFailure) {
@@ -172,7 +183,7 @@ public final class Splice {
             guard !end.inbound else { return }
             finish()
             outbound.stream = nil
-            owner?.spliceFailed(self, failure)
+            owner.spliceFailed(self, failure)
         case .relaying:
             broke(end, failure)
         }
@@ -269,22 +280,14 @@ public final class Splice {
                     }
                     budget -= n
                     continue
-                case .data, .wouldBlock:
-                    // (Nothing to read now: an empty .data is treated alike, never looped on.)
-                    resume(src)
-                    return
-                case .eof:
-                    src.readEOF = true
-                    pause(src)
-                    passEOF(src, dst)
-                    return
-                case .failed(let f):
-                    broke(src, f)
+                default:
+                    noBytes(peeked, from: src, to: dst)
                     return
                 }
             }
             let want = min(room, scratch.count, budget)
-            switch from.read(into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want])) {
+            let r = from.read(into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want]))
+            switch r {
             case .data(let n) where n > 0:
                 var seg = iovec(iov_base: scratch.baseAddress, iov_len: n)
                 let w = to.write(&seg, count: 1)
@@ -302,22 +305,29 @@ public final class Splice {
                 // Read again even after a short read: an EOF right behind the last bytes then
                 // leaves with them (an app that closes once it has its answer would otherwise
                 // close first and keep the TIME_WAIT).
-            case .data, .wouldBlock:
-                resume(src)
-                return
-            case .eof:
-                src.readEOF = true
-                pause(src)
-                passEOF(src, dst)
-                return
-            case .failed(let f):
-                broke(src, f)
+            default:
+                noBytes(r, from: src, to: dst)
                 return
             }
         }
         // Budget spent with bytes still waiting: carry on after the other work of this turn
         // (a source that does not wake the loop again by itself would otherwise stall).
         repumpSoon()
+    }
+
+    /// A read that brought no bytes: wait for the source's next `streamReadable`, pass its EOF
+    /// on, or reset both for its failure. (An empty `.data` waits too: never looped on.)
+    private func noBytes(_ r: StreamReadResult, from src: End, to dst: End) {
+        switch r {
+        case .eof:
+            src.readEOF = true
+            pause(src)
+            passEOF(src, dst)
+        case .failed(let f):
+            broke(src, f)
+        case .data, .wouldBlock:
+            resume(src)
+        }
     }
 
     private func moved(_ n: Int, up: Bool) {
@@ -329,7 +339,7 @@ public final class Splice {
             bytesDown &+= UInt64(n)
             meter?.bytesDown &+= UInt64(n)
         }
-        owner?.spliceMoved(self)
+        owner.spliceMoved(self)
     }
 
     private func pause(_ end: End) {
@@ -360,7 +370,7 @@ public final class Splice {
         inbound.stream?.close()
         outbound.stream?.close()
         drop()
-        owner?.spliceEnded(self, .closed)
+        owner.spliceEnded(self, .closed)
     }
 
     /// `end` broke (read or write failed, or it reported a failure): reset both.
@@ -370,13 +380,12 @@ public final class Splice {
         inbound.stream?.reset()
         outbound.stream?.reset()
         drop()
-        owner?.spliceEnded(self, .reset(inbound: end.inbound, failure))
+        owner.spliceEnded(self, .reset(inbound: end.inbound, failure))
     }
 
     private func finish() {
         state = .finished
-        cancel(&connectTimer)
-        cancel(&idleTimer)
+        cancel(&deadline)
         cancel(&releaseTimer)
     }
 
@@ -396,40 +405,40 @@ public final class Splice {
         t = nil
     }
 
-    private func connectDeadline() {
-        connectTimer = nil
-        guard state == .dialing || state == .connected else { return }
-        finish()
-        outbound.stream?.reset()
-        drop()
-        owner?.spliceFailed(self, .timedOut)
+    private func arm(at t: UInt64) {
+        deadlineAt = t
+        deadline = loop.schedule(at: t) { [unowned self] in self.deadlinePassed() }
     }
 
-    private func armIdle() {
-        guard idleTimeoutMs > 0 else { return }
-        idleTimer = loop.schedule(at: lastActivity &+ idleTimeoutMs) { [weak self] in self?.idleCheck() }
-    }
-
-    /// Re-armed from the last activity instead of on every byte: one timer per idle period.
-    private func idleCheck() {
-        idleTimer = nil
-        guard state == .relaying else { return }
-        if loop.now &- lastActivity < idleTimeoutMs {
-            armIdle()
+    private func deadlinePassed() {
+        deadline = nil
+        switch state {
+        case .dialing, .connected:
+            finish()
+            outbound.stream?.reset()
+            drop()
+            owner.spliceFailed(self, .timedOut)
+        case .relaying:
+            // Idle only if nothing moved for the whole timeout; otherwise wait for the rest.
+            if loop.now &- lastActivity < idleTimeoutMs {
+                arm(at: lastActivity &+ idleTimeoutMs)
+                return
+            }
+            finish()
+            inbound.stream?.reset()
+            outbound.stream?.reset()
+            drop()
+            owner.spliceEnded(self, .idle)
+        case .finished:
             return
         }
-        finish()
-        inbound.stream?.reset()
-        outbound.stream?.reset()
-        drop()
-        owner?.spliceEnded(self, .idle)
     }
 
     /// Remainder buffers are kept while backpressure recurs (no allocation per refusal) and
     /// given back once the splice has been calm for a while, so quiet flows hold none.
     private func scheduleRelease() {
         guard releaseTimer == nil, state == .relaying else { return }
-        releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [weak self] in self?.releaseIfCalm() }
+        releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [unowned self] in self.releaseIfCalm() }
     }
 
     private func releaseIfCalm() {
@@ -447,8 +456,9 @@ public final class Splice {
 /// One side of a splice: receives its stream's events, and keeps the bytes read from the
 /// other side that this stream has not taken yet.
 final class End: ByteStreamEvents {
-    /// Weak: a callback holds the splice for its duration even if its owner lets go of it.
-    weak var splice: Splice?
+    /// Unowned (the splice owns its ends); a callback holds the splice for its duration even
+    /// if its owner lets go of it.
+    unowned var splice: Splice?
     let inbound: Bool
     var stream: ByteStream?
     var pending = SpliceBuffer()

@@ -42,20 +42,21 @@ public final class Netstack {
     var inputs: [Input] = []
 
     var tcpFlows: [FlowKey: TCPFlow] = [:]
-    /// Flows by activity: `oldestFlow` is the least recently active (evicted first at the cap).
-    private unowned(unsafe) var oldestFlow: TCPFlow?
-    private unowned(unsafe) var newestFlow: TCPFlow?
+    /// Flows by activity (the oldest is evicted first at the cap).
+    private var flowActivity = ActivityList<TCPFlow>()
     /// Associations by app endpoint and outbound, and by app endpoint and destination (so a
     /// datagram of a known conversation finds its association without asking the router).
     var udpAssociations: [UDPKey: UDPAssociation] = [:]
     var udpConversations: [UDPConversation: UDPAssociation] = [:]
-    private unowned(unsafe) var oldestAssociation: UDPAssociation?
-    private unowned(unsafe) var newestAssociation: UDPAssociation?
+    private var associationActivity = ActivityList<UDPAssociation>()
     /// lwIP ends with events for after this batch of packets (never from inside lwIP's callbacks).
     var readableStreams: [LwipStream] = []
     var writableStreams: [LwipStream] = []
     var outputStreams: [LwipStream] = []
     private var spareStreams: [LwipStream] = []
+    /// Flows whose handshake with the app completed in this batch (their splice attaches after it).
+    var acceptedFlows: [TCPFlow] = []
+    private var spareFlows: [TCPFlow] = []
     /// Remote → app copy buffer (one loop thread).
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
@@ -206,7 +207,7 @@ public final class Netstack {
             }
             let flow = TCPFlow(stack: self, key: key, syn: Array(packet), summary: s, now: loop.now)
             tcpFlows[key] = flow
-            append(flow)
+            flowActivity.append(flow)
             tally.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
             flow.ruleIndex = match.rule
@@ -218,33 +219,12 @@ public final class Netstack {
     func remove(_ flow: TCPFlow) {
         guard tcpFlows[flow.key] === flow else { return }
         tcpFlows[flow.key] = nil
-        unlink(flow)
+        flowActivity.remove(flow)
         ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
     }
 
-    // The activity list: O(1) to move a flow to the newest end and to find the oldest.
-
-    private func append(_ f: TCPFlow) {
-        f.older = newestFlow
-        f.newer = nil
-        newestFlow?.newer = f
-        newestFlow = f
-        if oldestFlow == nil { oldestFlow = f }
-    }
-
-    private func unlink(_ f: TCPFlow) {
-        if let n = f.newer { n.older = f.older } else if newestFlow === f { newestFlow = f.older }
-        if let o = f.older { o.newer = f.newer } else if oldestFlow === f { oldestFlow = f.newer }
-        f.older = nil
-        f.newer = nil
-    }
-
     /// Bytes moved on `f` (a live flow): it becomes the newest.
-    func touch(_ f: TCPFlow) {
-        guard newestFlow !== f else { return }
-        unlink(f)
-        append(f)
-    }
+    func touch(_ f: TCPFlow) { flowActivity.touch(f) }
 
     public struct RuleUsage: Sendable {
         public var flows: UInt64 = 0
@@ -293,6 +273,11 @@ public final class Netstack {
         defer { tally.timeWaitReaped &+= UInt64(clwip_reap_timewait()) }
         // Each list is swapped with a spare before it runs: ends queued meanwhile run in the
         // next round, and no array storage is reallocated.
+        if !acceptedFlows.isEmpty {
+            swap(&acceptedFlows, &spareFlows)
+            for f in spareFlows { f.attach() }
+            spareFlows.removeAll(keepingCapacity: true)
+        }
         while !readableStreams.isEmpty || !writableStreams.isEmpty || !outputStreams.isEmpty {
             if !readableStreams.isEmpty {
                 swap(&readableStreams, &spareStreams)
@@ -316,8 +301,8 @@ public final class Netstack {
     /// association, whichever is older. False if nothing could go.
     private func makeRoom() -> Bool {
         if tcpFlows.count + udpAssociations.count < settings.maxFlows { return true }
-        let t = oldestFlow
-        let u = oldestAssociation
+        let t = flowActivity.oldest
+        let u = associationActivity.oldest
         if let u, t == nil || u.lastActivity < t!.lastActivity {
             tally.flowsEvicted &+= 1
             closeAssociation(u)
@@ -363,7 +348,7 @@ public final class Netstack {
                 a.ruleIndex = match.rule
                 ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
                 udpAssociations[key] = a
-                append(a)
+                associationActivity.append(a)
                 a.armIdle()
                 tally.udpAssociationsOpened &+= 1
                 assoc = a
@@ -384,31 +369,14 @@ public final class Netstack {
         udpAssociations[a.key] = nil
         for c in a.conversations where udpConversations[c] === a { udpConversations[c] = nil }
         a.conversations = []
-        unlink(a)
+        associationActivity.remove(a)
         a.close()
-    }
-
-    private func append(_ a: UDPAssociation) {
-        a.older = newestAssociation
-        a.newer = nil
-        newestAssociation?.newer = a
-        newestAssociation = a
-        if oldestAssociation == nil { oldestAssociation = a }
-    }
-
-    private func unlink(_ a: UDPAssociation) {
-        if let n = a.newer { n.older = a.older } else if newestAssociation === a { newestAssociation = a.older }
-        if let o = a.older { o.newer = a.newer } else if oldestAssociation === a { oldestAssociation = a.newer }
-        a.older = nil
-        a.newer = nil
     }
 
     /// A datagram either way on `a`: it becomes the newest.
     func touch(_ a: UDPAssociation) {
         a.lastActivity = loop.now
-        guard newestAssociation !== a, a.outboundSide != nil else { return }
-        unlink(a)
-        append(a)
+        if a.outboundSide != nil { associationActivity.touch(a) }
     }
 
     /// Live flows for status: (network, source, destination, outbound, bytes up, bytes down,
@@ -437,7 +405,7 @@ struct UDPConversation: Hashable {
 
 /// One app source endpoint's UDP traffic through one outbound (full-cone: replies from any
 /// remote return to the app with that remote as their source).
-final class UDPAssociation: DatagramEvents {
+final class UDPAssociation: DatagramEvents, ActivityListed {
     unowned let stack: Netstack
     let key: UDPKey
     var outboundSide: DatagramAssociation?

@@ -42,6 +42,7 @@ extension Netstack {
         for association in Array(udpAssociations.values) { closeAssociation(association) }
         udpAssociations.removeAll()
         udpConversations.removeAll()
+        acceptedFlows.removeAll()
         readableStreams.removeAll()
         writableStreams.removeAll()
         outputStreams.removeAll()

@@ -6,7 +6,7 @@ import LoftIO
 /// One TCP connection from an app: the SYN held until the outbound connects, then lwIP's side
 /// (`LwipStream`) spliced to the outbound stream. The bytes, backpressure, half-close, resets
 /// and the idle deadline are the splice's; this is the flow's table entry and its handshake.
-final class TCPFlow: SpliceOwner {
+final class TCPFlow: SpliceOwner, ActivityListed {
     enum State { case connecting, handshaking, open, closed }
 
     unowned let stack: Netstack
@@ -90,17 +90,20 @@ final class TCPFlow: SpliceOwner {
     // MARK: lwIP
 
     /// lwIP completed the handshake with the app.
-    /// Bytes start moving on the next loop turn, outside lwIP's accept callback (where the
-    /// pcb must not be aborted).
+    /// Bytes start moving after the batch of packets (`attach`), outside lwIP's accept
+    /// callback, where the pcb must not be aborted.
     func accepted(_ pcb: OpaquePointer) -> LwipStream {
         let s = LwipStream(stack: stack, pcb: pcb)
         stream = s
         state = .open
-        stack.loop.soon { [weak self] in
-            guard let self, self.stream === s, self.state == .open else { s.reset(); return }
-            self.splice.attach(s)
-        }
+        stack.acceptedFlows.append(self)
         return s
+    }
+
+    /// From Netstack.afterEvents: the splice takes the lwIP end.
+    func attach() {
+        guard state == .open, let s = stream else { return }
+        splice.attach(s)
     }
 
     // MARK: ending

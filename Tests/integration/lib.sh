@@ -479,3 +479,22 @@ require_loft() {
 
 # Python snippets run inside the app namespace.
 py_in_app() { ip netns exec "$APP_NS" python3 -c "$@"; }
+
+# loft_start_host CONFIG [LOG]: loft in the root namespace (no TUN), e.g. with only socks5:,
+# until it is ready and its SOCKS5 listener is up. Sets LOFT_PID and LOFT_LOG.
+loft_start_host() {
+    [ -x "$LOFT_BIN" ] || { note "no loft binary at $LOFT_BIN"; return 1; }
+    LOFT_LOG=${2:-$T_DIR/loft.log}
+    "$LOFT_BIN" run -c "$1" >"$LOFT_LOG" 2>&1 </dev/null &
+    LOFT_PID=$!
+    register_pid "$LOFT_PID"
+    for _ in $(seq 100); do
+        if ! kill -0 "$LOFT_PID" 2>/dev/null; then
+            note "loft exited early: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"; LOFT_PID=; return 1
+        fi
+        grep -q 'event=ready' "$LOFT_LOG" && grep -q 'event=socks5.listening' "$LOFT_LOG" && return 0
+        sleep 0.1
+    done
+    note "loft not ready: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
+    return 1
+}

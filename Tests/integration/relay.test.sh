@@ -353,22 +353,7 @@ bridge: off
 default: direct
 limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: 2h, udp-idle-timeout: 60s }
 EOF
-s5_start() {
-    [ -x "$LOFT_BIN" ] || { note "no loft binary at $LOFT_BIN"; return 1; }
-    LOFT_LOG=$T_DIR/loft-s5.log
-    "$LOFT_BIN" run -c "$T_DIR/s5.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
-    LOFT_PID=$!
-    register_pid "$LOFT_PID"
-    for _ in $(seq 100); do
-        if ! kill -0 "$LOFT_PID" 2>/dev/null; then
-            note "loft exited early: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"; LOFT_PID=; return 1
-        fi
-        grep -q 'event=ready' "$LOFT_LOG" && grep -q 'event=socks5.listening' "$LOFT_LOG" && return 0
-        sleep 0.1
-    done
-    note "loft not ready: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
-    return 1
-}
+s5_start() { loft_start_host "$T_DIR/s5.yaml" "$T_DIR/loft-s5.log"; }
 CASES2="socks5-reset-1MiB-paused-cpu socks5-reset-1MiB-delivered socks5-reset-stalled-paused-cpu
 socks5-reset-stalled-delivered socks5-upload-remote-fin socks5-download-after-app-fin
 loft-exit-clean-socks5"

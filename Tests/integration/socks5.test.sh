@@ -363,22 +363,7 @@ print(hashlib.sha256(data.split(b"\r\n\r\n", 1)[1]).hexdigest())
 EOF
 
 # loft with only socks5: ready, and the listener up.
-s5_start() {
-    [ -x "$LOFT_BIN" ] || { note "no loft binary at $LOFT_BIN"; return 1; }
-    LOFT_LOG=$T_DIR/loft.log
-    "$LOFT_BIN" run -c "$T_DIR/s5.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
-    LOFT_PID=$!
-    register_pid "$LOFT_PID"
-    for _ in $(seq 100); do
-        if ! kill -0 "$LOFT_PID" 2>/dev/null; then
-            note "loft exited early: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"; LOFT_PID=; return 1
-        fi
-        grep -q 'event=ready' "$LOFT_LOG" && grep -q 'event=socks5.listening' "$LOFT_LOG" && return 0
-        sleep 0.1
-    done
-    note "loft not ready: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
-    return 1
-}
+s5_start() { loft_start_host "$T_DIR/s5.yaml" "$T_DIR/loft.log"; }
 
 CASES="curl-socks5-v4 curl-socks5-v6 curl-socks5-hostname-v4 curl-socks5-hostname-v6 python-socks-ip
 python-socks-rdns pipelined-data half-close udp-dns-v4 udp-dns-v6 udp-dns-domain udp-frag-dropped

@@ -1,0 +1,35 @@
+/// An entry of an `ActivityList`: its neighbours, kept by the list.
+protocol ActivityListed: AnyObject {
+    var older: Self? { get set }
+    var newer: Self? { get set }
+}
+
+/// Entries in the order of their last activity, least recent first: O(1) to move one to the
+/// newest end, to remove one and to find the oldest (the one evicted at the flow cap). The
+/// list does not keep its entries alive: whoever holds them removes them before letting go.
+struct ActivityList<T: ActivityListed> {
+    private(set) unowned(unsafe) var oldest: T?
+    private unowned(unsafe) var newest: T?
+
+    mutating func append(_ x: T) {
+        x.older = newest
+        x.newer = nil
+        newest?.newer = x
+        newest = x
+        if oldest == nil { oldest = x }
+    }
+
+    mutating func remove(_ x: T) {
+        if let n = x.newer { n.older = x.older } else if newest === x { newest = x.older }
+        if let o = x.older { o.newer = x.newer } else if oldest === x { oldest = x.newer }
+        x.older = nil
+        x.newer = nil
+    }
+
+    /// `x` (in the list) was active: it becomes the newest.
+    mutating func touch(_ x: T) {
+        guard newest !== x else { return }
+        remove(x)
+        append(x)
+    }
+}
