@@ -1,10 +1,23 @@
+// TUN and bridge input: PacketSummary.parse (IPv4/IPv6 headers, extension headers, TCP/UDP/ICMP),
+// the transport checksums, and the replies PacketBuilder makes from a parsed packet (RST for a
+// SYN, ICMP unreachable), which must themselves carry valid checksums.
 import LoftCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let p = UnsafeRawBufferPointer(start: data, count: size)
-    if case .success(let s) = PacketSummary.parse(p, maxLength: 65535) {
-        _ = s.transportChecksumIsValid(p)
+    _ = InternetChecksum.of(p)
+    guard case .success(let s) = PacketSummary.parse(p, maxLength: 65535) else { return 0 }
+    _ = s.isFragmented(p)
+    _ = s.transportChecksumIsValid(p)
+    var replies: [[UInt8]] = [PacketBuilder.unreachable(p, summary: s, kind: .port),
+                              PacketBuilder.unreachable(p, summary: s, kind: .prohibited)]
+    if s.isTCPOpen { replies.append(PacketBuilder.resetForSYN(p, summary: s)) }
+    for r in replies {
+        r.withUnsafeBytes { q in
+            guard case .success(let rs) = PacketSummary.parse(q, maxLength: 65535) else { return }
+            if !rs.transportChecksumIsValid(q) { fatalError("a built reply has a bad checksum") }
+        }
     }
     return 0
 }
