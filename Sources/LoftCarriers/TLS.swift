@@ -174,7 +174,8 @@ public enum Base64 {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Strict: standard alphabet, padded to a multiple of 4, no whitespace.
+    /// Strict: standard alphabet, padded to a multiple of 4, no whitespace, the bits left over
+    /// by padding zero (so a value has one encoding).
     public static func decode(_ text: String) -> [UInt8]? {
         let s = Array(text.utf8)
         guard s.count % 4 == 0 else { return nil }
@@ -202,6 +203,8 @@ public enum Base64 {
                 if pad > 0 && c != UInt8(ascii: "=") { return nil }
                 v = v << 6 | d
             }
+            // The bits a padded group leaves over must be zero: one encoding per value.
+            if pad == 1 && v & 0xff != 0 || pad == 2 && v & 0xffff != 0 { return nil }
             out.append(UInt8(v >> 16 & 0xff))
             if pad < 2 { out.append(UInt8(v >> 8 & 0xff)) }
             if pad < 1 { out.append(UInt8(v & 0xff)) }

@@ -23,6 +23,11 @@ final class WebSocketCodecTests: XCTestCase {
         XCTAssertNil(Base64.decode("Zm8"))
         XCTAssertNil(Base64.decode("Zm=8"))
         XCTAssertNil(Base64.decode("Z m8"))
+        // Found by fuzz/run (base64_pin): leftover bits set made a second encoding of a value.
+        XCTAssertNil(Base64.decode("2B2="))
+        XCTAssertNil(Base64.decode("Zm9="))
+        XCTAssertNil(Base64.decode("Zh=="))
+        XCTAssertEqual(Base64.decode("Zg=="), Array("f".utf8))
     }
 
     // MARK: header encoding
