@@ -41,7 +41,7 @@ final class OneShotConnection: IOHandler {
             case .success, .failure: close(); return
             }
             request.append(contentsOf: buf[0..<n])
-            if let end = find(terminator, in: request) {
+            if let end = Self.find(terminator, in: request) {
                 answer(Array(request[..<end]))
             } else if request.count > limit {
                 answer(nil)
@@ -79,7 +79,8 @@ final class OneShotConnection: IOHandler {
         onClose?(self)
     }
 
-    private func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
+    /// Where the request ends: the first `needle` in `hay`.
+    static func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
         guard hay.count >= needle.count else { return nil }
         for i in 0...(hay.count - needle.count) where hay[i] == needle[0] {
             if Array(hay[i..<i + needle.count]) == needle { return i }
@@ -146,12 +147,17 @@ public final class ControlServer: IOHandler {
         }
     }
 
+    /// The request line of a request's bytes (its terminator gone): nil when it is not text.
+    static func requestLine(_ raw: [UInt8]) -> String? {
+        guard let text = String(validating: raw, as: UTF8.self), !text.contains("\0") else { return nil }
+        return text.hasSuffix("\r") ? String(text.dropLast()) : text
+    }
+
     private func respond(_ raw: [UInt8]) -> String {
-        guard let text = String(validating: raw, as: UTF8.self), !text.contains("\0") else {
+        guard let line = Self.requestLine(raw) else {
             badRequests &+= 1
             return "error request is not UTF-8 text\n"
         }
-        let line = text.hasSuffix("\r") ? String(text.dropLast()) : text
         switch handler(line) {
         case .success(let body): return "ok\n" + body
         case .failure(let e):
@@ -200,14 +206,15 @@ public final class MetricsServer: IOHandler {
             let conn = OneShotConnection(fd: c, loop: loop, terminator: Array("\r\n\r\n".utf8), limit: 8192,
                                          deadlineMs: Self.deadlineMs) { [weak self] req in
                 guard let self else { return [] }
-                return self.answer(req)
+                return MetricsServer.answer(req, render: self.render)
             }
             conn.onClose = { [weak self] c in self?.connections[ObjectIdentifier(c)] = nil }
             connections[ObjectIdentifier(conn)] = conn
         }
     }
 
-    func answer(_ req: [UInt8]) -> [UInt8] {
+    /// The answer to a scrape's request head: 200 with `render()` for `GET /metrics`.
+    static func answer(_ req: [UInt8], render: () -> String) -> [UInt8] {
         let head = String(decoding: req.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
         let parts = head.split(separator: " ")
         func reply(_ status: String, _ type: String, _ body: String) -> [UInt8] {

@@ -10,6 +10,8 @@ public enum IPAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses dotted-quad IPv4 or any RFC 4291 text form of IPv6 (brackets not accepted).
     public init?(_ text: String) {
+        // inet_pton reads a C string: a NUL would end the text early ("::\0junk" is "::").
+        if text.utf8.contains(0) { return nil }
         if text.contains(":") {
             var storage = in6_addr()
             guard inet_pton(AF_INET6, text, &storage) == 1 else { return nil }

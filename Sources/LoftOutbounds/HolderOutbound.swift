@@ -133,8 +133,7 @@ public final class HolderOutbound: Outbound {
         case .failed(let why):
             Log.warn("holder.state-unreadable", ["outbound": name, "file": path, "error": why])
         case .bytes(let b):
-            let lines = String(decoding: b, as: UTF8.self).split(separator: "\n")
-            if lines.count == 2, lines[0] == Self.stateHeader, let id = InstanceID(hex: String(lines[1])) {
+            if let id = Self.decodeState(b) {
                 session.restore(instance: id)
                 savedInstance = id  // a RESUME that keeps it need not write the file again
                 Log.info("holder.state-restored", ["outbound": name, "instance": id.description])
@@ -143,6 +142,13 @@ public final class HolderOutbound: Outbound {
                                                       "error": "not a \(Self.stateHeader) file with one instance id"])
             }
         }
+    }
+
+    /// The instance id of a state file's bytes: the header line, then the id; nil otherwise.
+    static func decodeState(_ bytes: [UInt8]) -> InstanceID? {
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
+        guard lines.count == 2, lines[0] == stateHeader else { return nil }
+        return InstanceID(hex: String(lines[1]))
     }
 
     private var savedInstance: InstanceID?

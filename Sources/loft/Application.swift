@@ -230,54 +230,45 @@ final class Runtime {
 
     /// One control request.
     func handle(_ line: String) -> Result<String, ControlServer.ControlError> {
-        let words = line.split(separator: " ").map(String.init)
-        switch words.first ?? "" {
-        case "status":
-            if words.count > 2 { return .failure(.init("usage: status [json|text[=WIDTH]]")) }
+        let request: ControlRequest
+        switch ControlRequest.parse(line) {
+        case .success(let r): request = r
+        case .failure(let e): return .failure(e)
+        }
+        switch request {
+        case .status(let format):
             let r = report()
-            let mode = words.count > 1 ? words[1] : "text"
-            if mode == "json" { return .success(r.json.serialized + "\n") }
-            if mode == "text" { return .success(r.text()) }
-            if mode.hasPrefix("text="), let w = Int(mode.dropFirst(5)), w >= 40, w <= 1000 { return .success(r.text(width: w)) }
-            return .failure(.init("status: unknown format \"\(mode)\""))
-        case "flows":
-            return flows(words.dropFirst())
-        case "metrics":
+            switch format {
+            case .json: return .success(r.json.serialized + "\n")
+            case .text: return .success(r.text())
+            case .textWidth(let w): return .success(r.text(width: w))
+            }
+        case .flows(let json, let order):
+            return .success(flows(json: json, order: order))
+        case .metrics:
             return .success(report().prometheus())
-        case "path-changed":
+        case .pathChanged:
             Log.info("path.changed", ["source": "control", "sessions": holders.count])
             if holders.isEmpty { return .success("no sessions to resume\n") }
             for h in holders { h.pathChanged(reason: "control") }
             return .success(holders.map { "\($0.name): redialling with RESUME\n" }.joined())
-        case "reload":
+        case .reload:
             return reload()
-        case "":
-            return .failure(.init("empty request"))
-        default:
-            return .failure(.init("unknown command \"\(words[0].prefix(32))\" (status, flows, metrics, path-changed, reload)"))
         }
     }
 
-    private func flows(_ args: ArraySlice<String>) -> Result<String, ControlServer.ControlError> {
-        var json = false
-        var sort = "bytes"
-        for a in args {
-            if a == "json" { json = true } else if a.hasPrefix("sort=") { sort = String(a.dropFirst(5)) } else {
-                return .failure(.init("usage: flows [json] [sort=bytes|age|up|down]"))
-            }
-        }
-        guard ["bytes", "age", "up", "down"].contains(sort) else { return .failure(.init("flows: unknown sort \"\(sort)\"")) }
+    private func flows(json: Bool, order: ControlRequest.FlowOrder) -> String {
         var rows = (netstack?.flowSnapshot() ?? []).map {
             StatusReport.Flow(network: $0.0.rawValue, source: $0.1.description, destination: $0.2.description,
                               outbound: $0.3, bytesUp: $0.4, bytesDown: $0.5, ageMs: $0.6)
         }
-        switch sort {
-        case "age": rows.sort { $0.ageMs > $1.ageMs }
-        case "up": rows.sort { $0.bytesUp > $1.bytesUp }
-        case "down": rows.sort { $0.bytesDown > $1.bytesDown }
-        default: rows.sort { $0.bytesUp + $0.bytesDown > $1.bytesUp + $1.bytesDown }
+        switch order {
+        case .age: rows.sort { $0.ageMs > $1.ageMs }
+        case .up: rows.sort { $0.bytesUp > $1.bytesUp }
+        case .down: rows.sort { $0.bytesDown > $1.bytesDown }
+        case .bytes: rows.sort { $0.bytesUp + $0.bytesDown > $1.bytesUp + $1.bytesDown }
         }
-        if json { return .success(JSON.array(rows.map(\.json)).serialized + "\n") }
+        if json { return JSON.array(rows.map(\.json)).serialized + "\n" }
         var out = Format.pad("NET", 4) + Format.pad("SOURCE", 26) + Format.pad("DESTINATION", 26) + Format.pad("VIA", 8)
             + Format.padLeft("UP", 10) + Format.padLeft("DOWN", 10) + Format.padLeft("AGE", 10) + "\n"
         if rows.isEmpty { out += "(no live flows)\n" }
@@ -286,7 +277,7 @@ final class Runtime {
                 + Format.padLeft(Format.bytes(r.bytesUp), 10) + Format.padLeft(Format.bytes(r.bytesDown), 10)
                 + Format.padLeft(Format.duration(r.ageMs), 10) + "\n"
         }
-        return .success(out)
+        return out
     }
 
     private func reload() -> Result<String, ControlServer.ControlError> {

@@ -15,6 +15,15 @@ final class AddressTests: XCTestCase {
         XCTAssertNil(IPAddress("fd00:::2"))
     }
 
+    /// Found by fuzz/run (address_text): inet_pton stopped at a NUL, so text with one inside
+    /// parsed as its prefix (a config could say "::\0anything").
+    func testTextWithNULIsRefused() {
+        XCTAssertNil(IPAddress("::\u{0}\u{4}"))
+        XCTAssertNil(IPAddress("198.18.1.2\u{0}junk"))
+        XCTAssertNil(Endpoint("198.18.1.2\u{0}:80"))
+        XCTAssertNil(IPPrefix("198.18.0.0\u{0}/15"))
+    }
+
     func testEndpoints() {
         XCTAssertEqual(Endpoint("127.0.0.1:11080"), Endpoint(IPAddress("127.0.0.1")!, 11080))
         XCTAssertEqual(Endpoint("[::1]:80"), Endpoint(IPAddress("::1")!, 80))
