@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpora, fuzz/corpus/<target>/: small valid inputs of each format
+(packets, frames, handshakes, configs from the docs, state files) for the fuzzer to start from.
+Run again after changing it: `python3 fuzz/seeds.py` (it replaces the seeds it writes)."""
+
+import hashlib
+import os
+import re
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+seeds = {}
+
+
+def seed(target, data):
+    if isinstance(data, str):
+        data = data.encode()
+    seeds.setdefault(target, []).append(bytes(data))
+
+
+# --- IP packets ------------------------------------------------------------------------------
+
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+V4S, V4D = bytes([198, 18, 0, 2]), bytes([198, 18, 1, 2])
+V6S = bytes.fromhex("fd000018000000000000000000000002")
+V6D = bytes.fromhex("fd000001000000000000000000000002")
+
+
+def ipv4(proto, payload, flags=0x40, frag=0):
+    h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, (flags << 8) | frag, 64, proto, 0, V4S, V4D)
+    h = h[:10] + struct.pack("!H", csum(h)) + h[12:]
+    return h + payload
+
+
+def ipv6(proto, payload, ext=b""):
+    first = proto if not ext else ext[0]
+    body = (ext[1:] if ext else b"") + payload
+    return struct.pack("!IHBB16s16s", 0x60000000, len(body), first, 64, V6S, V6D) + body
+
+
+def pseudo(src, dst, proto, seg):
+    if len(src) == 4:
+        return src + dst + struct.pack("!BBH", 0, proto, len(seg))
+    return src + dst + struct.pack("!IxxxB", len(seg), proto)
+
+
+def tcp(src, dst, flags, seq=1000, ack=0, payload=b"", options=b""):
+    off = (20 + len(options)) // 4
+    seg = struct.pack("!HHIIBBHHH", 40000, 80, seq, ack, off << 4, flags, 65535, 0, 0) + options + payload
+    c = csum(pseudo(src, dst, 6, seg) + seg)
+    return seg[:16] + struct.pack("!H", c) + seg[18:]
+
+
+def udp(src, dst, payload):
+    seg = struct.pack("!HHHH", 40000, 53, 8 + len(payload), 0) + payload
+    c = csum(pseudo(src, dst, 17, seg) + seg) or 0xFFFF
+    return seg[:6] + struct.pack("!H", c) + seg[8:]
+
+
+def icmp_echo(payload=b"ping"):
+    m = struct.pack("!BBHHH", 8, 0, 0, 1, 1) + payload
+    return m[:2] + struct.pack("!H", csum(m)) + m[4:]
+
+
+def icmp6_echo(payload=b"ping"):
+    m = struct.pack("!BBHHH", 128, 0, 0, 1, 1) + payload
+    c = csum(pseudo(V6S, V6D, 58, m) + m)
+    return m[:2] + struct.pack("!H", c) + m[4:]
+
+
+SYN4 = ipv4(6, tcp(V4S, V4D, 0x02, options=bytes([2, 4, 5, 0xb4])))
+SYN6 = ipv6(6, tcp(V6S, V6D, 0x02))
+ACK4 = ipv4(6, tcp(V4S, V4D, 0x10, ack=5000))
+ACK4b = ipv4(6, tcp(V4S, V4D, 0x10, ack=6000))
+ACK6 = ipv6(6, tcp(V6S, V6D, 0x10, ack=5000))
+ACK6b = ipv6(6, tcp(V6S, V6D, 0x10, ack=7000))
+packets = [
+    SYN4, SYN6, ACK4, ACK6,
+    ipv4(6, tcp(V4S, V4D, 0x18, ack=1, payload=b"GET / HTTP/1.1\r\n\r\n")),
+    ipv4(17, udp(V4S, V4D, b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x04test\x00\x00\x01\x00\x01")),
+    ipv4(17, udp(V4S, V4D, b"x" * 16), flags=0x20),     # first fragment
+    ipv4(17, b"y" * 16, flags=0, frag=2),               # later fragment
+    ipv4(1, icmp_echo()),
+    ipv6(17, udp(V6S, V6D, b"hello")),
+    ipv6(58, icmp6_echo()),
+    ipv6(17, udp(V6S, V6D, b"frag"), ext=bytes([44, 17, 0, 0, 1, 0, 0, 0, 7])),   # fragment header
+    ipv6(6, tcp(V6S, V6D, 0x02), ext=bytes([0, 6, 0]) + b"\x01\x04\0\0\0\0"),     # hop-by-hop
+]
+for p in packets:
+    seed("packet", p)
+for a, b in [(ACK4, ACK4b), (ACK6, ACK6b), (ACK4, ACK4), (SYN4, ACK4)]:
+    seed("pure_ack", bytes([len(a)]) + a + b)
+
+# --- SOCKS5 ----------------------------------------------------------------------------------
+
+req_v4 = b"\x05\x01\x00\x01" + V4D + b"\x00\x50"
+req_dom = b"\x05\x01\x00\x03\x0cexample.test\x01\xbb"
+req_v6 = b"\x05\x03\x00\x04" + V6D + b"\x00\x35"
+seed("socks5_server", b"\x05\x01\x00" + req_v4)
+seed("socks5_server", b"\x05\x02\x00\x02" + req_dom)
+seed("socks5_server", b"\x05\x01\x00" + req_v6)
+seed("socks5_server", b"\x00\x00\x00\x01" + V4D + b"\x00\x35payload")
+seed("socks5_server", b"\x00\x00\x00\x03\x0cexample.test\x00\x35payload")
+seed("socks5_client", b"\x05\x00\x00\x01\x7f\x00\x00\x01\x2c\x38")
+seed("socks5_client", b"\x05\x05\x00\x04" + V6D + b"\x00\x00")
+seed("socks5_client", b"\x00\x00\x00\x01" + V4D + b"\x00\x35answer")
+seed("socks5_client", b"\x00\x00\x00\x03\x0cexample.test\x00\x35answer")
+
+# --- loft frames (docs/protocol.md) ----------------------------------------------------------
+
+
+def frame(t, stream=0, body=b""):
+    return struct.pack("!BBIH", t, 0, stream, len(body)) + body
+
+
+def short(s):
+    s = s.encode()
+    return bytes([len(s)]) + s
+
+
+INSTANCE = bytes(range(1, 17))
+STATUS4 = INSTANCE + struct.pack("!IIH", 15000, 1024, 1400) + bytes([198, 18, 64, 2, 24, 198, 18, 64, 1, 0]) \
+    + bytes([1, 1, 198, 18, 1, 2])
+STATUS6 = INSTANCE + struct.pack("!IIH", 15000, 8, 1400) + bytes([198, 18, 64, 2, 24, 198, 18, 64, 1, 1]) \
+    + V6S + bytes([64]) + V6D + bytes([2, 1, 198, 18, 1, 2, 4]) + V6D
+HELLO = frame(0x01, 0, bytes([1]) + struct.pack("!I", 0) + short("tok") + short("laptop"))
+RESUME = frame(0x02, 0, bytes([1]) + INSTANCE + short("tok"))
+OPEN_TCP = frame(0x10, 1, bytes([6, 1]) + V4D + b"\x00\x50")
+OPEN_DOM = frame(0x10, 3, bytes([6, 3, 12]) + b"example.test" + b"\x01\xbb")
+OPEN_UDP = frame(0x10, 5, bytes([17, 4]) + V6D + b"\x00\x35")
+frames = [
+    HELLO, RESUME, frame(0x03, 0, STATUS4), frame(0x03, 0, STATUS6), OPEN_TCP, OPEN_DOM, OPEN_UDP,
+    frame(0x11, 1), frame(0x12, 3, b"\x05"), frame(0x13, 1, b"hello"), frame(0x14, 1), frame(0x15, 1, b"\x01"),
+    frame(0x16, 1, struct.pack("!I", 65536)), frame(0x20, 5, bytes([1]) + V4D + b"\x00\x35" + b"dns"),
+    frame(0x20, 5, bytes([3, 4]) + b"a.b." + b"\x00\x35"), frame(0x30, 0, struct.pack("!Q", 7)),
+    frame(0x31, 0, struct.pack("!Q", 7)), frame(0x3F, 0, bytes([1]) + struct.pack("!H", 8) + b"shutdown"),
+]
+for f in frames:
+    seed("frame_codec", f + b"\xff")
+seed("frame_codec", b"".join(frames) + b"\x07")
+
+
+def receive(b):
+    """A client/front_session op: carrier bytes (op 0, length byte = len - 1), split as needed."""
+    out = b""
+    while b:
+        piece, b = b[:240], b[240:]
+        out += bytes([0, len(piece) - 1]) + piece
+    return out
+
+
+# client_session: flags, then ops (0 receive, 6 open tcp, 7 open udp, 8 read, 9 write, 10 finish/reset,
+# 11 tick, 12 drain, 13 datagram, 14 reattach).
+seed("client_session", b"\x00" + receive(frame(0x03, 0, STATUS4)) + b"\x06\x00\x0c\x00"
+     + receive(frame(0x11, 1) + frame(0x13, 1, b"response")) + b"\x08\x00\x01\x09\x00\x10\x0a\x00\x00"
+     + receive(frame(0x14, 1)) + b"\x0b\x10\x0c\x00")
+seed("client_session", b"\x01" + receive(frame(0x03, 0, STATUS6)) + b"\x07\x01" + receive(frame(0x11, 1))
+     + b"\x0d\x00\x02\x20" + receive(frame(0x20, 1, bytes([1]) + V4D + b"\x00\x35" + b"answer")) + b"\x0c\x00")
+seed("client_session", b"\x00" + receive(frame(0x03, 0, STATUS4) + frame(0x30, 0, struct.pack("!Q", 1))
+                                         + frame(0x3F, 0, bytes([1, 0, 0]))) + b"\x0e\x00")
+# front_session: flags (bit 0: accept later, bit 1: no STATUS yet), then ops (0 receive, 7 accept,
+# 8 refuse, 9 read, 10 write, 11 finish/reset, 12 tick, 13 drain, 14 datagram, 15 status/goaway).
+seed("front_session", b"\x00" + receive(HELLO + OPEN_TCP + frame(0x13, 1, b"GET /") + frame(0x14, 1))
+     + b"\x09\x00\x01\x0a\x00\x10\x0b\x00\x00\x0d\x00")
+seed("front_session", b"\x01" + receive(HELLO + OPEN_DOM + OPEN_UDP) + b"\x07\x00\x08\x01\x05\x07\x02"
+     + receive(frame(0x20, 5, bytes([1]) + V4D + b"\x00\x35" + b"query")) + b"\x0e\x02\x10\x0d\x00")
+seed("front_session", b"\x02" + receive(RESUME) + b"\x0f\x10\x58\x00" + receive(frame(0x30, 0, struct.pack("!Q", 9)))
+     + b"\x0c\x20\x0d\x00")
+
+# --- HTTP/1.1 and WebSocket ------------------------------------------------------------------
+
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+ACCEPT = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+seed("http_request", f"GET /loft HTTP/1.1\r\nHost: front.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+seed("http_request", "GET /loft?session=0123456789abcdef0123456789abcdef HTTP/1.1\r\nHost: front.test\r\n\r\n")
+seed("http_request", "POST /loft?session=0123456789abcdef0123456789abcdef HTTP/1.1\r\nHost: front.test\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n0005\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nTrailer: x\r\n\r\n")
+seed("http_response", f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n")
+seed("http_response", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nCache-Control: no-store\r\n\r\n"
+                      "0010\r\n0123456789abcdef\r\n0\r\n\r\n")
+seed("http_response", "HTTP/1.1 409 Conflict\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+
+
+def ws(opcode, payload, mask=None, fin=True):
+    b0 = (0x80 if fin else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        h = bytes([b0, (0x80 if mask else 0) | n])
+    elif n <= 0xFFFF:
+        h = bytes([b0, (0x80 if mask else 0) | 126]) + struct.pack("!H", n)
+    else:
+        h = bytes([b0, (0x80 if mask else 0) | 127]) + struct.pack("!Q", n)
+    if mask:
+        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+        h += mask
+    return h + payload
+
+
+M = b"\x11\x22\x33\x44"
+for role, mask in [("ws_server", M), ("ws_client", None)]:
+    seed(role, b"\x03" + ws(2, HELLO, mask) + ws(9, b"p", mask) + ws(2, b"x" * 300, mask))
+    seed(role, b"\x00" + ws(2, b"frag", mask, fin=False) + ws(0, b"ment", mask) + ws(10, b"", mask))
+    seed(role, b"\xff" + ws(8, struct.pack("!H", 1000) + b"bye", mask))
+
+# --- text values -----------------------------------------------------------------------------
+
+pin = hashlib.sha256(b"loft").digest()
+import base64
+seed("base64_pin", "sha256/" + base64.b64encode(pin).decode())
+seed("base64_pin", pin.hex())
+seed("base64_pin", ":".join("%02X" % b for b in pin))
+seed("base64_pin", KEY)
+for t in ["198.18.1.2", "fd00:1::2", "::", "::ffff:1.2.3.4", "198.18.1.2:80", "[fd00::1]:53",
+          "198.18.0.0/15", "fd00:64::/64", "[::1]", "example.test"]:
+    seed("address_text", t)
+
+# --- control socket and metrics --------------------------------------------------------------
+
+for line in ["status", "status json", "status text=120", "flows json sort=age", "metrics", "path-changed", "reload"]:
+    seed("control_request", b"\x00" + line.encode() + b"\n")
+seed("control_request", b"\x01GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9100\r\n\r\n")
+
+# --- state files -----------------------------------------------------------------------------
+
+seed("front_state", "loft-front-state 1\n# instance ID SLOT IPV4 IPV6|- attached | detached REMAINING-MS\nnext-slot 5\n"
+                    "instance 0123456789abcdef0123456789abcdef 3 198.18.64.5 fd00:64::5 attached\n"
+                    "instance fedcba9876543210fedcba9876543210 4 198.18.64.6 - detached 512000\n")
+seed("front_state", "loft-front-state 1\nnext-slot 0\n")
+seed("holder_state", "loft-holder-state 1\n0123456789abcdef0123456789abcdef\n")
+
+# --- configuration files: every YAML example of the docs and the integration tests ------------
+
+
+def yaml_blocks(path):
+    text = open(path, encoding="utf-8").read()
+    out = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    out += [b for b in re.findall(r"<<'?EOF'?\n(.*?)\nEOF", text, re.S) if re.search(r"^[a-z-]+:", b, re.M)]
+    return out
+
+
+front_keys = ("listen:", "pool:", "tokens", "state-file")
+for d in ["README.md", "docs/config.md", "docs/holder.md", "docs/front.md", "docs/bridge.md"] + \
+        sorted("Tests/integration/" + f for f in os.listdir(os.path.join(ROOT, "Tests/integration"))):
+    p = os.path.join(ROOT, d)
+    if not os.path.isfile(p):
+        continue
+    for block in yaml_blocks(p):
+        if "$" in block:   # shell-expanded templates: not YAML as written
+            block = re.sub(r"\$\{?[A-Za-z_][A-Za-z_0-9]*\}?", "x", block)
+        is_front = block.lstrip().startswith("listen:") or sum(k in block for k in front_keys) >= 2
+        seed("config_front" if is_front else "config_loft", block)
+
+# --- write -----------------------------------------------------------------------------------
+
+for target, items in sorted(seeds.items()):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        if f.startswith("seed-"):
+            os.remove(os.path.join(d, f))
+    for i, data in enumerate(items):
+        with open(os.path.join(d, "seed-%02d" % i), "wb") as f:
+            f.write(data)
+    print("%-16s %3d seeds" % (target, len(items)), file=sys.stderr)
