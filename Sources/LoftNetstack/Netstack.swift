@@ -155,16 +155,46 @@ public final class Netstack {
             }
             ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
         }
-        let udpPort = summary.proto == IPProtocol.udp && !summary.isLaterFragment ? Int32(summary.destinationPort) : -1
-        if clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count, -1, udpPort) != 0 {
-            drop(.stackMemory, netif)
+        let transport = !summary.isLaterFragment
+        let udpPort = summary.proto == IPProtocol.udp && transport ? Int32(summary.destinationPort) : -1
+        let tcpOffset = summary.proto == IPProtocol.tcp && transport ? Int32(summary.transportOffset) : 0
+        let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                  -1, udpPort, tcpOffset)
+        if verdict != 0 {
+            drop(Netstack.dropReason(verdict), netif)
+            return
         }
+        if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
+    }
+
+    private static func dropReason(_ verdict: Int32) -> PacketDropReason {
+        switch verdict {
+        case Int32(CLWIP_SEGMENT_BAD_ACK): return .tcpBadAck
+        case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .tcpOutOfWindow
+        case Int32(CLWIP_SEGMENT_OOSEQ_FULL): return .tcpReorderCap
+        default: return .stackMemory
+        }
+    }
+
+    /// The app reset a connection lwIP has not handed over yet (its answer to lwIP's SYN-ACK:
+    /// a SYN scan, or a SYN its kernel never sent). lwIP has just dropped its half-open
+    /// connection without telling anyone; the flow and its outbound connection go too.
+    private func appReset(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) {
+        let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
+                          destination: Endpoint(s.destination, s.destinationPort))
+        guard let flow = tcpFlows[key], flow.state == .handshaking else { return }
+        let t = s.transportOffset
+        let seq = UInt32(packet[t + 4]) << 24 | UInt32(packet[t + 5]) << 16 | UInt32(packet[t + 6]) << 8 | UInt32(packet[t + 7])
+        // lwIP takes an RST in SYN_RCVD only at exactly the next sequence number it expects.
+        guard seq == flow.synSequence &+ 1 else { return }
+        tally.handshakesReset &+= 1
+        flow.abort()
     }
 
     /// Hands a held SYN to lwIP once the outbound is connected.
     func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
         packet.withUnsafeBufferPointer { b in
-            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1) != 0 { drop(.stackMemory, netif) }
+            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0) != 0 { drop(.stackMemory, netif) }
         }
     }
 
@@ -189,7 +219,7 @@ public final class Netstack {
             // A retransmitted SYN: held ones wait for the outbound; lwIP answers the others.
             if existing.state != .connecting {
                 _ = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                Int32(s.destinationPort), -1)
+                                Int32(s.destinationPort), -1, 0)
             }
             return
         }

@@ -368,7 +368,8 @@ final class Runtime {
             let c = ns.counters
             r.totals = [("tcp-flows-opened", c.tcpFlowsOpened), ("tcp-connect-failures", c.tcpFlowsFailed),
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
-                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped)]
+                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
+                        ("handshakes-reset-by-app", c.handshakesReset)]
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
             // Flows and datagrams refused while an outbound was down and held are drops too
             // (fail-closed): a "hold" row whenever some outbound keeps that counter.
