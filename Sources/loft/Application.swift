@@ -352,7 +352,8 @@ final class Runtime {
                 i.drops = Socks5DropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
                 i.extra = [("clients", UInt64(c.openClients)), ("max-clients", UInt64(c.maxClients)),
                            ("udp-associations", UInt64(c.activeAssociations)), ("clients-accepted", c.clientsAccepted),
-                           ("refused-at-limit", c.refusedAtLimit), ("handshake-timeouts", c.handshakeTimeouts)]
+                           ("refused-at-limit", c.refusedAtLimit), ("evicted-in-handshake", c.evictedInHandshake),
+                           ("handshake-timeouts", c.handshakeTimeouts)]
             }
             r.inputs.append(i)
         } else {
