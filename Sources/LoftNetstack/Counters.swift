@@ -14,6 +14,10 @@ public struct NetstackCounters: Sendable {
     /// Flows the app reset before its handshake with lwIP completed (their outbound
     /// connections closed at once).
     public var handshakesReset: UInt64 = 0
+    /// ICMP port unreachable sent to apps for datagrams a destination refused, and those the
+    /// rate limit held back.
+    public var portUnreachableSent: UInt64 = 0
+    public var icmpRateLimited: UInt64 = 0
     public var idleClosed: UInt64 = 0
     /// Closed connections freed from lwIP's TIME_WAIT at once (see clwip_reap_timewait).
     public var timeWaitReaped: UInt64 = 0

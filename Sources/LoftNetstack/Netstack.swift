@@ -393,6 +393,31 @@ public final class Netstack {
         assoc.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
     }
 
+    /// Tells the app that `remote` refused its datagram, as the remote's kernel did: ICMP or
+    /// ICMPv6 port unreachable quoting the datagram's headers (the app's kernel matches the
+    /// quote to its socket: a connected socket gets ECONNREFUSED). Rate-limited like a
+    /// kernel's ICMP (icmp_msgs_per_sec 1000, burst 50).
+    func portUnreachable(from remote: Endpoint, to app: Endpoint, netif: Int) {
+        let now = loop.now
+        icmpTokens = min(50, icmpTokens + Double(now &- icmpTokensAt))
+        icmpTokensAt = now
+        guard icmpTokens >= 1 else { tally.icmpRateLimited &+= 1; return }
+        icmpTokens -= 1
+        // The quote: the datagram's IP header and UDP header (its payload is not kept).
+        var udp = [UInt8](repeating: 0, count: 8)
+        udp[0] = UInt8(app.port >> 8); udp[1] = UInt8(app.port & 0xFF)
+        udp[2] = UInt8(remote.port >> 8); udp[3] = UInt8(remote.port & 0xFF)
+        udp[5] = 8
+        let quoted = PacketBuilder.ipPacket(source: app.address, destination: remote.address, proto: IPProtocol.udp, payload: udp)
+        quoted.withUnsafeBytes { q in
+            guard case .success(let s) = PacketSummary.parse(q, maxLength: 65535) else { return }
+            tally.portUnreachableSent &+= 1
+            send(PacketBuilder.unreachable(q, summary: s, kind: .port), netif: netif)
+        }
+    }
+    private var icmpTokens = 50.0
+    private var icmpTokensAt: UInt64 = 0
+
     func closeAssociation(_ a: UDPAssociation) {
         guard udpAssociations[a.key] === a else { return }
         ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
@@ -483,6 +508,11 @@ final class UDPAssociation: DatagramEvents, ActivityListed {
         idleTimer = nil
         outboundSide?.close()
         outboundSide = nil
+    }
+
+    func datagramRefused(by remote: Endpoint) {
+        guard remote.address.isIPv4 == key.source.address.isIPv4 else { return }
+        stack.portUnreachable(from: remote, to: key.source, netif: key.netif)
     }
 
     func datagramReceived(_ payload: UnsafeRawBufferPointer, from remote: Endpoint) {

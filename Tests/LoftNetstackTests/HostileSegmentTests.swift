@@ -107,3 +107,65 @@ final class HostileSegmentTests: XCTestCase {
         assertBytes(stream.written, data)
     }
 }
+
+/// A destination that refuses a datagram (ICMP port unreachable at the outbound's socket):
+/// the app hears it the way it would from its own kernel.
+final class PortUnreachableTests: XCTestCase {
+    func testRefusedDatagramAnswersAppWithICMPPortUnreachable() {
+        let h = Harness()
+        defer { h.shutdown() }
+        let app = Endpoint(IPAddress("10.0.0.2")!, 5353)
+        let closed = Endpoint(IPAddress("198.51.100.7")!, 9)
+        h.send(udpPacket(from: app, to: closed, payload: Array("hello".utf8)))
+        XCTAssertEqual(h.outbound.associations.count, 1)
+        _ = h.takePackets()
+        h.outbound.associations[0].events?.datagramRefused(by: closed)
+        let out = h.takePackets().compactMap(ICMPMessage.parse)
+        XCTAssertEqual(out.count, 1)
+        guard let m = out.first else { return }
+        XCTAssertEqual(m.type, 3)
+        XCTAssertEqual(m.code, 3)
+        XCTAssertEqual(m.source, closed.address)
+        XCTAssertEqual(m.destination, app.address)
+        // The quote: the datagram's IPv4 header (app → closed, UDP) and its ports.
+        m.quote.withUnsafeBytes { q in
+            guard case .success(let s) = PacketSummary.parse(q, maxLength: 65535) else { return XCTFail("quote does not parse") }
+            XCTAssertEqual(s.source, app.address)
+            XCTAssertEqual(s.destination, closed.address)
+            XCTAssertEqual(s.proto, IPProtocol.udp)
+            XCTAssertEqual(s.sourcePort, app.port)
+            XCTAssertEqual(s.destinationPort, closed.port)
+        }
+        XCTAssertEqual(h.netstack.counters.portUnreachableSent, 1)
+    }
+
+    func testIPv6RefusedDatagramAnswersWithICMPv6PortUnreachable() {
+        let h = Harness()
+        defer { h.shutdown() }
+        let app = Endpoint(IPAddress("fd00::2")!, 5353)
+        let closed = Endpoint(IPAddress("2001:db8::7")!, 9)
+        h.send(udpPacket(from: app, to: closed, payload: Array("hello".utf8)))
+        _ = h.takePackets()
+        h.outbound.associations[0].events?.datagramRefused(by: closed)
+        let out = h.takePackets().compactMap(ICMPMessage.parse)
+        XCTAssertEqual(out.first?.type, 1)
+        XCTAssertEqual(out.first?.code, 4)
+        XCTAssertEqual(out.first?.source, closed.address)
+    }
+
+    /// A scan of closed ports gets at most a burst of 50 at once, then about one per ms.
+    func testPortUnreachableIsRateLimited() {
+        let h = Harness()
+        defer { h.shutdown() }
+        let app = Endpoint(IPAddress("10.0.0.2")!, 5353)
+        h.send(udpPacket(from: app, to: Endpoint(IPAddress("198.51.100.7")!, 1), payload: [1]))
+        _ = h.takePackets()
+        for port in 1...500 {
+            h.outbound.associations[0].events?.datagramRefused(by: Endpoint(IPAddress("198.51.100.7")!, UInt16(port)))
+        }
+        let sent = h.netstack.counters.portUnreachableSent
+        XCTAssertGreaterThanOrEqual(sent, 50)
+        XCTAssertLessThan(sent, 100)
+        XCTAssertEqual(sent + h.netstack.counters.icmpRateLimited, 500)
+    }
+}
