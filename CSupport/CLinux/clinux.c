@@ -5,6 +5,7 @@
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <linux/errqueue.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -505,3 +506,5 @@ int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *ga
     rtnl_attr(&r, RTA_OIF, &oif, sizeof oif);
     return rtnl_transact(fd, &r);
 }
+
+int clinux_malloc_trim(void) { return malloc_trim(0); }

@@ -18,6 +18,8 @@ public struct NetstackCounters: Sendable {
     /// rate limit held back.
     public var portUnreachableSent: UInt64 = 0
     public var icmpRateLimited: UInt64 = 0
+    /// Times freed memory was given back to the system after the flow table shrank.
+    public var memoryTrims: UInt64 = 0
     public var idleClosed: UInt64 = 0
     /// Closed connections freed from lwIP's TIME_WAIT at once (see clwip_reap_timewait).
     public var timeWaitReaped: UInt64 = 0

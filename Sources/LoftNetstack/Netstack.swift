@@ -238,6 +238,7 @@ public final class Netstack {
             let flow = TCPFlow(stack: self, key: key, syn: Array(packet), summary: s, now: loop.now)
             tcpFlows[key] = flow
             flowActivity.append(flow)
+            tableGrew()
             tally.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
             flow.ruleIndex = match.rule
@@ -251,6 +252,35 @@ public final class Netstack {
         tcpFlows[flow.key] = nil
         flowActivity.remove(flow)
         ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
+        tableShrank()
+    }
+
+    // MARK: giving memory back
+
+    /// The most flows + associations since memory was last given back.
+    private var tablePeak = 0
+    private var trimTimer: TimerHandle?
+    /// Tables at least this large, shrunk to half, give their memory back.
+    static let trimThreshold = 1024
+
+    /// After a flood the freed flows' memory stays with malloc: once the table has shrunk to
+    /// half of a large peak, it is handed back to the system (malloc_trim) a second later, at
+    /// most once a second and never per flow.
+    private func tableShrank() {
+        let n = tcpFlows.count + udpAssociations.count
+        guard tablePeak >= Self.trimThreshold, n <= tablePeak / 2, trimTimer == nil else { return }
+        trimTimer = loop.schedule(after: 1000) { [weak self] in
+            guard let self else { return }
+            self.trimTimer = nil
+            self.tablePeak = self.tcpFlows.count + self.udpAssociations.count
+            Syscall.trimHeap()
+            self.tally.memoryTrims &+= 1
+        }
+    }
+
+    private func tableGrew() {
+        let n = tcpFlows.count + udpAssociations.count
+        if n > tablePeak { tablePeak = n }
     }
 
     /// Bytes moved on `f` (a live flow): it becomes the newest.
@@ -379,6 +409,7 @@ public final class Netstack {
                 ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
                 udpAssociations[key] = a
                 associationActivity.append(a)
+                tableGrew()
                 a.armIdle()
                 tally.udpAssociationsOpened &+= 1
                 assoc = a
@@ -426,6 +457,7 @@ public final class Netstack {
         a.conversations = []
         associationActivity.remove(a)
         a.close()
+        tableShrank()
     }
 
     /// A datagram either way on `a`: it becomes the newest.

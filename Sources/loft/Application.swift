@@ -371,7 +371,7 @@ final class Runtime {
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
                         ("handshakes-reset-by-app", c.handshakesReset), ("udp-port-unreachable-sent", c.portUnreachableSent),
-                        ("icmp-rate-limited", c.icmpRateLimited)]
+                        ("icmp-rate-limited", c.icmpRateLimited), ("memory-trims", c.memoryTrims)]
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
             // Flows and datagrams refused while an outbound was down and held are drops too
             // (fail-closed): a "hold" row whenever some outbound keeps that counter.

@@ -169,3 +169,29 @@ final class PortUnreachableTests: XCTestCase {
         XCTAssertEqual(sent + h.netstack.counters.icmpRateLimited, 500)
     }
 }
+
+/// After a flood the table shrinks and the freed memory goes back to the system, once.
+final class MemoryTrimTests: XCTestCase {
+    func testTableShrunkFromALargePeakTrimsOnceAfterASecond() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var syns: [[UInt8]] = []
+        for port in 0..<1100 {
+            var app = AppTCP(local: Endpoint(IPAddress("10.0.0.2")!, UInt16(20000 + port)), remote: remoteV4)
+            syns.append(app.syn())
+        }
+        h.send(batch: syns)
+        XCTAssertEqual(h.netstack.tcpFlowCount, 1100)
+        for s in h.outbound.streams { s.fail(.refused) }
+        h.turn()
+        XCTAssertEqual(h.netstack.tcpFlowCount, 0)
+        XCTAssertEqual(h.netstack.counters.memoryTrims, 0, "trimmed at once, per flow")
+        let deadline = monotonicMilliseconds() + 3000
+        while h.netstack.counters.memoryTrims == 0 && monotonicMilliseconds() < deadline {
+            h.loop.runOnce(timeoutMs: 50)
+        }
+        XCTAssertEqual(h.netstack.counters.memoryTrims, 1)
+        h.turns(3)
+        XCTAssertEqual(h.netstack.counters.memoryTrims, 1)
+    }
+}

@@ -34,6 +34,8 @@ long clinux_raise_nofile(void);
 
 /// Resident set size and its peak (VmRSS, VmHWM) in bytes, from /proc/self/status.
 int clinux_memory(uint64_t *rss, uint64_t *peak);
+/// Gives malloc's free memory back to the system (malloc_trim(0)); 1 if any was released.
+int clinux_malloc_trim(void);
 
 /// errno of the calling thread (Swift's Glibc exposes it, but this keeps the C boundary in one place).
 int clinux_errno(void);
