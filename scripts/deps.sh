@@ -20,11 +20,13 @@ PACKAGES=(
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
-# status test's Prometheus text parser, the holder interop test's WebSocket peer.
+# status test's Prometheus text parser, the holder interop test's WebSocket peer, scapy.
 PYPI_PACKAGES=(
     python-socks==3.2.1
     prometheus-client
     websockets
+    # the hostile-traffic test's packet crafting and sniffing
+    scapy==2.5.0
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi
