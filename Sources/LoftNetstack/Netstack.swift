@@ -429,11 +429,7 @@ public final class Netstack {
     /// quote to its socket: a connected socket gets ECONNREFUSED). Rate-limited like a
     /// kernel's ICMP (icmp_msgs_per_sec 1000, burst 50).
     func portUnreachable(from remote: Endpoint, to app: Endpoint, netif: Int) {
-        let now = loop.now
-        icmpTokens = min(50, icmpTokens + Double(now &- icmpTokensAt))
-        icmpTokensAt = now
-        guard icmpTokens >= 1 else { tally.icmpRateLimited &+= 1; return }
-        icmpTokens -= 1
+        guard icmpLimit.take(now: loop.now) else { tally.icmpRateLimited &+= 1; return }
         // The quote: the datagram's IP header and UDP header (its payload is not kept).
         var udp = [UInt8](repeating: 0, count: 8)
         udp[0] = UInt8(app.port >> 8); udp[1] = UInt8(app.port & 0xFF)
@@ -446,8 +442,7 @@ public final class Netstack {
             send(PacketBuilder.unreachable(q, summary: s, kind: .port), netif: netif)
         }
     }
-    private var icmpTokens = 50.0
-    private var icmpTokensAt: UInt64 = 0
+    private var icmpLimit = TokenBucket(perSecond: 1000, burst: 50)
 
     func closeAssociation(_ a: UDPAssociation) {
         guard udpAssociations[a.key] === a else { return }

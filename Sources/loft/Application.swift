@@ -372,6 +372,14 @@ final class Runtime {
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
                         ("handshakes-reset-by-app", c.handshakesReset), ("udp-port-unreachable-sent", c.portUnreachableSent),
                         ("icmp-rate-limited", c.icmpRateLimited), ("memory-trims", c.memoryTrims)]
+            if let ctl = control {
+                r.totals += [("control-refused-busy", ctl.refusedBusy), ("control-evicted-idle", ctl.evictedIdle),
+                             ("control-cached-answers", ctl.cachedAnswers), ("control-paced", ctl.rateLimited)]
+            }
+            if let m = metrics {
+                r.totals += [("metrics-evicted-idle", m.evictedIdle), ("metrics-cached-answers", m.cachedAnswers),
+                             ("metrics-paced", m.rateLimited)]
+            }
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
             // Flows and datagrams refused while an outbound was down and held are drops too
             // (fail-closed): a "hold" row whenever some outbound keeps that counter.
