@@ -329,6 +329,10 @@ public final class FrontServer: CarrierListenerDelegate {
             s.streamsOpen += c.openStreams
             s.associationsOpen += c.openAssociations
         }
+        if let l = listener?.stats {
+            s.handshakesFailed = UInt64(l.handshakeFailed)
+            s.handshakesEvicted = UInt64(l.evicted)
+        }
         return s
     }
 
