@@ -15,6 +15,8 @@ PACKAGES=(
     nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3 tcpdump
     # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below
     microsocks dante-server python3-pip
+    # hostile traffic: scans through the TUN
+    nmap
     # status: --watch rendered in a real terminal
     tmux
 )

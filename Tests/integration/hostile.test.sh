@@ -11,12 +11,14 @@
 #                            kind and 10,000 random ones arrive; drops counted by reason
 #   udp-flood-bounded        10,000 source ports to a closed port: associations capped by
 #                            their idle timeout, ICMP port unreachable rate-limited
+#   scans-and-churn-served   nmap SYN and UDP scans (closed UDP ports answered with ICMP port
+#                            unreachable), 2,000 short connections, and a request right after
 #   rss-back-after-floods    RSS returns near idle after the floods (malloc_trim)
 #   loft-exit-clean
 . "$(dirname "$0")/lib.sh"
 
 CASES="syn-scan-frees-flows bogus-ack-no-stall reorder-flood-bounded crafted-during-transfer
-udp-flood-bounded rss-back-after-floods loft-exit-clean"
+udp-flood-bounded scans-and-churn-served rss-back-after-floods loft-exit-clean"
 
 topo_up
 # srv answers every datagram to a closed port (its own ICMP rate limit off), so loft's limit is
@@ -242,7 +244,7 @@ else
 fi
 
 # --- 2. a SYN scan -------------------------------------------------------------------------
-N=5000
+N=20000
 out=$(hp synscan $N 2>&1)
 sleep 1.5
 hs=$(jq_py 'o["tcp_flows"]["handshaking"] + o["tcp_flows"]["connecting"]')
@@ -296,7 +298,36 @@ else
     fail udp-flood-bounded "$left associations left, $sent port unreachable sent, $limited rate-limited"
 fi
 
-# --- 6. memory back after the floods -------------------------------------------------------
+# --- 6. nmap SYN and UDP scans, 2,000 short connections; new flows served right after -------
+t0=$(now_ms)
+syn=$(in_app nmap -n -Pn -sS -p 1-2000 -T4 --max-retries 1 "$SRV4" 2>&1 | grep -E "^[0-9]+/tcp|Not shown|done")
+udp=$(in_app nmap -n -Pn -sU -p 1-300 -T4 --max-retries 1 "$SRV4" 2>&1 | grep -E "Not shown|closed|done")
+in_app python3 -c '
+import socket, sys
+ok = 0
+for i in range(2000):
+    s = socket.create_connection((sys.argv[1], 80), timeout=5)
+    s.sendall(b"GET /small HTTP/1.0\r\nHost: x\r\n\r\n")
+    d = b""
+    while True:
+        c = s.recv(65536)
+        if not c: break
+        d += c
+    ok += d.startswith(b"HTTP/1.1 200")
+    s.close()
+print("%d of 2000 short connections answered" % ok)' "$SRV4" >"$T_DIR/short.out" 2>&1
+after_ok=$(in_app curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$SRV4/small")
+note "nmap -sS 1-2000: $(echo "$syn" | tr '\n' ' ' | cut -c1-160)"
+note "nmap -sU 1-300: $(echo "$udp" | tr '\n' ' ' | cut -c1-160)"
+note "$(cat "$T_DIR/short.out"); a new request right after: HTTP $after_ok; $(( $(now_ms) - t0 )) ms for the three"
+if echo "$syn" | grep -q '^80/tcp *open' && echo "$udp" | grep -qi 'closed' && grep -q '^2000 of 2000' "$T_DIR/short.out" \
+    && [ "$after_ok" = 200 ] && ! loft_died; then
+    pass scans-and-churn-served
+else
+    fail scans-and-churn-served "syn: $(echo "$syn" | head -2 | tr '\n' '|'); udp: $(echo "$udp" | head -2 | tr '\n' '|'); $(cat "$T_DIR/short.out"); after: $after_ok"
+fi
+
+# --- 7. memory back after the floods -------------------------------------------------------
 sleep 1
 final=$(rss_kib)
 trims=$(jq_py 'dict(o["totals"]).get("memory-trims", 0)')
