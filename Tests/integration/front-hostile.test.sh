@@ -7,6 +7,7 @@
 #   front-redial-under-flood   the holder's new session is up within 3 s during the flood
 #   front-download-under-flood a 20 MiB download through the session, intact, during the flood
 #   front-garbage-after-tls    random bytes after TLS: the connection is closed, front up
+#   front-absurd-ws-frame      a WebSocket frame claiming 2^62 bytes: that carrier ends, front up
 #   front-evicts-counted       the front counted the handshakes it evicted
 . "$(dirname "$0")/lib.sh"
 
@@ -14,7 +15,8 @@ FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 FPORT=$((20000 + T_ID % 20000))
 S5_PORT=$((FPORT + 1))
 while ss -Htln "sport = :$S5_PORT" 2>/dev/null | grep -q .; do S5_PORT=$((S5_PORT + 1)); done
-CASES="front-redial-under-flood front-download-under-flood front-garbage-after-tls front-evicts-counted"
+CASES="front-redial-under-flood front-download-under-flood front-garbage-after-tls front-absurd-ws-frame
+front-evicts-counted"
 
 topo_up
 make_files 20
@@ -126,6 +128,34 @@ EOF
 note "garbage after TLS: $g"
 if kill -0 "$FPID" 2>/dev/null && [ "$(home_state)" = up ]; then pass front-garbage-after-tls
 else fail front-garbage-after-tls "front alive: $(kill -0 "$FPID" 2>/dev/null && echo yes || echo no), holder $(home_state); $g"; fi
+
+# A WebSocket frame claiming 2^62 bytes, then a trickle: the front ends that carrier (the
+# session's first frame cannot be that long) and keeps serving.
+w=$(python3 - "$SRV4" "$FPORT" "$T_DIR/pki/ca.pem" <<'EOF'
+import socket, ssl, sys, os, base64, struct, time
+ctx = ssl.create_default_context(cafile=sys.argv[3]); ctx.check_hostname = False
+s = ctx.wrap_socket(socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5), server_hostname="front.test")
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall(("GET /loft HTTP/1.1\r\nHost: front.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % key).encode())
+head = s.recv(4096)
+if not head.startswith(b"HTTP/1.1 101"):
+    print("no upgrade: %r" % head[:40]); sys.exit(0)
+s.sendall(bytes([0x82, 0xFF]) + struct.pack("!Q", 1 << 62) + os.urandom(4) + os.urandom(1024))
+t0 = time.time()
+try:
+    while True:
+        d = s.recv(4096)
+        if not d: break
+        time.sleep(0.01); s.sendall(os.urandom(16))
+    print("closed by the front after %.2f s" % (time.time() - t0))
+except (OSError, ssl.SSLError) as e:
+    print("closed by the front after %.2f s (%s)" % (time.time() - t0, type(e).__name__))
+EOF
+)
+note "a 2^62-byte WebSocket frame: $w"
+if kill -0 "$FPID" 2>/dev/null && [ "$(home_state)" = up ] && echo "$w" | grep -q "closed by the front"; then pass front-absurd-ws-frame
+else fail front-absurd-ws-frame "front alive: $(kill -0 "$FPID" 2>/dev/null && echo yes || echo no), holder $(home_state); $w"; fi
 
 ev=$(front_stat handshakes_evicted)
 failed=$(front_stat handshakes_failed)
