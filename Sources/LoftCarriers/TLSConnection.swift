@@ -56,6 +56,10 @@ final class TLSConnection: IOHandler {
     private var writeWantsRead = false
     private var readWantsWrite = false
     private var closeWhenFlushed = false
+    /// Half-close requested: close_notify and FIN once the pending output is out; reading goes on.
+    private var shutWriteWhenFlushed = false
+    /// close_notify and FIN were sent; nothing more may be written.
+    private(set) var writeShut = false
     private var pumpScheduled = false
     private var pumpAction: (() -> Void)!
     /// Read calls per readiness event before yielding to other descriptors.
@@ -361,6 +365,23 @@ final class TLSConnection: IOHandler {
         outStart = 0
         outEnd = 0
         if closeWhenFlushed { startLinger() }
+        else if shutWriteWhenFlushed && state == .open { shutWriteNow() }
+    }
+
+    /// Half-close: once the pending output is out, close_notify and a TCP FIN; the peer's bytes
+    /// are still read until it ends too.
+    func shutdownWrite() {
+        guard state == .open, !writeShut else { return }
+        shutWriteWhenFlushed = true
+        if outStart == outEnd { shutWriteNow() }
+    }
+
+    private func shutWriteNow() {
+        guard let tls, !writeShut else { return }
+        shutWriteWhenFlushed = false
+        writeShut = true
+        _ = ctls_shutdown(tls)
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
     }
 
     // MARK: closing
