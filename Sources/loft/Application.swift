@@ -17,6 +17,9 @@ enum Application {
     /// runs half-configured).
     static func unsupported(_ config: Configuration) -> String? {
         for o in config.outbounds {
+            if case .vless(_, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            }
             guard case .loft(_, let carrier, _, let verification, _) = o.kind else { continue }
             if CarrierKind(rawValue: carrier) == nil {
                 let built = CarrierKind.allCases.map(\.rawValue).joined(separator: ", ")
@@ -60,6 +63,16 @@ enum Application {
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder
                     runtime.holders.append(holder)
+                } catch {
+                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
+                    return 1
+                }
+            case .vless(let server, let uuid, let verification, let serverName, let alpn):
+                do {
+                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
+                    let options = try vlessOptions(server: server, uuid: uuid, verification: verification,
+                                                   serverName: serverName, alpn: alpn, config: config)
+                    outbounds[o.name] = try VLESSOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options)
                 } catch {
                     Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
                     return 1
@@ -413,17 +426,32 @@ final class Runtime {
     }
 }
 
-/// A `type: loft` outbound's settings as the holder takes them.
-func holderOptions(server: String, carrier: String, token: String, verification: TLSVerification,
-                   serverName: String?, config: Configuration) throws -> HolderOptions {
-    // The loader accepted it as host:port; parsed again here only to split it.
-    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+/// The TLS client options of a config's `tls` section.
+func tlsOptions(_ verification: TLSVerification, serverName: String?) -> TLSClientOptions {
     var tls = TLSClientOptions(serverName: serverName)
     switch verification {
     case .caFile(let path): tls.caFile = path
     case .pinSHA256(let hex): tls.pinSHA256 = TLSClientOptions.parsePin(hex)
     case .insecure: tls.insecure = true
     }
+    return tls
+}
+
+/// A `type: vless` outbound's settings as the outbound takes them.
+func vlessOptions(server: String, uuid: String, verification: TLSVerification, serverName: String?,
+                  alpn: [String], config: Configuration) throws -> VLESSOptions {
+    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+    guard let id = VLESS.parseUUID(uuid) else { throw TLSError("not a UUID: \(uuid)") }
+    return VLESSOptions(host: hp.host, port: hp.port, uuid: id, tls: tlsOptions(verification, serverName: serverName),
+                        alpn: alpn, udpIdleTimeoutMs: config.limits.udpIdleTimeout.milliseconds)
+}
+
+/// A `type: loft` outbound's settings as the holder takes them.
+func holderOptions(server: String, carrier: String, token: String, verification: TLSVerification,
+                   serverName: String?, config: Configuration) throws -> HolderOptions {
+    // The loader accepted it as host:port; parsed again here only to split it.
+    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+    let tls = tlsOptions(verification, serverName: serverName)
     let kind = CarrierKind(rawValue: carrier) ?? .ws
     var name = [CChar](repeating: 0, count: 256)
     gethostname(&name, name.count - 1)
