@@ -17,6 +17,8 @@ PACKAGES=(
     microsocks dante-server python3-pip
     # hostile traffic: scans through the TUN
     nmap
+    # vless: the VLESS server the vless outbound is tested and benchmarked against
+    v2ray
     # status: --watch rendered in a real terminal
     tmux
 )
