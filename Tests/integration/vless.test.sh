@@ -16,7 +16,7 @@ BAD_UUID=11111111-2222-4333-8444-555555555555
 VPORT=8443                       # v2ray's VLESS inbound
 HPORT=9443                       # the hostile TLS server: 9443 garbage, 9444 truncated, 9445 silent
 UPORT=9002                       # upload sink: "N\n" then N bytes, answers their SHA-256
-WEB_NAME=web.loft.test           # resolved by v2ray only (its dns.hosts)
+WEB_NAME=web.loft.test           # resolved by v2ray only (start_v2ray: its dns.hosts)
 S5_PORT=$((20000 + (T_ID + 7) % 20000))
 while ss -Htuln "sport = :$S5_PORT" 2>/dev/null | grep -q .; do S5_PORT=$((S5_PORT + 1)); done
 DROPPED=198.18.$NET.20           # destinations that pick an outbound by rule
@@ -33,44 +33,8 @@ start_nginx 1 4096
 start_dns
 start_echo
 
-# --- PKI: a throwaway CA, the server's certificate, and a second CA that signed nothing here ---
+start_v2ray $UUID $VPORT
 PKI=$T_DIR/pki
-mkdir -p "$PKI"
-(
-    cd "$PKI" || exit 1
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=loft test CA" \
-        -keyout ca.key -out ca.pem 2>/dev/null
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=other CA" \
-        -keyout other.key -out other.pem 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=vless.loft.test" \
-        -keyout server.key -out server.csr 2>/dev/null
-    printf 'subjectAltName=DNS:vless.loft.test,IP:%s,IP:%s\n' "$SRV4" "$SRV6" >san.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
-        -out server.pem 2>/dev/null
-    chmod 644 ./*
-) || die "openssl"
-[ -s "$PKI/server.pem" ] || die "no server certificate"
-
-# --- v2ray: VLESS + TLS in, freedom out; web.loft.test resolves to the srv address -------------
-cat >"$T_DIR/v2ray.json" <<EOF
-{
-  "log": { "loglevel": "warning" },
-  "dns": { "hosts": { "$WEB_NAME": "$SRV4" } },
-  "inbounds": [{
-    "listen": "::", "port": $VPORT, "protocol": "vless",
-    "settings": { "clients": [{ "id": "$UUID" }], "decryption": "none" },
-    "streamSettings": { "network": "tcp", "security": "tls",
-      "tlsSettings": { "certificates": [{ "certificateFile": "$PKI/server.pem", "keyFile": "$PKI/server.key" }] } }
-  }],
-  "outbounds": [{ "protocol": "freedom", "settings": { "domainStrategy": "UseIP" } }]
-}
-EOF
-start_v2ray() {
-    bg_in "$SRV_NS" v2ray v2ray -config "$T_DIR/v2ray.json"
-    V2RAY_PID=$LAST_PID
-    wait_listen "$SRV_NS" tcp $VPORT || die "v2ray did not start: $(tail -5 "$T_DIR/v2ray.log")"
-}
-start_v2ray
 
 # --- the upload sink and the hostile TLS server (python, in srv) --------------------------------
 cat >"$T_DIR/servers.py" <<'EOF'
@@ -300,7 +264,7 @@ kms=$(($(now_ms) - t0))
 echo_ok=$(echo ping | in_app timeout 5 socat -t 2 - "TCP:$SRV4:9001" 2>/dev/null)
 ms=$(CT=10 timed curl_app "http://$SRV4/small")
 refused=$(field v 'c["connect-failed"]')
-start_v2ray
+start_v2ray $UUID $VPORT
 got=$(curl_app "http://$SRV4/small" | sha256sum | cut -d' ' -f1)
 expect killed-mid-transfer "[ $krc -ne 0 ] && [ $kms -lt 5000 ] && [ '$echo_ok' = ping ] && [ $ms -lt 5000 ] \
     && [ '$refused' -ge 1 ] && [ '$got' = '$(sha_of "$T_DIR/www/small")' ]" \
