@@ -83,8 +83,10 @@ final class VLESSDatagramConnection: ByteStreamEvents {
     unowned let association: VLESSAssociation
     let destination: Endpoint
     private var outbound: VLESSOutbound { association.outbound }
-    private var stream: TLSStream?
+    private var stream: ByteStream?
     private var queue: [UInt8]
+    /// Payload bytes in `queue` (counted as sent when the queue is written).
+    private var queuedPayload = 0
     private var connected = false
     private var responded = false
     private var response: [UInt8] = []
@@ -131,6 +133,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
             guard queue.count + 2 + payload.count <= Self.queueLimit else { return association.dropped() }
             queue.append(h0); queue.append(h1)
             queue += payload
+            queuedPayload += payload.count
             return true
         }
         let total = 2 + payload.count
@@ -161,11 +164,13 @@ final class VLESSDatagramConnection: ByteStreamEvents {
             return stream.write(&iov, count: 1)
         }
         if w != queue.count { end(); return }
+        outbound.meter.bytesUp &+= UInt64(queuedPayload)
         queue = []
+        queuedPayload = 0
     }
 
     func streamFailed(_ failure: FlowFailure) {
-        let (cause, detail) = VLESSOutbound.cause(of: stream, responded: responded)
+        let (cause, detail) = VLESSOutbound.cause(of: stream as? TLSStream, responded: responded)
         outbound.failed(cause, detail)
         stream = nil
         end()
@@ -178,6 +183,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
         while !done {
             var iov = iovec()
             var n = 0
+            // The TLS end always peeks (its input buffer holds a whole frame).
             guard let r = stream.peek(&iov, max: 1, count: &n) else { return }
             switch r {
             case .data(let k) where k > 0:
@@ -213,7 +219,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
                 end()
                 return
             case .failed:
-                let (cause, detail) = VLESSOutbound.cause(of: stream, responded: responded)
+                let (cause, detail) = VLESSOutbound.cause(of: stream as? TLSStream, responded: responded)
                 outbound.failed(cause, detail)
                 end()
                 return

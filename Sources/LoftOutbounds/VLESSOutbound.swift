@@ -109,10 +109,14 @@ public final class VLESSOutbound: Outbound {
     }
 
     /// The TLS connection to the server a new flow or destination gets.
-    func dial(events: ByteStreamEvents, inputBytes: Int = 64 * 1024) -> TLSStream {
-        TLSStream(runtime: runtime, context: context, host: options.host, port: options.port,
-                  serverName: serverName, events: events, inputBytes: inputBytes, outputBytes: 64 * 1024)
+    func dial(events: ByteStreamEvents, inputBytes: Int = 64 * 1024) -> ByteStream {
+        if let testDialer { return testDialer(events) }
+        return TLSStream(runtime: runtime, context: context, host: options.host, port: options.port,
+                         serverName: serverName, events: events, inputBytes: inputBytes, outputBytes: 64 * 1024)
     }
+
+    /// Tests only: the stream a dial returns instead of a TLS connection.
+    var testDialer: ((ByteStreamEvents) -> ByteStream)?
 
     /// The cause a stream's failure counts as.
     static func cause(of stream: TLSStream?, responded: Bool) -> (Failure, String) {

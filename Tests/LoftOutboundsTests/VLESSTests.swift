@@ -136,6 +136,18 @@ final class ScriptedStream: ByteStream {
         if let failure { return .failed(failure) }
         return eof ? .eof : .wouldBlock
     }
+    /// peek shows `incoming` (copied into a buffer that stays put until the next peek).
+    private let peekBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
+    deinit { peekBuffer.deallocate() }
+    func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
+        count = 0
+        if incoming.isEmpty { return failure.map { .failed($0) } ?? (eof ? .eof : .wouldBlock) }
+        peekBuffer.copyBytes(from: incoming)
+        iov[0] = iovec(iov_base: peekBuffer.baseAddress, iov_len: incoming.count)
+        count = 1
+        return .data(incoming.count)
+    }
+    func consume(_ n: Int) { incoming.removeFirst(n) }
     func setReadInterest(_ on: Bool) { readInterest = on }
     func shutdownWrite() { shut = true }
     func close() { closed = true }
@@ -333,5 +345,115 @@ final class VLESSStreamTests: XCTestCase {
         XCTAssertEqual(notTLS.failures(.tls), 1)
         XCTAssertEqual(outbound.status.liveFlows, 0)
         XCTAssertEqual(notTLS.status.liveFlows, 0)
+    }
+}
+
+/// The UDP association over scripted inner streams: one connection per destination, the
+/// request header and the datagrams that waited in one write, frames both ways (split across
+/// reads), drops counted, the idle timeout, a bad response.
+final class VLESSAssociationTests: XCTestCase {
+    let uuid = VLESS.parseUUID("27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b")!
+    let dns4 = Endpoint("198.18.1.2:53")!
+    let dns6 = Endpoint("[fd00:1::2]:53")!
+    var sc: Scenario!
+    var dialed: [ScriptedStream] = []
+
+    override func setUpWithError() throws { sc = try Scenario() }
+
+    func outbound(idleMs: UInt64 = 60_000) throws -> VLESSOutbound {
+        let o = try VLESSOutbound(name: "v", loop: sc.loop, runtime: sc.runtime,
+                                  options: VLESSOptions(host: "127.0.0.1", port: 1, uuid: uuid,
+                                                        tls: TLSClientOptions(insecure: true), udpIdleTimeoutMs: idleMs))
+        o.testDialer = { [unowned self] events in
+            let s = ScriptedStream()
+            s.events = events
+            self.dialed.append(s)
+            return s
+        }
+        return o
+    }
+
+    func send(_ a: DatagramAssociation, _ bytes: [UInt8], to e: Endpoint) -> Bool {
+        bytes.withUnsafeBytes { a.send($0, to: .ip(e)) }
+    }
+
+    func header(_ e: Endpoint) -> [UInt8] { VLESS.encode(.init(uuid: uuid, command: .udp, destination: .ip(e)))! }
+
+    func testOneConnectionPerDestinationAndFramesBothWays() throws {
+        let o = try outbound()
+        let probe = DatagramProbe()
+        let a = try XCTUnwrap(o.openAssociation(events: probe))
+        XCTAssertTrue(send(a, [1, 2, 3], to: dns4))
+        XCTAssertTrue(send(a, [4], to: dns4))
+        XCTAssertTrue(send(a, [5, 5], to: dns6))
+        XCTAssertEqual(dialed.count, 2, "one connection per destination")
+        XCTAssertTrue(dialed[0].writes.isEmpty, "nothing before the handshake")
+        dialed[0].events?.streamConnected()
+        XCTAssertEqual(dialed[0].writes, [header(dns4) + [0, 3, 1, 2, 3, 0, 1, 4]], "header and waiting datagrams in one write")
+        XCTAssertTrue(send(a, [9, 9], to: dns4))
+        XCTAssertEqual(dialed[0].writes.last!, [0, 2, 9, 9])
+        // Replies: the response header, one frame and the start of the next; then the rest.
+        dialed[0].incoming = [0, 0, 0, 2, 7, 7, 0, 3, 8]
+        dialed[0].events?.streamReadable()
+        XCTAssertEqual(probe.received.map(\.payload), [[7, 7]])
+        XCTAssertEqual(probe.received.first?.from, dns4)
+        XCTAssertEqual(dialed[0].incoming, [0, 3, 8], "a partial frame stays until it is whole")
+        dialed[0].incoming += [8, 8, 0, 0]
+        dialed[0].events?.streamReadable()
+        XCTAssertEqual(probe.received.map(\.payload), [[7, 7], [8, 8, 8], []])
+        XCTAssertEqual(o.status.bytesUp, 6)
+        XCTAssertEqual(o.status.bytesDown, 5)
+        XCTAssertEqual(o.status.flows, 1, "an association is one flow")
+        a.close()
+        XCTAssertTrue(dialed.allSatisfy(\.closed))
+        XCTAssertEqual(o.status.liveFlows, 0)
+    }
+
+    func testDropsAreCounted() throws {
+        let o = try outbound()
+        let a = try XCTUnwrap(o.openAssociation(events: DatagramProbe()))
+        XCTAssertFalse(send(a, [UInt8](repeating: 1, count: 65536), to: dns4), "too long for a frame")
+        XCTAssertTrue(send(a, [UInt8](repeating: 1, count: 30000), to: dns4))
+        XCTAssertFalse(send(a, [UInt8](repeating: 1, count: 3000), to: dns4), "over the 32 KiB waiting before the handshake")
+        dialed[0].events?.streamConnected()
+        dialed[0].room = 10
+        XCTAssertFalse(send(a, [UInt8](repeating: 1, count: 20), to: dns4), "a frame goes whole or not at all")
+        XCTAssertEqual(o.status.counter("udp-dropped"), 3)
+        a.close()
+    }
+
+    func testBadResponseEndsTheDestinationAndTheNextDatagramRedials() throws {
+        let o = try outbound()
+        let probe = DatagramProbe()
+        let a = try XCTUnwrap(o.openAssociation(events: probe))
+        XCTAssertTrue(send(a, [1], to: dns4))
+        dialed[0].events?.streamConnected()
+        dialed[0].incoming = Array("HTTP/1.1 400".utf8)
+        dialed[0].events?.streamReadable()
+        XCTAssertTrue(dialed[0].closed)
+        XCTAssertEqual(o.failures(.badResponse), 1)
+        XCTAssertTrue(probe.received.isEmpty)
+        XCTAssertTrue(send(a, [2], to: dns4))
+        XCTAssertEqual(dialed.count, 2)
+        dialed[1].events?.streamConnected()
+        dialed[1].incoming = [0, 0]
+        dialed[1].eof = true
+        dialed[1].events?.streamReadable()
+        XCTAssertTrue(dialed[1].closed, "the server's end closes the destination")
+        XCTAssertEqual(o.failures(.noResponse), 0, "it had answered")
+        a.close()
+    }
+
+    func testIdleDestinationCloses() throws {
+        let o = try outbound(idleMs: 60)
+        let a = try XCTUnwrap(o.openAssociation(events: DatagramProbe()))
+        let ok = sc.run([
+            { self.send(a, [1], to: self.dns4) },
+            { self.dialed[0].events?.streamConnected(); return true },
+            { self.dialed[0].closed },
+            { self.send(a, [2], to: self.dns4) && self.dialed.count == 2 },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(sc.failedStep ?? -1)")
+        a.close()
     }
 }
