@@ -67,6 +67,8 @@ final class TLSConnection: IOHandler {
 
     var pending: Int { outEnd - outStart }
     var isOpen: Bool { state == .open }
+    /// The handshake resumed a session.
+    var resumed: Bool { tls.map { ctls_conn_resumed($0) == 1 } ?? false }
     var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
     var tlsCipher: String { tls.map { String(cString: ctls_conn_cipher($0)) } ?? "" }
     var alpn: String {

@@ -59,6 +59,8 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
 
     /// The TLS version, cipher and ALPN (for a log line), once connected.
     public var tlsDetails: String { describeTLS(conn) }
+    /// The handshake resumed a session (a context with resumption on).
+    public var resumed: Bool { conn?.resumed ?? false }
 
     private func failNow(_ reason: CarrierCloseReason, _ f: FlowFailure) {
         guard !finished else { return }

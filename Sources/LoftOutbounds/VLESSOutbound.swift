@@ -64,6 +64,8 @@ public final class VLESSOutbound: Outbound {
         var bytesDown: UInt64 = 0
         var failures = [UInt64](repeating: 0, count: Failure.allCases.count)
         var udpDropped: UInt64 = 0
+        /// Flows whose TLS handshake resumed a session.
+        var resumed: UInt64 = 0
         var lastError = ""
         /// Causes logged since the last flow that got its response.
         var logged = Set<Failure>()
@@ -76,6 +78,8 @@ public final class VLESSOutbound: Outbound {
         self.runtime = runtime
         self.options = options
         context = try TLSContext(client: options.tls, alpn: options.alpn)
+        // Every connection goes to the one server: a flow's handshake resumes the last session.
+        context.enableResumption()
         var sn = options.tls.serverName ?? options.host
         if sn.hasPrefix("[") && sn.hasSuffix("]") { sn = String(sn.dropFirst().dropLast()) }
         serverName = sn
@@ -87,7 +91,7 @@ public final class VLESSOutbound: Outbound {
         s.flows = m.flows; s.liveFlows = m.live; s.bytesUp = m.bytesUp; s.bytesDown = m.bytesDown
         let server = options.host.contains(":") ? "[\(options.host)]:\(options.port)" : "\(options.host):\(options.port)"
         s.detail = "server \(server)" + (m.lastError.isEmpty ? "" : ", last error \(m.lastError)")
-        s.extra = Failure.allCases.enumerated().map { ($1.rawValue, m.failures[$0]) } + [("udp-dropped", m.udpDropped)]
+        s.extra = Failure.allCases.enumerated().map { ($1.rawValue, m.failures[$0]) } + [("udp-dropped", m.udpDropped), ("tls-resumed", m.resumed)]
         return s
     }
 
@@ -211,6 +215,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
 
     func streamConnected() {
         connected = true
+        if (inner as? TLSStream)?.resumed == true { outbound.meter.resumed &+= 1 }
         if headerPending {
             headerTimer = loop.schedule(after: outbound.options.headerWaitMs) { [weak self] in
                 guard let self else { return }

@@ -271,6 +271,7 @@ start_iperf() {
 
 # start_v2ray UUID [PORT]: Debian's v2ray in srv: a VLESS inbound with TLS on [::]:PORT (8443)
 # for user UUID, a freedom outbound; the name web.loft.test resolves (in v2ray only) to SRV4.
+# Session tickets are on (v2ray's enableSessionResumption; its default is off).
 # The certificate (vless.loft.test, SRV4, SRV6) is from a throwaway CA made here: VLESS_CA is
 # its PEM, VLESS_OTHER_CA a second CA that signed nothing. Sets V2RAY_PID; call again after a
 # kill to restart it with the same certificate.
@@ -304,7 +305,8 @@ start_v2ray() {
     "listen": "::", "port": $port, "protocol": "vless",
     "settings": { "clients": [{ "id": "$uuid" }], "decryption": "none" },
     "streamSettings": { "network": "tcp", "security": "tls",
-      "tlsSettings": { "certificates": [{ "certificateFile": "$VLESS_CERT", "keyFile": "$VLESS_KEY" }] } }
+      "tlsSettings": { "enableSessionResumption": true,
+        "certificates": [{ "certificateFile": "$VLESS_CERT", "keyFile": "$VLESS_KEY" }] } }
   }],
   "outbounds": [{ "protocol": "freedom", "settings": { "domainStrategy": "UseIP" } }]
 }
