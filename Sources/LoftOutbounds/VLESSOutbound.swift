@@ -169,6 +169,8 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     private(set) var responded = false
     private(set) var connected = false
     private var shutPending = false
+    /// The app ended its side (shutdownWrite passed on).
+    private var appDone = false
     /// This flow's failure is counted (at most once).
     private var counted = false
     private var live = true
@@ -327,6 +329,10 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
                 continue
             case .data, .wouldBlock:
                 return .wouldBlock
+            case .eof where appDone && response.isEmpty:
+                // The app had finished and the destination closed without a word (a client
+                // that closed before sending anything, say): a plain end, not a failure.
+                return .eof
             case .eof:
                 count(.noResponse, response.isEmpty ? "closed without a response" : "closed inside the response header")
                 failure = .other(ECONNRESET)
@@ -370,6 +376,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
 
     func shutdownWrite() {
         guard let inner else { return }
+        appDone = true
         if headerPending {
             shutPending = true
             sendHeader()

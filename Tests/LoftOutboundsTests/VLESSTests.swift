@@ -308,6 +308,15 @@ final class VLESSStreamTests: XCTestCase {
         s.close()
     }
 
+    func testAppDoneThenServerClosesSilentlyIsAPlainEnd() {
+        let (s, inner) = make(EventLog())
+        s.shutdownWrite()
+        inner.eof = true
+        XCTAssertEqual(read(s), .eof)
+        XCTAssertEqual(outbound.status.extra.reduce(0) { $0 + $1.1 }, 0, "not a failure")
+        s.close()
+    }
+
     func testResetWhileConnectingIsTheConnectDeadline() {
         let (s, inner) = make(EventLog(), connect: false)
         XCTAssertEqual(write(s, [1]), 0, "nothing is written before the connection is up")
