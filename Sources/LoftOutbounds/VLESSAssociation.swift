@@ -92,6 +92,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
     private var response: [UInt8] = []
     private var lastActivity: UInt64
     private var idleTimer: TimerHandle?
+    private var connectTimer: TimerHandle?
     private var done = false
     static let queueLimit = 32 * 1024
 
@@ -107,10 +108,19 @@ final class VLESSDatagramConnection: ByteStreamEvents {
         // A frame up to 65537 bytes must fit in the input buffer whole.
         stream = outbound.dial(events: self, inputBytes: 80 * 1024)
         armIdle()
+        // Datagrams keep the idle deadline away: a connection that never comes up needs its own.
+        connectTimer = outbound.loop.schedule(after: outbound.options.connectTimeoutMs) { [weak self] in
+            guard let self else { return }
+            self.connectTimer = nil
+            guard !self.connected, !self.done else { return }
+            self.outbound.failed(.timeout, "no TLS connection within the connect timeout")
+            self.end()
+        }
     }
 
     deinit {
         if let t = idleTimer { outbound.loop.cancel(t) }
+        if let t = connectTimer { outbound.loop.cancel(t) }
     }
 
     private func armIdle() {
@@ -157,6 +167,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
 
     func streamConnected() {
         connected = true
+        if let t = connectTimer { outbound.loop.cancel(t); connectTimer = nil }
         guard let stream else { return }
         // The request header and every datagram that waited, in one write.
         let w = queue.withUnsafeBytes { raw -> Int in
@@ -232,6 +243,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
         guard !done else { return }
         done = true
         if let t = idleTimer { outbound.loop.cancel(t); idleTimer = nil }
+        if let t = connectTimer { outbound.loop.cancel(t); connectTimer = nil }
         stream?.events = nil
         stream?.close()
         stream = nil

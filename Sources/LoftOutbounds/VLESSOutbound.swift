@@ -14,14 +14,18 @@ public struct VLESSOptions: Sendable {
     public var alpn: [String]
     /// A UDP destination's connection closes after this long without a datagram either way.
     public var udpIdleTimeoutMs: UInt64
+    /// A UDP destination's connection that is not up (TCP and TLS) by then is given up (a TCP
+    /// flow's deadline is its splice's).
+    public var connectTimeoutMs: UInt64
     /// How long a new connection's request header waits for the app's first bytes (so both
     /// leave in one write) before it is sent alone.
     public var headerWaitMs: UInt64 = 10
 
     public init(host: String, port: UInt16, uuid: [UInt8], tls: TLSClientOptions, alpn: [String] = [],
-                udpIdleTimeoutMs: UInt64 = 60_000) {
+                udpIdleTimeoutMs: UInt64 = 60_000, connectTimeoutMs: UInt64 = 10_000) {
         self.host = host; self.port = port; self.uuid = uuid; self.tls = tls; self.alpn = alpn
         self.udpIdleTimeoutMs = udpIdleTimeoutMs
+        self.connectTimeoutMs = connectTimeoutMs
     }
 }
 

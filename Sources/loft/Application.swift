@@ -443,7 +443,8 @@ func vlessOptions(server: String, uuid: String, verification: TLSVerification, s
     guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
     guard let id = VLESS.parseUUID(uuid) else { throw TLSError("not a UUID: \(uuid)") }
     return VLESSOptions(host: hp.host, port: hp.port, uuid: id, tls: tlsOptions(verification, serverName: serverName),
-                        alpn: alpn, udpIdleTimeoutMs: config.limits.udpIdleTimeout.milliseconds)
+                        alpn: alpn, udpIdleTimeoutMs: config.limits.udpIdleTimeout.milliseconds,
+                        connectTimeoutMs: config.limits.connectTimeout.milliseconds)
 }
 
 /// A `type: loft` outbound's settings as the holder takes them.

@@ -369,10 +369,11 @@ final class VLESSAssociationTests: XCTestCase {
 
     override func setUpWithError() throws { sc = try Scenario() }
 
-    func outbound(idleMs: UInt64 = 60_000) throws -> VLESSOutbound {
+    func outbound(idleMs: UInt64 = 60_000, connectMs: UInt64 = 10_000) throws -> VLESSOutbound {
         let o = try VLESSOutbound(name: "v", loop: sc.loop, runtime: sc.runtime,
                                   options: VLESSOptions(host: "127.0.0.1", port: 1, uuid: uuid,
-                                                        tls: TLSClientOptions(insecure: true), udpIdleTimeoutMs: idleMs))
+                                                        tls: TLSClientOptions(insecure: true), udpIdleTimeoutMs: idleMs,
+                                                        connectTimeoutMs: connectMs))
         o.testDialer = { [unowned self] events in
             let s = ScriptedStream()
             s.events = events
@@ -450,6 +451,22 @@ final class VLESSAssociationTests: XCTestCase {
         dialed[1].events?.streamReadable()
         XCTAssertTrue(dialed[1].closed, "the server's end closes the destination")
         XCTAssertEqual(o.failures(.noResponse), 0, "it had answered")
+        a.close()
+    }
+
+    func testConnectDeadlineWhileDatagramsKeepComing() throws {
+        let o = try outbound(idleMs: 60, connectMs: 100)
+        let a = try XCTUnwrap(o.openAssociation(events: DatagramProbe()))
+        // A datagram every 20 ms keeps the idle deadline away; the connect deadline still ends
+        // a connection that never came up, and the next datagram dials again.
+        var sent = 0
+        let ok = sc.run([
+            { sent += 1; _ = self.send(a, [1], to: self.dns4); return self.dialed.count >= 2 || sent > 50 },
+        ])
+        XCTAssertTrue(ok)
+        XCTAssertEqual(dialed.count, 2, "after \(sent) sends")
+        XCTAssertTrue(dialed[0].closed)
+        XCTAssertEqual(o.failures(.timeout), 1)
         a.close()
     }
 
