@@ -60,6 +60,9 @@ final class TLSConnection: IOHandler {
     private var shutWriteWhenFlushed = false
     /// close_notify and FIN were sent; nothing more may be written.
     private(set) var writeShut = false
+    /// Out of epoll: the peer hung up after our half-close while reads were paused; what it
+    /// sent (and its end) waits in the socket until reading resumes.
+    private var parked = false
     private var pumpScheduled = false
     private var pumpAction: (() -> Void)!
     /// Read calls per readiness event before yielding to other descriptors.
@@ -188,7 +191,7 @@ final class TLSConnection: IOHandler {
     // MARK: readiness
 
     private func setMask(_ m: UInt32) {
-        guard fd >= 0, m != mask || !registered else { return }
+        guard fd >= 0, !parked, m != mask || !registered else { return }
         mask = m
         if registered { loop.modify(fd, m) } else { loop.register(fd, m, self); registered = true }
     }
@@ -239,6 +242,13 @@ final class TLSConnection: IOHandler {
                 }
                 if readEnabled {
                     pumpRead()
+                } else if ev & IOEvents.error == 0 && ev & IOEvents.hangup != 0 && writeShut {
+                    // Both directions ended cleanly (our half-close, then the peer's FIN) while
+                    // reads are paused: epoll would report the hang-up again and again, so the
+                    // socket leaves it until reading resumes; the peer's last bytes wait there.
+                    if registered { loop.unregister(fd) }
+                    registered = false
+                    parked = true
                 } else if ev & (IOEvents.error | IOEvents.hangup) != 0 {
                     // Paused, but the socket failed: reading is the only way to learn why.
                     let err = clinux_so_error(fd)
@@ -257,6 +267,7 @@ final class TLSConnection: IOHandler {
     func setReading(_ on: Bool) {
         guard readEnabled != on else { return }
         readEnabled = on
+        if on && parked { parked = false }
         if state == .open {
             updateMask()
             if on { schedulePump() }

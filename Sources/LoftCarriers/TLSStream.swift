@@ -31,6 +31,10 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     private var finished = false
     private var readInterest = true
     private var wantWritable = false
+    /// The reader left bytes in the input buffer with reads still wanted: the connection stops
+    /// reading until they are taken (so nothing overflows the buffer, and a clean end is read
+    /// only behind the last byte).
+    private var stalled = false
 
     /// Starts at once: resolve `host`, connect to `port`, handshake with SNI `serverName`.
     public init(runtime: CarrierRuntime, context: TLSContext, host: String, port: UInt16, serverName: String,
@@ -90,13 +94,24 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     func tlsReady(_ c: TLSConnection) {
         guard !finished else { return }
         isConnected = true
-        c.setReading(readInterest)
+        c.setReading(readInterest && !stalled)
         events?.streamConnected()
     }
 
     func tlsReceived(_ c: TLSConnection) {
         guard readInterest, c.inStart < c.inEnd else { return }
         events?.streamReadable()
+        if readInterest, !stalled, conn === c, c.inStart < c.inEnd {
+            stalled = true
+            c.setReading(false)
+        }
+    }
+
+    /// Bytes were taken: a stalled connection reads again once its buffer is empty.
+    private func taken(_ c: TLSConnection) {
+        guard stalled, c.inStart == c.inEnd else { return }
+        stalled = false
+        if readInterest { c.setReading(true) }
     }
 
     func tlsFlushed(_ c: TLSConnection) {
@@ -157,6 +172,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
             let n = min(buffer.count, c.inEnd - c.inStart)
             buffer.baseAddress!.copyMemory(from: c.input + c.inStart, byteCount: n)
             c.inStart += n
+            taken(c)
             return .data(n)
         }
         return empty()
@@ -175,6 +191,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     public func consume(_ n: Int) {
         guard let c = conn else { return }
         c.inStart = min(c.inStart + n, c.inEnd)
+        taken(c)
     }
 
     private func empty() -> StreamReadResult {
@@ -187,7 +204,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         guard readInterest != on else { return }
         readInterest = on
         guard let c = conn, isConnected else { return }
-        c.setReading(on)
+        c.setReading(on && !stalled)
         if on && (buffered > 0 || eof) {
             // Bytes (or the EOF) already here announce no new arrival: say so on the next turn.
             runtime.loop.soon { [weak self] in
