@@ -31,6 +31,7 @@ struct ctls_conn {
     SSL *ssl;
     ctls_ctx *ctx;
     int shutdown_sent;
+    int close_notify;       // the peer's close_notify arrived
     char err[320];
 };
 
@@ -175,6 +176,8 @@ int ctls_ctx_enable_resumption(ctls_ctx *ctx) {
     return 0;
 }
 
+int ctls_conn_close_notify(ctls_conn *c) { return c && c->close_notify ? 1 : 0; }
+
 int ctls_conn_resumed(ctls_conn *c) { return c && SSL_session_reused(c->ssl) ? 1 : 0; }
 
 void ctls_ctx_free(ctls_ctx *ctx) {
@@ -228,7 +231,7 @@ static int classify(ctls_conn *c, int ret, const char *op) {
     switch (e) {
     case SSL_ERROR_WANT_READ: return CTLS_WANT_READ;
     case SSL_ERROR_WANT_WRITE: return CTLS_WANT_WRITE;
-    case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); return CTLS_CLOSED;
+    case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); c->close_notify = 1; return CTLS_CLOSED;
     case SSL_ERROR_SYSCALL: {
         int saved = errno;
         if (ERR_peek_error() == 0) {

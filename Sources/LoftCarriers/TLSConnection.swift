@@ -70,6 +70,8 @@ final class TLSConnection: IOHandler {
 
     var pending: Int { outEnd - outStart }
     var isOpen: Bool { state == .open }
+    /// The peer's end came with close_notify (set when reading met the end).
+    private(set) var closeNotified = false
     /// The handshake resumed a session.
     var resumed: Bool { tls.map { ctls_conn_resumed($0) == 1 } ?? false }
     var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
@@ -314,6 +316,7 @@ final class TLSConnection: IOHandler {
                 updateMask()
                 return
             case CTLS_CLOSED:
+                closeNotified = ctls_conn_close_notify(tls) == 1
                 end(nil)
                 return
             default:

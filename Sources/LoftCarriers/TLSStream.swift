@@ -10,8 +10,9 @@ import LoftIO
 /// `streamConnected` comes once the handshake is done; a refused connect or a failed handshake
 /// is one `streamFailed`, and `cause` says why. Reads are zero-copy (`peek` shows the decrypted
 /// bytes in the input buffer); writes are copied into the output buffer and flushed at once.
-/// `shutdownWrite` sends close_notify and a FIN and keeps reading; the peer's close_notify or
-/// FIN is EOF (the connection is then gone both ways: later writes fail).
+/// `shutdownWrite` sends close_notify and a FIN and keeps reading; the peer's close_notify is
+/// EOF (the connection is then gone both ways: later writes fail), and an EOF without it is a
+/// failure (the connection was cut, the bytes may be truncated).
 public final class TLSStream: ByteStream, TLSConnectionOwner {
     public weak var events: ByteStreamEvents?
     private let runtime: CarrierRuntime
@@ -129,6 +130,12 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         }
         if let reason {
             failNow(reason, .other(ECONNRESET))
+            return
+        }
+        if !c.closeNotified {
+            // EOF without close_notify: the connection was cut (the server killed, a middlebox),
+            // and what came may be truncated; the app is told so with a reset, not a clean end.
+            failNow(.io("connection cut: EOF without close_notify"), .other(ECONNRESET))
             return
         }
         // A clean end: EOF once what is buffered has been read (the buffers outlive the socket).

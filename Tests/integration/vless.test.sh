@@ -256,7 +256,8 @@ ms=$(CT=10 timed curl_app "http://$DOWN_DST/small")
 n=$(field down 'c["connect-failed"]')
 expect server-down "[ $ms -lt 5000 ] && [ '$n' = 1 ]" "curl took $ms ms; connect-failed=$n"
 
-# v2ray killed while a rate-limited download is running: the flow is reset, not left hanging;
+# v2ray killed while a rate-limited download is running: the flow is reset (EOF without
+# close_notify is a cut, counted broken), not left hanging or ended as if complete;
 # the direct outbound keeps working meanwhile; a new v2ray carries new flows.
 in_app curl -sS --max-time 30 -o /dev/null "http://$SRV4/slow/f1" 2>"$T_DIR/killed.err" &
 KPID=$!
@@ -268,11 +269,12 @@ kms=$(($(now_ms) - t0))
 echo_ok=$(echo ping | in_app timeout 5 socat -t 2 - "TCP:$SRV4:9001" 2>/dev/null)
 ms=$(CT=10 timed curl_app "http://$SRV4/small")
 refused=$(field v 'c["connect-failed"]')
+broken=$(field v 'c["broken"]')
 start_v2ray $UUID $VPORT
 got=$(curl_app "http://$SRV4/small" | sha256sum | cut -d' ' -f1)
 expect killed-mid-transfer "[ $krc -ne 0 ] && [ $kms -lt 5000 ] && [ '$echo_ok' = ping ] && [ $ms -lt 5000 ] \
-    && [ '$refused' -ge 1 ] && [ '$got' = '$(sha_of "$T_DIR/www/small")' ]" \
-    "curl rc $krc after $kms ms ($(tr '\n' ' ' <"$T_DIR/killed.err")); direct echo '$echo_ok'; while down: $ms ms, connect-failed=$refused; after restart sha $got"
+    && [ '$refused' -ge 1 ] && [ '$broken' -ge 1 ] && [ '$got' = '$(sha_of "$T_DIR/www/small")' ]" \
+    "curl rc $krc after $kms ms ($(tr '\n' ' ' <"$T_DIR/killed.err")); broken=$broken; direct echo '$echo_ok'; while down: $ms ms, connect-failed=$refused; after restart sha $got"
 
 ms=$(CT=10 timed curl_app "http://$GARBAGE_DST/small")
 n=$(field garbage 'c["bad-response"]')

@@ -46,6 +46,10 @@ void ctls_ctx_free(ctls_ctx *ctx);
 /// declines it). Every connection of the context must go to the same server name. Returns 0 or -1.
 int ctls_ctx_enable_resumption(ctls_ctx *ctx);
 
+/// 1 if the peer ended with close_notify (CTLS_CLOSED after it is a clean end; without it, the
+/// connection was cut: EOF with no alert).
+int ctls_conn_close_notify(ctls_conn *c);
+
 /// 1 if the connection's handshake resumed a session.
 int ctls_conn_resumed(ctls_conn *c);
 
