@@ -90,8 +90,9 @@ public final class VLESSOutbound: Outbound {
     }
 
     public var status: OutboundStatus {
-        var s = OutboundStatus(name: name, type: "vless", state: "ready")
         let m = meter
+        // "failing": flows failed since the last one that got its response (or there was none).
+        var s = OutboundStatus(name: name, type: "vless", state: m.logged.isEmpty ? "ready" : "failing")
         s.flows = m.flows; s.liveFlows = m.live; s.bytesUp = m.bytesUp; s.bytesDown = m.bytesDown
         let server = options.host.contains(":") ? "[\(options.host)]:\(options.port)" : "\(options.host):\(options.port)"
         s.detail = "server \(server)" + (m.lastError.isEmpty ? "" : ", last error \(m.lastError)")

@@ -299,12 +299,14 @@ final class VLESSStreamTests: XCTestCase {
         }
         XCTAssertEqual(outbound.failures(.noResponse), 3)
         XCTAssertEqual(outbound.meter.logged, [.noResponse], "logged once for the cause")
+        XCTAssertEqual(outbound.status.state, "failing")
         XCTAssertEqual(outbound.status.liveFlows, 0)
         // A flow that gets its response clears the logged causes: the next failure is news.
         let (s, inner) = make(EventLog())
         inner.incoming = [0, 0, 1]
         XCTAssertEqual(read(s), .data(1))
         XCTAssertTrue(outbound.meter.logged.isEmpty)
+        XCTAssertEqual(outbound.status.state, "ready")
         s.close()
     }
 
