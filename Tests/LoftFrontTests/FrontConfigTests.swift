@@ -36,7 +36,7 @@ final class FrontConfigTests: XCTestCase {
         let s = try parse(Self.minimal, base: "/etc/loft")
         XCTAssertEqual(s.listen, Endpoint("0.0.0.0:8443"))
         XCTAssertEqual(s.path, "/loft")
-        XCTAssertEqual(s.carriers, [.ws, .get])
+        XCTAssertEqual(s.carriers, [.ws, .get, .h2])
         XCTAssertEqual(s.certificateFile, "/etc/loft/server.pem")
         XCTAssertEqual(s.keyFile, "/etc/loft/server.key")
         XCTAssertEqual(s.tokens, ["secret-1"])
