@@ -117,6 +117,7 @@ final class LoopbackTests: XCTestCase {
 
     func testWSBackpressureBoundsMemory() throws { try backpressure(.ws) }
     func testGetBackpressureBoundsMemory() throws { try backpressure(.get) }
+    func testH2BackpressureBoundsMemory() throws { try backpressure(.h2) }
 
     // MARK: certificate checks
 
