@@ -241,6 +241,9 @@ final class H2Engine {
             } else {
                 _ = cnh2_submit_rst(h, sessionStream, UInt32(CNH2_CANCEL))
             }
+            // END_STREAM goes out before the GOAWAY (nghttp2 would put GOAWAY first): a peer
+            // that takes GOAWAY as the end of everything still sees the stream end.
+            guard pump(), self.h != nil else { return }
         }
         _ = cnh2_submit_goaway(h, UInt32(CNH2_NO_ERROR))
         pump()
@@ -388,7 +391,11 @@ final class H2Engine {
         case .endStream(let s):
             if s == sessionStream { owner?.h2Event(self, .peerEnded) }
         case .closed(let s, let code):
-            heads.removeValue(forKey: s)
+            if let head = heads.removeValue(forKey: s), head.tooBig, isServer {
+                // The header callback refused it (nghttp2 reset the stream): counted like a 431.
+                refusals += 1
+                owner?.h2Event(self, .refused(status: 431, reason: "request header fields too large"))
+            }
             if s == sessionStream && code != UInt32(CNH2_NO_ERROR) { owner?.h2Event(self, .streamReset(code)) }
         case .headers(let s, let endStream):
             guard let head = heads[s] else { return }
