@@ -164,9 +164,11 @@ final class H2Engine {
 
     /// Session bytes `write` would take now.
     var writable: Int {
+        guard let h else { return 0 }
         let room = output.h2Free - Self.controlReserve
         guard room > 9 else { return 0 }
-        let frames = room / Int(settings.maxFrameSize) + 1
+        let frameSize = max(16384, Int(cnh2_remote_setting(h, 5)))    // the peer's SETTINGS_MAX_FRAME_SIZE
+        let frames = room / frameSize + 1
         return max(0, min(sendWindow, room - 9 * frames))
     }
 
