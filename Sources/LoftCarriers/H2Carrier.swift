@@ -316,6 +316,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
 
     func flush() {
         guard let c = conn, state != .closed else { return }
+        engine?.pump()
         c.flush()
     }
 
@@ -358,6 +359,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
             closingSelf = self
             readingPaused = false
             conn?.setReading(true)
+            scheduleProcess()
             e.finish()
             flush()
             maybeFinishClose()

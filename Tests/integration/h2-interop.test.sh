@@ -29,6 +29,7 @@ end-stream-answered wrong-path-404 get-on-session-path-405 other-protocol-400 se
 bad-token-stream-ends alive-after-refusals absurd-frame-length alive-after-absurd-length alive-after-hpack-bomb
 alive-after-settings-flood alive-after-ping-flood alive-after-many-streams data-on-stream-0 ping-wrong-length
 garbage-frames alive-after-malformed alive-beside-unread-session"
+P1_SHUT="shutdown-session-goaway shutdown-end-stream shutdown-h2-goaway"
 P1_SHELL="front-logged-h2-errors front-memory-bounded front-still-running front-stats-counters nghttp-handshake nghttp-404 front-exit-clean"
 P2_CASES="alpn-h2 client-settings connect-request-headers client-answers-h2-ping hello-in-data
 goaway-protocol-error-after-echo client-ends-stream-after-goaway redial-sends-hello"
@@ -134,7 +135,7 @@ bg front "$FRONT_BIN" run -c "$T_DIR/front.yaml"
 FRONT_PID=$LAST_PID
 FRONT_LOG=$T_DIR/front.log
 if ! wait_tcp "$ECHO_PORT" || ! wait_log "$FRONT_LOG" 'event=ready'; then
-    fail_all "loft-front or the echo server did not start: $(tail -3 "$FRONT_LOG" | tr '\n' '|')" $P1_CASES $P1_SHELL
+    fail_all "loft-front or the echo server did not start: $(tail -3 "$FRONT_LOG" | tr '\n' '|')" $P1_CASES $P1_SHELL $P1_SHUT
 else
     rss0=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
     t0=$(now_ms)
@@ -178,11 +179,18 @@ else
     else fail nghttp-404 "$(echo "$out" | grep -E 'status|GOAWAY|ERROR' | head -5 | tr '\n' '|')"; fi
     echo "$out" >"$T_DIR/nghttp.out"
 
+    # SIGTERM with a session open: GOAWAY shutdown in the session, END_STREAM, HTTP/2 GOAWAY.
+    bg shutdown-watch python3 "$INTEROP/h2_client.py" --port "$FRONT_PORT" --ca "$CA" --token "$TOKEN" \
+        --echo-port "$ECHO_PORT" --hold-until-shutdown "$T_DIR/shutdown.ready"
+    WATCH=$LAST_PID
+    for _ in $(seq 100); do [ -s "$T_DIR/shutdown.ready" ] && break; sleep 0.1; done
     kill -TERM "$FRONT_PID" 2>/dev/null
     rc=hung
     for _ in $(seq 50); do kill -0 "$FRONT_PID" 2>/dev/null || { wait "$FRONT_PID"; rc=$?; break; }; sleep 0.1; done
     if [ "$rc" = 0 ] && grep -q 'event=stopped' "$FRONT_LOG"; then pass front-exit-clean
     else fail front-exit-clean "exit status $rc after SIGTERM: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; fi
+    for _ in $(seq 100); do kill -0 "$WATCH" 2>/dev/null || break; sleep 0.1; done
+    relay "$T_DIR/shutdown-watch.log" $P1_SHUT
 fi
 
 # --- 3. loft's h2 client -> h2-library echo server -------------------------------------------

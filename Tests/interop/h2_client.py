@@ -418,6 +418,25 @@ def main(args):
     note("left %.0f s of the deadline" % (deadline - time.monotonic()))
 
 
+def hold_until_shutdown(args):
+    """A session that stays open until the front shuts down (SIGTERM): then the session's GOAWAY
+    shutdown, END_STREAM and HTTP/2 GOAWAY NO_ERROR must arrive, in that order of meaning."""
+    c = Client(args)
+    c.open_session()
+    c.send(lw.hello(args.token, "shutdown-watch"))
+    f = c.next_frame()
+    if not f or f[0] != lw.STATUS:
+        emit("shutdown-session-goaway", False, "no STATUS: %s" % (f,))
+        return
+    open(args.hold_until_shutdown, "w").write("ready\n")
+    c.until(lambda: c.closed or c.goaway is not None and (c.session in c.ended or c.session in c.reset), 30)
+    g = [lw.parse_goaway(f[3]) for f in c.frames if f[0] == lw.GOAWAY]
+    emit("shutdown-session-goaway", len(g) == 1 and g[0][0] == lw.GOAWAY_SHUTDOWN, "session frames %s" % c.frames)
+    emit("shutdown-end-stream", c.session in c.ended, "ended %s reset %s" % (c.ended, c.reset))
+    emit("shutdown-h2-goaway", c.goaway == 0, "h2 GOAWAY %s" % c.goaway)
+    c.close()
+
+
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -426,8 +445,10 @@ def parse_args():
     p.add_argument("--echo-port", type=int, required=True)
     p.add_argument("--pool4", default="198.18.64.0/24")
     p.add_argument("--deadline", type=float, default=180)
+    p.add_argument("--hold-until-shutdown", metavar="READY_FILE")
     return p.parse_args()
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    a = parse_args()
+    hold_until_shutdown(a) if a.hold_until_shutdown else main(a)
