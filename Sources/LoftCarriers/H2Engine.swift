@@ -191,6 +191,7 @@ final class H2Engine {
             pos += n
             drain()
             if self.h == nil { return nil }
+            if n == 0 { break }     // nothing taken (never expected): do not spin
         }
         return pos
     }
