@@ -172,6 +172,8 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
             peerEnded()
         case .streamReset(let code):
             if state == .closing { finishClose(); return }
+            // A connection error of ours (GOAWAY sent) closes the stream too: name the cause.
+            if let f = engine.failure { endWithError(.protocolError(f)); return }
             endWithError(.io("session stream reset: RST_STREAM \(H2Engine.errorName(code))"))
         case .refused(let status, let reason):
             listener?.refusedH2(self, status, reason)
