@@ -180,6 +180,5 @@ int32_t cnh2_send_window(cnh2 *h, int32_t stream) {
 }
 
 uint32_t cnh2_remote_setting(cnh2 *h, int32_t id) { return nghttp2_session_get_remote_settings(h->s, (nghttp2_settings_id)id); }
-int cnh2_stream_open(cnh2 *h, int32_t stream) { return nghttp2_session_find_stream(h->s, stream) != NULL; }
 const char *cnh2_strerror(int code) { return nghttp2_strerror(code); }
 const char *cnh2_error_name(uint32_t code) { return nghttp2_http2_strerror(code); }

@@ -155,12 +155,15 @@ final class H2Engine {
     var wantsWrite: Bool { h != nil && cnh2_want_write(h) != 0 }
     /// Payload bytes the session stream may send now (both windows).
     var sendWindow: Int {
-        guard let h, sessionStream > 0, !ending else { return 0 }
+        guard let h, sessionStreamOpen, !ending else { return 0 }
         return Int(max(0, cnh2_send_window(h, sessionStream)))
     }
     /// The peer allows extended CONNECT (its SETTINGS_ENABLE_CONNECT_PROTOCOL).
     var peerAllowsConnect: Bool { h.map { cnh2_remote_setting($0, 8) == 1 } ?? false }
-    var sessionStreamOpen: Bool { h != nil && sessionStream > 0 && cnh2_stream_open(h, sessionStream) != 0 }
+    /// The session stream exists and is not closed yet (nghttp2 keeps closed streams around, so
+    /// the engine tracks this itself).
+    var sessionStreamOpen: Bool { h != nil && sessionStream > 0 && !sessionClosed }
+    private var sessionClosed = false
 
     /// Session bytes `write` would take now.
     var writable: Int {
@@ -237,7 +240,7 @@ final class H2Engine {
     /// no END_STREAM can go out (no send window), then GOAWAY NO_ERROR.
     func finish() {
         guard let h else { return }
-        if sessionStream > 0, !ending, cnh2_stream_open(h, sessionStream) != 0 {
+        if sessionStreamOpen, !ending {
             ending = true
             if cnh2_send_window(h, sessionStream) > 0 {
                 _ = cnh2_resume(h, sessionStream)
@@ -255,7 +258,7 @@ final class H2Engine {
     /// Resets the session stream with `code` and ends the connection with GOAWAY `code`.
     func fail(_ code: UInt32) {
         guard let h else { return }
-        if sessionStream > 0, cnh2_stream_open(h, sessionStream) != 0 { _ = cnh2_submit_rst(h, sessionStream, code) }
+        if sessionStreamOpen { _ = cnh2_submit_rst(h, sessionStream, code) }
         _ = cnh2_submit_goaway(h, code)
         pump()
     }
@@ -394,6 +397,7 @@ final class H2Engine {
         case .endStream(let s):
             if s == sessionStream { owner?.h2Event(self, .peerEnded) }
         case .closed(let s, let code):
+            if s == sessionStream { sessionClosed = true }
             if let head = heads.removeValue(forKey: s), head.tooBig, isServer {
                 // The header callback refused it (nghttp2 reset the stream): counted like a 431.
                 refusals += 1

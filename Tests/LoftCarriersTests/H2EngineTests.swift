@@ -184,6 +184,18 @@ final class H2EngineTests: XCTestCase {
         XCTAssertEqual(p.sRec.received.count, data.count)
     }
 
+    /// RST_STREAM and GOAWAY with an error reach the other side as events (the carrier ends).
+    func testResetAndGoAwayAreReported() {
+        let p = EnginePair()
+        p.open()
+        p.client.fail(8)    // CANCEL
+        p.run()
+        XCTAssertTrue(p.sRec.events.contains("reset 8"), "\(p.sRec.events)")
+        XCTAssertTrue(p.sRec.events.contains("goaway 8"), "\(p.sRec.events)")
+        XCTAssertFalse(p.server.sessionStreamOpen)
+        XCTAssertEqual(p.server.writable, 0)
+    }
+
     func testAdmitRefusalIs403() {
         let p = EnginePair()
         p.sRec.admit = false

@@ -87,8 +87,6 @@ int cnh2_submit_goaway(cnh2 *h, uint32_t error_code);
 int32_t cnh2_send_window(cnh2 *h, int32_t stream);
 /// The peer's value of a SETTINGS parameter (id as on the wire).
 uint32_t cnh2_remote_setting(cnh2 *h, int32_t id);
-/// Whether the stream is known to nghttp2 (not closed).
-int cnh2_stream_open(cnh2 *h, int32_t stream);
 
 /// nghttp2's text for a library error, and the name of an HTTP/2 error code.
 const char *cnh2_strerror(int code);
