@@ -25,6 +25,11 @@ public struct FrontStats: Sendable, Equatable {
     public var datagramsUp: UInt64 = 0
     public var datagramsDown: UInt64 = 0
     public var datagramsDropped: UInt64 = 0         // session output full, or not sendable
+    /// From the listener: requests refused before a carrier existed (404, 405, 400, 403, 409,
+    /// 429, 431 ...), and connections that ended before carrying one (TLS failures, timeouts,
+    /// HTTP/2 errors and floods).
+    public var requestsRejected: UInt64 = 0
+    public var handshakesFailed: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -48,7 +53,8 @@ public struct FrontStats: Sendable, Equatable {
          ("streams_opened", streamsOpened), ("streams_failed", streamsFailed), ("streams_reset", streamsReset),
          ("associations_opened", associationsOpened),
          ("associations_timed_out", associationsTimedOut), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
-         ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped)]
+         ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped),
+         ("requests_rejected", requestsRejected), ("handshakes_failed", handshakesFailed)]
     }
 
     /// `name value` lines.

@@ -166,8 +166,12 @@ else
     got=""
     for kv in $want; do got+="${kv%%=*}=$(sv "${kv%%=*}") "; done
     got=${got% }
-    if [ "$got" = "$want" ] && [ "$(sv sessions_opened)" -ge 9 ] && [ "$(sv bytes_up)" -ge 1048576 ] && [ "$(sv bytes_down)" -ge 1048576 ]; then pass front-stats-counters
-    else fail front-stats-counters "got '$got' sessions_opened=$(sv sessions_opened) bytes_up=$(sv bytes_up) bytes_down=$(sv bytes_down), want '$want' sessions_opened>=9 bytes >= 1 MiB each way"; fi
+    # refusals: 404 405 400 429 and the bomb's 431 (plus 404s of the 200 streams); failed
+    # handshakes: absurd length, settings flood, DATA on stream 0, short PING, garbage
+    if [ "$got" = "$want" ] && [ "$(sv sessions_opened)" -ge 9 ] && [ "$(sv bytes_up)" -ge 1048576 ] && [ "$(sv bytes_down)" -ge 1048576 ] \
+        && [ "$(sv requests_rejected)" -ge 5 ] && [ "$(sv handshakes_failed)" -ge 5 ]; then pass front-stats-counters
+        note "front: requests_rejected $(sv requests_rejected), handshakes_failed $(sv handshakes_failed)"
+    else fail front-stats-counters "got '$got' sessions_opened=$(sv sessions_opened) bytes_up=$(sv bytes_up) bytes_down=$(sv bytes_down) requests_rejected=$(sv requests_rejected) handshakes_failed=$(sv handshakes_failed), want '$want' sessions_opened>=9 bytes >= 1 MiB each way, requests_rejected>=5 handshakes_failed>=5"; fi
 
     # --- 2. nghttp -> loft-front ---
     out=$(timeout 10 nghttp -nv --no-verify-peer "https://127.0.0.1:$FRONT_PORT/loft" 2>&1)
