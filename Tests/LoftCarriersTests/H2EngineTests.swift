@@ -114,6 +114,35 @@ final class H2EngineTests: XCTestCase {
         XCTAssertEqual(p.server.sendWindow, 16 << 20)
     }
 
+    /// The SETTINGS and window docs/protocol.md §1.1 gives, as they go on the wire.
+    func testSettingsOnTheWire() {
+        func entries(_ p: [UInt8]) -> [UInt16: UInt32] {
+            var d: [UInt16: UInt32] = [:]
+            var i = 0
+            while i + 6 <= p.count {
+                d[UInt16(p[i]) << 8 | UInt16(p[i + 1])] = p[i + 2..<i + 6].reduce(0) { $0 << 8 | UInt32($1) }
+                i += 6
+            }
+            return d
+        }
+        let so = MemoryOutput()
+        let server = H2Engine(server: true, output: so)!
+        server.pump()
+        let sf = splitFrames(so.bytes)
+        XCTAssertEqual(sf.first?.type, 4)
+        XCTAssertEqual(entries(sf[0].payload), [3: 8, 4: 16 << 20, 5: 65536, 6: 16384, 8: 1])
+        XCTAssertTrue(sf.contains { $0.type == 8 && $0.stream == 0 && $0.payload == [0, 0xFF, 0, 1] }, "WINDOW_UPDATE to 16 MiB")
+        let co = MemoryOutput()
+        let client = H2Engine(server: false, output: co)!
+        client.pump()
+        let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+        XCTAssertEqual(Array(co.bytes.prefix(24)), preface)
+        let cf = splitFrames(Array(co.bytes.dropFirst(24)))
+        XCTAssertEqual(cf.first?.type, 4)
+        XCTAssertEqual(entries(cf[0].payload), [2: 0, 4: 16 << 20, 5: 65536, 6: 16384])
+        XCTAssertTrue(cf.contains { $0.type == 8 && $0.stream == 0 && $0.payload == [0, 0xFF, 0, 1] })
+    }
+
     func testBytesBothWaysAndEndStream() {
         let p = EnginePair()
         p.open()
@@ -270,6 +299,9 @@ final class H2EngineTests: XCTestCase {
         XCTAssertEqual(rec.refused, [431])
         XCTAssertFalse(e.isFinished)
         XCTAssertNil(e.failure)
+        // The front's answer: RST_STREAM INTERNAL_ERROR (2) on stream 1.
+        let frames = splitFrames(out.bytes)
+        XCTAssertTrue(frames.contains { $0.type == 3 && $0.stream == 1 && $0.payload == [0, 0, 0, 2] }, "\(frames.map { $0.type })")
     }
 }
 
@@ -277,4 +309,18 @@ func h2Frame(_ type: UInt8, _ flags: UInt8, _ stream: UInt32, _ payload: [UInt8]
     let n = payload.count
     return [UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF), type, flags,
             UInt8(stream >> 24), UInt8(stream >> 16 & 0xFF), UInt8(stream >> 8 & 0xFF), UInt8(stream & 0xFF)] + payload
+}
+
+/// Frames of an HTTP/2 byte stream (after the client preface, if any).
+func splitFrames(_ b: [UInt8]) -> [(type: UInt8, flags: UInt8, stream: UInt32, payload: [UInt8])] {
+    var out: [(type: UInt8, flags: UInt8, stream: UInt32, payload: [UInt8])] = []
+    var i = 0
+    while i + 9 <= b.count {
+        let n = Int(b[i]) << 16 | Int(b[i + 1]) << 8 | Int(b[i + 2])
+        guard i + 9 + n <= b.count else { break }
+        let sid = UInt32(b[i + 5] & 0x7F) << 24 | UInt32(b[i + 6]) << 16 | UInt32(b[i + 7]) << 8 | UInt32(b[i + 8])
+        out.append((b[i + 3], b[i + 4], sid, Array(b[i + 9..<i + 9 + n])))
+        i += 9 + n
+    }
+    return out
 }
