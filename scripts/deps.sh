@@ -18,18 +18,22 @@ PACKAGES=(
     nghttp2-client
     # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below
     microsocks dante-server python3-pip
+    # hostile traffic: scans through the TUN
+    nmap
     # status: --watch rendered in a real terminal
     tmux
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
 # status test's Prometheus text parser, the holder interop test's WebSocket peer, the h2
-# interop test's HTTP/2 peer.
+# interop test's HTTP/2 peer, scapy.
 PYPI_PACKAGES=(
     python-socks==3.2.1
     prometheus-client
     websockets
     h2
+    # the hostile-traffic test's packet crafting and sniffing
+    scapy==2.5.0
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi

@@ -17,8 +17,14 @@ public struct CarrierServerOptions: Sendable {
     public var handshakeTimeoutMs: UInt64
     /// get: how long the first of the GET/POST pair waits for the other.
     public var joinTimeoutMs: UInt64
-    /// Connections in the handshake at once; more are closed at accept.
+    /// Connections in the handshake at once; at the cap a new one takes the place of the one
+    /// that has been in its handshake longest.
     public var maxPendingHandshakes: Int
+    /// Connections in the handshake from one address at once; past it a new one from that
+    /// address takes the place of that address's oldest (one address cannot push out others).
+    public var maxPendingPerSource: Int = 32
+    /// The handshake deadline once more than half the slots are taken.
+    public var pressuredHandshakeTimeoutMs: UInt64 = 2_000
     /// Output buffer per TLS connection.
     public var outputBufferBytes: Int
 
@@ -52,7 +58,8 @@ extension CarrierListenerDelegate {
 /// Counters of one listener.
 public struct CarrierListenerStats: Sendable {
     public var accepted = 0          // TCP connections accepted
-    public var refused = 0           // closed at accept (too many handshakes)
+    public var refused = 0           // closed at accept (could not be set up)
+    public var evicted = 0           // closed in the handshake to make room for a newer one
     public var handshakeFailed = 0   // TLS failures, timeouts, closes before a request
     public var rejected = 0          // answered with an HTTP error
     public var carriers = 0          // carriers handed to the delegate
@@ -70,6 +77,9 @@ public final class CarrierListener: IOHandler {
     private let context: TLSContext
     private var fd: Int32
     private var pending: [ObjectIdentifier: PendingRequest] = [:]
+    /// The same connections, oldest first, and how many each address has.
+    private var pendingOrder = ActivityList<PendingRequest>()
+    private var pendingPerSource: [IPAddress: Int] = [:]
     private var joins: [String: GetServerCarrier] = [:]
 
     public init(_ options: CarrierServerOptions, runtime: CarrierRuntime, delegate: CarrierListenerDelegate) throws {
@@ -115,8 +125,10 @@ public final class CarrierListener: IOHandler {
         runtime.loop.unregister(fd)
         Glibc.close(fd)
         fd = -1
-        for p in pending.values { p.conn.abort() }
-        pending.removeAll()
+        for p in Array(pending.values) {
+            _ = removePending(p)
+            p.conn.abort()
+        }
         for j in joins.values { j.abort() }
         joins.removeAll()
     }
@@ -132,24 +144,22 @@ public final class CarrierListener: IOHandler {
                 return
             }
             stats.accepted += 1
-            if pending.count >= options.maxPendingHandshakes {
-                stats.refused += 1
-                Glibc.close(s)
-                continue
-            }
             _ = clinux_set_nodelay(s)
             var peer = SocketAddress()
             _ = peer.withMutableSockaddr { getpeername(s, $0, $1) }
+            makeRoom(for: peer.endpoint?.address)
             guard let conn = TLSConnection.accepted(runtime: runtime, context: context, fd: s, peer: peer.endpoint,
                                                     inputBytes: 64 * 1024, outputBytes: options.outputBufferBytes) else {
                 Glibc.close(s)
                 continue
             }
             let p = PendingRequest(conn: conn, listener: self)
-            pending[ObjectIdentifier(p)] = p
-            let timeout = options.handshakeTimeoutMs
+            let pressured = pending.count * 2 >= options.maxPendingHandshakes
+            addPending(p)
+            let timeout = pressured ? min(options.handshakeTimeoutMs, options.pressuredHandshakeTimeoutMs)
+                                    : options.handshakeTimeoutMs
             runtime.after(timeout) { [weak self, weak p] in
-                guard let self, let p, self.pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return }
+                guard let self, let p, self.removePending(p) else { return }
                 self.stats.handshakeFailed += 1
                 Log.debug("carrier.handshake_timeout", ["peer": p.conn.peer.map { "\($0)" } ?? ""])
                 p.conn.abort()
@@ -157,16 +167,53 @@ public final class CarrierListener: IOHandler {
         }
     }
 
+    // MARK: connections in their handshake
+
+    private func addPending(_ p: PendingRequest) {
+        pending[ObjectIdentifier(p)] = p
+        pendingOrder.append(p)
+        if let a = p.source { pendingPerSource[a, default: 0] += 1 }
+    }
+
+    /// False if `p` was not pending (any more).
+    private func removePending(_ p: PendingRequest) -> Bool {
+        guard pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return false }
+        pendingOrder.remove(p)
+        if let a = p.source {
+            let n = (pendingPerSource[a] ?? 1) - 1
+            pendingPerSource[a] = n > 0 ? n : nil
+        }
+        return true
+    }
+
+    /// Before a new connection from `source` joins: if its address is at its share, its own
+    /// oldest handshake goes; else if every slot is taken, the oldest handshake of all goes.
+    /// An established carrier is never touched: only handshakes compete with handshakes.
+    private func makeRoom(for source: IPAddress?) {
+        var victim: PendingRequest?
+        if let source, (pendingPerSource[source] ?? 0) >= options.maxPendingPerSource {
+            var p = pendingOrder.oldest
+            while let q = p, q.source != source { p = q.newer }
+            victim = p
+        } else if pending.count >= options.maxPendingHandshakes {
+            victim = pendingOrder.oldest
+        }
+        guard let v = victim, removePending(v) else { return }
+        stats.evicted += 1
+        Log.debug("carrier.handshake_evicted", ["peer": v.conn.peer.map { "\($0)" } ?? ""])
+        v.conn.abort()
+    }
+
     // MARK: from PendingRequest
 
     func handshakeEnded(_ p: PendingRequest, _ reason: CarrierCloseReason?) {
-        guard pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return }
+        guard removePending(p) else { return }
         stats.handshakeFailed += 1
         Log.debug("carrier.handshake_failed", ["peer": p.conn.peer.map { "\($0)" } ?? "", "reason": reason ?? .closed])
     }
 
     func reject(_ p: PendingRequest, _ e: HTTPError) {
-        pending.removeValue(forKey: ObjectIdentifier(p))
+        _ = removePending(p)
         stats.rejected += 1
         Log.info("carrier.rejected", ["peer": p.conn.peer.map { "\($0)" } ?? "", "status": e.status, "reason": e.message])
         let extra = e.status == 426 ? "Sec-WebSocket-Version: 13\r\n" : ""
@@ -194,7 +241,7 @@ public final class CarrierListener: IOHandler {
             let request = CarrierRequest(kind: .ws, peer: conn.peer, path: head.path, query: head.query,
                                          headers: head.headers, sessionID: nil)
             try admit(request)
-            pending.removeValue(forKey: ObjectIdentifier(p))
+            _ = removePending(p)
             conn.inStart += consumed
             let carrier = WSCarrier(server: conn, request: request, key: key)
             stats.carriers += 1
@@ -225,7 +272,7 @@ public final class CarrierListener: IOHandler {
         let c = carrier!
         let attached = head.method == "GET" ? c.attachDown(conn, request) : c.attachUp(conn, request)
         guard attached else { throw HTTPError(409, "session \(id) already has a \(head.method)") }
-        pending.removeValue(forKey: ObjectIdentifier(p))
+        _ = removePending(p)
         conn.inStart += consumed
         if isNew {
             joins[id] = c
@@ -257,7 +304,7 @@ public final class CarrierListener: IOHandler {
     func startH2(_ p: PendingRequest) {
         guard pending[ObjectIdentifier(p)] != nil else { return }
         guard let carrier = H2Carrier(server: p.conn, listener: self) else {
-            pending.removeValue(forKey: ObjectIdentifier(p))
+            _ = removePending(p)
             stats.handshakeFailed += 1
             p.conn.abort()
             return
@@ -274,13 +321,14 @@ public final class CarrierListener: IOHandler {
         Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "status": status, "reason": reason])
     }
 
-    private func pendingKey(_ c: H2Carrier) -> ObjectIdentifier? {
-        pending.first { $0.value.h2 === c }?.key
+    /// The handshake entry that holds `c` (at most maxPendingHandshakes to look through, once
+    /// per h2 connection).
+    private func pendingEntry(_ c: H2Carrier) -> PendingRequest? {
+        pending.values.first { $0.h2 === c }
     }
 
     func acceptedH2(_ c: H2Carrier) {
-        guard let key = pendingKey(c) else { return }
-        pending.removeValue(forKey: key)
+        guard let p = pendingEntry(c), removePending(p) else { return }
         stats.carriers += 1
         Log.debug("carrier.h2.accepted", ["peer": c.peer.map { "\($0)" } ?? ""])
         delegate?.carrierListener(self, accepted: c)
@@ -288,8 +336,7 @@ public final class CarrierListener: IOHandler {
 
     /// An h2 connection ended before it carried a session.
     func h2Ended(_ c: H2Carrier, _ reason: CarrierCloseReason?) {
-        guard let key = pendingKey(c) else { return }
-        pending.removeValue(forKey: key)
+        guard let p = pendingEntry(c), removePending(p) else { return }
         stats.handshakeFailed += 1
         Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "reason": reason ?? .closed])
     }
@@ -300,15 +347,21 @@ public final class CarrierListener: IOHandler {
 }
 
 /// A server connection until its request head is read.
-final class PendingRequest: TLSConnectionOwner {
+final class PendingRequest: TLSConnectionOwner, ActivityListed {
     let conn: TLSConnection
     private weak var listener: CarrierListener?
     /// ALPN h2: the carrier that owns the connection until its CONNECT arrives.
     var h2: H2Carrier?
+    /// The peer's address (handshakes are limited per address).
+    let source: IPAddress?
+    /// Neighbours in the listener's list of handshakes, oldest first.
+    unowned(unsafe) var older: PendingRequest?
+    unowned(unsafe) var newer: PendingRequest?
 
     init(conn: TLSConnection, listener: CarrierListener) {
         self.conn = conn
         self.listener = listener
+        source = conn.peer?.address
         conn.owner = self
     }
 

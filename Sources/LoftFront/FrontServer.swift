@@ -325,13 +325,14 @@ public final class FrontServer: CarrierListenerDelegate {
         s.carriersOpen = connections.count
         s.sessionsAttached = attachments.count
         s.instancesDetached = pool.count - pool.attachedCount
-        if let l = listener {
-            s.requestsRejected = UInt64(l.stats.rejected)
-            s.handshakesFailed = UInt64(l.stats.handshakeFailed)
-        }
         for c in connections.values {
             s.streamsOpen += c.openStreams
             s.associationsOpen += c.openAssociations
+        }
+        if let l = listener?.stats {
+            s.handshakesFailed = UInt64(l.handshakeFailed)
+            s.handshakesEvicted = UInt64(l.evicted)
+            s.requestsRejected = UInt64(l.rejected)
         }
         return s
     }

@@ -352,7 +352,8 @@ final class Runtime {
                 i.drops = Socks5DropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
                 i.extra = [("clients", UInt64(c.openClients)), ("max-clients", UInt64(c.maxClients)),
                            ("udp-associations", UInt64(c.activeAssociations)), ("clients-accepted", c.clientsAccepted),
-                           ("refused-at-limit", c.refusedAtLimit), ("handshake-timeouts", c.handshakeTimeouts)]
+                           ("refused-at-limit", c.refusedAtLimit), ("evicted-in-handshake", c.evictedInHandshake),
+                           ("handshake-timeouts", c.handshakeTimeouts)]
             }
             r.inputs.append(i)
         } else {
@@ -368,7 +369,17 @@ final class Runtime {
             let c = ns.counters
             r.totals = [("tcp-flows-opened", c.tcpFlowsOpened), ("tcp-connect-failures", c.tcpFlowsFailed),
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
-                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped)]
+                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
+                        ("handshakes-reset-by-app", c.handshakesReset), ("udp-port-unreachable-sent", c.portUnreachableSent),
+                        ("icmp-rate-limited", c.icmpRateLimited), ("memory-trims", c.memoryTrims)]
+            if let ctl = control {
+                r.totals += [("control-refused-busy", ctl.refusedBusy), ("control-evicted-idle", ctl.evictedIdle),
+                             ("control-cached-answers", ctl.cachedAnswers), ("control-paced", ctl.rateLimited)]
+            }
+            if let m = metrics {
+                r.totals += [("metrics-evicted-idle", m.evictedIdle), ("metrics-cached-answers", m.cachedAnswers),
+                             ("metrics-paced", m.rateLimited)]
+            }
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
             // Flows and datagrams refused while an outbound was down and held are drops too
             // (fail-closed): a "hold" row whenever some outbound keeps that counter.
