@@ -9,8 +9,8 @@ public struct CarrierServerOptions: Sendable {
     public var listen: Endpoint
     /// The session path; requests for anything else get 404.
     public var path: String
-    /// Which carriers this listener serves (one port can serve both: an upgrade request is
-    /// ws, a plain GET/POST with `?session=` is get).
+    /// Which carriers this listener serves (one port serves all three: ALPN h2 is the h2
+    /// carrier; over http/1.1 an upgrade request is ws, a plain GET/POST with `?session=` is get).
     public var kinds: Set<CarrierKind>
     public var tls: TLSServerOptions
     /// TLS handshake plus the request head, per connection.
@@ -28,7 +28,7 @@ public struct CarrierServerOptions: Sendable {
     /// Output buffer per TLS connection.
     public var outputBufferBytes: Int
 
-    public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get], tls: TLSServerOptions,
+    public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
                 outputBufferBytes: Int = 256 * 1024) {
         self.listen = listen
@@ -65,8 +65,9 @@ public struct CarrierListenerStats: Sendable {
     public var carriers = 0          // carriers handed to the delegate
 }
 
-/// Accepts TCP connections, does TLS, reads the request head (strictly: see HTTPParser) and
-/// turns it into a ws carrier or one leg of a get carrier.
+/// Accepts TCP connections, does TLS, and by ALPN either hands the connection to an h2 carrier
+/// (which waits for its extended CONNECT) or reads the HTTP/1.1 request head (strictly: see
+/// HTTPParser) and turns it into a ws carrier or one leg of a get carrier.
 public final class CarrierListener: IOHandler {
     public let options: CarrierServerOptions
     public private(set) var localEndpoint: Endpoint
@@ -88,7 +89,11 @@ public final class CarrierListener: IOHandler {
         self.options = options
         self.runtime = runtime
         self.delegate = delegate
-        context = try TLSContext(server: options.tls)
+        // ALPN picks the carrier family: h2 for the h2 carrier, http/1.1 for ws and get.
+        var alpn: [String] = []
+        if options.kinds.contains(.h2) { alpn.append("h2") }
+        if options.kinds.contains(.ws) || options.kinds.contains(.get) { alpn.append("http/1.1") }
+        context = try TLSContext(server: options.tls, alpn: alpn)
         let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
         guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
         var one: Int32 = 1
@@ -293,6 +298,49 @@ public final class CarrierListener: IOHandler {
         if let d = delegate, !d.carrierListener(self, admit: r) { throw HTTPError(403, "refused by the front") }
     }
 
+    // MARK: h2
+
+    /// A connection that negotiated ALPN h2: an h2 carrier waits for its CONNECT.
+    func startH2(_ p: PendingRequest) {
+        guard pending[ObjectIdentifier(p)] != nil else { return }
+        guard let carrier = H2Carrier(server: p.conn, listener: self) else {
+            _ = removePending(p)
+            stats.handshakeFailed += 1
+            p.conn.abort()
+            return
+        }
+        p.h2 = carrier
+    }
+
+    func admitH2(_ r: CarrierRequest) -> Bool {
+        delegate?.carrierListener(self, admit: r) ?? true
+    }
+
+    func refusedH2(_ c: H2Carrier, _ status: Int, _ reason: String) {
+        stats.rejected += 1
+        Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "status": status, "reason": reason])
+    }
+
+    /// The handshake entry that holds `c` (at most maxPendingHandshakes to look through, once
+    /// per h2 connection).
+    private func pendingEntry(_ c: H2Carrier) -> PendingRequest? {
+        pending.values.first { $0.h2 === c }
+    }
+
+    func acceptedH2(_ c: H2Carrier) {
+        guard let p = pendingEntry(c), removePending(p) else { return }
+        stats.carriers += 1
+        Log.debug("carrier.h2.accepted", ["peer": c.peer.map { "\($0)" } ?? ""])
+        delegate?.carrierListener(self, accepted: c)
+    }
+
+    /// An h2 connection ended before it carried a session.
+    func h2Ended(_ c: H2Carrier, _ reason: CarrierCloseReason?) {
+        guard let p = pendingEntry(c), removePending(p) else { return }
+        stats.handshakeFailed += 1
+        Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "reason": reason ?? .closed])
+    }
+
     func forget(_ c: GetServerCarrier) {
         if joins[c.sessionID] === c { joins.removeValue(forKey: c.sessionID) }
     }
@@ -302,6 +350,8 @@ public final class CarrierListener: IOHandler {
 final class PendingRequest: TLSConnectionOwner, ActivityListed {
     let conn: TLSConnection
     private weak var listener: CarrierListener?
+    /// ALPN h2: the carrier that owns the connection until its CONNECT arrives.
+    var h2: H2Carrier?
     /// The peer's address (handshakes are limited per address).
     let source: IPAddress?
     /// Neighbours in the listener's list of handshakes, oldest first.
@@ -315,7 +365,9 @@ final class PendingRequest: TLSConnectionOwner, ActivityListed {
         conn.owner = self
     }
 
-    func tlsReady(_ c: TLSConnection) {}
+    func tlsReady(_ c: TLSConnection) {
+        if c.alpn == "h2" { listener?.startH2(self) }
+    }
     func tlsFlushed(_ c: TLSConnection) {}
 
     func tlsReceived(_ c: TLSConnection) {
