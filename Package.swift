@@ -29,13 +29,18 @@ let package = Package(
             linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
         ),
         .target(
+            name: "CNghttp2",
+            path: "CSupport/CNghttp2",
+            linkerSettings: [.linkedLibrary("nghttp2")]
+        ),
+        .target(
             name: "CAres",
             path: "CSupport/CAres",
             linkerSettings: [.linkedLibrary("cares")]
         ),
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
-        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CLinux"]),
+        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CLinux"]),
         .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),

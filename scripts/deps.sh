@@ -5,26 +5,37 @@
 set -eu
 
 PACKAGES=(
-    # build: lwIP, libyaml, OpenSSL (the holder's TLS), c-ares (the resolver) and the Swift toolchain's needs
-    liblwip-dev libyaml-dev libssl-dev libc-ares-dev openssl pkg-config
+    # build: lwIP, libyaml, OpenSSL (the holder's TLS), c-ares (the resolver), nghttp2 (the h2
+    # carrier) and the Swift toolchain's needs
+    liblwip-dev libyaml-dev libssl-dev libc-ares-dev libnghttp2-dev openssl pkg-config
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes
     iproute2 nftables procps psmisc coreutils
     # tests and benchmarks: real peers and clients
     nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3 tcpdump
+    # h2: nghttp against loft-front (Tests/integration/h2-interop.test.sh)
+    nghttp2-client
     # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below
     microsocks dante-server python3-pip
+    # hostile traffic: scans through the TUN
+    nmap
+    # vless: the VLESS server the vless outbound is tested and benchmarked against
+    v2ray
     # status: --watch rendered in a real terminal
     tmux
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
-# status test's Prometheus text parser, the holder interop test's WebSocket peer.
+# status test's Prometheus text parser, the holder interop test's WebSocket peer, the h2
+# interop test's HTTP/2 peer, scapy.
 PYPI_PACKAGES=(
     python-socks==3.2.1
     prometheus-client
     websockets
+    h2
+    # the hostile-traffic test's packet crafting and sniffing
+    scapy==2.5.0
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
+#include <linux/errqueue.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -149,6 +151,37 @@ int clinux_so_error(int fd) {
     socklen_t len = sizeof err;
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
     return err;
+}
+
+int clinux_udp_recverr(int fd, int family) {
+    int one = 1;
+    if (family == AF_INET6) return setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one) == 0 ? 0 : -errno;
+    return setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one) == 0 ? 0 : -errno;
+}
+
+int clinux_udp_read_error(int fd, void *addr, unsigned *len) {
+    char control[512];
+    char data[64];
+    struct iovec iov = { data, sizeof data };
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_name = addr;
+    msg.msg_namelen = *len;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    if (recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return 0;
+    *len = msg.msg_namelen;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if ((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_RECVERR) ||
+            (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR)) {
+            struct sock_extended_err e;
+            memcpy(&e, CMSG_DATA(c), sizeof e);
+            if (e.ee_origin == SO_EE_ORIGIN_ICMP || e.ee_origin == SO_EE_ORIGIN_ICMP6) return (int)e.ee_errno;
+        }
+    }
+    return -1;
 }
 
 int clinux_recv_batch(int fd, uint8_t *base, size_t slot, int count, int *lens) {
@@ -473,3 +506,5 @@ int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *ga
     rtnl_attr(&r, RTA_OIF, &oif, sizeof oif);
     return rtnl_transact(fd, &r);
 }
+
+int clinux_malloc_trim(void) { return malloc_trim(0); }

@@ -24,12 +24,14 @@ struct ctls_ctx {
     uint8_t pin[32];
     uint8_t alpn[256];      // server: accepted names, wire format
     size_t alpn_len;
+    SSL_SESSION *resume;    // client with resumption: the newest session the server gave
 };
 
 struct ctls_conn {
     SSL *ssl;
     ctls_ctx *ctx;
     int shutdown_sent;
+    int close_notify;       // the peer's close_notify arrived
     char err[320];
 };
 
@@ -157,8 +159,30 @@ int ctls_ctx_set_alpn(ctls_ctx *ctx, const uint8_t *wire, size_t len) {
     return SSL_CTX_set_alpn_protos(ctx->ssl, wire, (unsigned)len) == 0 ? 0 : -1;
 }
 
+// A session ticket arrived: keep the newest (the reference is ours from here on).
+static int new_session(SSL *ssl, SSL_SESSION *sess) {
+    ctls_ctx *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    if (!c) return 0;
+    if (c->resume) SSL_SESSION_free(c->resume);
+    c->resume = sess;
+    return 1;
+}
+
+int ctls_ctx_enable_resumption(ctls_ctx *ctx) {
+    if (!ctx || ctx->server) return -1;
+    SSL_CTX_set_app_data(ctx->ssl, ctx);
+    SSL_CTX_set_session_cache_mode(ctx->ssl, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx->ssl, new_session);
+    return 0;
+}
+
+int ctls_conn_close_notify(ctls_conn *c) { return c && c->close_notify ? 1 : 0; }
+
+int ctls_conn_resumed(ctls_conn *c) { return c && SSL_session_reused(c->ssl) ? 1 : 0; }
+
 void ctls_ctx_free(ctls_ctx *ctx) {
     if (!ctx) return;
+    if (ctx->resume) SSL_SESSION_free(ctx->resume);
     SSL_CTX_free(ctx->ssl);
     free(ctx);
 }
@@ -181,6 +205,7 @@ ctls_conn *ctls_conn_new(ctls_ctx *ctx, int fd, const char *server_name) {
         SSL_set_accept_state(c->ssl);
     } else {
         SSL_set_connect_state(c->ssl);
+        if (ctx->resume && SSL_SESSION_is_resumable(ctx->resume)) SSL_set_session(c->ssl, ctx->resume);
         if (server_name && *server_name) {
             int ip = is_ip_literal(server_name);
             if (!ip) SSL_set_tlsext_host_name(c->ssl, server_name);
@@ -206,7 +231,7 @@ static int classify(ctls_conn *c, int ret, const char *op) {
     switch (e) {
     case SSL_ERROR_WANT_READ: return CTLS_WANT_READ;
     case SSL_ERROR_WANT_WRITE: return CTLS_WANT_WRITE;
-    case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); return CTLS_CLOSED;
+    case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); c->close_notify = 1; return CTLS_CLOSED;
     case SSL_ERROR_SYSCALL: {
         int saved = errno;
         if (ERR_peek_error() == 0) {

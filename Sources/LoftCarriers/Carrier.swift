@@ -5,16 +5,19 @@ import LoftIO
 public enum CarrierKind: String, Sendable, CaseIterable {
     case ws
     case get
+    case h2
 }
 
 /// Why a carrier ended. A carrier closed with `close()` or `abort()` by its own embedder reports
 /// nothing.
 public enum CarrierCloseReason: Sendable, Equatable, CustomStringConvertible {
-    /// The peer ended the channel cleanly (ws Close 1000/1001 or none; get: the last chunk).
+    /// The peer ended the channel cleanly (ws Close 1000/1001 or none; get: the last chunk; h2:
+    /// END_STREAM).
     case closed
     /// ws: the peer closed with another code.
     case peerClosed(code: UInt16, reason: String)
-    /// The peer broke RFC 6455 or HTTP/1.1; it was told (close code or 4xx) when possible.
+    /// The peer broke RFC 6455, HTTP/1.1 or HTTP/2; it was told (close code, 4xx, GOAWAY) when
+    /// possible.
     case protocolError(String)
     /// Client: the server refused the handshake (its HTTP status, or 0 when it was not HTTP).
     case rejected(status: Int, String)
@@ -50,7 +53,7 @@ public struct CarrierRequest: Sendable {
     public var query: String?
     /// The first request's headers (get: the GET's).
     public var headers: HTTPHeaders
-    /// get: the client's session id (32 lowercase hex digits); nil for ws.
+    /// get: the client's session id (32 lowercase hex digits); nil for ws and h2.
     public var sessionID: String?
 }
 
@@ -158,7 +161,7 @@ public final class CarrierClient {
         }
         self.options = options
         self.runtime = runtime
-        context = try TLSContext(client: options.tls)
+        context = try TLSContext(client: options.tls, alpn: options.kind == .h2 ? ["h2"] : ["http/1.1"])
     }
 
     /// Starts a connection; its outcome arrives as `carrierConnected` or `carrier(_:closed:)`
@@ -171,6 +174,10 @@ public final class CarrierClient {
             return c
         case .get:
             let c = GetClientCarrier(client: self, delegate: delegate)
+            c.start()
+            return c
+        case .h2:
+            let c = H2Carrier(client: self, delegate: delegate)
             c.start()
             return c
         }

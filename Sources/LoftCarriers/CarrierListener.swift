@@ -9,20 +9,26 @@ public struct CarrierServerOptions: Sendable {
     public var listen: Endpoint
     /// The session path; requests for anything else get 404.
     public var path: String
-    /// Which carriers this listener serves (one port can serve both: an upgrade request is
-    /// ws, a plain GET/POST with `?session=` is get).
+    /// Which carriers this listener serves (one port serves all three: ALPN h2 is the h2
+    /// carrier; over http/1.1 an upgrade request is ws, a plain GET/POST with `?session=` is get).
     public var kinds: Set<CarrierKind>
     public var tls: TLSServerOptions
     /// TLS handshake plus the request head, per connection.
     public var handshakeTimeoutMs: UInt64
     /// get: how long the first of the GET/POST pair waits for the other.
     public var joinTimeoutMs: UInt64
-    /// Connections in the handshake at once; more are closed at accept.
+    /// Connections in the handshake at once; at the cap a new one takes the place of the one
+    /// that has been in its handshake longest.
     public var maxPendingHandshakes: Int
+    /// Connections in the handshake from one address at once; past it a new one from that
+    /// address takes the place of that address's oldest (one address cannot push out others).
+    public var maxPendingPerSource: Int = 32
+    /// The handshake deadline once more than half the slots are taken.
+    public var pressuredHandshakeTimeoutMs: UInt64 = 2_000
     /// Output buffer per TLS connection.
     public var outputBufferBytes: Int
 
-    public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get], tls: TLSServerOptions,
+    public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
                 outputBufferBytes: Int = 256 * 1024) {
         self.listen = listen
@@ -52,14 +58,16 @@ extension CarrierListenerDelegate {
 /// Counters of one listener.
 public struct CarrierListenerStats: Sendable {
     public var accepted = 0          // TCP connections accepted
-    public var refused = 0           // closed at accept (too many handshakes)
+    public var refused = 0           // closed at accept (could not be set up)
+    public var evicted = 0           // closed in the handshake to make room for a newer one
     public var handshakeFailed = 0   // TLS failures, timeouts, closes before a request
     public var rejected = 0          // answered with an HTTP error
     public var carriers = 0          // carriers handed to the delegate
 }
 
-/// Accepts TCP connections, does TLS, reads the request head (strictly: see HTTPParser) and
-/// turns it into a ws carrier or one leg of a get carrier.
+/// Accepts TCP connections, does TLS, and by ALPN either hands the connection to an h2 carrier
+/// (which waits for its extended CONNECT) or reads the HTTP/1.1 request head (strictly: see
+/// HTTPParser) and turns it into a ws carrier or one leg of a get carrier.
 public final class CarrierListener: IOHandler {
     public let options: CarrierServerOptions
     public private(set) var localEndpoint: Endpoint
@@ -69,6 +77,9 @@ public final class CarrierListener: IOHandler {
     private let context: TLSContext
     private var fd: Int32
     private var pending: [ObjectIdentifier: PendingRequest] = [:]
+    /// The same connections, oldest first, and how many each address has.
+    private var pendingOrder = ActivityList<PendingRequest>()
+    private var pendingPerSource: [IPAddress: Int] = [:]
     private var joins: [String: GetServerCarrier] = [:]
 
     public init(_ options: CarrierServerOptions, runtime: CarrierRuntime, delegate: CarrierListenerDelegate) throws {
@@ -78,7 +89,11 @@ public final class CarrierListener: IOHandler {
         self.options = options
         self.runtime = runtime
         self.delegate = delegate
-        context = try TLSContext(server: options.tls)
+        // ALPN picks the carrier family: h2 for the h2 carrier, http/1.1 for ws and get.
+        var alpn: [String] = []
+        if options.kinds.contains(.h2) { alpn.append("h2") }
+        if options.kinds.contains(.ws) || options.kinds.contains(.get) { alpn.append("http/1.1") }
+        context = try TLSContext(server: options.tls, alpn: alpn)
         let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
         guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
         var one: Int32 = 1
@@ -110,8 +125,10 @@ public final class CarrierListener: IOHandler {
         runtime.loop.unregister(fd)
         Glibc.close(fd)
         fd = -1
-        for p in pending.values { p.conn.abort() }
-        pending.removeAll()
+        for p in Array(pending.values) {
+            _ = removePending(p)
+            p.conn.abort()
+        }
         for j in joins.values { j.abort() }
         joins.removeAll()
     }
@@ -127,24 +144,22 @@ public final class CarrierListener: IOHandler {
                 return
             }
             stats.accepted += 1
-            if pending.count >= options.maxPendingHandshakes {
-                stats.refused += 1
-                Glibc.close(s)
-                continue
-            }
             _ = clinux_set_nodelay(s)
             var peer = SocketAddress()
             _ = peer.withMutableSockaddr { getpeername(s, $0, $1) }
+            makeRoom(for: peer.endpoint?.address)
             guard let conn = TLSConnection.accepted(runtime: runtime, context: context, fd: s, peer: peer.endpoint,
                                                     inputBytes: 64 * 1024, outputBytes: options.outputBufferBytes) else {
                 Glibc.close(s)
                 continue
             }
             let p = PendingRequest(conn: conn, listener: self)
-            pending[ObjectIdentifier(p)] = p
-            let timeout = options.handshakeTimeoutMs
+            let pressured = pending.count * 2 >= options.maxPendingHandshakes
+            addPending(p)
+            let timeout = pressured ? min(options.handshakeTimeoutMs, options.pressuredHandshakeTimeoutMs)
+                                    : options.handshakeTimeoutMs
             runtime.after(timeout) { [weak self, weak p] in
-                guard let self, let p, self.pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return }
+                guard let self, let p, self.removePending(p) else { return }
                 self.stats.handshakeFailed += 1
                 Log.debug("carrier.handshake_timeout", ["peer": p.conn.peer.map { "\($0)" } ?? ""])
                 p.conn.abort()
@@ -152,16 +167,53 @@ public final class CarrierListener: IOHandler {
         }
     }
 
+    // MARK: connections in their handshake
+
+    private func addPending(_ p: PendingRequest) {
+        pending[ObjectIdentifier(p)] = p
+        pendingOrder.append(p)
+        if let a = p.source { pendingPerSource[a, default: 0] += 1 }
+    }
+
+    /// False if `p` was not pending (any more).
+    private func removePending(_ p: PendingRequest) -> Bool {
+        guard pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return false }
+        pendingOrder.remove(p)
+        if let a = p.source {
+            let n = (pendingPerSource[a] ?? 1) - 1
+            pendingPerSource[a] = n > 0 ? n : nil
+        }
+        return true
+    }
+
+    /// Before a new connection from `source` joins: if its address is at its share, its own
+    /// oldest handshake goes; else if every slot is taken, the oldest handshake of all goes.
+    /// An established carrier is never touched: only handshakes compete with handshakes.
+    private func makeRoom(for source: IPAddress?) {
+        var victim: PendingRequest?
+        if let source, (pendingPerSource[source] ?? 0) >= options.maxPendingPerSource {
+            var p = pendingOrder.oldest
+            while let q = p, q.source != source { p = q.newer }
+            victim = p
+        } else if pending.count >= options.maxPendingHandshakes {
+            victim = pendingOrder.oldest
+        }
+        guard let v = victim, removePending(v) else { return }
+        stats.evicted += 1
+        Log.debug("carrier.handshake_evicted", ["peer": v.conn.peer.map { "\($0)" } ?? ""])
+        v.conn.abort()
+    }
+
     // MARK: from PendingRequest
 
     func handshakeEnded(_ p: PendingRequest, _ reason: CarrierCloseReason?) {
-        guard pending.removeValue(forKey: ObjectIdentifier(p)) != nil else { return }
+        guard removePending(p) else { return }
         stats.handshakeFailed += 1
         Log.debug("carrier.handshake_failed", ["peer": p.conn.peer.map { "\($0)" } ?? "", "reason": reason ?? .closed])
     }
 
     func reject(_ p: PendingRequest, _ e: HTTPError) {
-        pending.removeValue(forKey: ObjectIdentifier(p))
+        _ = removePending(p)
         stats.rejected += 1
         Log.info("carrier.rejected", ["peer": p.conn.peer.map { "\($0)" } ?? "", "status": e.status, "reason": e.message])
         let extra = e.status == 426 ? "Sec-WebSocket-Version: 13\r\n" : ""
@@ -189,7 +241,7 @@ public final class CarrierListener: IOHandler {
             let request = CarrierRequest(kind: .ws, peer: conn.peer, path: head.path, query: head.query,
                                          headers: head.headers, sessionID: nil)
             try admit(request)
-            pending.removeValue(forKey: ObjectIdentifier(p))
+            _ = removePending(p)
             conn.inStart += consumed
             let carrier = WSCarrier(server: conn, request: request, key: key)
             stats.carriers += 1
@@ -220,7 +272,7 @@ public final class CarrierListener: IOHandler {
         let c = carrier!
         let attached = head.method == "GET" ? c.attachDown(conn, request) : c.attachUp(conn, request)
         guard attached else { throw HTTPError(409, "session \(id) already has a \(head.method)") }
-        pending.removeValue(forKey: ObjectIdentifier(p))
+        _ = removePending(p)
         conn.inStart += consumed
         if isNew {
             joins[id] = c
@@ -246,23 +298,76 @@ public final class CarrierListener: IOHandler {
         if let d = delegate, !d.carrierListener(self, admit: r) { throw HTTPError(403, "refused by the front") }
     }
 
+    // MARK: h2
+
+    /// A connection that negotiated ALPN h2: an h2 carrier waits for its CONNECT.
+    func startH2(_ p: PendingRequest) {
+        guard pending[ObjectIdentifier(p)] != nil else { return }
+        guard let carrier = H2Carrier(server: p.conn, listener: self) else {
+            _ = removePending(p)
+            stats.handshakeFailed += 1
+            p.conn.abort()
+            return
+        }
+        p.h2 = carrier
+    }
+
+    func admitH2(_ r: CarrierRequest) -> Bool {
+        delegate?.carrierListener(self, admit: r) ?? true
+    }
+
+    func refusedH2(_ c: H2Carrier, _ status: Int, _ reason: String) {
+        stats.rejected += 1
+        Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "status": status, "reason": reason])
+    }
+
+    /// The handshake entry that holds `c` (at most maxPendingHandshakes to look through, once
+    /// per h2 connection).
+    private func pendingEntry(_ c: H2Carrier) -> PendingRequest? {
+        pending.values.first { $0.h2 === c }
+    }
+
+    func acceptedH2(_ c: H2Carrier) {
+        guard let p = pendingEntry(c), removePending(p) else { return }
+        stats.carriers += 1
+        Log.debug("carrier.h2.accepted", ["peer": c.peer.map { "\($0)" } ?? ""])
+        delegate?.carrierListener(self, accepted: c)
+    }
+
+    /// An h2 connection ended before it carried a session.
+    func h2Ended(_ c: H2Carrier, _ reason: CarrierCloseReason?) {
+        guard let p = pendingEntry(c), removePending(p) else { return }
+        stats.handshakeFailed += 1
+        Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "reason": reason ?? .closed])
+    }
+
     func forget(_ c: GetServerCarrier) {
         if joins[c.sessionID] === c { joins.removeValue(forKey: c.sessionID) }
     }
 }
 
 /// A server connection until its request head is read.
-final class PendingRequest: TLSConnectionOwner {
+final class PendingRequest: TLSConnectionOwner, ActivityListed {
     let conn: TLSConnection
     private weak var listener: CarrierListener?
+    /// ALPN h2: the carrier that owns the connection until its CONNECT arrives.
+    var h2: H2Carrier?
+    /// The peer's address (handshakes are limited per address).
+    let source: IPAddress?
+    /// Neighbours in the listener's list of handshakes, oldest first.
+    unowned(unsafe) var older: PendingRequest?
+    unowned(unsafe) var newer: PendingRequest?
 
     init(conn: TLSConnection, listener: CarrierListener) {
         self.conn = conn
         self.listener = listener
+        source = conn.peer?.address
         conn.owner = self
     }
 
-    func tlsReady(_ c: TLSConnection) {}
+    func tlsReady(_ c: TLSConnection) {
+        if c.alpn == "h2" { listener?.startH2(self) }
+    }
     func tlsFlushed(_ c: TLSConnection) {}
 
     func tlsReceived(_ c: TLSConnection) {

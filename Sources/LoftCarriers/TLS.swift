@@ -94,6 +94,13 @@ public final class TLSContext {
 
     deinit { ctls_ctx_free(raw) }
 
+    /// Client: resume sessions (the newest ticket the server sent), so later connections skip
+    /// the certificate exchange and its verification. Only for a context whose connections all
+    /// go to one server name (a vless outbound's).
+    public func enableResumption() {
+        _ = ctls_ctx_enable_resumption(raw)
+    }
+
     /// The pin a client would configure for this certificate file: `sha256/BASE64` of the
     /// SHA-256 of its SubjectPublicKeyInfo.
     public static func pin(ofCertificateFile path: String) throws -> String {

@@ -56,6 +56,13 @@ final class TLSConnection: IOHandler {
     private var writeWantsRead = false
     private var readWantsWrite = false
     private var closeWhenFlushed = false
+    /// Half-close requested: close_notify and FIN once the pending output is out; reading goes on.
+    private var shutWriteWhenFlushed = false
+    /// close_notify and FIN were sent; nothing more may be written.
+    private(set) var writeShut = false
+    /// Out of epoll: the peer hung up after our half-close while reads were paused; what it
+    /// sent (and its end) waits in the socket until reading resumes.
+    private var parked = false
     private var pumpScheduled = false
     private var pumpAction: (() -> Void)!
     /// Read calls per readiness event before yielding to other descriptors.
@@ -63,6 +70,10 @@ final class TLSConnection: IOHandler {
 
     var pending: Int { outEnd - outStart }
     var isOpen: Bool { state == .open }
+    /// The peer's end came with close_notify (set when reading met the end).
+    private(set) var closeNotified = false
+    /// The handshake resumed a session.
+    var resumed: Bool { tls.map { ctls_conn_resumed($0) == 1 } ?? false }
     var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
     var tlsCipher: String { tls.map { String(cString: ctls_conn_cipher($0)) } ?? "" }
     var alpn: String {
@@ -182,7 +193,7 @@ final class TLSConnection: IOHandler {
     // MARK: readiness
 
     private func setMask(_ m: UInt32) {
-        guard fd >= 0, m != mask || !registered else { return }
+        guard fd >= 0, !parked, m != mask || !registered else { return }
         mask = m
         if registered { loop.modify(fd, m) } else { loop.register(fd, m, self); registered = true }
     }
@@ -233,6 +244,13 @@ final class TLSConnection: IOHandler {
                 }
                 if readEnabled {
                     pumpRead()
+                } else if ev & IOEvents.error == 0 && ev & IOEvents.hangup != 0 && writeShut {
+                    // Both directions ended cleanly (our half-close, then the peer's FIN) while
+                    // reads are paused: epoll would report the hang-up again and again, so the
+                    // socket leaves it until reading resumes; the peer's last bytes wait there.
+                    if registered { loop.unregister(fd) }
+                    registered = false
+                    parked = true
                 } else if ev & (IOEvents.error | IOEvents.hangup) != 0 {
                     // Paused, but the socket failed: reading is the only way to learn why.
                     let err = clinux_so_error(fd)
@@ -251,6 +269,7 @@ final class TLSConnection: IOHandler {
     func setReading(_ on: Bool) {
         guard readEnabled != on else { return }
         readEnabled = on
+        if on && parked { parked = false }
         if state == .open {
             updateMask()
             if on { schedulePump() }
@@ -297,6 +316,7 @@ final class TLSConnection: IOHandler {
                 updateMask()
                 return
             case CTLS_CLOSED:
+                closeNotified = ctls_conn_close_notify(tls) == 1
                 end(nil)
                 return
             default:
@@ -361,6 +381,23 @@ final class TLSConnection: IOHandler {
         outStart = 0
         outEnd = 0
         if closeWhenFlushed { startLinger() }
+        else if shutWriteWhenFlushed && state == .open { shutWriteNow() }
+    }
+
+    /// Half-close: once the pending output is out, close_notify and a TCP FIN; the peer's bytes
+    /// are still read until it ends too.
+    func shutdownWrite() {
+        guard state == .open, !writeShut else { return }
+        shutWriteWhenFlushed = true
+        if outStart == outEnd { shutWriteNow() }
+    }
+
+    private func shutWriteNow() {
+        guard let tls, !writeShut else { return }
+        shutWriteWhenFlushed = false
+        writeShut = true
+        _ = ctls_shutdown(tls)
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
     }
 
     // MARK: closing

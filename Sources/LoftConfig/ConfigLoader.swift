@@ -89,7 +89,13 @@ struct ConfigDecoder {
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
-    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file"]
+    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "uuid", "alpn"]
+    /// The keys each outbound type takes besides name and type.
+    static let typeKeys: [String: [String]] = [
+        "direct": [], "drop": [],
+        "loft": ["server", "carrier", "token", "tls", "state-file"],
+        "vless": ["server", "uuid", "tls", "alpn"],
+    ]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
     static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
     static let carriers = ["get", "ws", "h2", "quic", "h3"]
@@ -333,14 +339,15 @@ struct ConfigDecoder {
     func outbound(_ item: YAMLNode, path: String) throws(ConfigError) -> OutboundSettings {
         var name: String?
         var type: String?
-        var server: String?, carrier: String?, token: String?
+        var server: String?, carrier: String?, token: String?, uuid: String?
+        var alpn: [String] = []
         var tls: (TLSVerification, String?)?
         var stateFile: String?
-        var loftOnlyKey: YAMLNode?
+        var typedKeys: [(String, YAMLNode)] = []
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
             let keyPath = "\(path).\(key)"
-            if key != "name" && key != "type" && loftOnlyKey == nil { loftOnlyKey = pair.key }
+            if key != "name" && key != "type" { typedKeys.append((key, pair.key)) }
             switch key {
             case "name":
                 let n = try v.name(value, path: keyPath, maxLength: 64)
@@ -349,13 +356,20 @@ struct ConfigDecoder {
                 }
                 name = n
             case "type":
-                type = try v.keyword(value, path: keyPath, [("loft", "loft"), ("direct", "direct"), ("drop", "drop")])
+                type = try v.keyword(value, path: keyPath, [("loft", "loft"), ("vless", "vless"), ("direct", "direct"), ("drop", "drop")])
             case "server":
                 server = try hostPort(value, path: keyPath)
             case "carrier":
                 carrier = try v.keyword(value, path: keyPath, ConfigDecoder.carriers.map { ($0, $0) })
             case "token":
                 token = try v.string(value, path: keyPath)
+            case "uuid":
+                guard case .scalar(let text, _) = value.value, let u = ConfigDecoder.uuid(text) else {
+                    throw v.error(value, "\(keyPath) must be a UUID as in 27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b (32 hex digits, dashes optional), got \(Values.describe(value))")
+                }
+                uuid = u
+            case "alpn":
+                alpn = try self.alpn(value, path: keyPath)
             case "tls":
                 tls = try self.tls(value, path: keyPath)
             case "state-file":
@@ -365,24 +379,67 @@ struct ConfigDecoder {
         }
         guard let name else { throw v.error(item, "\(path) is missing required key \"name\"") }
         guard let type else {
-            throw v.error(item, "\(path) (\(name)) is missing required key \"type\" (loft, direct or drop)")
+            throw v.error(item, "\(path) (\(name)) is missing required key \"type\" (loft, vless, direct or drop)")
+        }
+        let takes = ConfigDecoder.typeKeys[type] ?? []
+        if let (key, node) = typedKeys.first(where: { !takes.contains($0.0) }) {
+            let which = takes.isEmpty ? "takes only name and type" : "takes name, type, \(takes.joined(separator: ", "))"
+            throw v.error(node, "key \(Values.quote(key)) in \(path) is not for type \(type); type \(type) \(which)")
+        }
+        func require(_ keys: [(String, Bool)]) throws(ConfigError) {
+            for (key, present) in keys where !present {
+                throw v.error(item, "\(path) (\(name), type \(type)) is missing required key \"\(key)\"")
+            }
         }
         switch type {
         case "direct", "drop":
-            if let key = loftOnlyKey {
-                throw v.error(key, "key \(Values.quote(key.scalar ?? "")) in \(path) is only for type loft; type \(type) takes only name and type")
-            }
             return OutboundSettings(name: name, kind: type == "direct" ? .direct : .drop, position: item.position)
+        case "vless":
+            try require([("server", server != nil), ("uuid", uuid != nil), ("tls", tls != nil)])
+            return OutboundSettings(
+                name: name,
+                kind: .vless(server: server!, uuid: uuid!, tls: tls!.0, serverName: tls!.1, alpn: alpn),
+                position: item.position)
         default:
-            for (key, present) in [("server", server != nil), ("carrier", carrier != nil),
-                                   ("token", token != nil), ("tls", tls != nil)] where !present {
-                throw v.error(item, "\(path) (\(name), type loft) is missing required key \"\(key)\"")
-            }
+            try require([("server", server != nil), ("carrier", carrier != nil), ("token", token != nil), ("tls", tls != nil)])
             return OutboundSettings(
                 name: name,
                 kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
                 position: item.position, stateFile: stateFile)
         }
+    }
+
+    /// A UUID as 8-4-4-4-12 hex digits or 32 without dashes; returned lowercase with dashes.
+    static func uuid(_ text: String) -> String? {
+        let t = Array(text.lowercased())
+        let hex: [Character]
+        if t.count == 36 {
+            for (i, c) in t.enumerated() where [8, 13, 18, 23].contains(i) != (c == "-") { return nil }
+            hex = t.filter { $0 != "-" }
+        } else {
+            hex = t
+        }
+        guard hex.count == 32, hex.allSatisfy({ $0.isHexDigit && $0.isASCII }) else { return nil }
+        let s = String(hex)
+        let i = s.startIndex
+        func part(_ a: Int, _ b: Int) -> Substring { s[s.index(i, offsetBy: a)..<s.index(i, offsetBy: b)] }
+        return [part(0, 8), part(8, 12), part(12, 16), part(16, 20), part(20, 32)].joined(separator: "-")
+    }
+
+    /// `alpn`: one protocol name or a list of them (1 to 255 bytes each, at most 8).
+    func alpn(_ node: YAMLNode, path: String) throws(ConfigError) -> [String] {
+        let items: [YAMLNode]
+        if case .scalar = node.value { items = [node] } else { items = try v.list(node, path: path) }
+        guard items.count <= 8 else { throw v.error(node, "\(path) takes at most 8 protocol names, got \(items.count)") }
+        var out: [String] = []
+        for item in items {
+            guard case .scalar(let text, _) = item.value, (1...255).contains(text.utf8.count),
+                  text.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+                throw v.error(item, "\(path) must be protocol names as in h2 or http/1.1 (1 to 255 characters, no spaces), got \(Values.describe(item))")
+            }
+            out.append(text)
+        }
+        return out
     }
 
     /// `host:port` (see `HostPort`), kept as written.

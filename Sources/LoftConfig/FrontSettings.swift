@@ -3,7 +3,7 @@ import LoftCore
 /// The carriers a front can serve (the names match LoftCarriers' CarrierKind, which this module
 /// does not depend on).
 public enum FrontCarrier: String, Sendable, CaseIterable {
-    case ws, get
+    case ws, get, h2
 }
 
 /// The overlay networks a front hands out. In each, the first host is the gateway and clients get
@@ -61,7 +61,7 @@ public struct FrontSettings: Sendable, Equatable {
     public static let defaultMTU = 1400
 
     public init(log: LogLevel = .info, listen: Endpoint, path: String = FrontSettings.defaultPath,
-                carriers: [FrontCarrier] = [.ws, .get], certificateFile: String, keyFile: String,
+                carriers: [FrontCarrier] = [.ws, .get, .h2], certificateFile: String, keyFile: String,
                 tokens: [String], pool: FrontPoolSettings, mtu: Int = FrontSettings.defaultMTU,
                 dns: [IPAddress] = [], keepalive: Duration = .seconds(10), instanceExpiry: Duration = .seconds(600),
                 maxSessions: Int = 1024, maxStreams: Int = 16384, connectTimeout: Duration = .seconds(10),

@@ -130,6 +130,9 @@ public struct OutboundSettings: Sendable, Equatable {
         /// `server` is `host:port` as written; `carrier` is one of get, ws, h2, quic, h3;
         /// `serverName` is the TLS name to send and verify (nil: the server's host).
         case loft(server: String, carrier: String, token: String, tls: TLSVerification, serverName: String?)
+        /// A VLESS server over TCP+TLS: `server` is `host:port` as written, `uuid` the user id
+        /// (lowercase, 8-4-4-4-12), `alpn` the names offered in the handshake (empty: none).
+        case vless(server: String, uuid: String, tls: TLSVerification, serverName: String?, alpn: [String])
     }
 
     public var name: String

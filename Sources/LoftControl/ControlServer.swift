@@ -19,6 +19,8 @@ final class OneShotConnection: IOHandler {
     var answered = false
     var closed = false
     var onClose: ((OneShotConnection) -> Void)?
+    /// When it was accepted (the oldest idle one is evicted first when the table is full).
+    let acceptedAt: UInt64
 
     init(fd: Int32, loop: EventLoop, terminator: [UInt8], limit: Int, deadlineMs: UInt64,
          respond: @escaping ([UInt8]) -> [UInt8]) {
@@ -27,6 +29,7 @@ final class OneShotConnection: IOHandler {
         self.terminator = terminator
         self.limit = limit
         self.respond = respond
+        acceptedAt = loop.now
         loop.register(fd, IOEvents.readable, self)
         deadline = loop.schedule(after: deadlineMs) { [weak self] in self?.close() }
     }
@@ -89,6 +92,92 @@ final class OneShotConnection: IOHandler {
     }
 }
 
+/// Open one-shot connections with a cap: when full, the one accepted longest ago that has not
+/// sent its whole request yet makes room (an idle client never locks out a working one).
+struct OneShotTable {
+    let capacity: Int
+    var connections: [ObjectIdentifier: OneShotConnection] = [:]
+    private(set) var evictedIdle: UInt64 = 0
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    var isFull: Bool { connections.count >= capacity }
+
+    /// When full: the connection to close to make room (the oldest that has not sent its whole
+    /// request), counted; nil if every one is being answered. The caller closes it (its
+    /// onClose removes it from this table).
+    mutating func evictionVictim() -> OneShotConnection? {
+        guard let oldest = connections.values.filter({ !$0.answered }).min(by: { $0.acceptedAt < $1.acceptedAt }) else {
+            return nil
+        }
+        evictedIdle &+= 1
+        return oldest
+    }
+
+    mutating func add(_ c: OneShotConnection) { connections[ObjectIdentifier(c)] = c }
+    mutating func remove(_ c: OneShotConnection) { connections[ObjectIdentifier(c)] = nil }
+}
+
+/// Paces a listener: at most `perSecond` accepts (with a burst); past that the listening fd
+/// stops being watched until the next token, so a storm of clients waits in the kernel's
+/// backlog instead of taking the loop from the data path.
+final class AcceptPacer {
+    private let loop: EventLoop
+    private let fd: Int32
+    private var bucket: TokenBucket
+    private var resume: TimerHandle?
+    private(set) var paused: UInt64 = 0
+
+    init(loop: EventLoop, fd: Int32, perSecond: Double, burst: Double) {
+        self.loop = loop
+        self.fd = fd
+        bucket = TokenBucket(perSecond: perSecond, burst: burst)
+    }
+
+    /// True if one more connection may be accepted now; otherwise pauses the listener.
+    func admit() -> Bool {
+        if bucket.take(now: loop.now) { return true }
+        guard resume == nil else { return false }
+        paused &+= 1
+        loop.modify(fd, 0)
+        resume = loop.schedule(after: max(1, bucket.msUntilNext(now: loop.now))) { [weak self] in
+            guard let self else { return }
+            self.resume = nil
+            self.loop.modify(self.fd, IOEvents.readable)
+        }
+        return false
+    }
+
+    func stop() {
+        if let r = resume { loop.cancel(r) }
+        resume = nil
+    }
+}
+
+/// Answers that are expensive to render (status of every flow, metrics), reused while
+/// requests come faster than `quietMs` apart: a storm of requests costs one render per
+/// `maxAgeMs`, not one per request, and a request after a quiet spell always gets a fresh one.
+/// A class: a render may read `hits` (loft's status shows it) while `answer` runs.
+final class RenderCache {
+    static let maxAgeMs: UInt64 = 200
+    static let quietMs: UInt64 = 100
+    private var entries: [String: (at: UInt64, body: [UInt8])] = [:]
+    private var lastRequest: [String: UInt64] = [:]
+    private(set) var hits: UInt64 = 0
+
+    func answer(_ key: String, now: UInt64, render: () -> [UInt8]) -> [UInt8] {
+        let previous = lastRequest[key]
+        lastRequest[key] = now
+        if let e = entries[key], let p = previous, now &- p < Self.quietMs, now &- e.at < Self.maxAgeMs {
+            hits &+= 1
+            return e.body
+        }
+        let body = render()
+        entries[key] = (now, body)
+        return body
+    }
+}
+
 /// The control socket: a Unix stream socket, mode 0600, that answers one line-request per
 /// connection (`status`, `status json`, `flows`, `metrics`, `path-changed`, `reload`).
 /// Answers start with `ok` or `error <why>` on their first line.
@@ -97,9 +186,14 @@ public final class ControlServer: IOHandler {
     let loop: EventLoop
     let fd: Int32
     let handler: (String) -> Result<String, ControlError>
-    var connections: [ObjectIdentifier: OneShotConnection] = [:]
+    var table = OneShotTable(capacity: ControlServer.maxClients)
+    let cache = RenderCache()
     public private(set) var refusedPeers: UInt64 = 0
+    public private(set) var refusedBusy: UInt64 = 0
     public private(set) var badRequests: UInt64 = 0
+    /// Idle clients closed to make room, and answers served from the render cache.
+    public var evictedIdle: UInt64 { table.evictedIdle }
+    public var cachedAnswers: UInt64 { cache.hits }
     static let maxClients = 32
     /// A connection is closed this long after it was accepted.
     static let deadlineMs: UInt64 = 2000
@@ -126,26 +220,45 @@ public final class ControlServer: IOHandler {
         loop.register(fd, IOEvents.readable, self)
     }
 
+    /// 200 requests a second at most (`loft status --watch` asks once a second).
+    private lazy var pacer = AcceptPacer(loop: loop, fd: fd, perSecond: 200, burst: 50)
+    public var rateLimited: UInt64 { pacer.paused }
+
     public func handleIO(_ events: UInt32) {
-        while case .success(let c) = Syscall.accept(fd) {
+        while pacer.admit() {
+            guard case .success(let c) = Syscall.accept(fd) else { return }
             // Only root and loft's own user; the file mode says the same, this holds for root too.
             let uid = clinux_peer_uid(c)
-            if uid < 0 || (uid != 0 && uid != Int(geteuid())) || connections.count >= Self.maxClients {
+            if uid < 0 || (uid != 0 && uid != Int(geteuid())) {
                 refusedPeers &+= 1
-                let msg = Array("error permission denied\n".utf8)
-                _ = msg.withUnsafeBytes { Syscall.write(c, $0.baseAddress!, $0.count) }
-                _ = Syscall.close(c)
+                refuse(c, "error permission denied\n")
+                continue
+            }
+            if table.isFull, let victim = table.evictionVictim() { victim.close() }
+            if table.isFull {
+                refusedBusy &+= 1
+                refuse(c, "error busy: \(Self.maxClients) control requests in progress, try again\n")
                 continue
             }
             let conn = OneShotConnection(fd: c, loop: loop, terminator: [10], limit: 1024,
                                          deadlineMs: Self.deadlineMs) { [weak self] req in
                 guard let self else { return [] }
-                return Array(self.respond(req).utf8)
+                return self.respond(req)
             }
-            conn.onClose = { [weak self] c in self?.connections[ObjectIdentifier(c)] = nil }
-            connections[ObjectIdentifier(conn)] = conn
+            conn.onClose = { [weak self] c in self?.table.remove(c) }
+            table.add(conn)
         }
     }
+
+    private func refuse(_ c: Int32, _ message: String) {
+        let msg = Array(message.utf8)
+        _ = msg.withUnsafeBytes { Syscall.write(c, $0.baseAddress!, $0.count) }
+        _ = Syscall.close(c)
+    }
+
+    /// Requests that only read (status, flows, metrics) are answered from the render cache
+    /// during a storm; the others (path-changed, reload) always run.
+    private static let readOnly: Set<Substring> = ["status", "flows", "metrics"]
 
     /// The request line of a request's bytes (its terminator gone): nil when it is not text.
     static func requestLine(_ raw: [UInt8]) -> String? {
@@ -153,21 +266,26 @@ public final class ControlServer: IOHandler {
         return text.hasSuffix("\r") ? String(text.dropLast()) : text
     }
 
-    private func respond(_ raw: [UInt8]) -> String {
+    private func respond(_ raw: [UInt8]) -> [UInt8] {
         guard let line = Self.requestLine(raw) else {
             badRequests &+= 1
-            return "error request is not UTF-8 text\n"
+            return Array("error request is not UTF-8 text\n".utf8)
         }
-        switch handler(line) {
-        case .success(let body): return "ok\n" + body
-        case .failure(let e):
-            badRequests &+= 1
-            return "error \(e.description)\n"
+        let render = { [self] () -> [UInt8] in
+            switch handler(line) {
+            case .success(let body): return Array(("ok\n" + body).utf8)
+            case .failure(let e):
+                badRequests &+= 1
+                return Array("error \(e.description)\n".utf8)
+            }
         }
+        guard let verb = line.split(separator: " ").first, Self.readOnly.contains(verb) else { return render() }
+        return cache.answer(line, now: loop.now, render: render)
     }
 
     public func stop() {
-        for c in Array(connections.values) { c.close() }
+        for c in Array(table.connections.values) { c.close() }
+        pacer.stop()
         loop.unregister(fd)
         close(fd)
         unlink(path)
@@ -179,7 +297,10 @@ public final class MetricsServer: IOHandler {
     let loop: EventLoop
     let fd: Int32
     let render: () -> String
-    var connections: [ObjectIdentifier: OneShotConnection] = [:]
+    var table = OneShotTable(capacity: 64)
+    let cache = RenderCache()
+    public var evictedIdle: UInt64 { table.evictedIdle }
+    public var cachedAnswers: UInt64 { cache.hits }
     /// A scrape is closed this long after it was accepted.
     static let deadlineMs: UInt64 = 5000
 
@@ -200,35 +321,69 @@ public final class MetricsServer: IOHandler {
         loop.register(fd, IOEvents.readable, self)
     }
 
+    /// 50 scrapes a second at most.
+    private lazy var pacer = AcceptPacer(loop: loop, fd: fd, perSecond: 50, burst: 20)
+    public var rateLimited: UInt64 { pacer.paused }
+
     public func handleIO(_ events: UInt32) {
-        while case .success(let c) = Syscall.accept(fd) {
-            if connections.count >= 64 { _ = Syscall.close(c); continue }
+        while pacer.admit() {
+            guard case .success(let c) = Syscall.accept(fd) else { return }
+            if table.isFull, let victim = table.evictionVictim() { victim.close() }
+            if table.isFull {
+                let busy = Array("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+                _ = busy.withUnsafeBytes { Syscall.write(c, $0.baseAddress!, $0.count) }
+                _ = Syscall.close(c)
+                continue
+            }
             let conn = OneShotConnection(fd: c, loop: loop, terminator: Array("\r\n\r\n".utf8), limit: 8192,
                                          deadlineMs: Self.deadlineMs) { [weak self] req in
                 guard let self else { return [] }
-                return MetricsServer.answer(req, render: self.render)
+                return self.answer(req)
             }
-            conn.onClose = { [weak self] c in self?.connections[ObjectIdentifier(c)] = nil }
-            connections[ObjectIdentifier(conn)] = conn
+            conn.onClose = { [weak self] c in self?.table.remove(c) }
+            table.add(conn)
         }
     }
 
-    /// The answer to a scrape's request head: 200 with `render()` for `GET /metrics`.
-    static func answer(_ req: [UInt8], render: () -> String) -> [UInt8] {
+    /// What a scrape's request head asks for.
+    enum Scrape: Equatable {
+        /// The metrics; `headOnly` for HEAD.
+        case metrics(headOnly: Bool)
+        /// An error answer: status line and body.
+        case refused(status: String, body: String)
+    }
+
+    /// Reads a scrape's request line: `GET /metrics` (or HEAD, or `/metrics?...`).
+    static func scrape(_ req: [UInt8]) -> Scrape {
         let head = String(decoding: req.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
         let parts = head.split(separator: " ")
-        func reply(_ status: String, _ type: String, _ body: String) -> [UInt8] {
-            let b = Array(body.utf8)
-            return Array("HTTP/1.1 \(status)\r\nContent-Type: \(type)\r\nContent-Length: \(b.count)\r\nConnection: close\r\n\r\n".utf8) + b
+        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return .refused(status: "400 Bad Request", body: "bad request\n") }
+        guard parts[0] == "GET" || parts[0] == "HEAD" else { return .refused(status: "405 Method Not Allowed", body: "GET only\n") }
+        guard parts[1] == "/metrics" || parts[1].hasPrefix("/metrics?") else { return .refused(status: "404 Not Found", body: "see /metrics\n") }
+        return .metrics(headOnly: parts[0] == "HEAD")
+    }
+
+    static func reply(_ status: String, _ type: String, _ body: String) -> [UInt8] {
+        let b = Array(body.utf8)
+        return Array("HTTP/1.1 \(status)\r\nContent-Type: \(type)\r\nContent-Length: \(b.count)\r\nConnection: close\r\n\r\n".utf8) + b
+    }
+
+    func answer(_ req: [UInt8]) -> [UInt8] {
+        switch Self.scrape(req) {
+        case .refused(let status, let body):
+            return Self.reply(status, "text/plain", body)
+        case .metrics(let headOnly):
+            let full = cache.answer("metrics", now: loop.now) {
+                Self.reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render())
+            }
+            if headOnly, let end = full.firstRange(of: Array("\r\n\r\n".utf8)) { return Array(full[..<end.upperBound]) }
+            return full
         }
-        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return reply("400 Bad Request", "text/plain", "bad request\n") }
-        guard parts[0] == "GET" || parts[0] == "HEAD" else { return reply("405 Method Not Allowed", "text/plain", "GET only\n") }
-        guard parts[1] == "/metrics" || parts[1].hasPrefix("/metrics?") else { return reply("404 Not Found", "text/plain", "see /metrics\n") }
-        return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render())
     }
 
     public func stop() {
-        for c in Array(connections.values) { c.close() }
+        for c in Array(table.connections.values) { c.close() }
+        pacer.stop()
         loop.unregister(fd)
         close(fd)
     }

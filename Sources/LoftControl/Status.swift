@@ -68,9 +68,11 @@ public struct StatusReport: Sendable {
     /// Drops grouped as users think of them.
     public var dropGroups: [(String, UInt64)] {
         var groups: [(String, UInt64)] = [("malformed", 0), ("rule", 0), ("cap", 0), ("hold", 0), ("other", 0)]
-        let malformed: Set = ["truncated", "bad-version", "bad-length", "bad-checksum", "too-large"]
+        let malformed: Set = ["truncated", "bad-version", "bad-length", "bad-checksum", "too-large",
+                              "tcp-bad-ack", "tcp-out-of-window"]
+        let cap: Set = ["flow-cap", "tcp-reorder-cap"]
         for (reason, n) in drops {
-            let g = malformed.contains(reason) ? 0 : reason == "rule" ? 1 : reason == "flow-cap" ? 2 : reason == "hold" ? 3 : 4
+            let g = malformed.contains(reason) ? 0 : reason == "rule" ? 1 : cap.contains(reason) ? 2 : reason == "hold" ? 3 : 4
             groups[g].1 += n
         }
         return groups

@@ -116,6 +116,12 @@ extension ByteStream {
 /// Replies for one UDP association.
 public protocol DatagramEvents: AnyObject {
     func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint)
+    /// `remote` answered a datagram with ICMP port unreachable (the app can be told).
+    func datagramRefused(by remote: Endpoint)
+}
+
+extension DatagramEvents {
+    public func datagramRefused(by remote: Endpoint) {}
 }
 
 /// The outbound half of one UDP association (one app source endpoint, any remotes).

@@ -22,6 +22,9 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
     case rule               // a drop rule
     case flowCap            // the flow table is full and nothing idle can be evicted
     case stackMemory        // lwIP could not allocate a buffer
+    case tcpBadAck          // acknowledges what was never sent, or is older than any window (RFC 5961)
+    case tcpOutOfWindow     // starts beyond the receive window (RFC 793)
+    case tcpReorderCap      // out-of-order data beyond what one connection may hold
 
     public var description: String {
         switch self {
@@ -39,6 +42,9 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
         case .rule: return "rule"
         case .flowCap: return "flow-cap"
         case .stackMemory: return "stack-memory"
+        case .tcpBadAck: return "tcp-bad-ack"
+        case .tcpOutOfWindow: return "tcp-out-of-window"
+        case .tcpReorderCap: return "tcp-reorder-cap"
         }
     }
 }

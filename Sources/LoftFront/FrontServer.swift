@@ -68,7 +68,7 @@ public final class FrontServer: CarrierListenerDelegate {
     /// timers.
     public func start() throws {
         loadState()
-        let kinds = Set(settings.carriers.map { $0 == .ws ? CarrierKind.ws : CarrierKind.get })
+        let kinds = Set(settings.carriers.compactMap { CarrierKind(rawValue: $0.rawValue) })
         let options = CarrierServerOptions(listen: settings.listen, path: settings.path, kinds: kinds,
                                            tls: TLSServerOptions(certificateFile: settings.certificateFile,
                                                                  keyFile: settings.keyFile))
@@ -328,6 +328,11 @@ public final class FrontServer: CarrierListenerDelegate {
         for c in connections.values {
             s.streamsOpen += c.openStreams
             s.associationsOpen += c.openAssociations
+        }
+        if let l = listener?.stats {
+            s.handshakesFailed = UInt64(l.handshakeFailed)
+            s.handshakesEvicted = UInt64(l.evicted)
+            s.requestsRejected = UInt64(l.rejected)
         }
         return s
     }

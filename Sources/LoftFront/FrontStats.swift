@@ -25,6 +25,11 @@ public struct FrontStats: Sendable, Equatable {
     public var datagramsUp: UInt64 = 0
     public var datagramsDown: UInt64 = 0
     public var datagramsDropped: UInt64 = 0         // session output full, or not sendable
+    public var handshakesFailed: UInt64 = 0         // TLS or request head not done (failure, deadline, HTTP/2 error)
+    public var handshakesEvicted: UInt64 = 0        // closed in the handshake to make room for a newer one
+    /// From the listener: requests refused with an HTTP status before a carrier existed (404,
+    /// 405, 400, 403, 409, 429, 431 ...), every carrier.
+    public var requestsRejected: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -48,7 +53,9 @@ public struct FrontStats: Sendable, Equatable {
          ("streams_opened", streamsOpened), ("streams_failed", streamsFailed), ("streams_reset", streamsReset),
          ("associations_opened", associationsOpened),
          ("associations_timed_out", associationsTimedOut), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
-         ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped)]
+         ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped),
+         ("handshakes_failed", handshakesFailed), ("handshakes_evicted", handshakesEvicted),
+         ("requests_rejected", requestsRejected)]
     }
 
     /// `name value` lines.

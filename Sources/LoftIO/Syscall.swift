@@ -23,6 +23,10 @@ public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
 /// are retried on EINTR; connect, close and shutdown are not (a connect interrupted goes on in
 /// the background, and on Linux close has released the fd even when it says EINTR).
 public enum Syscall {
+    /// Hands malloc's free memory back to the system; true if any was released.
+    @discardableResult
+    public static func trimHeap() -> Bool { clinux_malloc_trim() == 1 }
+
     @inline(__always)
     static func failure<T>() -> Result<T, Errno> { .failure(Errno(Glibc.errno)) }
 

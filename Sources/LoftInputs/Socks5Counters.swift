@@ -36,8 +36,11 @@ public struct Socks5Counters: Sendable {
     /// TCP clients open now, in any phase (handshake, CONNECT relay, UDP control).
     public var openClients: Int = 0
     public var clientsAccepted: UInt64 = 0
-    /// Clients closed at accept because `openClients` was at `maxClients`.
+    /// Clients closed at accept because `openClients` was at `maxClients` and every one of
+    /// them was past its handshake.
     public var refusedAtLimit: UInt64 = 0
+    /// Clients still in their handshake closed to make room for a new one at `maxClients`.
+    public var evictedInHandshake: UInt64 = 0
     /// Greeting + request not complete within the handshake deadline.
     public var handshakeTimeouts: UInt64 = 0
     /// CONNECTs answered 0x06 because the outbound did not connect within connect-timeout.

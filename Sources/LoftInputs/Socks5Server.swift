@@ -64,6 +64,9 @@ public final class Socks5Server: IOHandler {
     private var listenFD: Int32 = -1
     private var udp: Socks5UDPRelay?
     private var clients: [Int32: Socks5Client] = [:]
+    /// Clients not past their request yet (greeting, request, or lingering after an error
+    /// reply), oldest first: the ones evicted when a new client finds the table full.
+    private var handshaking = ActivityList<Socks5Client>()
     /// Clients with a deadline (handshake, connect, linger).
     private var acceptResume: TimerHandle?
     private var lastLimitLog: UInt64 = 0
@@ -162,6 +165,13 @@ public final class Socks5Server: IOHandler {
                 }
                 return
             }
+            if tally.openClients >= options.maxClients, let victim = handshaking.oldest {
+                // Full: the client that has been in its handshake longest makes room. Only
+                // clients past their handshake can fill the table against a new one.
+                tally.evictedInHandshake &+= 1
+                Log.debug("socks5.evicted", ["client": victim.peer, "phase": "\(victim.phase)"])
+                victim.close(graceful: false)
+            }
             if tally.openClients >= options.maxClients {
                 tally.refusedAtLimit &+= 1
                 _ = clinux_set_linger_reset(fd)
@@ -175,6 +185,7 @@ public final class Socks5Server: IOHandler {
             _ = clinux_set_nodelay(fd)
             let client = Socks5Client(server: self, fd: fd, peer: peer.endpoint ?? Socks5.unspecifiedBound)
             clients[fd] = client
+            handshaking.append(client)
             tally.openClients += 1
             tally.clientsAccepted &+= 1
             client.begin()
@@ -182,10 +193,18 @@ public final class Socks5Server: IOHandler {
     }
 
     func removed(_ c: Socks5Client) {
+        handshakeEnded(c)
         if clients[c.fd] === c {
             clients[c.fd] = nil
             tally.openClients -= 1
         }
+    }
+
+    /// `c` completed its request (it relays or holds an association now), or is gone.
+    func handshakeEnded(_ c: Socks5Client) {
+        guard c.inHandshakeList else { return }
+        c.inHandshakeList = false
+        handshaking.remove(c)
     }
 
     // MARK: hooks for clients and the UDP relay
@@ -215,8 +234,13 @@ public final class Socks5Server: IOHandler {
 
 /// One TCP client: handshake, then a CONNECT relay (its socket spliced to the outbound's
 /// stream) or a UDP association's control connection.
-final class Socks5Client: IOHandler, SpliceOwner {
+final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
     enum Phase { case greeting, request, connecting, relaying, associated, lingering, closed }
+
+    /// Neighbours in the server's list of clients still in their handshake.
+    unowned(unsafe) var older: Socks5Client?
+    unowned(unsafe) var newer: Socks5Client?
+    var inHandshakeList = true
 
     unowned let server: Socks5Server
     let fd: Int32
@@ -445,6 +469,7 @@ final class Socks5Client: IOHandler, SpliceOwner {
                 linger()
             case .outbound(let outbound):
                 phase = .connecting
+                server.handshakeEnded(self)
                 clearDeadline()
                 setMask(0)
                 Log.debug("socks5.connect", ["client": peer, "dst": destination, "outbound": outbound.name])
@@ -463,6 +488,7 @@ final class Socks5Client: IOHandler, SpliceOwner {
             }
             association = a
             phase = .associated
+            server.handshakeEnded(self)
             clearDeadline()
             handshake?.deallocate()
             handshake = nil

@@ -24,6 +24,8 @@ public final class TunInput: IOHandler, PacketWriter {
     private var ifindex: Int32 = 0
     public var inputIndex: Int { netif }
     private var createdNetns = false
+    /// Held from the first step of start-up until `stop` has undone everything.
+    private var lock: InstanceLock?
     private var wroteResolvConf = false
     private var createdNetnsDir = false
     /// What is on the device now: the configured addresses until a holder's STATUS replaces them.
@@ -71,6 +73,10 @@ public final class TunInput: IOHandler, PacketWriter {
 
     /// Creates and configures the device. On failure everything done so far is undone.
     public func start() throws {
+        // Before anything is touched: another loft serving the same namespace (or host-mode
+        // TUN and its routes) keeps it, and this one stops here without undoing anything.
+        lock = try settings.netns.map { try InstanceLock(key: "netns-\($0)", what: "tun.netns \"\($0)\"") }
+            ?? InstanceLock(key: "tun-\(settings.name)", what: "tun \"\(settings.name)\" in the host namespace")
         do {
             try setUp()
         } catch {
@@ -225,6 +231,8 @@ public final class TunInput: IOHandler, PacketWriter {
                 createdNetns = false
             }
         }
+        lock?.release()
+        lock = nil
         Log.info("tun.down", ["name": settings.name])
     }
 

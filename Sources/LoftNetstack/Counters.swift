@@ -11,6 +11,15 @@ public struct NetstackCounters: Sendable {
     public var tcpFlowsFailed: UInt64 = 0
     public var udpAssociationsOpened: UInt64 = 0
     public var flowsEvicted: UInt64 = 0
+    /// Flows the app reset before its handshake with lwIP completed (their outbound
+    /// connections closed at once).
+    public var handshakesReset: UInt64 = 0
+    /// ICMP port unreachable sent to apps for datagrams a destination refused, and those the
+    /// rate limit held back.
+    public var portUnreachableSent: UInt64 = 0
+    public var icmpRateLimited: UInt64 = 0
+    /// Times freed memory was given back to the system after the flow table shrank.
+    public var memoryTrims: UInt64 = 0
     public var idleClosed: UInt64 = 0
     /// Closed connections freed from lwIP's TIME_WAIT at once (see clwip_reap_timewait).
     public var timeWaitReaped: UInt64 = 0

@@ -155,16 +155,46 @@ public final class Netstack {
             }
             ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
         }
-        let udpPort = summary.proto == IPProtocol.udp && !summary.isLaterFragment ? Int32(summary.destinationPort) : -1
-        if clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count, -1, udpPort) != 0 {
-            drop(.stackMemory, netif)
+        let transport = !summary.isLaterFragment
+        let udpPort = summary.proto == IPProtocol.udp && transport ? Int32(summary.destinationPort) : -1
+        let tcpOffset = summary.proto == IPProtocol.tcp && transport ? Int32(summary.transportOffset) : 0
+        let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                  -1, udpPort, tcpOffset)
+        if verdict != 0 {
+            drop(Netstack.dropReason(verdict), netif)
+            return
         }
+        if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
+    }
+
+    private static func dropReason(_ verdict: Int32) -> PacketDropReason {
+        switch verdict {
+        case Int32(CLWIP_SEGMENT_BAD_ACK): return .tcpBadAck
+        case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .tcpOutOfWindow
+        case Int32(CLWIP_SEGMENT_OOSEQ_FULL): return .tcpReorderCap
+        default: return .stackMemory
+        }
+    }
+
+    /// The app reset a connection lwIP has not handed over yet (its answer to lwIP's SYN-ACK:
+    /// a SYN scan, or a SYN its kernel never sent). lwIP has just dropped its half-open
+    /// connection without telling anyone; the flow and its outbound connection go too.
+    private func appReset(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) {
+        let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
+                          destination: Endpoint(s.destination, s.destinationPort))
+        guard let flow = tcpFlows[key], flow.state == .handshaking else { return }
+        let t = s.transportOffset
+        let seq = UInt32(packet[t + 4]) << 24 | UInt32(packet[t + 5]) << 16 | UInt32(packet[t + 6]) << 8 | UInt32(packet[t + 7])
+        // lwIP takes an RST in SYN_RCVD only at exactly the next sequence number it expects.
+        guard seq == flow.synSequence &+ 1 else { return }
+        tally.handshakesReset &+= 1
+        flow.abort()
     }
 
     /// Hands a held SYN to lwIP once the outbound is connected.
     func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
         packet.withUnsafeBufferPointer { b in
-            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1) != 0 { drop(.stackMemory, netif) }
+            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0) != 0 { drop(.stackMemory, netif) }
         }
     }
 
@@ -189,7 +219,7 @@ public final class Netstack {
             // A retransmitted SYN: held ones wait for the outbound; lwIP answers the others.
             if existing.state != .connecting {
                 _ = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                Int32(s.destinationPort), -1)
+                                Int32(s.destinationPort), -1, 0)
             }
             return
         }
@@ -208,6 +238,7 @@ public final class Netstack {
             let flow = TCPFlow(stack: self, key: key, syn: Array(packet), summary: s, now: loop.now)
             tcpFlows[key] = flow
             flowActivity.append(flow)
+            tableGrew()
             tally.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
             flow.ruleIndex = match.rule
@@ -221,6 +252,35 @@ public final class Netstack {
         tcpFlows[flow.key] = nil
         flowActivity.remove(flow)
         ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
+        tableShrank()
+    }
+
+    // MARK: giving memory back
+
+    /// The most flows + associations since memory was last given back.
+    private var tablePeak = 0
+    private var trimTimer: TimerHandle?
+    /// Tables at least this large, shrunk to half, give their memory back.
+    static let trimThreshold = 1024
+
+    /// After a flood the freed flows' memory stays with malloc: once the table has shrunk to
+    /// half of a large peak, it is handed back to the system (malloc_trim) a second later, at
+    /// most once a second and never per flow.
+    private func tableShrank() {
+        let n = tcpFlows.count + udpAssociations.count
+        guard tablePeak >= Self.trimThreshold, n <= tablePeak / 2, trimTimer == nil else { return }
+        trimTimer = loop.schedule(after: 1000) { [weak self] in
+            guard let self else { return }
+            self.trimTimer = nil
+            self.tablePeak = self.tcpFlows.count + self.udpAssociations.count
+            Syscall.trimHeap()
+            self.tally.memoryTrims &+= 1
+        }
+    }
+
+    private func tableGrew() {
+        let n = tcpFlows.count + udpAssociations.count
+        if n > tablePeak { tablePeak = n }
     }
 
     /// Bytes moved on `f` (a live flow): it becomes the newest.
@@ -349,6 +409,7 @@ public final class Netstack {
                 ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
                 udpAssociations[key] = a
                 associationActivity.append(a)
+                tableGrew()
                 a.armIdle()
                 tally.udpAssociationsOpened &+= 1
                 assoc = a
@@ -363,6 +424,26 @@ public final class Netstack {
         assoc.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
     }
 
+    /// Tells the app that `remote` refused its datagram, as the remote's kernel did: ICMP or
+    /// ICMPv6 port unreachable quoting the datagram's headers (the app's kernel matches the
+    /// quote to its socket: a connected socket gets ECONNREFUSED). Rate-limited like a
+    /// kernel's ICMP (icmp_msgs_per_sec 1000, burst 50).
+    func portUnreachable(from remote: Endpoint, to app: Endpoint, netif: Int) {
+        guard icmpLimit.take(now: loop.now) else { tally.icmpRateLimited &+= 1; return }
+        // The quote: the datagram's IP header and UDP header (its payload is not kept).
+        var udp = [UInt8](repeating: 0, count: 8)
+        udp[0] = UInt8(app.port >> 8); udp[1] = UInt8(app.port & 0xFF)
+        udp[2] = UInt8(remote.port >> 8); udp[3] = UInt8(remote.port & 0xFF)
+        udp[5] = 8
+        let quoted = PacketBuilder.ipPacket(source: app.address, destination: remote.address, proto: IPProtocol.udp, payload: udp)
+        quoted.withUnsafeBytes { q in
+            guard case .success(let s) = PacketSummary.parse(q, maxLength: 65535) else { return }
+            tally.portUnreachableSent &+= 1
+            send(PacketBuilder.unreachable(q, summary: s, kind: .port), netif: netif)
+        }
+    }
+    private var icmpLimit = TokenBucket(perSecond: 1000, burst: 50)
+
     func closeAssociation(_ a: UDPAssociation) {
         guard udpAssociations[a.key] === a else { return }
         ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
@@ -371,6 +452,7 @@ public final class Netstack {
         a.conversations = []
         associationActivity.remove(a)
         a.close()
+        tableShrank()
     }
 
     /// A datagram either way on `a`: it becomes the newest.
@@ -453,6 +535,11 @@ final class UDPAssociation: DatagramEvents, ActivityListed {
         idleTimer = nil
         outboundSide?.close()
         outboundSide = nil
+    }
+
+    func datagramRefused(by remote: Endpoint) {
+        guard remote.address.isIPv4 == key.source.address.isIPv4 else { return }
+        stack.portUnreachable(from: remote, to: key.source, netif: key.netif)
     }
 
     func datagramReceived(_ payload: UnsafeRawBufferPointer, from remote: Endpoint) {

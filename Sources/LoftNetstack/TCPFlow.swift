@@ -19,6 +19,8 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
     private var heldSYN: [UInt8]
     private let synSummary: PacketSummary
+    /// The app's initial sequence number.
+    let synSequence: UInt32
     let createdAt: UInt64
     /// Neighbours in the netstack's activity list (least recently active first).
     unowned(unsafe) var older: TCPFlow?
@@ -34,6 +36,8 @@ final class TCPFlow: SpliceOwner, ActivityListed {
         self.key = key
         self.heldSYN = syn
         self.synSummary = summary
+        let t = summary.transportOffset
+        synSequence = UInt32(syn[t + 4]) << 24 | UInt32(syn[t + 5]) << 16 | UInt32(syn[t + 6]) << 8 | UInt32(syn[t + 7])
         self.createdAt = now
         splice = Splice(loop: stack.loop, owner: self, meter: stack.meter,
                         connectTimeoutMs: stack.settings.connectTimeoutMs,

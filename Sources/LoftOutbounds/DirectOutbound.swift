@@ -35,6 +35,8 @@ public final class DirectOutbound: Outbound {
         public var liveFlows = 0
         public var bytesUp: UInt64 = 0
         public var bytesDown: UInt64 = 0
+        /// Datagrams a destination answered with ICMP port unreachable.
+        public var refusedDatagrams: UInt64 = 0
     }
 
     /// The streams' counts, kept at their sockets.
@@ -59,6 +61,7 @@ public final class DirectOutbound: Outbound {
         let u = usage
         var s = OutboundStatus(name: name, type: "direct", state: "ready")
         s.flows = u.flows; s.liveFlows = u.liveFlows; s.bytesUp = u.bytesUp; s.bytesDown = u.bytesDown
+        s.extra = [("udp-port-unreachable", u.refusedDatagrams)]
         return s
     }
 
@@ -128,6 +131,8 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
             var one: Int32 = 1
             setsockopt(s, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
         }
+        // ICMP errors (a destination's port unreachable) come back on the error queue.
+        _ = clinux_udp_recverr(s, family)
         loop.register(s, IOEvents.readable, self)
         return s
     }
@@ -157,8 +162,32 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     }
 
     func handleIO(_ ev: UInt32) {
+        if ev & IOEvents.error != 0 {
+            if v4 >= 0 { readErrors(v4) }
+            if v6 >= 0 && !closed { readErrors(v6) }
+            if closed { return }
+        }
         if v4 >= 0 { receive(v4) }
         if v6 >= 0 && !closed { receive(v6) }
+    }
+
+    /// Empties the socket's error queue (EPOLLERR stays up while it holds anything): each
+    /// port unreachable goes to the app's side.
+    private func readErrors(_ s: Int32) {
+        for _ in 0..<64 {
+            var to = SocketAddress()
+            let err = to.withMutableSockaddr { p, len -> Int32 in
+                var l = UInt32(len.pointee)
+                defer { len.pointee = socklen_t(l) }
+                return clinux_udp_read_error(s, p, &l)
+            }
+            if err == 0 { return }
+            if err == ECONNREFUSED, let ep = to.endpoint {
+                meter.usage.refusedDatagrams &+= 1
+                events?.datagramRefused(by: ep)
+                if closed { return }
+            }
+        }
     }
 
     private func receive(_ s: Int32) {
@@ -166,7 +195,11 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
         for _ in 0..<64 {
             var from = SocketAddress()
             let n = from.withMutableSockaddr { recvfrom(s, Self.buffer.baseAddress, Self.buffer.count, Int32(MSG_DONTWAIT), $0, $1) }
-            if n < 0 { break }
+            if n < 0 {
+                // The error the queue also holds (read by readErrors): more may follow it.
+                if Sockets.errno == ECONNREFUSED { continue }
+                break
+            }
             guard let ep = from.endpoint else { continue }
             meter.usage.bytesDown &+= UInt64(n)
             events?.datagramReceived(UnsafeRawBufferPointer(rebasing: Self.buffer[0..<n]), from: ep)

@@ -17,6 +17,9 @@ enum Application {
     /// runs half-configured).
     static func unsupported(_ config: Configuration) -> String? {
         for o in config.outbounds {
+            if case .vless(_, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            }
             guard case .loft(_, let carrier, _, let verification, _) = o.kind else { continue }
             if CarrierKind(rawValue: carrier) == nil {
                 let built = CarrierKind.allCases.map(\.rawValue).joined(separator: ", ")
@@ -60,6 +63,16 @@ enum Application {
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder
                     runtime.holders.append(holder)
+                } catch {
+                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
+                    return 1
+                }
+            case .vless(let server, let uuid, let verification, let serverName, let alpn):
+                do {
+                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
+                    let options = try vlessOptions(server: server, uuid: uuid, verification: verification,
+                                                   serverName: serverName, alpn: alpn, config: config)
+                    outbounds[o.name] = try VLESSOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options)
                 } catch {
                     Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
                     return 1
@@ -343,7 +356,8 @@ final class Runtime {
                 i.drops = Socks5DropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
                 i.extra = [("clients", UInt64(c.openClients)), ("max-clients", UInt64(c.maxClients)),
                            ("udp-associations", UInt64(c.activeAssociations)), ("clients-accepted", c.clientsAccepted),
-                           ("refused-at-limit", c.refusedAtLimit), ("handshake-timeouts", c.handshakeTimeouts)]
+                           ("refused-at-limit", c.refusedAtLimit), ("evicted-in-handshake", c.evictedInHandshake),
+                           ("handshake-timeouts", c.handshakeTimeouts)]
             }
             r.inputs.append(i)
         } else {
@@ -359,7 +373,17 @@ final class Runtime {
             let c = ns.counters
             r.totals = [("tcp-flows-opened", c.tcpFlowsOpened), ("tcp-connect-failures", c.tcpFlowsFailed),
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
-                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped)]
+                        ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
+                        ("handshakes-reset-by-app", c.handshakesReset), ("udp-port-unreachable-sent", c.portUnreachableSent),
+                        ("icmp-rate-limited", c.icmpRateLimited), ("memory-trims", c.memoryTrims)]
+            if let ctl = control {
+                r.totals += [("control-refused-busy", ctl.refusedBusy), ("control-evicted-idle", ctl.evictedIdle),
+                             ("control-cached-answers", ctl.cachedAnswers), ("control-paced", ctl.rateLimited)]
+            }
+            if let m = metrics {
+                r.totals += [("metrics-evicted-idle", m.evictedIdle), ("metrics-cached-answers", m.cachedAnswers),
+                             ("metrics-paced", m.rateLimited)]
+            }
             r.drops = PacketDropReason.allCases.map { ($0.description, c.dropped($0)) }
             // Flows and datagrams refused while an outbound was down and held are drops too
             // (fail-closed): a "hold" row whenever some outbound keeps that counter.
@@ -393,17 +417,33 @@ final class Runtime {
     }
 }
 
-/// A `type: loft` outbound's settings as the holder takes them.
-func holderOptions(server: String, carrier: String, token: String, verification: TLSVerification,
-                   serverName: String?, config: Configuration) throws -> HolderOptions {
-    // The loader accepted it as host:port; parsed again here only to split it.
-    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+/// The TLS client options of a config's `tls` section.
+func tlsOptions(_ verification: TLSVerification, serverName: String?) -> TLSClientOptions {
     var tls = TLSClientOptions(serverName: serverName)
     switch verification {
     case .caFile(let path): tls.caFile = path
     case .pinSHA256(let hex): tls.pinSHA256 = TLSClientOptions.parsePin(hex)
     case .insecure: tls.insecure = true
     }
+    return tls
+}
+
+/// A `type: vless` outbound's settings as the outbound takes them.
+func vlessOptions(server: String, uuid: String, verification: TLSVerification, serverName: String?,
+                  alpn: [String], config: Configuration) throws -> VLESSOptions {
+    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+    guard let id = VLESS.parseUUID(uuid) else { throw TLSError("not a UUID: \(uuid)") }
+    return VLESSOptions(host: hp.host, port: hp.port, uuid: id, tls: tlsOptions(verification, serverName: serverName),
+                        alpn: alpn, udpIdleTimeoutMs: config.limits.udpIdleTimeout.milliseconds,
+                        connectTimeoutMs: config.limits.connectTimeout.milliseconds)
+}
+
+/// A `type: loft` outbound's settings as the holder takes them.
+func holderOptions(server: String, carrier: String, token: String, verification: TLSVerification,
+                   serverName: String?, config: Configuration) throws -> HolderOptions {
+    // The loader accepted it as host:port; parsed again here only to split it.
+    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+    let tls = tlsOptions(verification, serverName: serverName)
     let kind = CarrierKind(rawValue: carrier) ?? .ws
     var name = [CChar](repeating: 0, count: 256)
     gethostname(&name, name.count - 1)

@@ -44,7 +44,7 @@ final class LoopbackTests: XCTestCase {
         XCTAssertEqual(peer.sentDigest, server.receivedDigest, "client → server SHA-256")
         XCTAssertEqual(server.sentDigest, peer.receivedDigest, "server → client SHA-256")
         XCTAssertEqual(server.closedReason, .closed)
-        XCTAssertTrue(tlsDescription.hasPrefix("TLSv1.3 ") && tlsDescription.hasSuffix("alpn=http/1.1"), tlsDescription)
+        XCTAssertTrue(tlsDescription.hasPrefix("TLSv1.3 ") && tlsDescription.hasSuffix(kind == .h2 ? "alpn=h2" : "alpn=http/1.1"), tlsDescription)
         if kind == .get { XCTAssertEqual(acceptor.carriers.first?.request?.sessionID?.count, 32) }
         let mbps = Double(size * 2) / Double(max(elapsed, 1)) / 1000
         print("carrier \(kind.rawValue): \(size / Self.mib) MiB each way in \(elapsed) ms, \(String(format: "%.0f", mbps)) MB/s both ways together")
@@ -53,6 +53,7 @@ final class LoopbackTests: XCTestCase {
 
     func testWS50MiBBothWays() throws { try transfer(.ws, size: 50 * Self.mib) }
     func testGet50MiBBothWays() throws { try transfer(.get, size: 50 * Self.mib) }
+    func testH250MiBBothWays() throws { try transfer(.h2, size: 50 * Self.mib) }
 
     // MARK: backpressure
 
@@ -116,6 +117,7 @@ final class LoopbackTests: XCTestCase {
 
     func testWSBackpressureBoundsMemory() throws { try backpressure(.ws) }
     func testGetBackpressureBoundsMemory() throws { try backpressure(.get) }
+    func testH2BackpressureBoundsMemory() throws { try backpressure(.h2) }
 
     // MARK: certificate checks
 

@@ -38,7 +38,7 @@ final class Harness {
     /// Runs `action` once after `ms`.
     func after(_ ms: UInt64, _ action: @escaping () -> Void) { runtime.after(ms, action) }
 
-    func listener(kinds: Set<CarrierKind> = [.ws, .get], path: String = "/loft", output: Int = 256 * 1024,
+    func listener(kinds: Set<CarrierKind> = [.ws, .get, .h2], path: String = "/loft", output: Int = 256 * 1024,
                   delegate: CarrierListenerDelegate) throws -> CarrierListener {
         try CarrierListener(CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), path: path, kinds: kinds,
                                                  tls: TestPKI.shared.server, outputBufferBytes: output),

@@ -25,8 +25,12 @@ final class DocsExampleTests: XCTestCase {
         XCTAssertEqual(c.socks5, Socks5Settings())
         XCTAssertEqual(c.bridge, BridgeSettings())
         XCTAssertEqual(c.limits, LimitSettings())
-        XCTAssertEqual(c.outbounds.map(\.name), ["home", "blackhole"])
-        XCTAssertEqual(c.rules.count, 5)
+        XCTAssertEqual(c.outbounds.map(\.name), ["home", "vps", "blackhole"])
+        XCTAssertEqual(c.outbounds[1].kind, .vless(server: "vless.example:443", uuid: "27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b",
+                                                   tls: .pinSHA256("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+                                                   serverName: "vless.example", alpn: []))
+        XCTAssertEqual(c.rules.count, 6)
+        XCTAssertEqual(c.rules[4].action, .via(outbound: "vps"))
         XCTAssertEqual(c.rules[2].to, [prefix("198.18.1.0/24"), prefix("192.168.0.0/16"), prefix("fd12::/16")])
         XCTAssertEqual(c.rules[3].domains, ["example.com", "*.example.org"])
         XCTAssertEqual(c.metrics, endpoint("127.0.0.1:9100"))

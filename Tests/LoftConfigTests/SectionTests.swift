@@ -105,7 +105,7 @@ final class SectionTests: XCTestCase {
         assertError(yaml.replacingOccurrences(of: "%@", with: "/run/loft/"), at: 8, 17,
                     "outbounds[0].state-file must be a file path")
         assertError("outbounds:\n  - { name: a, type: direct, state-file: x }\n", at: 2, 30,
-                    "key \"state-file\" in outbounds[0] is only for type loft")
+                    "key \"state-file\" in outbounds[0] is not for type direct; type direct takes only name and type")
     }
 
     func testOutboundErrors() {
@@ -120,10 +120,10 @@ final class SectionTests: XCTestCase {
         assertError("outbounds:\n  - { name: drop, type: drop }\n", at: 2, 13, "\"drop\" is reserved")
         assertError("outbounds:\n  - { name: a, type: direct }\n  - { name: a, type: drop }\n", at: 3, 13,
                     "outbounds[1].name \"a\" is already used by outbounds[0] (line 2, column 5)")
-        assertError("outbounds:\n  - { name: a, type: vless }\n", at: 2, 22,
-                    "outbounds[0].type must be loft, direct or drop, got vless")
+        assertError("outbounds:\n  - { name: a, type: vmess }\n", at: 2, 22,
+                    "outbounds[0].type must be loft, vless, direct or drop, got vmess")
         assertError("outbounds:\n  - { name: a, type: direct, carrier: ws }\n", at: 2, 30,
-                    "key \"carrier\" in outbounds[0] is only for type loft")
+                    "key \"carrier\" in outbounds[0] is not for type direct")
         assertError("outbounds:\n  - name: a\n    type: loft\n    server: front.example\n", at: 4, 13,
                     "outbounds[0].server must be host:port", "got front.example")
         assertError("outbounds:\n  - name: a\n    type: loft\n    server: \"fd00::1:443\"\n", at: 4, 13,

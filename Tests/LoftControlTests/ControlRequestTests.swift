@@ -22,10 +22,10 @@ final class ControlRequestTests: XCTestCase {
         XCTAssertEqual(ControlServer.requestLine(Array("status\r".utf8)), "status")
     }
 
-    func testMetricsAnswer() {
-        let ok = MetricsServer.answer(Array("GET /metrics HTTP/1.1\r\nHost: x".utf8)) { "loft_up 1\n" }
-        XCTAssertTrue(String(decoding: ok, as: UTF8.self).hasPrefix("HTTP/1.1 200 OK\r\n"))
-        let bad = MetricsServer.answer(Array("GET /other HTTP/1.1".utf8)) { "" }
-        XCTAssertTrue(String(decoding: bad, as: UTF8.self).hasPrefix("HTTP/1.1 404"))
+    func testMetricsScrape() {
+        XCTAssertEqual(MetricsServer.scrape(Array("GET /metrics HTTP/1.1\r\nHost: x".utf8)), .metrics(headOnly: false))
+        XCTAssertEqual(MetricsServer.scrape(Array("HEAD /metrics?x=1 HTTP/1.0".utf8)), .metrics(headOnly: true))
+        guard case .refused(let status, _) = MetricsServer.scrape(Array("GET /other HTTP/1.1".utf8)) else { return XCTFail() }
+        XCTAssertEqual(status, "404 Not Found")
     }
 }

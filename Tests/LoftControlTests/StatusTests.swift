@@ -75,3 +75,24 @@ final class StatusTests: XCTestCase {
         XCTAssertEqual(Format.duration(90_061_000), "1d 01:01:01")
     }
 }
+
+final class RenderCacheTests: XCTestCase {
+    /// Requests closer than 100 ms share a render at most 200 ms old; a request after a quiet
+    /// spell is always rendered fresh.
+    func testStormSharesRendersQuietRequestIsFresh() {
+        let cache = RenderCache()
+        var renders = 0
+        func ask(_ now: UInt64) -> [UInt8] {
+            cache.answer("status", now: now) { renders += 1; return [UInt8(renders)] }
+        }
+        XCTAssertEqual(ask(1000), [1])
+        XCTAssertEqual(ask(1050), [1], "50 ms later, in a storm: cached")
+        XCTAssertEqual(ask(1100), [1])
+        XCTAssertEqual(ask(1150), [1])
+        XCTAssertEqual(ask(1210), [2], "the render is over 200 ms old")
+        XCTAssertEqual(ask(1500), [3], "after a quiet 290 ms: fresh")
+        XCTAssertEqual(cache.hits, 3)
+        // Another request line has its own entry.
+        XCTAssertEqual(cache.answer("flows", now: 1510) { [9] }, [9])
+    }
+}

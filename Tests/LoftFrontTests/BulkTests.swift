@@ -12,8 +12,8 @@ import XCTest
 final class BulkTests: XCTestCase {
     static func pattern(_ i: Int, _ stream: UInt32) -> UInt8 { UInt8(truncatingIfNeeded: i &* 31 &+ Int(stream) &* 7 &+ i >> 9) }
 
-    func testStreamsEchoMegabytesOverBothCarriers() throws {
-        for kind in [CarrierKind.ws, .get] {
+    func testStreamsEchoMegabytesOverEveryCarrier() throws {
+        for kind in [CarrierKind.ws, .get, .h2] {
             let h = try FrontHarness()
             let echo = BufferedEcho(loop: h.loop)
             let c = SessionClient(h, kind)

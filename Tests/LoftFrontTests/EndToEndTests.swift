@@ -51,6 +51,7 @@ final class EndToEndTests: XCTestCase {
 
     func testTCPEchoOverWS() throws { try tcpEcho(.ws) }
     func testTCPEchoOverGet() throws { try tcpEcho(.get) }
+    func testTCPEchoOverH2() throws { try tcpEcho(.h2) }
 
     func testBadTokenIsRefused() throws {
         let h = try FrontHarness()
@@ -250,14 +251,16 @@ final class EndToEndTests: XCTestCase {
         let h = try FrontHarness()
         let a = h.dial(.ws)
         let b = h.dial(.get)
+        let c = h.dial(.h2)
         var done = false
         let ok = h.run([
-            { a.connected && b.connected }, hello(a), attached(a), hello(b), attached(b),
+            { a.connected && b.connected && c.connected }, hello(a), attached(a), hello(b), attached(b), hello(c), attached(c),
             { h.server.shutdown { done = true }; return true },
-            { a.goAway != nil && b.goAway != nil && done },
+            { a.goAway != nil && b.goAway != nil && c.goAway != nil && done },
         ])
         XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1)")
         XCTAssertEqual(a.goAway?.0, .shutdown)
         XCTAssertEqual(b.goAway?.0, .shutdown)
+        XCTAssertEqual(c.goAway?.0, .shutdown)
     }
 }

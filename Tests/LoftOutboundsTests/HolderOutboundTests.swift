@@ -57,6 +57,7 @@ final class HolderOutboundTests: XCTestCase {
 
     func testHolderComesUpOverWS() throws { try comesUp(.ws) }
     func testHolderComesUpOverGet() throws { try comesUp(.get) }
+    func testHolderComesUpOverH2() throws { try comesUp(.h2) }
 
     // MARK: TCP
 
@@ -107,6 +108,7 @@ final class HolderOutboundTests: XCTestCase {
 
     func testEightMebibytesEchoOverWS() throws { try bulkEcho(.ws) }
     func testEightMebibytesEchoOverGet() throws { try bulkEcho(.get) }
+    func testEightMebibytesEchoOverH2() throws { try bulkEcho(.h2) }
 
     /// The reader stops: no streamReadable while off, no read larger than asked, and the bytes
     /// the front sent but the app has not read never exceed the stream's window.
@@ -418,11 +420,14 @@ final class HolderOutboundTests: XCTestCase {
 
     /// pathChanged: the carrier is dropped, a new one resumes the same instance; the stream
     /// that was open is reset (streams do not survive a carrier), new flows work again.
-    func testPathChangedResumesTheSameInstance() throws {
+    func testPathChangedResumesTheSameInstance() throws { try pathChangedResumes(.ws) }
+    func testPathChangedResumesTheSameInstanceOverH2() throws { try pathChangedResumes(.h2) }
+
+    private func pathChangedResumes(_ kind: CarrierKind) throws {
         let sc = try Scenario()
         let front = try sc.startFront()
         let echo = TCPEchoServer(loop: sc.loop)
-        let holder = try sc.holder(port: front.localEndpoint!.port)
+        let holder = try sc.holder(kind, port: front.localEndpoint!.port)
         var statuses: [Status] = []
         holder.onStatus = { statuses.append($0) }
         holder.start()

@@ -32,7 +32,8 @@ final class OutboundStatusTests: XCTestCase {
         XCTAssertEqual(s.bytesUp, 3000)
         XCTAssertEqual(s.bytesDown, 3000)
         XCTAssertEqual(s.detail, "")
-        XCTAssertTrue(s.extra.isEmpty)
+        XCTAssertEqual(s.extra.map(\.0), ["udp-port-unreachable"])
+        XCTAssertEqual(s.counter("udp-port-unreachable"), 0)
         XCTAssertNil(s.counter(OutboundStatus.holdDrops), "only a holder keeps hold drops")
     }
 

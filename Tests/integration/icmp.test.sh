@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ICMP echo per tun.icmp: reply answers pings locally, drop answers nothing.
+# ICMP echo per tun.icmp: reply answers pings locally, drop answers nothing. A datagram a
+# destination refuses comes back to the app as ICMP port unreachable.
 . "$(dirname "$0")/lib.sh"
 
 topo_up
@@ -16,9 +17,37 @@ ping_none() {       # ping_none NAME ADDR: no answer at all
     if [ $rc -eq 1 ]; then pass "$1"; else fail "$1" "ping -c1 -W2 $2 exit $rc (want 1, no reply): $(echo "$out" | tail -2 | tr '\n' '|')"; fi
 }
 
-if require_loft "$(loft_config icmp-reply icmp=reply)" ping-reply-v4 ping-reply-v6 loft-exit-clean-reply; then
+# refused HOST: a connected UDP socket in the app namespace sends to a closed port of the srv
+# namespace; the srv kernel refuses it at loft's direct socket, loft tells the app, and the
+# app's next recv fails with ECONNREFUSED (at once, not at a timeout).
+refused() {
+    in_app python3 - "$1" <<'PY'
+import socket, sys, time
+host = sys.argv[1]
+s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.connect((host, 9))
+t0 = time.time()
+s.send(b"anyone there?")
+try:
+    s.recv(100)
+    print("got an answer"); sys.exit(1)
+except ConnectionRefusedError:
+    print("ECONNREFUSED after %.0f ms" % ((time.time() - t0) * 1000)); sys.exit(0)
+except socket.timeout:
+    print("no ICMP: timed out after 3 s"); sys.exit(1)
+PY
+}
+
+if require_loft "$(loft_config icmp-reply icmp=reply)" ping-reply-v4 ping-reply-v6 udp-port-unreachable-v4 udp-port-unreachable-v6 loft-exit-clean-reply; then
     ping_ok ping-reply-v4 "$SRV4"
     ping_ok ping-reply-v6 "$SRV6"
+    for v in 4 6; do
+        [ $v = 4 ] && host=$SRV4 || host=$SRV6
+        out=$(refused "$host" 2>&1)
+        if [ $? -eq 0 ]; then pass udp-port-unreachable-v$v; else fail udp-port-unreachable-v$v "$out"; fi
+        note "udp to $host:9: $out"
+    done
     loft_stop_clean loft-exit-clean-reply
 fi
 

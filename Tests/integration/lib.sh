@@ -4,7 +4,8 @@
 #   netns loft-app-<id> (made by loft)  ── TUN ──►  loft (root namespace)
 #   root namespace  loft-<id>r 198.18.1.1/24 fd00:1::1/64
 #        ══ veth ══ loft-<id>s 198.18.1.2/24 fd00:1::2/64  in netns loft-srv-<id>
-#   servers in srv: nginx :80, sha256 sink :9000, echo :9001, dnsmasq :53, iperf3 :5201
+#   servers in srv: nginx :80, sha256 sink :9000, echo :9001, dnsmasq :53, iperf3 :5201,
+#   v2ray (VLESS + TLS) :8443
 #
 # Only 198.18.0.0/15 and fd00::/8 inside namespaces made here, and loopback, are ever used.
 # Every namespace, veth, process and temp dir made here is removed by the EXIT trap, also on
@@ -266,6 +267,53 @@ start_dns() {
 start_iperf() {
     bg_in "$SRV_NS" iperf3 iperf3 -s -p 5201
     wait_listen "$SRV_NS" tcp 5201 || die "iperf3 -s did not start"
+}
+
+# start_v2ray UUID [PORT]: Debian's v2ray in srv: a VLESS inbound with TLS on [::]:PORT (8443)
+# for user UUID, a freedom outbound; the name web.loft.test resolves (in v2ray only) to SRV4.
+# Session tickets are on (v2ray's enableSessionResumption; its default is off).
+# The certificate (vless.loft.test, SRV4, SRV6) is from a throwaway CA made here: VLESS_CA is
+# its PEM, VLESS_OTHER_CA a second CA that signed nothing. Sets V2RAY_PID; call again after a
+# kill to restart it with the same certificate.
+start_v2ray() {
+    local uuid=$1 port=${2:-8443} pki=$T_DIR/pki
+    VLESS_CA=$pki/ca.pem
+    VLESS_OTHER_CA=$pki/other.pem
+    VLESS_KEY=$pki/server.key
+    VLESS_CERT=$pki/server.pem
+    if [ ! -s "$VLESS_CERT" ]; then
+        mkdir -p "$pki"
+        (
+            cd "$pki" || exit 1
+            for ca in ca other; do
+                openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+                    -subj "/CN=loft test $ca" -keyout $ca.key -out $ca.pem 2>/dev/null || exit 1
+            done
+            openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=vless.loft.test" \
+                -keyout server.key -out server.csr 2>/dev/null || exit 1
+            printf 'subjectAltName=DNS:vless.loft.test,IP:%s,IP:%s\n' "$SRV4" "$SRV6" >san.ext
+            openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+                -extfile san.ext -out server.pem 2>/dev/null || exit 1
+            chmod 644 ./*
+        ) || die "openssl: the test PKI"
+    fi
+    cat >"$T_DIR/v2ray.json" <<EOF
+{
+  "log": { "loglevel": "warning" },
+  "dns": { "hosts": { "web.loft.test": "$SRV4" } },
+  "inbounds": [{
+    "listen": "::", "port": $port, "protocol": "vless",
+    "settings": { "clients": [{ "id": "$uuid" }], "decryption": "none" },
+    "streamSettings": { "network": "tcp", "security": "tls",
+      "tlsSettings": { "enableSessionResumption": true,
+        "certificates": [{ "certificateFile": "$VLESS_CERT", "keyFile": "$VLESS_KEY" }] } }
+  }],
+  "outbounds": [{ "protocol": "freedom", "settings": { "domainStrategy": "UseIP" } }]
+}
+EOF
+    bg_in "$SRV_NS" v2ray v2ray -config "$T_DIR/v2ray.json"
+    V2RAY_PID=$LAST_PID
+    wait_listen "$SRV_NS" tcp "$port" || die "v2ray did not start: $(tail -5 "$T_DIR/v2ray.log")"
 }
 
 # --- the kernel path (reference for benchmarks; LOFT_TEST_KERNEL=1 dry runs) ----------------

@@ -53,6 +53,26 @@ if require_loft "$(loft_config life2 mtu=9000)" setup-state-mtu9000 sigint-teard
     teardown sigint-teardown INT yes
 fi
 
+# 2b: a second loft for the same namespace exits at once, naming the first, and touches
+# nothing: the first keeps its namespace, TUN, routes and traffic.
+if require_loft "$(loft_config life-lock)" second-loft-refused first-loft-untouched lock-teardown; then
+    t0=$(now_ms)
+    out=$(timeout 20 "$LOFT_BIN" run -c "$T_DIR/life-lock.yaml" 2>&1 </dev/null)
+    rc=$?
+    took=$(( $(now_ms) - t0 ))
+    note "second loft: exit $rc after $took ms: $(echo "$out" | grep -m1 'start.failed' | cut -c1-200)"
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "pid $LOFT_PID" && [ $took -lt 5000 ]; then
+        pass second-loft-refused
+    else
+        fail second-loft-refused "exit $rc after $took ms: $(echo "$out" | tail -3 | tr '\n' '|')"
+    fi
+    p=$(state_problems "$APP_NS" 1500)
+    in_app ping -c1 -W2 "$SRV4" >/dev/null 2>&1 || p+="no ping through the first loft;"
+    grep -q 'tun.down' "$LOFT_LOG" && p+="the first loft took its TUN down;"
+    if [ -z "$p" ]; then pass first-loft-untouched; else fail first-loft-untouched "$(echo "$p" | tr '\n' ';')"; fi
+    teardown lock-teardown TERM yes
+fi
+
 # 3: a namespace that exists before loft starts is used and kept.
 PRE_NS=loft-pre-$T_ID
 T_NETNS+=("$PRE_NS"); register netns "$PRE_NS"

@@ -3,8 +3,8 @@
 # (SHA-256 checked, IPv4 and IPv6 destinations, a name that resolves on the host), python-socks
 # TCP, UDP ASSOCIATE DNS queries to dnsmasq (IPv4, IPv6 and domain destinations), every
 # bad-input case's exact reply byte, every outbound failure's reply code, the handshake
-# deadline, the client limit (128) with 129 clients, and the UDP association's life tied to
-# its control connection. No TUN: loft runs with only socks5 on, in the root namespace.
+# deadline, the client limit (128) with 129 clients, real clients served among 1,200 silent
+# connections, and the UDP association's life tied to its control connection. No TUN: loft runs with only socks5 on, in the root namespace.
 . "$(dirname "$0")/lib.sh"
 shopt -s extglob
 
@@ -302,6 +302,37 @@ if case == "udp-lifetime":                  # the association ends with its cont
         fail("still relayed after the control connection closed")
     ok()
 
+if case == "slowloris":                     # slowloris ROUNDS SILENT HOST: real clients among silent ones
+    rounds, per_round, host = int(args[0]), int(args[1]), args[2]
+    silent, good, t0 = [], 0, time.time()
+    for r in range(rounds):
+        for i in range(per_round):          # connections that never send a byte
+            try:
+                silent.append(ctl(2))
+            except OSError:
+                pass
+        try:
+            s = ctl(3)
+            greet(s)
+            code, bnd, raw = request(s, 1, host, 80)
+            if code == 0:
+                s.sendall(b"GET /small HTTP/1.0\r\nHost: x\r\n\r\n")
+                body, how = until_close(s, 1 << 20)
+                if body.startswith(b"HTTP/1.1 200") and len(body.split(b"\r\n\r\n", 1)[1]) == 4096:
+                    good += 1
+            s.close()
+        except (OSError, TypeError, ValueError):
+            pass
+        if time.time() - t0 > 60:
+            break
+    for s in silent:
+        s.close()
+    print("%d of %d real clients served among %d silent connections in %.1f s"
+          % (good, rounds, len(silent), time.time() - t0))
+    if good != rounds:
+        fail("only %d of %d real clients served" % (good, rounds))
+    ok()
+
 if case == "limit":                         # limit N HOST: N tunnels work, N+1st refused at once
     n = int(args[0])
     host = args[1]
@@ -371,7 +402,7 @@ udp-foreign-source-dropped udp-dies-with-control greeting-bad-version greeting-n
 greeting-zero-methods request-bad-version bind-0x07 unknown-command-0x07 atyp-0x08 empty-domain-0x01
 refused-0x05 host-unreachable-0x04 network-unreachable-0x03 timeout-0x06 drop-rule-0x02
 resolve-failed-0x04 connect-bound-address handshake-deadline-silent handshake-deadline-half-request
-client-limit-129 direct-counts-socks5 counters-and-exit"
+client-limit-129 slowloris-served direct-counts-socks5 counters-and-exit"
 if ! s5_start; then
     for c in $CASES; do fail "$c" "loft did not start"; done
     finish
@@ -476,6 +507,12 @@ for pair in "handshake-deadline-silent:silent" "handshake-deadline-half-request:
 done
 
 check client-limit-129 py limit 128 "$SRV4"
+
+# Slowloris: 30 silent connections before each of 40 real clients (1,200 against a table of
+# 128): each real client gets a slot by evicting the longest-waiting silent one.
+out=$(py slowloris 40 30 "$SRV4" 2>&1)
+if [ $? -eq 0 ]; then pass slowloris-served; else fail slowloris-served "$out"; fi
+note "slowloris: $(echo "$out" | head -1)"
 
 # The direct outbound counts at its own sockets, so the SOCKS5 flows above are in its row:
 # the four 50 MiB curl downloads alone are 200 MiB down; every flow has ended by now.

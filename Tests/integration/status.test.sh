@@ -2,11 +2,13 @@
 # Runtime status: counters read back exactly over the control socket (JSON) and the metrics
 # endpoint (curl + the prometheus-client parser) after known traffic; `loft status --watch`
 # under tmux at 80 columns; the socket refuses other users and answers malformed requests
-# with an error. Needs root (namespaces, a second user via setpriv).
+# with an error; 200 idle control clients do not lock `loft status` out, and a storm of
+# status, flows and /metrics requests over 8,000 live flows leaves a download its speed.
+# Needs root (namespaces, a second user via setpriv).
 . "$(dirname "$0")/lib.sh"
 
 topo_up
-make_files 1
+make_files 20
 start_nginx 1 1024
 
 EXT_PORT=$((31000 + T_ID % 10000))
@@ -20,7 +22,8 @@ printf 'control: %s\nmetrics: 127.0.0.1:%s\n' "$SOCK" "$METRICS_PORT" >>"$T_DIR/
 CFG=$T_DIR/status.yaml
 
 CASES="status-placeholders status-counters-exact metrics-counters-exact status-flows-list
-status-watch-tmux control-refuses-other-users control-malformed-request loft-exit-clean"
+status-watch-tmux control-refuses-other-users control-malformed-request control-idle-clients-evicted
+control-storm-bounded loft-exit-clean"
 require_loft "$CFG" $CASES || finish
 
 json() { "$LOFT_BIN" status -c "$CFG" --json; }
@@ -132,6 +135,79 @@ if [[ $r1 == error* ]] && [[ $r2 == error* ]] && [[ $r3 == error* ]] && "$LOFT_B
     pass control-malformed-request
 else
     fail control-malformed-request "'${r1:0:60}' '${r2:0:60}' '${r3:0:60}'"
+fi
+
+# 200 idle control clients (more than the 32 slots): the oldest idle ones make room, and
+# `loft status` answers.
+cat >"$T_DIR/idle.py" <<'EOF'
+import socket, sys, time
+held = []
+for i in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(sys.argv[1]); held.append(s)
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(float(sys.argv[3]))
+EOF
+python3 "$T_DIR/idle.py" "$SOCK" 200 4 >"$T_DIR/idle.out" &
+IDLE=$!
+for i in $(seq 50); do [ -s "$T_DIR/idle.out" ] && break; sleep 0.1; done
+out=$("$LOFT_BIN" status -c "$CFG" 2>&1); rc=$?
+evicted=$(json | jget 'd["totals"].get("control-evicted-idle", 0)')
+wait $IDLE
+note "200 idle control clients: loft status exit $rc, $evicted idle clients evicted"
+if [ $rc -eq 0 ] && echo "$out" | grep -q '^TOTALS' && [ "${evicted:-0}" -ge 150 ]; then
+    pass control-idle-clients-evicted
+else
+    fail control-idle-clients-evicted "exit $rc: $(echo "$out" | head -2 | tr '\n' '|'), $evicted evicted"
+fi
+
+# A storm: 8,000 UDP flows opened (some datagrams may overflow the TUN queue), then 20 control clients asking for status, flows and metrics
+# as fast as they can, and /metrics scraped in a loop, while the app downloads 20 MiB.
+in_app python3 -c '
+import socket, sys
+for i in range(8000):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("", 30000 + i)); s.sendto(b"x", (sys.argv[1], 9)); s.close()' "$SRV4"
+sleep 0.5
+cat >"$T_DIR/storm.py" <<'EOF'
+import socket, sys, time
+path, secs, req = sys.argv[1], float(sys.argv[2]), sys.argv[3].encode() + b"\n"
+end, n = time.time() + secs, 0
+while time.time() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path); s.sendall(req)
+        while s.recv(1 << 16): pass
+        n += 1
+    except OSError:
+        pass
+    s.close()
+print(n)
+EOF
+dl() { local t0; t0=$(now_ms); in_app curl -s -o /dev/null --max-time 30 "http://$SRV4/big"; echo $(( $(now_ms) - t0 )); }
+quiet=$( (dl; dl; dl) | sort -n | sed -n 2p)
+assoc=$(json | jget 'd["udp_associations"]')
+pids=()
+for i in $(seq 20); do
+    case $((i % 3)) in 0) r=flows ;; 1) r="status json" ;; 2) r=metrics ;; esac
+    python3 "$T_DIR/storm.py" "$SOCK" 6 "$r" >"$T_DIR/storm.$i" 2>&1 & pids+=($!)
+done
+( end=$(( $(date +%s) + 6 )); n=0; while [ "$(date +%s)" -lt $end ]; do
+    curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$METRICS_PORT/metrics"; n=$((n + 1)); done; echo $n >"$T_DIR/scrapes" ) &
+pids+=($!)
+sleep 1
+storm=$( (dl; dl; dl) | sort -n | sed -n 2p)
+wait "${pids[@]}"
+answers=$(cat "$T_DIR"/storm.* | awk '{s += $1} END {print s}')
+cached=$(json | jget 'd["totals"].get("control-cached-answers", 0)')
+note "storm over $assoc UDP flows: 20 MiB download $quiet ms quiet, $storm ms during the storm (medians of 3); $answers control answers ($cached from the cache), $(cat "$T_DIR/scrapes") /metrics scrapes in 6 s"
+if [ "${storm:-99999}" -le $((quiet * 3 + 500)) ] && [ "${answers:-0}" -gt 0 ] && [ "${assoc:-0}" -ge 5000 ]; then
+    pass control-storm-bounded
+else
+    fail control-storm-bounded "download $storm ms in the storm vs $quiet ms quiet ($assoc flows, $answers answers)"
 fi
 
 loft_stop_clean loft-exit-clean

@@ -18,8 +18,9 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     } else {
         let terminator = Array("\r\n\r\n".utf8)
         guard let end = OneShotConnection.find(terminator, in: raw), end <= 8192 else { return 0 }
-        let answer = MetricsServer.answer(Array(raw[..<end]), render: { "loft_up 1\n" })
-        guard answer.starts(with: Array("HTTP/1.1 ".utf8)) else { fatalError("answer without a status line") }
+        if case .refused(let status, _) = MetricsServer.scrape(Array(raw[..<end])), !status.hasPrefix("4") {
+            fatalError("refused with \(status)")
+        }
     }
     return 0
 }

@@ -34,6 +34,8 @@ long clinux_raise_nofile(void);
 
 /// Resident set size and its peak (VmRSS, VmHWM) in bytes, from /proc/self/status.
 int clinux_memory(uint64_t *rss, uint64_t *peak);
+/// Gives malloc's free memory back to the system (malloc_trim(0)); 1 if any was released.
+int clinux_malloc_trim(void);
 
 /// errno of the calling thread (Swift's Glibc exposes it, but this keeps the C boundary in one place).
 int clinux_errno(void);
@@ -42,6 +44,13 @@ int clinux_errno(void);
 int clinux_set_nodelay(int fd);
 int clinux_set_linger_reset(int fd);
 int clinux_so_error(int fd);
+/// Asks a UDP socket (AF_INET or AF_INET6) for ICMP errors on its error queue (IP_RECVERR /
+/// IPV6_RECVERR), so an unconnected socket learns that a destination refused a datagram.
+int clinux_udp_recverr(int fd, int family);
+/// Takes one error off a UDP socket's error queue: returns its errno (ECONNREFUSED for a port
+/// unreachable, EHOSTUNREACH, ...) and the original datagram's destination in `addr`/`len`;
+/// 0 when the queue is empty; -1 when the queue held something that was not an ICMP error.
+int clinux_udp_read_error(int fd, void *addr, unsigned *len);
 
 /// recvmmsg into `count` slots of `slot` bytes each at `base`; lens[i] gets each datagram's
 /// length, or -1 when it was larger than the slot (MSG_TRUNC). Returns the count or -errno.

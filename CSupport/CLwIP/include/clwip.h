@@ -47,10 +47,28 @@ void clwip_netif_set_mtu(int idx, uint16_t mtu);
 /// send ahead), when larger than TCP_WND; at most 0x1FFFE (window scale 1).
 void clwip_netif_set_recv_window(int idx, uint32_t bytes);
 
+/// What clwip_input says of a packet it did not give lwIP.
+enum {
+    CLWIP_SEGMENT_OK = 0,
+    CLWIP_NO_MEMORY = -1,
+    /// A segment of a synchronized connection acknowledging what was never sent, or older
+    /// than the largest window the app ever offered (RFC 5961 5.2).
+    CLWIP_SEGMENT_BAD_ACK = 1,
+    /// A segment starting beyond the receive window (RFC 793 acceptability).
+    CLWIP_SEGMENT_OUT_OF_WINDOW = 2,
+    /// Out-of-order data while the connection already holds the most it may (below).
+    CLWIP_SEGMENT_OOSEQ_FULL = 3,
+};
+/// Out-of-order data held per connection: segments, and bytes (one receive window).
+#define CLWIP_OOSEQ_MAX_SEGMENTS 128
+#define CLWIP_OOSEQ_MAX_BYTES 0x20000
+
 /// Feeds one IP packet (copied). `syn_port` >= 0 makes sure a listener for that TCP port exists
-/// on this netif first; `udp_port` >= 0 the same for a UDP port. Returns 0, or -1 when no pbuf
-/// could be allocated.
-int clwip_input(int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port);
+/// on this netif first; `udp_port` >= 0 the same for a UDP port. `tcp_offset` > 0 (where the TCP
+/// header starts, for a TCP packet other than a SYN) has the segment checked against its
+/// connection first. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no pbuf could be
+/// allocated, or why the segment was dropped unseen.
+int clwip_input(int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset);
 
 /// Runs due lwIP timers; returns milliseconds until the next one (capped at 1000).
 uint32_t clwip_check_timeouts(void);

@@ -41,6 +41,18 @@ int ctls_ctx_set_alpn(ctls_ctx *ctx, const uint8_t *wire, size_t len);
 
 void ctls_ctx_free(ctls_ctx *ctx);
 
+/// Client: resume TLS sessions. The newest session ticket a server sends on any connection of
+/// this context is kept and offered by every later connection (a full handshake when the server
+/// declines it). Every connection of the context must go to the same server name. Returns 0 or -1.
+int ctls_ctx_enable_resumption(ctls_ctx *ctx);
+
+/// 1 if the peer ended with close_notify (CTLS_CLOSED after it is a clean end; without it, the
+/// connection was cut: EOF with no alert).
+int ctls_conn_close_notify(ctls_conn *c);
+
+/// 1 if the connection's handshake resumed a session.
+int ctls_conn_resumed(ctls_conn *c);
+
 /// A connection over the connected, nonblocking socket fd (not owned: the caller closes it).
 /// server_name: client only, the SNI (sent when it is not an IP literal) and the name the
 /// certificate must match; NULL on the server side.

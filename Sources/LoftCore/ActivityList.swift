@@ -1,17 +1,20 @@
 /// An entry of an `ActivityList`: its neighbours, kept by the list.
-protocol ActivityListed: AnyObject {
+public protocol ActivityListed: AnyObject {
     var older: Self? { get set }
     var newer: Self? { get set }
 }
 
 /// Entries in the order of their last activity, least recent first: O(1) to move one to the
-/// newest end, to remove one and to find the oldest (the one evicted at the flow cap). The
+/// newest end, to remove one and to find the oldest (the one evicted at a cap: the netstack's
+/// flows and associations, the SOCKS5 server's clients still in their handshake). The
 /// list does not keep its entries alive: whoever holds them removes them before letting go.
-struct ActivityList<T: ActivityListed> {
-    private(set) unowned(unsafe) var oldest: T?
+public struct ActivityList<T: ActivityListed> {
+    public init() {}
+
+    public private(set) unowned(unsafe) var oldest: T?
     private unowned(unsafe) var newest: T?
 
-    mutating func append(_ x: T) {
+    public mutating func append(_ x: T) {
         x.older = newest
         x.newer = nil
         newest?.newer = x
@@ -19,7 +22,7 @@ struct ActivityList<T: ActivityListed> {
         if oldest == nil { oldest = x }
     }
 
-    mutating func remove(_ x: T) {
+    public mutating func remove(_ x: T) {
         if let n = x.newer { n.older = x.older } else if newest === x { newest = x.older }
         if let o = x.older { o.newer = x.newer } else if oldest === x { oldest = x.newer }
         x.older = nil
@@ -27,7 +30,7 @@ struct ActivityList<T: ActivityListed> {
     }
 
     /// `x` (in the list) was active: it becomes the newest.
-    mutating func touch(_ x: T) {
+    public mutating func touch(_ x: T) {
         guard newest !== x else { return }
         remove(x)
         append(x)

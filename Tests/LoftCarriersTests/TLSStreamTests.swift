@@ -1,0 +1,133 @@
+import Glibc
+import LoftCore
+import LoftIO
+import LoftTestSupport
+import XCTest
+@testable import LoftCarriers
+
+/// A TLS server on 127.0.0.1 for one client: sends `toSend` (never reading, so the client's
+/// close_notify stays unread), then closes gracefully.
+final class OneShotTLSServer: IOHandler, TLSConnectionOwner {
+    let runtime: CarrierRuntime
+    let context: TLSContext
+    let listenFD: Int32
+    let port: UInt16
+    var conn: TLSConnection?
+    var toSend: [UInt8] = []
+    var sent = 0
+    var closing = false
+
+    init(runtime: CarrierRuntime) throws {
+        self.runtime = runtime
+        context = try TLSContext(server: TestPKI.shared.server, alpn: [])
+        let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
+        SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
+        listen(fd, 8)
+        listenFD = fd
+        port = Sockets.localEndpoint(fd)!.port
+        runtime.loop.register(fd, IOEvents.readable, self)
+    }
+
+    deinit {
+        runtime.loop.unregister(listenFD)
+        close(listenFD)
+        conn?.abort()
+    }
+
+    func handleIO(_ events: UInt32) {
+        let fd = accept(listenFD, nil, nil)
+        guard fd >= 0, conn == nil else { if fd >= 0 { close(fd) }; return }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        conn = TLSConnection.accepted(runtime: runtime, context: context, fd: fd, peer: nil,
+                                      inputBytes: 16 * 1024, outputBytes: 16 * 1024)
+        conn?.owner = self
+    }
+
+    func tlsReady(_ c: TLSConnection) {
+        c.setReading(false)
+        pump()
+    }
+    func tlsReceived(_ c: TLSConnection) {}
+    func tlsFlushed(_ c: TLSConnection) { pump() }
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {}
+
+    private func pump() {
+        guard let c = conn, !closing else { return }
+        while sent < toSend.count {
+            let n = min(toSend.count - sent, c.outTail)
+            if n == 0 { c.flush(); if c.outTail == 0 { return }; continue }
+            _ = toSend[sent..<sent + n].withUnsafeBytes { c.append($0) }
+            sent += n
+            c.flush()
+        }
+        guard c.pending == 0 else { return }
+        closing = true
+        c.close(lingerMs: 3000)
+    }
+}
+
+/// What a TLSStream tells its driver; reads only while `reading`.
+final class TLSStreamProbe: ByteStreamEvents {
+    var stream: TLSStream?
+    var connected = false
+    var failure: FlowFailure?
+    var received: [UInt8] = []
+    var eof = false
+    var reading = true
+    func streamConnected() { connected = true }
+    func streamFailed(_ f: FlowFailure) { failure = f }
+    func streamWritable() {}
+    func streamReadable() {
+        guard reading, let stream else { return }
+        var buf = [UInt8](repeating: 0, count: 8192)
+        while true {
+            let r = buf.withUnsafeMutableBytes { stream.read(into: $0) }
+            switch r {
+            case .data(let n): received += buf[0..<n]
+            case .eof: eof = true; return
+            case .failed(let f): failure = f; return
+            case .wouldBlock: return
+            }
+        }
+    }
+}
+
+final class TLSStreamTests: XCTestCase {
+    /// The client half-closes, pauses its reads, and the server sends everything and closes:
+    /// the hang-up that follows (both directions ended) parks the socket instead of failing the
+    /// stream, and once reads resume every byte arrives, then the EOF.
+    func testPeerEndsWhileReadsArePausedAfterHalfClose() throws {
+        let h = try Harness()
+        let server = try OneShotTLSServer(runtime: h.runtime)
+        server.toSend = (0..<60_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let context = try TLSContext(client: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca), alpn: [])
+        let p = TLSStreamProbe()
+        p.reading = false
+        let s = TLSStream(runtime: h.runtime, context: context, host: "127.0.0.1", port: server.port,
+                          serverName: "front.test", events: p)
+        p.stream = s
+        XCTAssertTrue(h.run(seconds: 10) { p.connected || p.failure != nil })
+        XCTAssertNil(p.failure)
+        var hello: [UInt8] = Array("hello".utf8)
+        let w = hello.withUnsafeMutableBytes { raw -> Int in
+            var iov = iovec(iov_base: raw.baseAddress, iov_len: raw.count)
+            return s.write(&iov, count: 1)
+        }
+        XCTAssertEqual(w, 5)
+        s.shutdownWrite()
+        s.setReadInterest(false)
+        // The server is done (its linger saw our FIN); give the client's hang-up time to show.
+        XCTAssertTrue(h.run(seconds: 10) { server.conn?.state == .closed })
+        var waited = false
+        h.after(200) { waited = true }
+        XCTAssertTrue(h.run(seconds: 5) { waited })
+        XCTAssertNil(p.failure, "a clean end while paused is not a failure")
+        p.reading = true
+        s.setReadInterest(true)
+        XCTAssertTrue(h.run(seconds: 10) { p.eof || p.failure != nil })
+        XCTAssertNil(p.failure)
+        XCTAssertEqual(p.received.count, server.toSend.count)
+        XCTAssertTrue(p.received == server.toSend)
+        s.close()
+    }
+}

@@ -1,0 +1,197 @@
+import Glibc
+import LoftCore
+import LoftIO
+import LoftNetstack
+import XCTest
+
+/// Segments an app (or whatever else sits in the routed namespace) may send that no correct
+/// TCP would: each is dropped or acted on the way a kernel does, and the flow keeps working.
+final class HostileSegmentTests: XCTestCase {
+    /// The app answers lwIP's SYN-ACK with RST (a SYN scan): the flow and its outbound
+    /// connection end at once, not at the connect deadline.
+    func testAppRSTToSynAckEndsFlowAndOutboundAtOnce() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        h.send(app.syn())
+        let stream = h.outbound.streams[0]
+        stream.connect()
+        h.turn()
+        h.deliver(to: &app)
+        XCTAssertTrue(app.synAckSeen)
+        XCTAssertEqual(h.netstack.states["handshaking"], 1)
+
+        // An RST at another sequence number is not acceptable in SYN_RCVD: nothing changes.
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn &+ 5000, ack: 0,
+                         flags: PacketSummary.tcpRST, window: 0))
+        XCTAssertEqual(h.netstack.states["handshaking"], 1)
+        XCTAssertEqual(stream.resetCalls, 0)
+
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn &+ 1, ack: 0,
+                         flags: PacketSummary.tcpRST, window: 0))
+        XCTAssertEqual(h.netstack.tcpFlowCount, 0)
+        XCTAssertEqual(stream.resetCalls, 1)
+        XCTAssertEqual(h.netstack.counters.handshakesReset, 1)
+        XCTAssertEqual(Netstack.lwipResources().tcpActive, 0)
+    }
+
+    /// An ACK of bytes never sent, with window 0, used to set lwIP's send window to 0 for good
+    /// (lwIP 2.1 takes the window before it checks the ACK): now it is dropped and counted.
+    func testAckOfUnsentDataWithZeroWindowIsDroppedAndDownloadGoesOn() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        let stream = h.establish(&app)
+        let data = pattern(400_000, seed: 3)
+        stream.supply(data)
+        h.turn()
+        h.deliver(to: &app)
+        h.send(app.ackPacket())
+        XCTAssertGreaterThan(app.received.count, 0)
+
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.sndNxt, ack: app.rcvNxt &+ 1_000_000,
+                         flags: PacketSummary.tcpACK, window: 0))
+        XCTAssertEqual(h.netstack.counters.dropped(.tcpBadAck), 1)
+        h.pumpToApp(&app, rounds: 400)
+        XCTAssertEqual(app.received.count, data.count, "the download stalled")
+        assertBytes(app.received, data)
+    }
+
+    /// A segment starting far beyond the receive window, with window 0, would do the same.
+    func testSegmentBeyondTheWindowIsDroppedAndDownloadGoesOn() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        let stream = h.establish(&app)
+        let data = pattern(400_000, seed: 4)
+        stream.supply(data)
+        h.turn()
+        h.deliver(to: &app)
+        h.send(app.ackPacket())
+
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.sndNxt &+ 10_000_000, ack: app.rcvNxt,
+                         flags: PacketSummary.tcpACK, window: 0))
+        XCTAssertEqual(h.netstack.counters.dropped(.tcpOutOfWindow), 1)
+        h.pumpToApp(&app, rounds: 400)
+        XCTAssertEqual(app.received.count, data.count, "the download stalled")
+        assertBytes(app.received, data)
+    }
+
+    /// Out-of-order data is held up to the cap; more is dropped and counted; the bytes still
+    /// arrive intact once the app sends them in order.
+    func testOutOfOrderDataIsCappedAndUploadStaysIntact() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        let stream = h.establish(&app)
+        let data = pattern(4000, seed: 5)
+        let start = app.sndNxt
+        // Every second byte after a gap at the first: 1,000 one-byte segments, none in order.
+        var batch: [[UInt8]] = []
+        for i in stride(from: 1, to: 2000, by: 2) {
+            batch.append(tcpPacket(from: app.local, to: app.remote, seq: start &+ UInt32(i), ack: app.rcvNxt,
+                                   flags: PacketSummary.tcpACK, window: app.window, payload: [data[i]]))
+        }
+        h.send(batch: batch)
+        let capped = h.netstack.counters.dropped(.tcpReorderCap)
+        XCTAssertGreaterThanOrEqual(capped, 1000 - 128)
+        XCTAssertLessThan(capped, 1000)
+        XCTAssertTrue(stream.written.isEmpty)
+
+        // The whole thing in order.
+        _ = h.takePackets()
+        for chunk in stride(from: 0, to: data.count, by: 1460) {
+            h.send(app.data(Array(data[chunk..<min(chunk + 1460, data.count)])))
+        }
+        h.turns(3)
+        assertBytes(stream.written, data)
+    }
+}
+
+/// A destination that refuses a datagram (ICMP port unreachable at the outbound's socket):
+/// the app hears it the way it would from its own kernel.
+final class PortUnreachableTests: XCTestCase {
+    func testRefusedDatagramAnswersAppWithICMPPortUnreachable() {
+        let h = Harness()
+        defer { h.shutdown() }
+        let app = Endpoint(IPAddress("10.0.0.2")!, 5353)
+        let closed = Endpoint(IPAddress("198.51.100.7")!, 9)
+        h.send(udpPacket(from: app, to: closed, payload: Array("hello".utf8)))
+        XCTAssertEqual(h.outbound.associations.count, 1)
+        _ = h.takePackets()
+        h.outbound.associations[0].events?.datagramRefused(by: closed)
+        let out = h.takePackets().compactMap(ICMPMessage.parse)
+        XCTAssertEqual(out.count, 1)
+        guard let m = out.first else { return }
+        XCTAssertEqual(m.type, 3)
+        XCTAssertEqual(m.code, 3)
+        XCTAssertEqual(m.source, closed.address)
+        XCTAssertEqual(m.destination, app.address)
+        // The quote: the datagram's IPv4 header (app → closed, UDP) and its ports.
+        m.quote.withUnsafeBytes { q in
+            guard case .success(let s) = PacketSummary.parse(q, maxLength: 65535) else { return XCTFail("quote does not parse") }
+            XCTAssertEqual(s.source, app.address)
+            XCTAssertEqual(s.destination, closed.address)
+            XCTAssertEqual(s.proto, IPProtocol.udp)
+            XCTAssertEqual(s.sourcePort, app.port)
+            XCTAssertEqual(s.destinationPort, closed.port)
+        }
+        XCTAssertEqual(h.netstack.counters.portUnreachableSent, 1)
+    }
+
+    func testIPv6RefusedDatagramAnswersWithICMPv6PortUnreachable() {
+        let h = Harness()
+        defer { h.shutdown() }
+        let app = Endpoint(IPAddress("fd00::2")!, 5353)
+        let closed = Endpoint(IPAddress("2001:db8::7")!, 9)
+        h.send(udpPacket(from: app, to: closed, payload: Array("hello".utf8)))
+        _ = h.takePackets()
+        h.outbound.associations[0].events?.datagramRefused(by: closed)
+        let out = h.takePackets().compactMap(ICMPMessage.parse)
+        XCTAssertEqual(out.first?.type, 1)
+        XCTAssertEqual(out.first?.code, 4)
+        XCTAssertEqual(out.first?.source, closed.address)
+    }
+
+    /// A scan of closed ports gets at most a burst of 50 at once, then about one per ms.
+    func testPortUnreachableIsRateLimited() {
+        let h = Harness()
+        defer { h.shutdown() }
+        let app = Endpoint(IPAddress("10.0.0.2")!, 5353)
+        h.send(udpPacket(from: app, to: Endpoint(IPAddress("198.51.100.7")!, 1), payload: [1]))
+        _ = h.takePackets()
+        for port in 1...500 {
+            h.outbound.associations[0].events?.datagramRefused(by: Endpoint(IPAddress("198.51.100.7")!, UInt16(port)))
+        }
+        let sent = h.netstack.counters.portUnreachableSent
+        XCTAssertGreaterThanOrEqual(sent, 50)
+        XCTAssertLessThan(sent, 100)
+        XCTAssertEqual(sent + h.netstack.counters.icmpRateLimited, 500)
+    }
+}
+
+/// After a flood the table shrinks and the freed memory goes back to the system, once.
+final class MemoryTrimTests: XCTestCase {
+    func testTableShrunkFromALargePeakTrimsOnceAfterASecond() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var syns: [[UInt8]] = []
+        for port in 0..<1100 {
+            var app = AppTCP(local: Endpoint(IPAddress("10.0.0.2")!, UInt16(20000 + port)), remote: remoteV4)
+            syns.append(app.syn())
+        }
+        h.send(batch: syns)
+        XCTAssertEqual(h.netstack.tcpFlowCount, 1100)
+        for s in h.outbound.streams { s.fail(.refused) }
+        h.turn()
+        XCTAssertEqual(h.netstack.tcpFlowCount, 0)
+        XCTAssertEqual(h.netstack.counters.memoryTrims, 0, "trimmed at once, per flow")
+        let deadline = monotonicMilliseconds() + 3000
+        while h.netstack.counters.memoryTrims == 0 && monotonicMilliseconds() < deadline {
+            h.loop.runOnce(timeoutMs: 50)
+        }
+        XCTAssertEqual(h.netstack.counters.memoryTrims, 1)
+        h.turns(3)
+        XCTAssertEqual(h.netstack.counters.memoryTrims, 1)
+    }
+}

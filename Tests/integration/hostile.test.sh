@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# Hostile traffic from inside the routed namespace, as an attacker there would send it: each
+# defect hostile traffic once found gets its case, with the figure it measures printed, and a
+# battery of crafted packets runs while a transfer must stay intact. Bounded: about a minute.
+#   syn-scan-frees-flows     SYNs answered by the app's RST free their flows and the
+#                            destination connections at once (was: held until connect-timeout)
+#   bogus-ack-no-stall       an ACK of unsent data with window 0 during a download: dropped,
+#                            the download completes (was: stalled for good)
+#   reorder-flood-bounded    16,000 one-byte out-of-order segments: capped, RSS flat
+#   crafted-during-transfer  a 20 MiB upload stays intact (SHA-256) while odd packets of every
+#                            kind and 10,000 random ones arrive; drops counted by reason
+#   udp-flood-bounded        10,000 source ports to a closed port: associations capped by
+#                            their idle timeout, ICMP port unreachable rate-limited
+#   scans-and-churn-served   nmap SYN and UDP scans (closed UDP ports answered with ICMP port
+#                            unreachable), 2,000 short connections, and a request right after
+#   rss-back-after-floods    RSS returns near idle after the floods (malloc_trim)
+#   loft-exit-clean
+. "$(dirname "$0")/lib.sh"
+
+CASES="syn-scan-frees-flows bogus-ack-no-stall reorder-flood-bounded crafted-during-transfer
+udp-flood-bounded scans-and-churn-served rss-back-after-floods loft-exit-clean"
+
+topo_up
+# srv answers every datagram to a closed port (its own ICMP rate limit off), so loft's limit is
+# the one that shows.
+in_srv sysctl -qw net.ipv4.icmp_ratelimit=0 net.ipv4.icmp_msgs_per_sec=100000
+make_files 20
+start_nginx 1 8192
+start_sink
+
+CFG=$(loft_config hostile)
+sed -i 's/udp-idle-timeout: 60s/udp-idle-timeout: 2s/' "$CFG"    # the UDP flood's associations go soon
+if ! loft_start "$CFG"; then
+    for c in $CASES; do fail "$c" "loft did not start"; done
+    finish
+fi
+
+json() { "$LOFT_BIN" status -c "$CFG" --json; }
+jq_py() { json | python3 -c "import json,sys; o=json.load(sys.stdin); print($1)"; }
+rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$LOFT_PID/status"; }
+established_at_srv() { in_srv ss -Htn state established "( sport = :80 )" | wc -l; }
+
+# The packet tools, run inside the app namespace (raw sockets: the app's kernel answers loft's
+# SYN-ACKs to SYNs it never sent with RST, as it would for any scan).
+cat >"$T_DIR/hostile.py" <<'EOF'
+import os, random, socket, struct, sys, time, hashlib, threading
+from scapy.all import IP, IPv6, TCP, UDP, ICMP, ICMPv6DestUnreach, IPv6ExtHdrHopByHop, \
+    IPv6ExtHdrRouting, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPOption_RR, fragment, Raw, conf
+conf.verb = 0
+
+SRV4, SRV6, TUN4, TUN6 = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+case = sys.argv[5]
+args = sys.argv[6:]
+
+raw4 = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+raw6 = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+
+def send(pkt):
+    b = bytes(pkt)
+    try:
+        if b[0] >> 4 == 6:
+            raw6.sendto(b, (str(pkt[IPv6].dst) if IPv6 in pkt else SRV6, 0))
+        else:
+            raw4.sendto(b, (str(pkt[IP].dst) if IP in pkt else SRV4, 0))
+        return True
+    except OSError:
+        return False
+
+if case == "synscan":                 # synscan N: N SYNs from distinct source ports to SRV4:80
+    n = int(args[0])
+    t0 = time.time()
+    for i in range(n):
+        sport = 10000 + i
+        p = IP(src=TUN4, dst=SRV4) / TCP(sport=sport, dport=80, flags="S", seq=random.getrandbits(32))
+        send(p)
+    print("%d SYNs in %.2f s" % (n, time.time() - t0))
+
+elif case == "bogus-ack":             # a 20 MiB download with one ACK of unsent data, window 0
+    from scapy.all import AsyncSniffer
+    s = socket.create_connection((SRV4, 80), timeout=10)
+    lport = s.getsockname()[1]
+    s.sendall(b"GET /big HTTP/1.0\r\nHost: x\r\n\r\n")
+    got = bytearray()
+    while len(got) < 150000:
+        d = s.recv(65536)
+        if not d: break
+        got += d
+    # Learn the app's sequence numbers from its next ACK on the TUN.
+    sn = AsyncSniffer(iface="loft0", count=1, timeout=3,
+                      lfilter=lambda p: TCP in p and p[TCP].sport == lport and p[TCP].flags & 0x10)
+    sn.start()
+    got += s.recv(65536)
+    sn.join()
+    pk = sn.results[0] if sn.results else None
+    if pk is None:
+        print("no ACK seen on the TUN"); sys.exit(1)
+    send(IP(src=TUN4, dst=SRV4) / TCP(sport=lport, dport=80, flags="A", seq=pk[TCP].seq,
+                                      ack=(pk[TCP].ack + 10_000_000) % (1 << 32), window=0))
+    t0 = time.time()
+    s.settimeout(15)
+    try:
+        while True:
+            d = s.recv(1 << 20)
+            if not d: break
+            got += d
+    except socket.timeout:
+        pass
+    got = bytes(got)
+    body = got.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in got else b""
+    print("%d of %d bytes after the bogus ACK, %.2f s" % (len(body), int(args[0]), time.time() - t0))
+    sys.exit(0 if len(body) == int(args[0]) and hashlib.sha256(body).hexdigest() == args[1] else 1)
+
+elif case == "reorder":               # N one-byte out-of-order segments on one upload connection
+    from scapy.all import AsyncSniffer
+    n = int(args[0])
+    s = socket.create_connection((SRV4, 9000), timeout=10)
+    lport = s.getsockname()[1]
+    sn = AsyncSniffer(iface="loft0", count=1, timeout=3,
+                      lfilter=lambda p: TCP in p and p[TCP].sport == lport and len(p[TCP].payload) > 0)
+    sn.start()
+    time.sleep(0.2)
+    s.sendall(b"x")
+    sn.join()
+    pk = sn.results[0] if sn.results else None
+    if pk is None:
+        print("no data segment seen on the TUN"); sys.exit(1)
+    nxt = pk[TCP].seq + 1
+    t0 = time.time()
+    for i in range(n):
+        send(IP(src=TUN4, dst=SRV4) / TCP(sport=lport, dport=9000, flags="A", seq=(nxt + 2 + 2 * i) % (1 << 32),
+                                          ack=pk[TCP].ack, window=65535) / Raw(b"z"))
+    print("%d segments in %.2f s" % (n, time.time() - t0), flush=True)
+    time.sleep(2)                   # held open while loft's RSS is read
+    s.close()
+
+elif case == "crafted":               # the battery, while `upload` runs in another process
+    n_random = int(args[0])
+    sent = 0
+    rnd = random.Random(7)
+    live = int(args[1]) if len(args) > 1 else 40000
+    batch = []
+    # IPv4: bad checksums, options, fragments (tiny, overlapping, never completed), flags, TTL.
+    batch += [IP(src=TUN4, dst=SRV4, chksum=0x1234) / TCP(dport=80, flags="S")]
+    batch += [IP(src=TUN4, dst=SRV4) / TCP(dport=80, flags="S", chksum=0x1234)]
+    batch += [IP(src=TUN4, dst=SRV4) / UDP(dport=53, chksum=0x1234) / Raw(b"q")]
+    batch += [IP(src=TUN4, dst=SRV4, options=[IPOption_RR()]) / TCP(dport=80, flags="S")]
+    batch += fragment(IP(src=TUN4, dst=SRV4) / UDP(dport=9999) / Raw(b"A" * 3000), fragsize=8)
+    batch += fragment(IP(src=TUN4, dst=SRV4, id=77) / UDP(dport=9998) / Raw(b"B" * 2000), fragsize=512)[:-1]
+    batch += [IP(src=TUN4, dst=SRV4, id=78, flags="MF", frag=0) / Raw(b"C" * 64),
+              IP(src=TUN4, dst=SRV4, id=78, frag=4, proto=17) / Raw(b"D" * 64)]  # overlapping
+    for fl in ["", "F", "U", "P", "FPU", "SF", "SR", "SA", "RA", "FA", "SFRPAUEC", "E", "C"]:
+        batch += [IP(src=TUN4, dst=SRV4) / TCP(sport=rnd.randint(1024, 65535), dport=live, flags=fl,
+                                                seq=rnd.getrandbits(32), ack=rnd.getrandbits(32))]
+    batch += [IP(src=TUN4, dst=SRV4) / TCP(dport=80, flags="S", options=[("MSS", 0), ("WScale", 14),
+              ("SAckOK", b""), ("Timestamp", (1, 0)), (99, b"\xff" * 6)])]
+    batch += [IP(src=TUN4, dst=SRV4) / TCP(dport=80, flags="S", dataofs=15) / Raw(b"\x00" * 40)]
+    batch += [IP(src=TUN4, dst=SRV4, ttl=t) / TCP(dport=80, flags="S") for t in (0, 1)]
+    batch += [IP(src=SRV4, dst=SRV4) / TCP(dport=80, flags="S"),
+              IP(src=TUN4, dst=TUN4) / TCP(dport=80, flags="S"),
+              IP(src=TUN4, dst="224.0.0.1") / UDP(dport=5353) / Raw(b"m"),
+              IP(src=TUN4, dst="255.255.255.255") / UDP(dport=67) / Raw(b"b"),
+              IP(src="0.0.0.0", dst=SRV4) / UDP(dport=53) / Raw(b"z"),
+              IP(src=TUN4, dst="198.18.0.3") / UDP(dport=53) / Raw(b"bcast-of-tun-subnet")]
+    # ICMP errors quoting the live upload's flow and a made-up one.
+    batch += [IP(src=TUN4, dst=SRV4) / ICMP(type=3, code=4, nexthopmtu=68) /
+              IP(src=SRV4, dst=TUN4) / TCP(sport=9000, dport=live)]
+    batch += [IP(src=TUN4, dst=SRV4) / ICMP(type=3, code=3) / IP(src=SRV4, dst=TUN4) / UDP(sport=53, dport=5353)]
+    # IPv6: extension-header chains, fragments, hop limit 0, multicast.
+    batch += [IPv6(src=TUN6, dst=SRV6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / IPv6ExtHdrRouting() /
+              TCP(dport=80, flags="S")]
+    batch += [IPv6(src=TUN6, dst=SRV6) / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / UDP(dport=53) / Raw(b"q")]
+    batch += [IPv6(src=TUN6, dst=SRV6) / IPv6ExtHdrFragment(id=5, m=1) / UDP(dport=9) / Raw(b"E" * 64)]
+    batch += [IPv6(src=TUN6, dst=SRV6, hlim=0) / TCP(dport=80, flags="S"),
+              IPv6(src=TUN6, dst="ff02::1") / UDP(dport=5353) / Raw(b"m"),
+              IPv6(src=TUN6, dst=TUN6) / TCP(dport=80, flags="S"),
+              IPv6(src=TUN6, dst=SRV6, nh=250) / Raw(b"unknown next header")]
+    for p in batch:
+        sent += send(p)
+    # Random packets: valid-looking IPv4/IPv6 headers with random rest, and pure noise.
+    for i in range(n_random):
+        kind = rnd.random()
+        if kind < 0.4:
+            body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 60)))
+            p = IP(src=TUN4, dst=SRV4, proto=rnd.choice([6, 17, 1, 47, 132]), id=rnd.getrandbits(16)) / Raw(body)
+        elif kind < 0.7:
+            p = IP(src=TUN4, dst=SRV4) / TCP(sport=rnd.randint(1, 65535), dport=rnd.choice([80, 9000, live, 1]),
+                                             flags=rnd.getrandbits(8), seq=rnd.getrandbits(32),
+                                             ack=rnd.getrandbits(32), window=rnd.getrandbits(16)) / \
+                Raw(bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 40))))
+        else:
+            body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 60)))
+            p = IPv6(src=TUN6, dst=SRV6, nh=rnd.choice([6, 17, 58, 0, 43, 44, 60, 59])) / Raw(body)
+        sent += send(p)
+    print("%d crafted packets sent (%d in the battery, %d random)" % (sent, len(batch), n_random))
+
+elif case == "udpflood":              # udpflood N: N datagrams from distinct source ports, closed port
+    n = int(args[0])
+    t0 = time.time()
+    for i in range(n):
+        send(IP(src=TUN4, dst=SRV4) / UDP(sport=20000 + i, dport=7) / Raw(b"flood"))
+    print("%d datagrams in %.2f s" % (n, time.time() - t0))
+
+elif case == "upload":                # upload MiB: to the sha256 sink; prints the local port first
+    mib = int(args[0])
+    s = socket.create_connection((SRV4, 9000), timeout=20)
+    print(s.getsockname()[1], flush=True)
+    h = hashlib.sha256()
+    chunk = os.urandom(1 << 20)
+    t0 = time.time()
+    for i in range(mib):
+        s.sendall(chunk)
+        h.update(chunk)
+        time.sleep(0.05)            # spread over about a second, so the battery lands mid-transfer
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(20)
+    ans = b""
+    while True:
+        d = s.recv(4096)
+        if not d: break
+        ans += d
+    ok = ans.split()[0].decode() == h.hexdigest() if ans else False
+    print("upload %d MiB in %.2f s: %s" % (mib, time.time() - t0, "sha256 intact" if ok else "MISMATCH %r" % ans[:80]))
+    sys.exit(0 if ok else 1)
+EOF
+hp() { in_app timeout 90 python3 -W ignore "$T_DIR/hostile.py" "$SRV4" "$SRV6" 198.18.0.1 fd00:18::1 "$@"; }
+
+IDLE_RSS=$(rss_kib)
+
+# --- 1. out-of-order flood (first: on a fresh heap, growth shows in RSS) --------------------
+before=$(rss_kib)
+hp reorder 16000 >"$T_DIR/reorder.out" 2>&1 &
+RP=$!
+for i in $(seq 600); do grep -q segments "$T_DIR/reorder.out" && break; kill -0 $RP 2>/dev/null || break; sleep 0.1; done
+sleep 0.3
+after=$(rss_kib)
+wait $RP
+out=$(cat "$T_DIR/reorder.out")
+capped=$(jq_py 'dict(o["drops"]).get("tcp-reorder-cap", 0)')
+note "reorder flood: $(echo "$out" | tail -1); RSS $before -> $after KiB; tcp-reorder-cap drops: $capped"
+if [ "${capped:-0}" -ge 15000 ] && [ $((after - before)) -lt 1024 ]; then
+    pass reorder-flood-bounded
+else
+    fail reorder-flood-bounded "$(echo "$out" | tail -1); RSS grew $((after - before)) KiB, $capped capped"
+fi
+
+# --- 2. a SYN scan -------------------------------------------------------------------------
+N=20000
+out=$(hp synscan $N 2>&1)
+sleep 1.5
+hs=$(jq_py 'o["tcp_flows"]["handshaking"] + o["tcp_flows"]["connecting"]')
+est=$(established_at_srv)
+reset=$(jq_py 'dict(o["totals"]).get("handshakes-reset-by-app", 0)')
+note "syn scan: $out; 1.5 s later: $hs flows still opening, $est connections at nginx, $reset handshakes reset by the app"
+if [ "${hs:-99999}" -le 50 ] && [ "${est:-99999}" -le 50 ] && [ "${reset:-0}" -ge $((N * 9 / 10)) ]; then
+    pass syn-scan-frees-flows
+else
+    fail syn-scan-frees-flows "$hs flows opening, $est connections held at the server, $reset reset by the app"
+fi
+
+# --- 3. one bogus ACK during a download ----------------------------------------------------
+BIG=$(stat -c %s "$T_DIR/www/big")
+out=$(hp bogus-ack "$BIG" "$(sha_of "$T_DIR/www/big")" 2>&1)
+rc=$?
+bad=$(jq_py 'dict(o["drops"]).get("tcp-bad-ack", 0)')
+note "bogus ACK: $(echo "$out" | tail -1); tcp-bad-ack drops: $bad"
+if [ $rc -eq 0 ] && [ "${bad:-0}" -ge 1 ]; then pass bogus-ack-no-stall; else fail bogus-ack-no-stall "$(echo "$out" | tail -2 | tr '\n' '|') (tcp-bad-ack $bad)"; fi
+
+# --- 4. crafted packets while an upload runs -----------------------------------------------
+drops_before=$(jq_py 'sum(v for k, v in o["drops"].items())')
+hp upload 20 >"$T_DIR/upload.out" 2>&1 &
+UP=$!
+for i in $(seq 50); do [ -s "$T_DIR/upload.out" ] && break; sleep 0.1; done
+LIVE=$(head -1 "$T_DIR/upload.out")
+craft=$(hp crafted 10000 "${LIVE:-40000}" 2>&1)
+wait $UP; urc=$?
+drops=$(jq_py '", ".join("%s %d" % (k, v) for k, v in o["drops"].items() if v)')
+drops_after=$(jq_py 'sum(v for k, v in o["drops"].items())')
+note "crafted: $(echo "$craft" | tail -1); $(tail -1 "$T_DIR/upload.out")"
+note "drops by reason now: $drops"
+if [ $urc -eq 0 ] && ! loft_died && [ "${drops_after:-0}" -gt "${drops_before:-0}" ]; then
+    pass crafted-during-transfer
+else
+    fail crafted-during-transfer "upload exit $urc: $(tail -1 "$T_DIR/upload.out"); $(echo "$craft" | tail -1)"
+fi
+
+# --- 5. a UDP flood from 10,000 source ports -----------------------------------------------
+out=$(hp udpflood 10000 2>&1)
+peak_assoc=$(jq_py 'o["udp_associations"]')
+peak_rss=$(rss_kib)
+sent=$(jq_py 'dict(o["totals"]).get("udp-port-unreachable-sent", 0)')
+limited=$(jq_py 'dict(o["totals"]).get("icmp-rate-limited", 0)')
+sleep 4
+left=$(jq_py 'o["udp_associations"]')
+note "udp flood: $(echo "$out" | tail -1); $peak_assoc associations, RSS $peak_rss KiB; port unreachable sent $sent, rate-limited $limited; 4 s later $left associations"
+if [ "${left:-1}" -eq 0 ] && [ "${sent:-0}" -ge 50 ] && [ "${limited:-0}" -ge 1 ]; then
+    pass udp-flood-bounded
+else
+    fail udp-flood-bounded "$left associations left, $sent port unreachable sent, $limited rate-limited"
+fi
+
+# --- 6. nmap SYN and UDP scans, 2,000 short connections; new flows served right after -------
+t0=$(now_ms)
+syn=$(in_app nmap -n -Pn -sS -p 1-2000 -T4 --max-retries 1 "$SRV4" 2>&1 | grep -E "^[0-9]+/tcp|Not shown|done")
+udp=$(in_app nmap -n -Pn -sU -p 1-300 -T4 --max-retries 1 "$SRV4" 2>&1 | grep -E "Not shown|closed|done")
+in_app python3 -c '
+import socket, sys
+ok = 0
+for i in range(2000):
+    s = socket.create_connection((sys.argv[1], 80), timeout=5)
+    s.sendall(b"GET /small HTTP/1.0\r\nHost: x\r\n\r\n")
+    d = b""
+    while True:
+        c = s.recv(65536)
+        if not c: break
+        d += c
+    ok += d.startswith(b"HTTP/1.1 200")
+    s.close()
+print("%d of 2000 short connections answered" % ok)' "$SRV4" >"$T_DIR/short.out" 2>&1
+after_ok=$(in_app curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$SRV4/small")
+note "nmap -sS 1-2000: $(echo "$syn" | tr '\n' ' ' | cut -c1-160)"
+note "nmap -sU 1-300: $(echo "$udp" | tr '\n' ' ' | cut -c1-160)"
+note "$(cat "$T_DIR/short.out"); a new request right after: HTTP $after_ok; $(( $(now_ms) - t0 )) ms for the three"
+if echo "$syn" | grep -q '^80/tcp *open' && echo "$udp" | grep -qi 'closed' && grep -q '^2000 of 2000' "$T_DIR/short.out" \
+    && [ "$after_ok" = 200 ] && ! loft_died; then
+    pass scans-and-churn-served
+else
+    fail scans-and-churn-served "syn: $(echo "$syn" | head -2 | tr '\n' '|'); udp: $(echo "$udp" | head -2 | tr '\n' '|'); $(cat "$T_DIR/short.out"); after: $after_ok"
+fi
+
+# --- 7. memory back after the floods -------------------------------------------------------
+sleep 1
+final=$(rss_kib)
+trims=$(jq_py 'dict(o["totals"]).get("memory-trims", 0)')
+note "RSS: idle $IDLE_RSS KiB, after the floods (3 s later) $final KiB, memory-trims $trims"
+if [ $((final - IDLE_RSS)) -lt 6144 ]; then pass rss-back-after-floods; else fail rss-back-after-floods "RSS idle $IDLE_RSS KiB, after $final KiB"; fi
+
+loft_stop_clean loft-exit-clean
+finish
