@@ -14,7 +14,9 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     if size > 0 { _ = write(fd, data, size) }
     close(fd)
     let bytes: [UInt8]
-    switch StateFile.read(path, maxBytes: 4096) {
+    let result = StateFile.read(path, maxBytes: 4096)
+    unlink(path)
+    switch result {
     case .bytes(let b): bytes = b
     case .missing: fatalError("\(path) vanished")
     case .failed: guard size > 4096 else { fatalError("a file of \(size) bytes refused") }; return 0
