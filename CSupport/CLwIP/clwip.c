@@ -227,6 +227,15 @@ int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len) {
 
 void clwip_tcp_output(clwip_tcp *c) { tcp_output((struct tcp_pcb *)c); }
 
+void clwip_tcp_raise_mss(clwip_tcp *c, uint16_t mss) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    if (mss <= pcb->mss) return;
+    pcb->mss = mss;
+    // Two such segments in flight at least: the send buffer grows to what window scale 1
+    // can have outstanding (lwIP starts it at TCP_SND_BUF, a plain counter from then on).
+    if (pcb->snd_buf < CLWIP_MAX_WINDOW) pcb->snd_buf = CLWIP_MAX_WINDOW;
+}
+
 // tcp_recved caps the window at the library's TCP_WND; a larger one (window scale 1 allows
 // up to 128 KiB) is kept the same way here, with the input's own cap.
 static uint32_t recv_window_of(const struct tcp_pcb *pcb) {
@@ -258,7 +267,7 @@ void clwip_tcp_recved(clwip_tcp *c, uint32_t len) {
 
 void clwip_netif_set_recv_window(int idx, uint32_t bytes) {
     if (idx < 0 || idx >= slot_count) return;
-    slots[idx].recv_window = bytes > 0x1FFFE ? 0x1FFFE : bytes;
+    slots[idx].recv_window = bytes > CLWIP_MAX_WINDOW ? CLWIP_MAX_WINDOW : bytes;
 }
 
 int clwip_tcp_shutdown_write(clwip_tcp *c) {

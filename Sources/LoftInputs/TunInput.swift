@@ -83,7 +83,10 @@ public final class TunInput: IOHandler, PacketWriter {
             stop()
             throw error
         }
-        netif = netstack.addInput(mtu: settings.mtu, writer: self)
+        // Above 1500 segments grow with the MTU: the app may then have the most window scale 1
+        // allows in flight (two 64 KiB segments at MTU 65535), not lwIP's 64 KiB default.
+        netif = netstack.addInput(mtu: settings.mtu, writer: self,
+                                  receiveWindow: settings.mtu > 1500 ? Netstack.maxWindow : 0)
         loop.register(fd, IOEvents.readable, self)
         loop.addAfterEvents { [weak self] in self?.writeHeldAck() }
         Log.info("tun.up", ["name": settings.name, "netns": settings.netns ?? "-", "mtu": settings.mtu,

@@ -59,6 +59,8 @@ public final class Netstack {
     private var spareFlows: [TCPFlow] = []
     /// Remote → app copy buffer (one loop thread).
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+    /// A SYN-ACK whose MSS is raised on its way out (`announceLargeMSS`).
+    let synAckScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 256, alignment: 16)
 
     public var tcpFlowCount: Int { tcpFlows.count }
     public var udpAssociationCount: Int { udpAssociations.count }
@@ -82,6 +84,7 @@ public final class Netstack {
     deinit {
         if !isShutDown { releaseInDeinit() }
         scratch.deallocate()
+        synAckScratch.deallocate()
     }
 
     /// The input's MTU changed (a holder's STATUS set a new one on the TUN).
@@ -202,7 +205,41 @@ public final class Netstack {
         packet.withUnsafeBytes { emit($0, netif: netif) }
     }
 
+    /// The most a TCP connection can have in flight either way (lwIP's window scale is 1).
+    public static let maxWindow = Int(CLWIP_MAX_WINDOW)
+
+    /// The MSS a TCP connection on input `netif` may use: what fits the input's MTU (lwIP's
+    /// own is at most 1460).
+    func largeSegmentMSS(netif: Int, ipv4: Bool) -> UInt16 {
+        UInt16(clamping: min(inputs[netif].mtu, 65535) - (ipv4 ? 40 : 60))
+    }
+
+    /// lwIP's SYN-ACK announces its compiled MSS; on an input whose MTU allows more it leaves
+    /// with one that fits the MTU (the app then sends large segments, which lwIP takes whole).
+    private func announceLargeMSS(_ p: UnsafeRawBufferPointer, netif: Int) -> Bool {
+        guard inputs[netif].mtu > 1500, p.count >= 40, p.count <= synAckScratch.count else { return false }
+        let v4 = p[0] >> 4 == 4
+        let t = v4 ? Int(p[0] & 0x0F) * 4 : 40
+        guard (v4 ? p[9] : p[6]) == IPProtocol.tcp, p.count >= t + 20,
+              p[t + 13] & (PacketSummary.tcpSYN | PacketSummary.tcpACK) == PacketSummary.tcpSYN | PacketSummary.tcpACK
+        else { return false }
+        let copy = UnsafeMutableRawBufferPointer(rebasing: synAckScratch[0..<p.count])
+        copy.copyMemory(from: p)
+        TCPOptions.raiseMSS(in: copy, transportOffset: t, to: largeSegmentMSS(netif: netif, ipv4: v4))
+        count(p.count, netif: netif)
+        inputs[netif].writer.writePacket(UnsafeRawBufferPointer(copy))
+        return true
+    }
+
+    private func count(_ bytes: Int, netif: Int) {
+        tally.packetsOut &+= 1
+        tally.bytesOut &+= UInt64(bytes)
+        inputCounters[netif].packetsOut &+= 1
+        inputCounters[netif].bytesOut &+= UInt64(bytes)
+    }
+
     func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
+        if inputs[netif].mtu > 1500 && announceLargeMSS(p, netif: netif) { return }
         tally.packetsOut &+= 1
         tally.bytesOut &+= UInt64(p.count)
         inputCounters[netif].packetsOut &+= 1

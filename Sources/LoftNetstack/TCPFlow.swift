@@ -21,6 +21,8 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     private let synSummary: PacketSummary
     /// The app's initial sequence number.
     let synSequence: UInt32
+    /// The MSS the app announced (RFC 9293's default when it announced none).
+    let appMSS: UInt16
     let createdAt: UInt64
     /// Neighbours in the netstack's activity list (least recently active first).
     unowned(unsafe) var older: TCPFlow?
@@ -38,6 +40,8 @@ final class TCPFlow: SpliceOwner, ActivityListed {
         self.synSummary = summary
         let t = summary.transportOffset
         synSequence = UInt32(syn[t + 4]) << 24 | UInt32(syn[t + 5]) << 16 | UInt32(syn[t + 6]) << 8 | UInt32(syn[t + 7])
+        appMSS = syn.withUnsafeBytes { TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: $0[t...])) }
+            ?? (summary.version == 4 ? 536 : 1220)
         self.createdAt = now
         splice = Splice(loop: stack.loop, owner: self, meter: stack.meter,
                         connectTimeoutMs: stack.settings.connectTimeoutMs,
@@ -97,6 +101,9 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     /// Bytes start moving after the batch of packets (`attach`), outside lwIP's accept
     /// callback, where the pcb must not be aborted.
     func accepted(_ pcb: OpaquePointer) -> LwipStream {
+        // Segments as large as the input's MTU and the app allow (lwIP alone stops at 1460).
+        let mss = min(appMSS, stack.largeSegmentMSS(netif: key.netif, ipv4: key.source.address.isIPv4))
+        if mss > 1460 { clwip_tcp_raise_mss(pcb, mss) }
         let s = LwipStream(stack: stack, pcb: pcb)
         stream = s
         state = .open

@@ -195,3 +195,47 @@ final class MemoryTrimTests: XCTestCase {
         XCTAssertEqual(h.netstack.counters.memoryTrims, 1)
     }
 }
+
+/// An input with a large MTU: the SYN-ACK announces an MSS that fits it, and lwIP sends
+/// segments that large.
+final class LargeSegmentTests: XCTestCase {
+    func testMTU65535AnnouncesLargeMSSAndSendsLargeSegments() {
+        let h = Harness(mtu: 65535)
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        var syn = app.syn()
+        // The app announces 65495 (its route MTU 65535).
+        syn = tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
+                        window: 65535, mss: 65495)
+        h.send(syn)
+        let stream = h.outbound.streams[0]
+        stream.connect()
+        h.turn()
+        let synAck = h.deliver(to: &app)
+        XCTAssertEqual(synAck.first?.mss, 65495)
+        h.send(app.ackPacket())
+        XCTAssertEqual(h.netstack.states["established"], 1)
+        let data = pattern(300_000, seed: 9)
+        stream.supply(data)
+        var largest = 0
+        for _ in 0..<200 {
+            h.turn()
+            let segs = h.deliver(to: &app)
+            largest = max(largest, segs.map(\.payload.count).max() ?? 0)
+            if segs.isEmpty { break }
+            if segs.contains(where: { !$0.payload.isEmpty }) { h.send(app.ackPacket()) }
+        }
+        assertBytes(app.received, data)
+        XCTAssertGreaterThan(largest, 1460 * 8, "segments stayed small: \(largest)")
+    }
+
+    func testMTU1500KeepsLwIPsMSS() {
+        let h = Harness()
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        h.send(app.syn())
+        h.outbound.streams[0].connect()
+        h.turn()
+        XCTAssertEqual(h.deliver(to: &app).first?.mss, 1460)
+    }
+}

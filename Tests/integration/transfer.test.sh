@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # TCP through loft: 50 MiB downloads and uploads over IPv4 and IPv6 (SHA-256 compared on both
-# ends), half-close both families, 200 concurrent transfers.
+# ends), half-close both families, 200 concurrent transfers. LOFT_TRANSFER_MTU (1500) sets the
+# TUN's and the veths' MTU; above 1500 also: the app's sockets use the large MSS, and an
+# 8000-byte UDP datagram crosses each way (large-mtu.test.sh runs this at 65535).
 . "$(dirname "$0")/lib.sh"
 
-topo_up
+MTU=${LOFT_TRANSFER_MTU:-1500}
+topo_up "$MTU"
 make_files 50
 head -c $((50 * 1048576)) /dev/urandom >"$T_DIR/up"
 start_nginx 1 4096
@@ -36,7 +39,8 @@ EOF
 
 CASES="download-v4-50MiB download-v6-50MiB upload-v4-50MiB upload-v6-50MiB half-close-v4
 half-close-v6 concurrent-200 loft-exit-clean"
-require_loft "$(loft_config transfer)" $CASES || finish
+[ "$MTU" -gt 1500 ] && CASES+=" large-mss-v4 large-mss-v6 udp-8000-each-way"
+require_loft "$(loft_config transfer mtu="$MTU")" $CASES || finish
 
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 UP_SHA=$(sha_of "$T_DIR/up")
@@ -80,6 +84,35 @@ upload upload-v4-50MiB "$SRV4"
 upload upload-v6-50MiB "$SRV6"
 halfclose half-close-v4 "$SRV4"
 halfclose half-close-v6 "$SRV6"
+
+if [ "$MTU" -gt 1500 ]; then
+    # The app's socket uses an MSS that fits the MTU (ss shows it during a download).
+    for v in 4 6; do
+        [ $v = 4 ] && url="http://$SRV4/big" || url="http://[$SRV6]/big"
+        in_app curl -gs --max-time 60 -o /dev/null --limit-rate 20M "$url" &
+        cp=$!
+        sleep 0.5
+        mss=$(in_app ss -tin state established "( dport = :80 )" | grep -o ' mss:[0-9]*' | head -1 | cut -d: -f2)
+        wait $cp
+        want=$(( MTU - (v == 4 ? 40 : 60) ))
+        [ "$want" -gt 65495 ] && want=65495
+        note "large-mss-v$v: the app's socket has mss ${mss:-?} (MTU $MTU)"
+        if [ "${mss:-0}" -gt 1460 ] && [ "${mss:-0}" -ge $((want - 100)) ]; then pass large-mss-v$v; else fail large-mss-v$v "mss '${mss}' (want about $want)"; fi
+    done
+    # An 8000-byte datagram each way: to a UDP echo in srv and back.
+    bg_in "$SRV_NS" udpecho python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((__import__("sys").argv[1], 9003))
+while True:
+    d, a = s.recvfrom(65535); s.sendto(d, a)' "$SRV4"
+    wait_listen "$SRV_NS" udp 9003
+    r=$(in_app python3 -c '
+import socket, sys, os
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+d = os.urandom(8000); s.sendto(d, (sys.argv[1], 9003))
+r, _ = s.recvfrom(65535); print("same" if r == d else "differs (%d bytes)" % len(r))' "$SRV4" 2>&1 | tail -1)
+    if [ "$r" = same ]; then pass udp-8000-each-way; else fail udp-8000-each-way "$r"; fi
+fi
 
 # 200 transfers at once: 256 KiB each from the rate-limited /slow/ (128 KiB/s, so each takes
 # about 2 s and all of them overlap), half over IPv4 and half over IPv6, all hashes checked.

@@ -80,6 +80,13 @@ uint32_t clwip_tcp_sndbuf(clwip_tcp *pcb);
 int clwip_tcp_write(clwip_tcp *pcb, const void *data, uint32_t len);
 /// Sends what is queued.
 void clwip_tcp_output(clwip_tcp *pcb);
+/// The most bytes a connection can have in flight either way: lwIP's window scale is 1.
+#define CLWIP_MAX_WINDOW 0x1FFFE
+/// Raises the connection's MSS above lwIP's compiled 1460 (an input whose MTU allows larger
+/// segments; the app announced at least this much), and its send buffer to CLWIP_MAX_WINDOW.
+/// Call from the accepted callback: lwIP sets the initial congestion window from the MSS
+/// right after it. Never lowers the MSS.
+void clwip_tcp_raise_mss(clwip_tcp *pcb, uint16_t mss);
 /// Opens the receive window by `len` bytes (data delivered downstream).
 void clwip_tcp_recved(clwip_tcp *pcb, uint32_t len);
 /// Sends FIN after queued data (half-close towards the app).
