@@ -36,10 +36,17 @@ public enum ConfigLoader {
 
     enum ReadResult { case success([UInt8]), failure(String) }
 
-    static func readFile(_ path: String) -> ReadResult {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+    /// `regularOnly`: a list that `loft reload` reads again on the running loop must be a plain
+    /// file (a FIFO or a device would block the loop, or never end).
+    static func readFile(_ path: String, regularOnly: Bool = false) -> ReadResult {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | (regularOnly ? O_NONBLOCK : 0))
         guard fd >= 0 else { return .failure(String(cString: strerror(errno))) }
         defer { close(fd) }
+        if regularOnly {
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { return .failure(String(cString: strerror(errno))) }
+            guard st.st_mode & S_IFMT == S_IFREG else { return .failure("not a regular file") }
+        }
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -628,7 +635,7 @@ struct ConfigDecoder {
     /// reported at that file's line, column 1.
     func prefixFile(_ path: String, node: YAMLNode, path keyPath: String) throws(ConfigError) -> [IPPrefix] {
         let bytes: [UInt8]
-        switch ConfigLoader.readFile(path) {
+        switch ConfigLoader.readFile(path, regularOnly: true) {
         case .success(let b): bytes = b
         case .failure(let message):
             throw v.error(node, "\(keyPath): cannot read \(Values.quote(path)): \(message)")

@@ -112,6 +112,13 @@ final class ToFileTests: XCTestCase {
         writeFile(dir + "/empty.txt", "# nothing yet\n\n")
         assertError("rules:\n  - { action: drop, to-file: empty.txt }\n", at: 2, 30,
                     "rules[0].to-file lists no prefixes", baseDirectory: dir)
+        // A FIFO (or any file that is not a plain one) is refused, never read: `loft reload`
+        // reads lists on the running loop, where a FIFO would block it.
+        XCTAssertEqual(mkfifo(dir + "/fifo.txt", 0o600), 0)
+        assertError("rules:\n  - { action: drop, to-file: fifo.txt }\n", at: 2, 30,
+                    "rules[0].to-file: cannot read \"\(dir)/fifo.txt\": not a regular file", baseDirectory: dir)
+        assertError("rules:\n  - { action: drop, to-file: /dev/null }\n", at: 2, 30,
+                    "not a regular file", baseDirectory: dir)
         // With `to:` entries as well, an empty file is fine.
         XCTAssertEqual(parseOK("rules:\n  - { action: drop, to: 10.0.0.0/8, to-file: empty.txt }\n",
                                baseDirectory: dir)?.rules.first?.to, [prefix("10.0.0.0/8")])
