@@ -104,9 +104,17 @@ command -v nghttp >/dev/null || die "no nghttp (apt-get install nghttp2-client)"
 read -r FRONT_PORT ECHO_PORT CLOSED_PORT WS_PORT SOCKS_PORT <<<"$(python3 - <<'EOF'
 import socket
 ss = []
-for _ in range(5):
+for _ in range(4):
     s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in ss))
+# The SOCKS5 port is taken for TCP and UDP alike: free for both.
+for _ in range(100):
+    s = socket.socket(); s.bind(("127.0.0.1", 0))
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", s.getsockname()[1])); ss.append(s); ss.append(u); break
+    except OSError:
+        s.close(); u.close()
+print(" ".join(str(s.getsockname()[1]) for s in ss[:5]))
 EOF
 )"
 [ -n "$SOCKS_PORT" ] || die "could not pick free ports"
