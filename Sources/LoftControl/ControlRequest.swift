@@ -10,6 +10,14 @@ public enum ControlRequest: Equatable, Sendable {
     case pathChanged
     case reload
 
+    /// Whether it only reads loft's state (so a storm of it may share one render).
+    public var isReadOnly: Bool {
+        switch self {
+        case .status, .flows, .metrics: return true
+        case .pathChanged, .reload: return false
+        }
+    }
+
     /// The request, or the error answered for it.
     public static func parse(_ line: String) -> Result<ControlRequest, ControlServer.ControlError> {
         let words = line.split(separator: " ").map(String.init)

@@ -256,10 +256,6 @@ public final class ControlServer: IOHandler {
         _ = Syscall.close(c)
     }
 
-    /// Requests that only read (status, flows, metrics) are answered from the render cache
-    /// during a storm; the others (path-changed, reload) always run.
-    private static let readOnly: Set<Substring> = ["status", "flows", "metrics"]
-
     /// The request line of a request's bytes (its terminator gone): nil when it is not text.
     static func requestLine(_ raw: [UInt8]) -> String? {
         guard let text = String(validating: raw, as: UTF8.self), !text.contains("\0") else { return nil }
@@ -279,7 +275,9 @@ public final class ControlServer: IOHandler {
                 return Array("error \(e.description)\n".utf8)
             }
         }
-        guard let verb = line.split(separator: " ").first, Self.readOnly.contains(verb) else { return render() }
+        // Requests that only read are answered from the render cache during a storm; the
+        // others (path-changed, reload) always run.
+        guard case .success(let request) = ControlRequest.parse(line), request.isReadOnly else { return render() }
         return cache.answer(line, now: loop.now, render: render)
     }
 
