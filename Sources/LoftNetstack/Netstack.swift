@@ -217,7 +217,7 @@ public final class Netstack {
     /// lwIP's SYN-ACK announces its compiled MSS; on an input whose MTU allows more it leaves
     /// with one that fits the MTU (the app then sends large segments, which lwIP takes whole).
     private func announceLargeMSS(_ p: UnsafeRawBufferPointer, netif: Int) -> Bool {
-        guard inputs[netif].mtu > 1500, p.count >= 40, p.count <= synAckScratch.count else { return false }
+        guard p.count >= 40, p.count <= synAckScratch.count else { return false }
         let v4 = p[0] >> 4 == 4
         let t = v4 ? Int(p[0] & 0x0F) * 4 : 40
         guard (v4 ? p[9] : p[6]) == IPProtocol.tcp, p.count >= t + 20,
@@ -226,20 +226,18 @@ public final class Netstack {
         let copy = UnsafeMutableRawBufferPointer(rebasing: synAckScratch[0..<p.count])
         copy.copyMemory(from: p)
         TCPOptions.raiseMSS(in: copy, transportOffset: t, to: largeSegmentMSS(netif: netif, ipv4: v4))
-        count(p.count, netif: netif)
-        inputs[netif].writer.writePacket(UnsafeRawBufferPointer(copy))
+        write(UnsafeRawBufferPointer(copy), netif: netif)
         return true
     }
 
-    private func count(_ bytes: Int, netif: Int) {
-        tally.packetsOut &+= 1
-        tally.bytesOut &+= UInt64(bytes)
-        inputCounters[netif].packetsOut &+= 1
-        inputCounters[netif].bytesOut &+= UInt64(bytes)
+    /// Every packet towards an input (lwIP's, and loft's own replies).
+    func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
+        // Only inputs above 1500 raise lwIP's MSS (and then only in SYN-ACKs).
+        if inputs[netif].mtu > 1500 && announceLargeMSS(p, netif: netif) { return }
+        write(p, netif: netif)
     }
 
-    func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
-        if inputs[netif].mtu > 1500 && announceLargeMSS(p, netif: netif) { return }
+    private func write(_ p: UnsafeRawBufferPointer, netif: Int) {
         tally.packetsOut &+= 1
         tally.bytesOut &+= UInt64(p.count)
         inputCounters[netif].packetsOut &+= 1
