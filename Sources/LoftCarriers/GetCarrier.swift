@@ -28,10 +28,9 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     private var out = FrameWriter(.chunked)
     private var readingPaused = false
     private var wantWritable = false
-    private var flushScheduled = false
-    private var processScheduled = false
-    private var flushAction: (() -> Void)!
-    private var processAction: (() -> Void)!
+    /// Output flushed and input processed once after the batch, however often asked for.
+    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flush(); self?.afterFlush() }
+    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processDown() }
     private var peerAddress: Endpoint?
 
     var isOpen: Bool { state == .open }
@@ -43,17 +42,6 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         self.client = client
         runtime = client.runtime
         self.delegate = delegate
-        flushAction = { [weak self] in
-            guard let self else { return }
-            self.flushScheduled = false
-            self.flush()
-            self.afterFlush()
-        }
-        processAction = { [weak self] in
-            guard let self else { return }
-            self.processScheduled = false
-            self.processDown()
-        }
     }
 
     deinit {
@@ -226,7 +214,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         guard state == .open, !upEnded, let c = up else { return 0 }
         let n = out.write(c, bytes)
         if n < bytes.count { wantWritable = true }
-        if n > 0 { scheduleFlush() }
+        if n > 0 { flushSoon.schedule() }
         return n
     }
 
@@ -243,12 +231,6 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         c.flush()
     }
 
-    private func scheduleFlush() {
-        guard !flushScheduled else { return }
-        flushScheduled = true
-        runtime.loop.soon(flushAction)
-    }
-
     private func afterFlush() {
         guard wantWritable, state == .open, let c = up else { return }
         if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
@@ -260,10 +242,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     func setReading(_ on: Bool) {
         readingPaused = !on
         down?.setReading(on)
-        if on && !processScheduled {
-            processScheduled = true
-            runtime.loop.soon(processAction)
-        }
+        if on { processSoon.schedule() }
     }
 
     // MARK: closing
@@ -353,10 +332,9 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     private var out = FrameWriter(.chunked)
     private var readingPaused = false
     private var wantWritable = false
-    private var flushScheduled = false
-    private var processScheduled = false
-    private var flushAction: (() -> Void)!
-    private var processAction: (() -> Void)!
+    /// Output flushed and input processed once after the batch, however often asked for.
+    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flush(); self?.afterFlush() }
+    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processUp() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
@@ -369,17 +347,6 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         self.sessionID = sessionID
         self.runtime = runtime
         self.listener = listener
-        flushAction = { [weak self] in
-            guard let self else { return }
-            self.flushScheduled = false
-            self.flush()
-            self.afterFlush()
-        }
-        processAction = { [weak self] in
-            guard let self else { return }
-            self.processScheduled = false
-            self.processUp()
-        }
     }
 
     deinit {
@@ -414,9 +381,9 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         state = .open
         _ = d.append("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n"
             + "Cache-Control: no-store\r\n\r\n")
-        scheduleFlush()
+        flushSoon.schedule()
         u.setReading(!readingPaused)
-        scheduleProcess()
+        processSoon.schedule()
     }
 
     /// The join deadline passed with one leg missing.
@@ -468,12 +435,6 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
 
     // MARK: receiving
 
-    private func scheduleProcess() {
-        guard !processScheduled else { return }
-        processScheduled = true
-        runtime.loop.soon(processAction)
-    }
-
     private func processUp() {
         while !readingPaused, state == .open, let c = up {
             var pos = c.inStart
@@ -519,7 +480,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         guard state == .open, let c = down else { return 0 }
         let n = out.write(c, bytes)
         if n < bytes.count { wantWritable = true }
-        if n > 0 { scheduleFlush() }
+        if n > 0 { flushSoon.schedule() }
         return n
     }
 
@@ -536,12 +497,6 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         c.flush()
     }
 
-    private func scheduleFlush() {
-        guard !flushScheduled else { return }
-        flushScheduled = true
-        runtime.loop.soon(flushAction)
-    }
-
     private func afterFlush() {
         guard wantWritable, state == .open, let c = down else { return }
         if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
@@ -554,7 +509,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         readingPaused = !on
         if state == .open {
             up?.setReading(on)
-            if on { scheduleProcess() }
+            if on { processSoon.schedule() }
         }
     }
 

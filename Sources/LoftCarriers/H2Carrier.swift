@@ -33,10 +33,9 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
     private var closingSelf: H2Carrier?
     private var readingPaused = false
     private var wantWritable = false
-    private var flushScheduled = false
-    private var processScheduled = false
-    private var flushAction: (() -> Void)!
-    private var processAction: (() -> Void)!
+    /// Output flushed and input processed once after the batch, however often asked for.
+    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flushNow() }
+    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processInput() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
@@ -52,7 +51,6 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         self.client = client
         self.delegate = delegate
         state = .resolving
-        setUp()
     }
 
     /// Server side: `conn` finished TLS with ALPN h2; the carrier waits for the CONNECT and
@@ -65,27 +63,13 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         self.conn = conn
         peerAddress = conn.peer
         state = .awaitingRequest
-        setUp()
         guard let e = H2Engine(server: true, path: listener.options.path, output: conn) else { return nil }
         engine = e
         e.owner = self
         conn.owner = self
         e.pump()
-        scheduleFlush()
-        scheduleProcess()
-    }
-
-    private func setUp() {
-        flushAction = { [weak self] in
-            guard let self else { return }
-            self.flushScheduled = false
-            self.flushNow()
-        }
-        processAction = { [weak self] in
-            guard let self else { return }
-            self.processScheduled = false
-            self.processInput()
-        }
+        flushSoon.schedule()
+        processSoon.schedule()
     }
 
     deinit {
@@ -146,7 +130,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
                 fail(.protocolError("CONNECT not sent: \(engine.failure ?? "")"))
                 return
             }
-            scheduleFlush()
+            flushSoon.schedule()
         case .response(let status):
             guard state == .requesting else { return }
             guard (200..<300).contains(status) else {
@@ -160,14 +144,14 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
             guard isServer, state == .awaitingRequest else { return }
             request = CarrierRequest(kind: .h2, peer: peer, path: head.path, query: nil, headers: head.headers, sessionID: nil)
             state = .open
-            scheduleFlush()
+            flushSoon.schedule()
             listener?.acceptedH2(self)
         case .data(let bytes):
             guard state == .open else { return }
             delegate?.carrier(self, received: bytes)
             if readingPaused { engine.paused = true }
         case .windowOpened:
-            scheduleFlush()
+            flushSoon.schedule()
         case .peerEnded:
             peerEnded()
         case .streamReset(let code):
@@ -211,12 +195,6 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
 
     // MARK: receiving
 
-    private func scheduleProcess() {
-        guard !processScheduled else { return }
-        processScheduled = true
-        runtime.loop.soon(processAction)
-    }
-
     private func processInput() {
         guard !readingPaused, let c = conn, let e = engine, state != .closed else { return }
         guard c.inEnd > c.inStart else { return }
@@ -230,7 +208,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         if c.inStart == c.inEnd { c.inStart = 0; c.inEnd = 0 }
         pumpEngine()
         if e.isFinished && state != .closed { engineFailed(); return }
-        scheduleFlush()
+        flushSoon.schedule()
     }
 
     private func pumpEngine() {
@@ -305,7 +283,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         let n = e.write(bytes)
         if e.failure != nil && e.isFinished { engineFailed(); return n }
         if n < bytes.count { wantWritable = true }
-        if n > 0 { scheduleFlush() }
+        if n > 0 { flushSoon.schedule() }
         return n
     }
 
@@ -320,12 +298,6 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         guard let c = conn, state != .closed else { return }
         engine?.pump()
         c.flush()
-    }
-
-    private func scheduleFlush() {
-        guard !flushScheduled else { return }
-        flushScheduled = true
-        runtime.loop.soon(flushAction)
     }
 
     private func flushNow() {
@@ -347,7 +319,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         readingPaused = !on
         if !on { engine?.paused = true }
         conn?.setReading(on)
-        if on { scheduleProcess() }
+        if on { processSoon.schedule() }
     }
 
     // MARK: closing
@@ -361,7 +333,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
             closingSelf = self
             readingPaused = false
             conn?.setReading(true)
-            scheduleProcess()
+            processSoon.schedule()
             e.finish()
             flush()
             maybeFinishClose()

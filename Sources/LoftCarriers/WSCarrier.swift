@@ -24,10 +24,9 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     private var out: FrameWriter
     private var readingPaused = false
     private var wantWritable = false
-    private var flushScheduled = false
-    private var processScheduled = false
-    private var flushAction: (() -> Void)!
-    private var processAction: (() -> Void)!
+    /// Output flushed and input processed once after the batch, however often asked for.
+    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flushNow() }
+    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processInput() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
@@ -62,24 +61,14 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         setUp()
         conn.owner = self
         _ = conn.append(WSHandshake.response(accept: WSHandshake.accept(forKey: key)))
-        scheduleFlush()
+        flushSoon.schedule()
         // Frames that came with the request are processed once the embedder has the carrier.
-        scheduleProcess()
+        processSoon.schedule()
     }
 
     private func setUp() {
         let rt = runtime
         out.keySource = { [unowned rt] in rt.maskKey() }
-        flushAction = { [weak self] in
-            guard let self else { return }
-            self.flushScheduled = false
-            self.flushNow()
-        }
-        processAction = { [weak self] in
-            guard let self else { return }
-            self.processScheduled = false
-            self.processInput()
-        }
     }
 
     deinit {
@@ -161,12 +150,6 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     // MARK: receiving
 
-    private func scheduleProcess() {
-        guard !processScheduled else { return }
-        processScheduled = true
-        runtime.loop.soon(processAction)
-    }
-
     private func processInput() {
         while !readingPaused, state == .open || state == .closing, let c = conn {
             var pos = c.inStart
@@ -247,7 +230,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         }
         let ok = frame.withUnsafeBytes { c.append($0) }
         if !ok { Log.warn("carrier.ws.control_dropped", ["opcode": opcode]) }
-        scheduleFlush()
+        flushSoon.schedule()
     }
 
     // MARK: sending
@@ -256,7 +239,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         guard state == .open, let c = conn else { return 0 }
         let n = out.write(c, bytes)
         if n < bytes.count { wantWritable = true }
-        if n > 0 { scheduleFlush() }
+        if n > 0 { flushSoon.schedule() }
         return n
     }
 
@@ -271,12 +254,6 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         guard let c = conn, state == .open || state == .closing else { return }
         out.finalize(c)
         c.flush()
-    }
-
-    private func scheduleFlush() {
-        guard !flushScheduled else { return }
-        flushScheduled = true
-        runtime.loop.soon(flushAction)
     }
 
     private func flushNow() {
@@ -295,7 +272,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     func setReading(_ on: Bool) {
         readingPaused = !on
         conn?.setReading(on)
-        if on { scheduleProcess() }
+        if on { processSoon.schedule() }
     }
 
     // MARK: closing

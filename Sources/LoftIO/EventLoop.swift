@@ -222,3 +222,31 @@ public final class EventLoop {
         afterEvents()
     }
 }
+
+/// One piece of work run after the current batch (`EventLoop.soon`), however many times it is
+/// asked for before then: a carrier's "flush the output" and "process the input" are these.
+public final class SoonOnce {
+    private let loop: EventLoop
+    private let action: () -> Void
+    private var queued = false
+    private lazy var run: () -> Void = { [weak self] in
+        guard let self else { return }
+        self.queued = false
+        self.action()
+    }
+
+    /// `action` usually holds its owner weakly (the owner holds this).
+    public init(loop: EventLoop, _ action: @escaping () -> Void) {
+        self.loop = loop
+        self.action = action
+    }
+
+    public func schedule() {
+        guard !queued else { return }
+        queued = true
+        loop.soon(run)
+    }
+
+    /// Whether it is asked for and has not run yet.
+    public var isScheduled: Bool { queued }
+}
