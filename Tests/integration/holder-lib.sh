@@ -1,0 +1,161 @@
+# Shared by holder.test.sh and h2.test.sh (sourced after lib.sh, never run): the topology and
+# servers, loft-front on 127.0.0.1 (front_start, front_kill), the holder's config
+# (holder_config) and the data-path checks each carrier runs.
+
+FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
+FRONT_PORT=$((20000 + T_ID % 20000))
+FRONT_PID=
+FRONT_LOG=$T_DIR/front.log
+CTL=/run/loft/holder-test-$T_ID.sock
+
+topo_up
+make_files 50
+head -c $((50 * 1048576)) /dev/urandom >"$T_DIR/up"
+start_nginx 1 4096
+start_sink
+start_dns
+bash "$(dirname "$0")/../interop/gen-certs.sh" "$T_DIR/pki" >/dev/null || die "test PKI"
+BIG_SHA=$(sha_of "$T_DIR/www/big")
+UP_SHA=$(sha_of "$T_DIR/up")
+
+cat >"$T_DIR/front.yaml" <<EOF
+log: info
+listen: 127.0.0.1:$FRONT_PORT
+tls: { certificate: $T_DIR/pki/server.pem, key: $T_DIR/pki/server.key }
+tokens: ["holder-test-token"]
+pool: { ipv4: 198.18.64.0/24, ipv6: "fd00:64::/64" }
+mtu: 1400
+dns: [$SRV4]
+keepalive: 2s
+instance-expiry: 10m
+state-file: $T_DIR/front.state
+EOF
+
+front_start() {
+    "$FRONT_BIN" run -c "${FRONT_CFG:-$T_DIR/front.yaml}" >>"$FRONT_LOG" 2>&1 </dev/null &
+    FRONT_PID=$!
+    register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
+    local i
+    for i in $(seq 100); do
+        ss -Htln "sport = :$FRONT_PORT" | grep -q . && return 0
+        kill -0 "$FRONT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    note "loft-front did not start: $(tail -3 "$FRONT_LOG" | tr '\n' '|')"
+    return 1
+}
+front_kill() { [ -n "$FRONT_PID" ] && kill -KILL "$FRONT_PID" 2>/dev/null; wait "$FRONT_PID" 2>/dev/null; FRONT_PID=; }
+
+# holder_config NAME CARRIER [top-level yaml ...]: a namespace config whose default is the holder.
+holder_config() {
+    local name=$1 carrier=$2 token=${TOKEN:-holder-test-token} port=${PORT:-$FRONT_PORT}
+    shift 2
+    loft_config "$name" idle=2h >/dev/null
+    python3 - "$T_DIR/$name.yaml" "$carrier" "$token" "$port" "$T_DIR/pki/ca.pem" "$CTL" "$@" <<'EOF'
+import sys
+path, carrier, token, port, ca, ctl, *extra = sys.argv[1:]
+text = open(path).read().replace("default: direct\n", "")
+socks = __import__("os").environ.get("SOCKS_PORT")
+if socks:
+    text = text.replace("socks5: off\n", "socks5: { listen: 127.0.0.1:%s }\n" % socks)
+text += f"""outbounds:
+  - name: home
+    type: loft
+    server: 127.0.0.1:{port}
+    carrier: {carrier}
+    token: {token}
+    tls: {{ server-name: front.test, ca: {ca} }}
+default: home
+control: {ctl}
+"""
+for line in extra:
+    text += line + "\n"
+open(path, "w").write(text)
+EOF
+    echo "$T_DIR/$name.yaml"
+}
+
+# field EXPR: one value from `loft status --json` (o = the outbound "home", s = everything).
+field() {
+    "$LOFT_BIN" status --json -c "$LOFT_CFG" 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+o = next(x for x in s["outbounds"] if x["name"] == "home")
+c = o.get("counters", {})
+print(eval(sys.argv[1]))' "$1" 2>/dev/null
+}
+wait_state() {       # wait_state STATE SECONDS
+    local i
+    for i in $(seq $(($2 * 10))); do [ "$(field 'o["state"]')" = "$1" ] && return 0; sleep 0.1; done
+    return 1
+}
+instance() { grep -o 'instance=[0-9a-f]*' "$LOFT_LOG" | tail -1 | cut -d= -f2; }
+tun_addr4() { ip -n "$APP_NS" -4 addr show dev "$TUN_NAME" | awk '/inet /{print $2}' | head -1; }
+
+download() {        # download NAME URL [curl args]
+    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got
+    shift 2
+    t0=$(now_ms)
+    if ! in_app curl -gsS --max-time 120 "$@" -o "$out" "$url" 2>"$T_DIR/curl.err"; then
+        fail "$name" "curl $url: $(tail -1 "$T_DIR/curl.err")"; return 1
+    fi
+    got=$(sha_of "$out")
+    rm -f "$out"
+    if [ "$got" = "$BIG_SHA" ]; then
+        pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
+    else
+        fail "$name" "sha256 $got != served $BIG_SHA"; return 1
+    fi
+}
+
+upload() {          # upload NAME HOST
+    local name=$1 host=$2 t0 reply
+    t0=$(now_ms)
+    reply=$(in_app timeout 120 python3 - "$host" "$T_DIR/up" <<'EOF' 2>&1
+import socket, sys
+host, src = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+s.settimeout(60)
+s.connect((host, 9000))
+s.sendall(open(src, "rb").read())
+s.shutdown(socket.SHUT_WR)
+reply = b""
+while True:
+    b = s.recv(65536)
+    if not b: break
+    reply += b
+print(reply.decode(errors="replace"))
+EOF
+)
+    if [ "${reply%% *}" = "$UP_SHA" ]; then
+        pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
+    else
+        fail "$name" "sink's sha256 '${reply:0:120}' != sent $UP_SHA"
+    fi
+}
+
+concurrent() {      # concurrent NAME N: N transfers of 256 KiB at once (rate-limited, so they overlap)
+    local name=$1 n=$2 bad=0 first= i
+    rm -rf "$T_DIR/c"; mkdir -p "$T_DIR/c"
+    in_app bash -c '
+        dir=$1 v4=$2 v6=$3 n=$4
+        for i in $(seq 0 $((n - 1))); do
+            if [ $((i % 2)) -eq 0 ]; then host=$v4; else host="[$v6]"; fi
+            curl -gsS --max-time 60 -o "$dir/$i" "http://$host/slow/f$((i % 8))" 2>"$dir/$i.err" &
+        done
+        wait' _ "$T_DIR/c" "$SRV4" "$SRV6" "$n"
+    for i in $(seq 0 $((n - 1))); do
+        if [ "$(sha_of "$T_DIR/c/$i" 2>/dev/null)" != "$(sha_of "$T_DIR/www/f$((i % 8))")" ]; then
+            bad=$((bad + 1))
+            [ -z "$first" ] && first="#$i: $(tail -1 "$T_DIR/c/$i.err" 2>/dev/null)"
+        fi
+    done
+    if [ $bad -eq 0 ]; then pass "$name"; else fail "$name" "$bad of $n wrong or failed; first: $first"; fi
+}
+
+dns() {             # dns NAME SERVER TYPE WANT
+    local got
+    got=$(in_app dig +short +time=2 +tries=2 "@$2" "$DNS_NAME" "$3" 2>&1 | head -1)
+    if [ "$got" = "$4" ]; then pass "$1"; else fail "$1" "dig @$2 $DNS_NAME $3: '$got' (want $4)"; fi
+}
+
