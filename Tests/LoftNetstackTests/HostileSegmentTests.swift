@@ -38,43 +38,40 @@ final class HostileSegmentTests: XCTestCase {
     /// An ACK of bytes never sent, with window 0, used to set lwIP's send window to 0 for good
     /// (lwIP 2.1 takes the window before it checks the ACK): now it is dropped and counted.
     func testAckOfUnsentDataWithZeroWindowIsDroppedAndDownloadGoesOn() {
-        let h = Harness()
-        defer { h.shutdown() }
-        var app = AppTCP(local: appV4, remote: remoteV4)
-        let stream = h.establish(&app)
-        let data = pattern(400_000, seed: 3)
-        stream.supply(data)
-        h.turn()
-        h.deliver(to: &app)
-        h.send(app.ackPacket())
-        XCTAssertGreaterThan(app.received.count, 0)
-
-        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.sndNxt, ack: app.rcvNxt &+ 1_000_000,
-                         flags: PacketSummary.tcpACK, window: 0))
-        XCTAssertEqual(h.netstack.counters.dropped(.tcpBadAck), 1)
-        h.pumpToApp(&app, rounds: 400)
-        XCTAssertEqual(app.received.count, data.count, "the download stalled")
-        assertBytes(app.received, data)
+        downloadSurvives(dropped: .tcpBadAck, seed: 3) { app in
+            tcpPacket(from: app.local, to: app.remote, seq: app.sndNxt, ack: app.rcvNxt &+ 1_000_000,
+                      flags: PacketSummary.tcpACK, window: 0)
+        }
     }
 
     /// A segment starting far beyond the receive window, with window 0, would do the same.
     func testSegmentBeyondTheWindowIsDroppedAndDownloadGoesOn() {
+        downloadSurvives(dropped: .tcpOutOfWindow, seed: 4) { app in
+            tcpPacket(from: app.local, to: app.remote, seq: app.sndNxt &+ 10_000_000, ack: app.rcvNxt,
+                      flags: PacketSummary.tcpACK, window: 0)
+        }
+    }
+
+    /// A 400,000-byte download under way gets the segment `bogus` makes: it is dropped as
+    /// `dropped` (once), and every byte still arrives.
+    private func downloadSurvives(dropped reason: PacketDropReason, seed: UInt8, bogus: (AppTCP) -> [UInt8],
+                                  file: StaticString = #filePath, line: UInt = #line) {
         let h = Harness()
         defer { h.shutdown() }
         var app = AppTCP(local: appV4, remote: remoteV4)
         let stream = h.establish(&app)
-        let data = pattern(400_000, seed: 4)
+        let data = pattern(400_000, seed: seed)
         stream.supply(data)
         h.turn()
         h.deliver(to: &app)
         h.send(app.ackPacket())
+        XCTAssertGreaterThan(app.received.count, 0, file: file, line: line)
 
-        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.sndNxt &+ 10_000_000, ack: app.rcvNxt,
-                         flags: PacketSummary.tcpACK, window: 0))
-        XCTAssertEqual(h.netstack.counters.dropped(.tcpOutOfWindow), 1)
+        h.send(bogus(app))
+        XCTAssertEqual(h.netstack.counters.dropped(reason), 1, file: file, line: line)
         h.pumpToApp(&app, rounds: 400)
-        XCTAssertEqual(app.received.count, data.count, "the download stalled")
-        assertBytes(app.received, data)
+        XCTAssertEqual(app.received.count, data.count, "the download stalled", file: file, line: line)
+        assertBytes(app.received, data, file: file, line: line)
     }
 
     /// Out-of-order data is held up to the cap; more is dropped and counted; the bytes still
