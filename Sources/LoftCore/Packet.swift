@@ -66,6 +66,12 @@ public struct PacketSummary: Sendable {
     public static let tcpFIN: UInt8 = 0x01, tcpSYN: UInt8 = 0x02, tcpRST: UInt8 = 0x04, tcpACK: UInt8 = 0x10
 
     /// A SYN that opens a connection (no ACK).
+    /// The sequence number of the TCP segment `packet` (the packet this summary describes).
+    public func tcpSequence(_ packet: UnsafeRawBufferPointer) -> UInt32 {
+        let t = transportOffset
+        return UInt32(packet[t + 4]) << 24 | UInt32(packet[t + 5]) << 16 | UInt32(packet[t + 6]) << 8 | UInt32(packet[t + 7])
+    }
+
     public var isTCPOpen: Bool {
         proto == IPProtocol.tcp && !isLaterFragment && tcpFlags & (Self.tcpSYN | Self.tcpACK | Self.tcpRST) == Self.tcpSYN
     }

@@ -8,8 +8,7 @@ public enum PacketBuilder {
     /// A RST|ACK answering the TCP SYN `syn` (a whole IP packet), so the app's connect() fails
     /// with ECONNREFUSED at once.
     public static func resetForSYN(_ syn: UnsafeRawBufferPointer, summary s: PacketSummary) -> [UInt8] {
-        let t = s.transportOffset
-        let seq = UInt32(syn[t + 4]) << 24 | UInt32(syn[t + 5]) << 16 | UInt32(syn[t + 6]) << 8 | UInt32(syn[t + 7])
+        let seq = s.tcpSequence(syn)
         var tcp = [UInt8](repeating: 0, count: 20)
         put16(&tcp, 0, s.destinationPort)
         put16(&tcp, 2, s.sourcePort)

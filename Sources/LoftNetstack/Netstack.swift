@@ -186,10 +186,8 @@ public final class Netstack {
         let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
                           destination: Endpoint(s.destination, s.destinationPort))
         guard let flow = tcpFlows[key], flow.state == .handshaking else { return }
-        let t = s.transportOffset
-        let seq = UInt32(packet[t + 4]) << 24 | UInt32(packet[t + 5]) << 16 | UInt32(packet[t + 6]) << 8 | UInt32(packet[t + 7])
         // lwIP takes an RST in SYN_RCVD only at exactly the next sequence number it expects.
-        guard seq == flow.synSequence &+ 1 else { return }
+        guard s.tcpSequence(packet) == flow.synSequence &+ 1 else { return }
         tally.handshakesReset &+= 1
         flow.abort()
     }

@@ -38,10 +38,11 @@ final class TCPFlow: SpliceOwner, ActivityListed {
         self.key = key
         self.heldSYN = syn
         self.synSummary = summary
-        let t = summary.transportOffset
-        synSequence = UInt32(syn[t + 4]) << 24 | UInt32(syn[t + 5]) << 16 | UInt32(syn[t + 6]) << 8 | UInt32(syn[t + 7])
-        appMSS = syn.withUnsafeBytes { TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: $0[t...])) }
-            ?? (summary.version == 4 ? 536 : 1220)
+        (synSequence, appMSS) = syn.withUnsafeBytes { p in
+            (summary.tcpSequence(p),
+             TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: p[summary.transportOffset...]))
+                ?? (summary.version == 4 ? 536 : 1220))
+        }
         self.createdAt = now
         splice = Splice(loop: stack.loop, owner: self, meter: stack.meter,
                         connectTimeoutMs: stack.settings.connectTimeoutMs,
