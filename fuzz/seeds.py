@@ -101,6 +101,33 @@ for p in packets:
 for a, b in [(ACK4, ACK4b), (ACK6, ACK6b), (ACK4, ACK4), (SYN4, ACK4)]:
     seed("pure_ack", bytes([len(a)]) + a + b)
 
+
+# The TUN offload header (virtio_net_hdr, little-endian) before a packet: partial checksums
+# (the field holds the pseudo-header's sum) and TCP GSO segments whose piece size the payload
+# exceeds.
+def vnet(flags=0, gso=0, hdr_len=0, gso_size=0, start=0, offset=0):
+    return struct.pack("<BBHHHH", flags, gso, hdr_len, gso_size, start, offset)
+
+
+def partial(packet, start, offset, src, dst, proto):
+    seg = packet[start:]
+    s = sum(struct.unpack("!%dH" % (len(pseudo(src, dst, proto, seg)) // 2), pseudo(src, dst, proto, seg)))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    field = start + offset
+    return packet[:field] + struct.pack("!H", s) + packet[field + 2:]
+
+
+BIG4 = ipv4(6, tcp(V4S, V4D, 0x10, ack=1, payload=bytes(range(256)) * 12, options=b"\x01" * 12))
+BIG6 = ipv6(6, tcp(V6S, V6D, 0x18, ack=1, payload=b"z" * 3001))
+seed("virtio_net_header", vnet() + ACK4)
+seed("virtio_net_header", vnet(1, 0, 0, 0, 20, 16) + partial(ACK4, 20, 16, V4S, V4D, 6))
+seed("virtio_net_header", vnet(1, 1, 52, 1448, 20, 16) + partial(BIG4, 20, 16, V4S, V4D, 6))
+seed("virtio_net_header", vnet(1, 4, 60, 1440, 40, 16) + partial(BIG6, 40, 16, V6S, V6D, 6))
+seed("virtio_net_header", vnet(1, 0, 0, 0, 20, 6) + partial(ipv4(17, udp(V4S, V4D, b"odd")), 20, 6, V4S, V4D, 17))
+seed("virtio_net_header", vnet(2, 0x81, 52, 1000) + BIG4)
+seed("virtio_net_header", vnet(0, 5, 28, 500) + ipv4(17, udp(V4S, V4D, b"u" * 1200)))
+
 # --- SOCKS5 ----------------------------------------------------------------------------------
 
 req_v4 = b"\x05\x01\x00\x01" + V4D + b"\x00\x50"

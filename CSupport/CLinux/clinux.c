@@ -40,7 +40,7 @@ static void leave_netns(int previous) {
     }
 }
 
-int clinux_tun_open(const char *name, const char *netns_path) {
+int clinux_tun_open(const char *name, const char *netns_path, int vnet_hdr) {
     int previous = -1;
     if (netns_path) {
         previous = enter_netns(netns_path);
@@ -53,7 +53,7 @@ int clinux_tun_open(const char *name, const char *netns_path) {
     } else {
         struct ifreq ifr;
         memset(&ifr, 0, sizeof ifr);
-        ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+        ifr.ifr_flags = IFF_TUN | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
         strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
         if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
             result = -errno;
@@ -64,6 +64,13 @@ int clinux_tun_open(const char *name, const char *netns_path) {
     }
     leave_netns(previous);
     return result;
+}
+
+int clinux_tun_set_offload(int fd, unsigned flags) {
+    _Static_assert(CLINUX_TUN_F_CSUM == TUN_F_CSUM && CLINUX_TUN_F_TSO4 == TUN_F_TSO4 &&
+                   CLINUX_TUN_F_TSO6 == TUN_F_TSO6 && CLINUX_TUN_F_TSO_ECN == TUN_F_TSO_ECN,
+                   "TUN_F_* values");
+    return ioctl(fd, TUNSETOFFLOAD, (unsigned long)flags) == 0 ? 0 : -errno;
 }
 
 int clinux_epoll_create(void) {

@@ -92,7 +92,7 @@ struct ConfigDecoder {
 
     static let topKeys = ["log", "tun", "socks5", "bridge", "outbounds", "rules", "default", "hold",
                           "control", "limits", "metrics"]
-    static let tunKeys = ["name", "netns", "mtu", "ipv4", "ipv6", "route-all", "dns", "icmp"]
+    static let tunKeys = ["name", "netns", "mtu", "ipv4", "ipv6", "route-all", "dns", "icmp", "offload"]
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
@@ -205,13 +205,16 @@ struct ConfigDecoder {
     func tun(_ node: YAMLNode) throws(ConfigError) -> TunSettings? {
         guard let map = try v.section(node, path: "tun") else { return nil }
         var t = TunSettings()
+        var mtuNode: YAMLNode?
         try v.forEachField(map, path: "tun", allowed: ConfigDecoder.tunKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
             let path = "tun.\(key)"
             switch key {
             case "name": t.name = try v.name(value, path: path, maxLength: 15)
             case "netns": t.netns = try v.name(value, path: path, maxLength: 64)
-            case "mtu": t.mtu = try v.integer(value, path: path, in: ConfigDecoder.mtuRange)
+            case "mtu":
+                t.mtu = try v.integer(value, path: path, in: TunSettings.minimumMTU...65535)
+                mtuNode = value
             case "ipv4": t.ipv4 = try interfacePrefix(value, path: path, ipv4: true)
             case "ipv6": t.ipv6 = try interfacePrefix(value, path: path, ipv4: false)
             case "route-all": t.routeAll = try v.bool(value, path: path)
@@ -221,8 +224,12 @@ struct ConfigDecoder {
                     t.dns.append(try v.address(item, path: "\(path)[\(i)]"))
                 }
             case "icmp": t.icmp = try v.keyword(value, path: path, ICMPPolicy.allCases.map { ($0.rawValue, $0) })
+            case "offload": t.offload = try v.keyword(value, path: path, TunOffload.allCases.map { ($0.rawValue, $0) })
             default: break
             }
+        }
+        if let mtuNode, t.ipv6 != nil, t.mtu < TunSettings.minimumIPv6MTU {
+            throw v.error(mtuNode, "tun.mtu must be at least \(TunSettings.minimumIPv6MTU) with IPv6 on (tun.ipv6: off allows down to \(TunSettings.minimumMTU)), got \(t.mtu)")
         }
         return t
     }

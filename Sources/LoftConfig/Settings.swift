@@ -31,12 +31,19 @@ public enum ICMPPolicy: String, Sendable, CaseIterable {
     case reply, drop
 }
 
+/// Whether the TUN asks the kernel for checksum and segmentation offloads (key `offload`).
+public enum TunOffload: String, Sendable, CaseIterable {
+    /// Asked for; when the kernel refuses, plain packets (said once in the log and in status).
+    case auto
+    case off
+}
+
 public struct TunSettings: Sendable, Equatable {
     /// Interface name: 1...15 characters of `[A-Za-z0-9_.-]`.
     public var name: String
     /// Network namespace to create the TUN in (created if missing); nil: the current one.
     public var netns: String?
-    /// 1280...65535.
+    /// 576...65535 (at least 1280 with IPv6 on).
     public var mtu: Int
     /// The interface's IPv4 address and prefix; nil (`ipv4: off`) for none.
     public var ipv4: IPPrefix?
@@ -47,13 +54,15 @@ public struct TunSettings: Sendable, Equatable {
     /// Resolvers for the namespace's resolv.conf; empty: none is written.
     public var dns: [IPAddress]
     public var icmp: ICMPPolicy
+    public var offload: TunOffload
 
     public static let defaultIPv4 = IPPrefix("198.18.0.1/30")!
     public static let defaultIPv6 = IPPrefix("fd00:18::1/126")!
 
     public init(name: String = "loft0", netns: String? = nil, mtu: Int = 1500,
                 ipv4: IPPrefix? = TunSettings.defaultIPv4, ipv6: IPPrefix? = TunSettings.defaultIPv6,
-                routeAll: Bool = true, dns: [IPAddress] = [], icmp: ICMPPolicy = .reply) {
+                routeAll: Bool = true, dns: [IPAddress] = [], icmp: ICMPPolicy = .reply,
+                offload: TunOffload = .auto) {
         self.name = name
         self.netns = netns
         self.mtu = mtu
@@ -62,7 +71,12 @@ public struct TunSettings: Sendable, Equatable {
         self.routeAll = routeAll
         self.dns = dns
         self.icmp = icmp
+        self.offload = offload
     }
+
+    public static let minimumMTU = 576
+    /// IPv6 needs links of at least 1280 (RFC 8200).
+    public static let minimumIPv6MTU = 1280
 }
 
 public struct Socks5Settings: Sendable, Equatable {

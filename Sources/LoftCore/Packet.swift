@@ -25,6 +25,7 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
     case tcpBadAck          // acknowledges what was never sent, or is older than any window (RFC 5961)
     case tcpOutOfWindow     // starts beyond the receive window (RFC 793)
     case tcpReorderCap      // out-of-order data beyond what one connection may hold
+    case offloadHeader      // a TUN offload header the stack cannot honour (see VirtioNetHeader)
 
     public var description: String {
         switch self {
@@ -45,6 +46,7 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
         case .tcpBadAck: return "tcp-bad-ack"
         case .tcpOutOfWindow: return "tcp-out-of-window"
         case .tcpReorderCap: return "tcp-reorder-cap"
+        case .offloadHeader: return "offload-header"
         }
     }
 }
@@ -65,13 +67,13 @@ public struct PacketSummary: Sendable {
 
     public static let tcpFIN: UInt8 = 0x01, tcpSYN: UInt8 = 0x02, tcpRST: UInt8 = 0x04, tcpACK: UInt8 = 0x10
 
-    /// A SYN that opens a connection (no ACK).
     /// The sequence number of the TCP segment `packet` (the packet this summary describes).
     public func tcpSequence(_ packet: UnsafeRawBufferPointer) -> UInt32 {
         let t = transportOffset
         return UInt32(packet[t + 4]) << 24 | UInt32(packet[t + 5]) << 16 | UInt32(packet[t + 6]) << 8 | UInt32(packet[t + 7])
     }
 
+    /// A SYN that opens a connection (no ACK).
     public var isTCPOpen: Bool {
         proto == IPProtocol.tcp && !isLaterFragment && tcpFlags & (Self.tcpSYN | Self.tcpACK | Self.tcpRST) == Self.tcpSYN
     }

@@ -129,7 +129,8 @@ public final class BridgeInput: IOHandler, PacketWriter {
         }
     }
 
-    public func writePacket(_ packet: UnsafeRawBufferPointer) {
+    /// The bridge's input has no offload: `segmentSize` is always 0.
+    public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
         guard fd >= 0 else { return }
         guard packet.count <= settings.mtu else {
             counters.sendDrops &+= 1

@@ -34,6 +34,15 @@ public final class TunInput: IOHandler, PacketWriter {
     public private(set) var currentMTU = 0
     private var currentDNS: [IPAddress] = []
     private let buffer: UnsafeMutableRawBufferPointer
+    /// What the kernel agreed to: with offload every packet read or written carries a
+    /// VirtioNetHeader, TCP segments of up to 64 KiB pass whole and checksums may be partial.
+    public private(set) var offload = OffloadState.off(reason: "config")
+    /// A large segment's IP and TCP headers, copied so its checksum field can hold what the
+    /// kernel expects without writing into lwIP's segment (which it may send again).
+    private let segmentHeaders = UnsafeMutableRawBufferPointer.allocate(byteCount: VirtioNetHeader.size + 120, alignment: 16)
+    private let plainHeader = UnsafeMutableRawBufferPointer.allocate(byteCount: VirtioNetHeader.size, alignment: 16)
+    public private(set) var largeSegmentsWritten: UInt64 = 0
+    public private(set) var largeSegmentsRead: UInt64 = 0
     public private(set) var writeDrops: UInt64 = 0
     public private(set) var packetsRead: UInt64 = 0
     public private(set) var packetsWritten: UInt64 = 0
@@ -55,8 +64,10 @@ public final class TunInput: IOHandler, PacketWriter {
         self.hostRoutes = settings.netns == nil ? hostPlan.map(HostRoutes.init) : nil
         self.loop = loop
         self.netstack = netstack
-        // Room for the largest MTU a STATUS may set later, so the read buffer never changes.
-        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_535 + 64, alignment: 16)
+        // Room for the largest MTU a STATUS may set later (and for a 64 KiB segment after its
+        // offload header), so the read buffer never changes.
+        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: VirtioNetHeader.size + 65_535 + 64, alignment: 16)
+        plainHeader.initializeMemory(as: UInt8.self, repeating: 0)
         currentIPv4 = settings.ipv4
         currentIPv6 = settings.ipv6
         currentMTU = settings.mtu
@@ -66,6 +77,8 @@ public final class TunInput: IOHandler, PacketWriter {
     deinit {
         buffer.deallocate()
         heldAck.deallocate()
+        segmentHeaders.deallocate()
+        plainHeader.deallocate()
     }
 
     var netnsPath: String? { settings.netns.map { "/var/run/netns/\($0)" } }
@@ -83,15 +96,16 @@ public final class TunInput: IOHandler, PacketWriter {
             stop()
             throw error
         }
-        // Above 1500 segments grow with the MTU: the app may then have the most window scale 1
-        // allows in flight (two 64 KiB segments at MTU 65535), not lwIP's 64 KiB default.
+        // Above 1500, or with offload, segments grow past 1460: the app may then have the most
+        // window scale 1 allows in flight (two 64 KiB segments), not lwIP's 64 KiB default.
+        let large = settings.mtu > 1500 || offload.isOn
         netif = netstack.addInput(mtu: settings.mtu, writer: self,
-                                  receiveWindow: settings.mtu > 1500 ? Netstack.maxWindow : 0)
+                                  receiveWindow: large ? Netstack.maxWindow : 0, offload: offload.isOn)
         loop.register(fd, IOEvents.readable, self)
         loop.addAfterEvents { [weak self] in self?.writeHeldAck() }
         Log.info("tun.up", ["name": settings.name, "netns": settings.netns ?? "-", "mtu": settings.mtu,
                             "ipv4": settings.ipv4?.description ?? "-", "ipv6": settings.ipv6?.description ?? "-",
-                            "route-all": settings.routeAll])
+                            "route-all": settings.routeAll, "offload": offload.description])
     }
 
     private func setUp() throws {
@@ -109,11 +123,7 @@ public final class TunInput: IOHandler, PacketWriter {
                 Log.warn("tun.netns.adopted", ["netns": ns, "reason": "left by an earlier run"])
             }
         }
-        let r = clinux_tun_open(settings.name, netnsPath)
-        guard r >= 0 else {
-            throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(String(cString: strerror(-r)))")
-        }
-        fd = r
+        fd = try openDevice()
         let nl = try RouteNetlink(netns: settings.netns)
         rtnl = nl
         if newNetns { try nl.setUp(index: try nl.index(of: "lo"), name: "lo") }
@@ -130,6 +140,35 @@ public final class TunInput: IOHandler, PacketWriter {
             if settings.ipv6 != nil { try nl.replaceDefaultRoute(ipv6: true, index: ifindex, name: dev) }
         }
         if !currentDNS.isEmpty { try publishDNS() }
+    }
+
+    /// Opens the device, with offloads when the config allows and the kernel agrees; when it
+    /// does not, the device is opened again without them and the reason said once.
+    private func openDevice() throws -> Int32 {
+        func open(_ vnet: Bool) throws -> Int32 {
+            let r = clinux_tun_open(settings.name, netnsPath, vnet ? 1 : 0)
+            guard r >= 0 else {
+                throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(String(cString: strerror(-r)))")
+            }
+            return r
+        }
+        guard settings.offload == .auto else {
+            offload = .off(reason: "config")
+            return try open(false)
+        }
+        let fd = try open(true)
+        let wanted = UInt32(CLINUX_TUN_F_CSUM | CLINUX_TUN_F_TSO4 | CLINUX_TUN_F_TSO6 | CLINUX_TUN_F_TSO_ECN)
+        let r = clinux_tun_set_offload(fd, wanted)
+        if r == 0 {
+            offload = .on
+            return fd
+        }
+        // The device goes with its only fd; the plain one takes its name.
+        close(fd)
+        offload = .off(reason: "kernel refused TUNSETOFFLOAD: \(String(cString: strerror(-r)))")
+        Log.warn("tun.offload.unavailable", ["name": settings.name, "reason": offload.description,
+                                              "effect": "plain packets of at most the MTU"])
+        return try open(false)
     }
 
     /// A holder's STATUS: the overlay's addresses, MTU, default routes via its gateways and its
@@ -242,17 +281,37 @@ public final class TunInput: IOHandler, PacketWriter {
     // MARK: I/O
 
     public func handleIO(_ events: UInt32) {
+        let vnet = offload.isOn
         // Bounded batch per wake-up so other descriptors get their turn.
         for _ in 0..<64 {
             let n = read(fd, buffer.baseAddress, buffer.count)
             if n <= 0 { return }
             packetsRead &+= 1
-            netstack.input(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), from: netif)
+            guard vnet else {
+                netstack.input(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), from: netif)
+                continue
+            }
+            guard n > VirtioNetHeader.size, let header = VirtioNetHeader(UnsafeRawBufferPointer(buffer)) else {
+                netstack.countDrop(.truncated, input: netif)
+                continue
+            }
+            let packet = UnsafeMutableRawBufferPointer(rebasing: buffer[VirtioNetHeader.size..<n])
+            if let reason = header.complete(packet) {
+                netstack.countDrop(reason, input: netif)
+                continue
+            }
+            if header.gsoType != VirtioNetHeader.gsoNone { largeSegmentsRead &+= 1 }
+            netstack.input(UnsafeRawBufferPointer(packet), from: netif)
         }
     }
 
-    public func writePacket(_ packet: UnsafeRawBufferPointer) {
+    public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
         guard fd >= 0 else { return }
+        if segmentSize > 0 {
+            writeHeldAck()
+            writeLargeSegment(packet, segmentSize: segmentSize)
+            return
+        }
         if heldAckLength > 0 {
             if PureAck.supersedes(packet, UnsafeRawBufferPointer(rebasing: heldAck[0..<heldAckLength])) {
                 heldAck.baseAddress!.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
@@ -279,10 +338,60 @@ public final class TunInput: IOHandler, PacketWriter {
 
     private func writeNow(_ packet: UnsafeRawBufferPointer) {
         guard fd >= 0 else { return }
-        if write(fd, packet.baseAddress, packet.count) < 0 {
+        let r: Int
+        if offload.isOn {
+            var iov = (iovec(iov_base: plainHeader.baseAddress, iov_len: VirtioNetHeader.size),
+                       iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count))
+            r = withUnsafeMutablePointer(to: &iov) { $0.withMemoryRebound(to: iovec.self, capacity: 2) { writev(fd, $0, 2) } }
+        } else {
+            r = write(fd, packet.baseAddress, packet.count)
+        }
+        if r < 0 {
             writeDrops &+= 1
         } else {
             packetsWritten &+= 1
+        }
+    }
+
+    /// A TCP segment larger than the MTU: the kernel cuts it into `segmentSize` pieces. Its
+    /// headers go from a copy whose checksum field holds the pseudo-header's sum; the payload
+    /// goes from lwIP's segment as it is.
+    private func writeLargeSegment(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
+        guard let (header, seed) = VirtioNetHeader.forLargeTCP(packet, segmentSize: segmentSize),
+              Int(header.headerLength) + VirtioNetHeader.size <= segmentHeaders.count
+        else {
+            writeDrops &+= 1
+            return
+        }
+        let h = Int(header.headerLength)
+        header.write(to: segmentHeaders)
+        let copy = UnsafeMutableRawBufferPointer(rebasing: segmentHeaders[VirtioNetHeader.size ..< VirtioNetHeader.size + h])
+        copy.copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[0..<h]))
+        let field = Int(header.checksumStart) + Int(header.checksumOffset)
+        copy[field] = UInt8(seed >> 8)
+        copy[field + 1] = UInt8(truncatingIfNeeded: seed)
+        var iov = (iovec(iov_base: segmentHeaders.baseAddress, iov_len: VirtioNetHeader.size + h),
+                   iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress! + h), iov_len: packet.count - h))
+        let r = withUnsafeMutablePointer(to: &iov) { $0.withMemoryRebound(to: iovec.self, capacity: 2) { writev(fd, $0, 2) } }
+        if r < 0 {
+            writeDrops &+= 1
+        } else {
+            packetsWritten &+= 1
+            largeSegmentsWritten &+= 1
+        }
+    }
+}
+
+/// The TUN's offloads: on, or off and why (the config, or the kernel's refusal).
+public enum OffloadState: Equatable, CustomStringConvertible {
+    case on
+    case off(reason: String)
+
+    public var isOn: Bool { self == .on }
+    public var description: String {
+        switch self {
+        case .on: return "on (csum, tso4, tso6)"
+        case .off(let reason): return "off (\(reason))"
         }
     }
 }

@@ -5,7 +5,10 @@ import LoftIO
 
 /// Where the stack's outgoing packets go for one input (the TUN, the bridge).
 public protocol PacketWriter: AnyObject {
-    func writePacket(_ packet: UnsafeRawBufferPointer)
+    /// `segmentSize` > 0 only on an input added with `offload`: `packet` is a TCP segment
+    /// larger than the input's MTU, to be cut into pieces of `segmentSize` payload bytes (the
+    /// app's MSS) by whoever delivers it (the kernel, told so in the TUN's offload header).
+    func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int)
 }
 
 /// The lwIP stack: packets in from inputs, TCP flows and UDP associations out to the router's
@@ -38,6 +41,10 @@ public final class Netstack {
         let writer: PacketWriter
         var mtu: Int
         let verifyChecksums: Bool
+        /// TCP segments of up to 64 KiB pass whole both ways, whatever the MTU (TUN offloads).
+        let offload: Bool
+        /// The longest packet the input takes or is given.
+        var packetLimit: Int { offload ? 65535 : mtu }
     }
     var inputs: [Input] = []
 
@@ -91,18 +98,23 @@ public final class Netstack {
     public func setMTU(_ mtu: Int, input: Int) {
         guard inputs.indices.contains(input) else { return }
         inputs[input].mtu = mtu
-        clwip_netif_set_mtu(Int32(input), UInt16(clamping: mtu))
+        clwip_netif_set_mtu(Int32(input), UInt16(clamping: inputs[input].packetLimit))
     }
 
     /// Adds an input; returns its index, used with `input(_:from:)`. `verifyChecksums` checks
     /// transport checksums before lwIP so bad ones are counted (for inputs fed by any process;
     /// the TUN's packets come from the kernel). `receiveWindow`: bytes each TCP flow's app may
     /// send ahead, when more than lwIP's 64 KiB (at most 128 KiB: lwIP's window scale is 1).
-    public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false, receiveWindow: Int = 0) -> Int {
-        let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
+    /// `offload`: the input takes and gives TCP segments of up to 64 KiB whatever its MTU (the
+    /// TUN with TSO): lwIP's netif then never fragments, and large segments leave with the
+    /// app's MSS as their `segmentSize`.
+    public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false, receiveWindow: Int = 0,
+                         offload: Bool = false) -> Int {
+        let input = Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums, offload: offload)
+        let idx = Int(clwip_netif_add(UInt16(clamping: input.packetLimit)))
         precondition(idx == inputs.count, "lwIP netif table full")
         if receiveWindow > 0 { clwip_netif_set_recv_window(Int32(idx), UInt32(clamping: receiveWindow)) }
-        inputs.append(Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums))
+        inputs.append(input)
         inputCounters.append(InputCounters())
         return idx
     }
@@ -128,7 +140,7 @@ public final class Netstack {
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
         let summary: PacketSummary
-        switch PacketSummary.parse(packet, maxLength: inputs[netif].mtu) {
+        switch PacketSummary.parse(packet, maxLength: inputs[netif].packetLimit) {
         case .failure(let reason):
             drop(reason, netif)
             return
@@ -206,10 +218,15 @@ public final class Netstack {
     /// The most a TCP connection can have in flight either way (lwIP's window scale is 1).
     public static let maxWindow = Int(CLWIP_MAX_WINDOW)
 
-    /// The MSS a TCP connection on input `netif` may use: what fits the input's MTU (lwIP's
-    /// own is at most 1460).
-    func largeSegmentMSS(netif: Int, ipv4: Bool) -> UInt16 {
+    /// The MSS that fits the input's MTU (lwIP's own is at most 1460): what a SYN-ACK announces.
+    func mtuMSS(netif: Int, ipv4: Bool) -> UInt16 {
         UInt16(clamping: min(inputs[netif].mtu, 65535) - (ipv4 ? 40 : 60))
+    }
+
+    /// The largest segment lwIP may send a TCP connection on input `netif`: what fits the MTU,
+    /// or 64 KiB on an input with offload (the kernel cuts it to the app's MSS).
+    func largeSegmentMSS(netif: Int, ipv4: Bool) -> UInt16 {
+        UInt16(clamping: inputs[netif].packetLimit - (ipv4 ? 40 : 60))
     }
 
     /// lwIP's SYN-ACK announces its compiled MSS; on an input whose MTU allows more it leaves
@@ -223,7 +240,7 @@ public final class Netstack {
         else { return false }
         let copy = UnsafeMutableRawBufferPointer(rebasing: synAckScratch[0..<p.count])
         copy.copyMemory(from: p)
-        TCPOptions.raiseMSS(in: copy, transportOffset: t, to: largeSegmentMSS(netif: netif, ipv4: v4))
+        TCPOptions.raiseMSS(in: copy, transportOffset: t, to: mtuMSS(netif: netif, ipv4: v4))
         write(UnsafeRawBufferPointer(copy), netif: netif)
         return true
     }
@@ -240,7 +257,19 @@ public final class Netstack {
         tally.bytesOut &+= UInt64(p.count)
         inputCounters[netif].packetsOut &+= 1
         inputCounters[netif].bytesOut &+= UInt64(p.count)
-        inputs[netif].writer.writePacket(p)
+        let input = inputs[netif]
+        input.writer.writePacket(p, segmentSize: input.offload && p.count > input.mtu ? segmentSize(p, netif: netif) : 0)
+    }
+
+    /// The piece size for a TCP segment larger than the input's MTU: the app's MSS (from its
+    /// SYN) where the segment's flow is known, and never more than the MTU holds.
+    private func segmentSize(_ p: UnsafeRawBufferPointer, netif: Int) -> Int {
+        guard case .success(let s) = PacketSummary.parse(p, maxLength: 65535), s.proto == IPProtocol.tcp else { return 0 }
+        let fits = Int(mtuMSS(netif: netif, ipv4: s.version == 4))
+        let key = FlowKey(netif: netif, source: Endpoint(s.destination, s.destinationPort),
+                          destination: Endpoint(s.source, s.sourcePort))
+        guard let flow = tcpFlows[key] else { return fits }
+        return min(Int(flow.appMSS), fits)
     }
 
     // MARK: TCP

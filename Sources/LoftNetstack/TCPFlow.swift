@@ -102,8 +102,10 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     /// Bytes start moving after the batch of packets (`attach`), outside lwIP's accept
     /// callback, where the pcb must not be aborted.
     func accepted(_ pcb: OpaquePointer) -> LwipStream {
-        // Segments as large as the input's MTU and the app allow (lwIP alone stops at 1460).
-        let mss = min(appMSS, stack.largeSegmentMSS(netif: key.netif, ipv4: key.source.address.isIPv4))
+        // Segments as large as the input's MTU and the app allow (lwIP alone stops at 1460);
+        // on an input with offload 64 KiB ones, which the kernel cuts to the app's MSS.
+        let limit = stack.largeSegmentMSS(netif: key.netif, ipv4: key.source.address.isIPv4)
+        let mss = stack.inputs[key.netif].offload ? limit : min(appMSS, limit)
         if mss > 1460 { clwip_tcp_raise_mss(pcb, mss) }
         let s = LwipStream(stack: stack, pcb: pcb)
         stream = s

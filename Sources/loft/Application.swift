@@ -322,12 +322,15 @@ final class Runtime {
         if let t = config.tun {
             let address = tun?.currentIPv4.map { ", \($0)" } ?? ""
             var i = StatusReport.Input(name: "tun", state: tun != nil ? "up" : "down",
-                                       detail: "\(t.name)\(t.netns.map { " in netns \($0)" } ?? " (host)"), mtu \(tun?.currentMTU ?? t.mtu)\(address)")
+                                       detail: "\(t.name)\(t.netns.map { " in netns \($0)" } ?? " (host)"), mtu \(tun?.currentMTU ?? t.mtu)\(address), offload \(tun?.offload.description ?? t.offload.rawValue)")
             if let tun, let ns = netstack {
                 let c = ns.inputCounters[tun.inputIndex]
                 i.packetsIn = c.packetsIn; i.packetsOut = c.packetsOut; i.bytesIn = c.bytesIn; i.bytesOut = c.bytesOut
                 i.drops = drops(c)
                 i.extra = [("write-drops", tun.writeDrops), ("acks-coalesced", tun.acksCoalesced)]
+                if tun.offload.isOn {
+                    i.extra += [("large-segments-in", tun.largeSegmentsRead), ("large-segments-out", tun.largeSegmentsWritten)]
+                }
             }
             r.inputs.append(i)
         } else {

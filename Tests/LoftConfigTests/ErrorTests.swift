@@ -13,7 +13,7 @@ final class ErrorTests: XCTestCase {
 
     func testUnknownKeyInTun() {
         assertError("tun:\n  name: loft0\n  mtuu: 1500\n", at: 3, 3,
-                    "unknown key \"mtuu\" in tun (did you mean \"mtu\"? expected one of: name, netns, mtu, ipv4, ipv6, route-all, dns, icmp)")
+                    "unknown key \"mtuu\" in tun (did you mean \"mtu\"? expected one of: name, netns, mtu, ipv4, ipv6, route-all, dns, icmp, offload)")
     }
 
     func testUnknownKeyInFlowMapping() {
@@ -66,8 +66,15 @@ final class ErrorTests: XCTestCase {
 
     func testTunValueErrors() {
         assertError("tun:\n  mtu: 99999\n", at: 2, 8,
-                    "tun.mtu must be an integer from 1280 to 65535, got 99999")
-        assertError("tun:\n  mtu: 1279\n", at: 2, 8, "tun.mtu", "1280 to 65535", "got 1279")
+                    "tun.mtu must be an integer from 576 to 65535, got 99999")
+        assertError("tun:\n  mtu: 575\n", at: 2, 8, "tun.mtu", "576 to 65535", "got 575")
+        // IPv6 (on by default) needs 1280; without it 576 is allowed.
+        assertError("tun:\n  mtu: 1279\n", at: 2, 8, "tun.mtu must be at least 1280 with IPv6 on", "got 1279")
+        assertError("tun:\n  ipv4: off\n  mtu: 1000\n", at: 3, 8, "tun.mtu must be at least 1280 with IPv6 on")
+        XCTAssertEqual(parseOK("tun:\n  mtu: 576\n  ipv6: off\n")?.tun?.mtu, 576)
+        XCTAssertEqual(parseOK("tun:\n  offload: off\n")?.tun?.offload, .off)
+        XCTAssertEqual(parseOK("tun: {}\n")?.tun?.offload, .auto)
+        assertError("tun:\n  offload: on\n", at: 2, 12, "tun.offload", "auto", "off", "got on")
         assertError("tun:\n  mtu: \"1500\"\n", at: 2, 8, "tun.mtu", "got \"1500\"")
         assertError("tun:\n  mtu: [1500]\n", at: 2, 8, "tun.mtu", "got a list")
         assertError("tun:\n  mtu:\n", at: 2, 7, "tun.mtu", "got an empty value")

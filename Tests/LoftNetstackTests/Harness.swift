@@ -7,7 +7,13 @@ import XCTest
 /// Collects every packet the stack emits towards the input.
 final class TestWriter: PacketWriter {
     var packets: [[UInt8]] = []
-    func writePacket(_ packet: UnsafeRawBufferPointer) { packets.append(Array(packet)) }
+    /// Every packet's length and the `segmentSize` it was written with (0: a plain packet);
+    /// kept when `packets` are taken.
+    var writes: [(length: Int, segmentSize: Int)] = []
+    func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
+        packets.append(Array(packet))
+        writes.append((packet.count, segmentSize))
+    }
 }
 
 /// Sends every flow to one outbound (or drops), counting how often it was asked.
@@ -234,13 +240,13 @@ final class Harness {
     private(set) var input = 0
     private let dead = DeadEvents()
 
-    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500) {
+    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500, offload: Bool = false) {
         loop = try! EventLoop()
         router = TestRouter(decision: .drop(reset: true))
         router.decision = .outbound(outbound)
         let ns = Netstack(loop: loop, router: router, settings: settings)
         netstack = ns
-        input = ns.addInput(mtu: mtu, writer: writer)
+        input = ns.addInput(mtu: mtu, writer: writer, receiveWindow: offload ? Netstack.maxWindow : 0, offload: offload)
         loop.timerHook = { [weak ns] in ns?.runTimers() ?? 1000 }
         loop.addAfterEvents { [weak ns] in ns?.afterEvents() }
     }

@@ -226,6 +226,49 @@ final class LargeSegmentTests: XCTestCase {
         XCTAssertGreaterThan(largest, 1460 * 8, "segments stayed small: \(largest)")
     }
 
+    /// TUN offloads at MTU 1500: the SYN-ACK still announces what fits the MTU, but lwIP sends
+    /// segments of up to 64 KiB, each written with the app's MSS as its piece size, and takes
+    /// the app's 64 KiB segments whole; without offload such a segment is too large.
+    func testOffloadAtMTU1500SendsAndTakesLargeSegments() {
+        let h = Harness(mtu: 1500, offload: true)
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        _ = app.syn()
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
+                         window: 65535, mss: 1400))
+        let stream = h.outbound.streams[0]
+        stream.connect()
+        h.turn()
+        XCTAssertEqual(h.deliver(to: &app).first?.mss, 1460, "announced: what fits the MTU")
+        h.send(app.ackPacket())
+        let data = pattern(300_000, seed: 3)
+        stream.supply(data)
+        h.pumpToApp(&app)
+        assertBytes(app.received, data)
+        let large = h.writer.writes.filter { $0.length > 1500 }
+        XCTAssertGreaterThan(large.map(\.length).max() ?? 0, 1460 * 8, "segments stayed small")
+        XCTAssertTrue(large.allSatisfy { $0.segmentSize == 1400 }, "piece size: the app's MSS: \(large.prefix(3))")
+        XCTAssertTrue(h.writer.writes.filter { $0.length <= 1500 }.allSatisfy { $0.segmentSize == 0 })
+        // The app's TSO: one 40,000-byte segment, taken whole.
+        let upload = pattern(40_000, seed: 4)
+        h.send(app.data(upload))
+        h.turns(3)
+        assertBytes(stream.written, upload)
+        XCTAssertEqual(h.netstack.counters.dropped(.tooLarge), 0)
+    }
+
+    func testWithoutOffloadASegmentLargerThanTheMTUIsDropped() {
+        let h = Harness(mtu: 1500)
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        let stream = h.establish(&app)
+        h.send(app.data(pattern(3000)))
+        h.turns(2)
+        XCTAssertEqual(stream.written.count, 0)
+        XCTAssertEqual(h.netstack.counters.dropped(.tooLarge), 1)
+        XCTAssertTrue(h.writer.writes.allSatisfy { $0.segmentSize == 0 })
+    }
+
     func testMTU1500KeepsLwIPsMSS() {
         let h = Harness()
         defer { h.shutdown() }

@@ -375,12 +375,13 @@ host_snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table 
 #   keys: mtu icmp idle (tcp-idle-timeout) dns netns name log
 loft_config() {
     local name=$1 mtu=1500 icmp=reply idle=2h dns="[$SRV4]" netns=$APP_NS tun=$TUN_NAME log=info kv
+    local offload=${LOFT_TEST_OFFLOAD:-auto}
     shift
     for kv in "$@"; do
         case $kv in
             mtu=*) mtu=${kv#*=} ;; icmp=*) icmp=${kv#*=} ;; idle=*) idle=${kv#*=} ;;
             dns=*) dns=${kv#*=} ;; netns=*) netns=${kv#*=} ;; name=*) tun=${kv#*=} ;;
-            log=*) log=${kv#*=} ;;
+            log=*) log=${kv#*=} ;; offload=*) offload=${kv#*=} ;;
         esac
     done
     cat >"$T_DIR/$name.yaml" <<EOF
@@ -394,6 +395,7 @@ tun:
   route-all: true
   dns: $dns
   icmp: $icmp
+  offload: $offload
 socks5: off
 bridge: off
 limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: $idle, udp-idle-timeout: 60s }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # TCP through loft: 50 MiB downloads and uploads over IPv4 and IPv6 (SHA-256 compared on both
-# ends), half-close both families, 200 concurrent transfers. LOFT_TRANSFER_MTU (1500) sets the
-# TUN's and the veths' MTU; above 1500 also: the app's sockets use the large MSS, and an
-# 8000-byte UDP datagram crosses each way (large-mtu.test.sh runs this at 65535).
+# ends), half-close both families, 200 concurrent transfers, an 8000-byte UDP datagram each way.
+# LOFT_TRANSFER_MTU (1500) sets the TUN's and the veths' MTU; above 1500 also: the app's sockets
+# use the large MSS (large-mtu.test.sh runs this at 65535). The TUN's offloads are on (the
+# default, `offload-state` checks that large segments crossed both ways) unless
+# LOFT_TEST_OFFLOAD=off (offload-off.test.sh: the same bytes without them).
 . "$(dirname "$0")/lib.sh"
 
 MTU=${LOFT_TRANSFER_MTU:-1500}
@@ -38,9 +40,11 @@ sys.stdout.write(reply.decode(errors="replace"))
 EOF
 
 CASES="download-v4-50MiB download-v6-50MiB upload-v4-50MiB upload-v6-50MiB half-close-v4
-half-close-v6 concurrent-200 loft-exit-clean"
-[ "$MTU" -gt 1500 ] && CASES+=" large-mss-v4 large-mss-v6 udp-8000-each-way"
-require_loft "$(loft_config transfer mtu="$MTU")" $CASES || finish
+half-close-v6 concurrent-200 udp-8000-each-way offload-state loft-exit-clean"
+[ "$MTU" -gt 1500 ] && CASES+=" large-mss-v4 large-mss-v6"
+CFG=$(loft_config transfer mtu="$MTU")
+echo "control: $T_DIR/control.sock" >>"$CFG"
+require_loft "$CFG" $CASES || finish
 
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 UP_SHA=$(sha_of "$T_DIR/up")
@@ -85,6 +89,41 @@ upload upload-v6-50MiB "$SRV6"
 halfclose half-close-v4 "$SRV4"
 halfclose half-close-v6 "$SRV6"
 
+# The TUN's offloads as `loft status` shows them, and (when on, below MTU 65535) large segments
+# read and written by the transfers above: 64 KiB segments crossed the smaller device both ways.
+"$LOFT_BIN" status -c "$CFG" --json >"$T_DIR/status.json" 2>&1
+r=$(python3 - "$T_DIR/status.json" "${LOFT_TEST_OFFLOAD:-auto}" "$MTU" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+tun = [i for i in d["inputs"] if i["name"] == "tun"][0]
+c = dict(tun.get("counters", {}))
+want_on = sys.argv[2] != "off"
+if want_on:
+    # At MTU 65535 every segment fits the device: none is large.
+    large = int(sys.argv[3]) >= 65535 or (c.get("large-segments-in", 0) > 0 and c.get("large-segments-out", 0) > 0)
+    ok = "offload on" in tun["detail"] and "large-segments-in" in c and large
+else:
+    ok = "offload off (config)" in tun["detail"] and "large-segments-in" not in c
+print(("ok " if ok else "bad ") + tun["detail"] + " " + json.dumps(c))
+PYEOF
+)
+note "offload-state: $r"
+case $r in ok*) pass offload-state ;; *) fail offload-state "$r" ;; esac
+
+# An 8000-byte datagram each way: to a UDP echo in srv and back (fragments at MTU 1500).
+bg_in "$SRV_NS" udpecho python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((__import__("sys").argv[1], 9003))
+while True:
+    d, a = s.recvfrom(65535); s.sendto(d, a)' "$SRV4"
+wait_listen "$SRV_NS" udp 9003
+r=$(in_app python3 -c '
+import socket, sys, os
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+d = os.urandom(8000); s.sendto(d, (sys.argv[1], 9003))
+r, _ = s.recvfrom(65535); print("same" if r == d else "differs (%d bytes)" % len(r))' "$SRV4" 2>&1 | tail -1)
+if [ "$r" = same ]; then pass udp-8000-each-way; else fail udp-8000-each-way "$r"; fi
+
 if [ "$MTU" -gt 1500 ]; then
     # The app's socket uses an MSS that fits the MTU (ss shows it during a download).
     for v in 4 6; do
@@ -99,19 +138,6 @@ if [ "$MTU" -gt 1500 ]; then
         note "large-mss-v$v: the app's socket has mss ${mss:-?} (MTU $MTU)"
         if [ "${mss:-0}" -gt 1460 ] && [ "${mss:-0}" -ge $((want - 100)) ]; then pass large-mss-v$v; else fail large-mss-v$v "mss '${mss}' (want about $want)"; fi
     done
-    # An 8000-byte datagram each way: to a UDP echo in srv and back.
-    bg_in "$SRV_NS" udpecho python3 -c '
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((__import__("sys").argv[1], 9003))
-while True:
-    d, a = s.recvfrom(65535); s.sendto(d, a)' "$SRV4"
-    wait_listen "$SRV_NS" udp 9003
-    r=$(in_app python3 -c '
-import socket, sys, os
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
-d = os.urandom(8000); s.sendto(d, (sys.argv[1], 9003))
-r, _ = s.recvfrom(65535); print("same" if r == d else "differs (%d bytes)" % len(r))' "$SRV4" 2>&1 | tail -1)
-    if [ "$r" = same ]; then pass udp-8000-each-way; else fail udp-8000-each-way "$r"; fi
 fi
 
 # 200 transfers at once: 256 KiB each from the rate-limited /slow/ (128 KiB/s, so each takes

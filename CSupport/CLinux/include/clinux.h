@@ -6,10 +6,22 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/// Opens /dev/net/tun as IFF_TUN|IFF_NO_PI, nonblocking, named `name`. When `netns_path` is
-/// non-NULL the device is created inside that namespace (the calling thread enters it and
-/// returns to its own before this returns). Returns the fd or -errno.
-int clinux_tun_open(const char *name, const char *netns_path);
+/// Opens /dev/net/tun as IFF_TUN|IFF_NO_PI, nonblocking, named `name`; with `vnet_hdr` also
+/// IFF_VNET_HDR (every packet read or written then starts with a 10-byte virtio_net_hdr). When
+/// `netns_path` is non-NULL the device is created inside that namespace (the calling thread
+/// enters it and returns to its own before this returns). Returns the fd or -errno.
+int clinux_tun_open(const char *name, const char *netns_path, int vnet_hdr);
+
+/// TUNSETOFFLOAD: the TUN_F_* offloads the reader accepts (CLINUX_TUN_F_*). 0 or -errno.
+int clinux_tun_set_offload(int fd, unsigned flags);
+enum {
+    CLINUX_TUN_F_CSUM = 0x01,
+    CLINUX_TUN_F_TSO4 = 0x02,
+    CLINUX_TUN_F_TSO6 = 0x04,
+    CLINUX_TUN_F_TSO_ECN = 0x08,
+    CLINUX_TUN_F_USO4 = 0x20,
+    CLINUX_TUN_F_USO6 = 0x40,
+};
 
 /// epoll: plain-integer wrappers (struct epoll_event is packed, which Swift imports poorly).
 int clinux_epoll_create(void);

@@ -1,0 +1,42 @@
+// The TUN offload header (VirtioNetHeader): any 10 bytes as a header over any packet.
+// Completing a partial checksum either refuses the header or leaves the region from the
+// checksum's start summing to what the seed stood for; a large TCP segment's header and seed,
+// completed the way the kernel does, give a segment whose checksum is valid.
+import LoftCore
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = UnsafeRawBufferPointer(start: data, count: size)
+    guard let header = VirtioNetHeader(input) else { return 0 }
+    var packet = Array(input[VirtioNetHeader.size...])
+    let field = Int(header.checksumStart) + Int(header.checksumOffset)
+    let seedBefore = field + 2 <= packet.count ? UInt16(packet[field]) << 8 | UInt16(packet[field + 1]) : 0
+    let refused = packet.withUnsafeMutableBytes { header.complete($0) }
+    if refused == nil && header.flags & VirtioNetHeader.needsChecksum != 0 {
+        // Completed: the region from the start, with the checksum in it, sums to the seed's
+        // complement (so with the pseudo-header the seed stood for, to zero). 0 and 0xFFFF
+        // are one value.
+        let check = packet.withUnsafeBytes { InternetChecksum.of(UnsafeRawBufferPointer(rebasing: $0[Int(header.checksumStart)...])) }
+        if check != seedBefore && !(check | seedBefore == 0xFFFF && check & seedBefore == 0) {
+            fatalError("completed, but the region sums to \(check), not the seed \(seedBefore)")
+        }
+    }
+    let segment = Int(header.gsoSize)
+    packet.withUnsafeBytes { p in
+        guard let (h, seed) = VirtioNetHeader.forLargeTCP(p, segmentSize: segment) else { return }
+        guard Int(h.headerLength) <= p.count, h.gsoSize == header.gsoSize,
+              Int(h.checksumStart) + 18 <= p.count else { fatalError("header outside the packet: \(h)") }
+        var seeded = Array(p)
+        let field = Int(h.checksumStart) + Int(h.checksumOffset)
+        seeded[field] = UInt8(seed >> 8)
+        seeded[field + 1] = UInt8(truncatingIfNeeded: seed)
+        if seeded.withUnsafeMutableBytes({ h.complete($0) }) != nil { fatalError("its own header refused") }
+        seeded.withUnsafeBytes { q in
+            if case .success(let s) = PacketSummary.parse(q, maxLength: 65535), !s.isLaterFragment,
+               s.proto == IPProtocol.tcp, s.transportOffset == Int(h.checksumStart), !s.transportChecksumIsValid(q) {
+                fatalError("seeded and completed, the checksum is not valid")
+            }
+        }
+    }
+    return 0
+}
