@@ -515,3 +515,9 @@ int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *ga
 }
 
 int clinux_malloc_trim(void) { return malloc_trim(0); }
+
+void clinux_malloc_keep(size_t keep) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, (int)keep);
+    mallopt(M_TOP_PAD, (int)(keep / 8));
+}

@@ -4,24 +4,41 @@ public struct InternetChecksum {
     public init() {}
 
     /// Adds `bytes` as big-endian 16-bit words (an odd last byte is the high half of a word).
-    /// Eight bytes per step: the one's-complement sum of the words read in the machine's own
-    /// order is the byte-swapped sum of the big-endian words (RFC 1071, section 2(B)).
+    /// Eight bytes per step in two accumulators with end-around carry: the one's-complement sum
+    /// of the words read in the machine's own order is the byte-swapped sum of the big-endian
+    /// words (RFC 1071, section 2(B)).
     public mutating func add(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress else { return }
+        @inline(__always) func plus(_ x: UInt64, _ y: UInt64) -> UInt64 {
+            let (s, carry) = x.addingReportingOverflow(y)
+            return s &+ (carry ? 1 : 0)
+        }
         let n = bytes.count
-        var acc: UInt64 = 0   // at most n/4 words of 32 bits: cannot overflow for n < 2^34
+        var a: UInt64 = 0, b: UInt64 = 0
         var i = 0
+        while i + 32 <= n {
+            a = plus(a, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+            b = plus(b, base.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self))
+            a = plus(a, base.loadUnaligned(fromByteOffset: i + 16, as: UInt64.self))
+            b = plus(b, base.loadUnaligned(fromByteOffset: i + 24, as: UInt64.self))
+            i += 32
+        }
+        a = plus(a, b)
         while i + 8 <= n {
-            let w = base.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-            acc &+= (w & 0xFFFF_FFFF) &+ (w >> 32)
+            a = plus(a, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
             i += 8
         }
-        if i + 4 <= n { acc &+= UInt64(base.loadUnaligned(fromByteOffset: i, as: UInt32.self)); i += 4 }
-        if i + 2 <= n { acc &+= UInt64(base.loadUnaligned(fromByteOffset: i, as: UInt16.self)); i += 2 }
-        // A last odd byte is the first byte of a word whose second byte is zero.
-        if i < n { acc &+= UInt64(UInt16(bigEndian: UInt16(bytes[i]) << 8)) }
-        while acc > 0xFFFF { acc = (acc & 0xFFFF) &+ (acc >> 16) }
-        add(UInt16(bigEndian: UInt16(acc)))
+        if i < n {
+            // The last 1...7 bytes, zero-padded, in memory order.
+            var tail: UInt64 = 0
+            withUnsafeMutableBytes(of: &tail) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[i..<n])) }
+            a = plus(a, tail)
+        }
+        a = (a & 0xFFFF_FFFF) &+ (a >> 32)
+        a = (a & 0xFFFF_FFFF) &+ (a >> 32)
+        a = (a & 0xFFFF) &+ (a >> 16)
+        a = (a & 0xFFFF) &+ (a >> 16)
+        add(UInt16(bigEndian: UInt16(truncatingIfNeeded: a)))
     }
 
     public mutating func add(_ word: UInt16) {

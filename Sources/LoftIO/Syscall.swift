@@ -27,6 +27,13 @@ public enum Syscall {
     @discardableResult
     public static func trimHeap() -> Bool { clinux_malloc_trim() == 1 }
 
+    /// At start-up: malloc keeps up to `bytes` of freed memory instead of handing it back at
+    /// every free. Bulk transfers allocate and free 64 KiB segment buffers at line rate; with
+    /// glibc's defaults each round trip shrank and regrew the heap (brk) and faulted its pages
+    /// in again, a quarter of loft's CPU in a one-stream upload (perf, docs/netstack.md).
+    /// `trimHeap` still gives everything back after a flood.
+    public static func keepFreedMemory(upTo bytes: Int) { clinux_malloc_keep(bytes) }
+
     @inline(__always)
     static func failure<T>() -> Result<T, Errno> { .failure(Errno(Glibc.errno)) }
 

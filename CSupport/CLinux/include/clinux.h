@@ -48,6 +48,10 @@ long clinux_raise_nofile(void);
 int clinux_memory(uint64_t *rss, uint64_t *peak);
 /// Gives malloc's free memory back to the system (malloc_trim(0)); 1 if any was released.
 int clinux_malloc_trim(void);
+/// malloc keeps up to `keep` bytes of free memory at the top of its heap instead of returning
+/// it at every free (M_TRIM_THRESHOLD; M_TOP_PAD grows the heap `keep`/8 at a time), and
+/// serves blocks below 1 MiB from the heap, never mmap (a fixed M_MMAP_THRESHOLD).
+void clinux_malloc_keep(size_t keep);
 
 /// errno of the calling thread (Swift's Glibc exposes it, but this keeps the C boundary in one place).
 int clinux_errno(void);

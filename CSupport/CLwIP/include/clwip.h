@@ -131,4 +131,9 @@ typedef struct {
     uint32_t tcp_active, tcp_time_wait, tcp_listen, tcp_bound, udp, netifs;
 } clwip_resources;
 void clwip_get_resources(clwip_resources *out);
+
+/// The checksum lwIP uses for everything (clwip.c replaces liblwip's lwip_standard_chksum with
+/// this one): the one's-complement sum of `len` bytes as 16-bit words in memory order, folded,
+/// not complemented.
+uint16_t clwip_checksum(const void *data, int len);
 #endif
