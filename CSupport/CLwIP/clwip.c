@@ -23,6 +23,7 @@
 typedef struct {
     struct netif netif;
     uint32_t recv_window;  // each accepted pcb's receive window (bytes from the app)
+    uint8_t rcv_scale;     // and the window scale that holds it
 } input_slot;
 
 static clwip_callbacks cb;
@@ -173,6 +174,7 @@ int clwip_netif_add(uint16_t mtu) {
     if (slot_count == MAX_NETIFS) return -1;
     input_slot *s = &slots[slot_count];
     s->recv_window = TCP_WND;
+    s->rcv_scale = TCP_RCV_SCALE;
     ip4_addr_t addr, mask, gw;
     addr.addr = DUMMY_V4;
     mask.addr = 0;
@@ -232,6 +234,10 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     // rcv_wnd is a 32-bit per-pcb counter; the library's TCP_WND is only its starting value
     // and tcp_recved's cap (see clwip_tcp_recved).
     uint32_t recv_window = idx >= 0 && idx < slot_count ? slots[idx].recv_window : 0;
+    // The SYN-ACK announced the input's scale (Netstack rewrote lwIP's 1 on its way out); from
+    // here on every window lwIP sends is shifted by it. Nothing but SYN-ACKs, whose window is
+    // never scaled, left before this callback.
+    if (pcb->flags & TF_WND_SCALE) pcb->rcv_scale = slots[idx].rcv_scale;
     if (recv_window > pcb->rcv_wnd && (pcb->flags & TF_WND_SCALE)) {
         pcb->rcv_wnd = recv_window;
         tcp_update_rcv_ann_wnd(pcb);
@@ -278,17 +284,22 @@ int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len) {
 
 void clwip_tcp_output(clwip_tcp *c) { tcp_output((struct tcp_pcb *)c); }
 
+static uint32_t recv_window_of(const struct tcp_pcb *pcb);
+
 void clwip_tcp_raise_mss(clwip_tcp *c, uint16_t mss) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
     if (mss <= pcb->mss) return;
     pcb->mss = mss;
-    // Two such segments in flight at least: the send buffer grows to what window scale 1
-    // can have outstanding (lwIP starts it at TCP_SND_BUF, a plain counter from then on).
-    if (pcb->snd_buf < CLWIP_MAX_WINDOW) pcb->snd_buf = CLWIP_MAX_WINDOW;
+    // Several such segments in flight: the send buffer grows to the input's receive window,
+    // at least what window scale 1 can have outstanding (lwIP starts it at TCP_SND_BUF, a
+    // plain counter from then on).
+    uint32_t want = recv_window_of(pcb);
+    if (want < 0x1FFFE) want = 0x1FFFE;
+    if (pcb->snd_buf < want) pcb->snd_buf = want;
 }
 
-// tcp_recved caps the window at the library's TCP_WND; a larger one (window scale 1 allows
-// up to 128 KiB) is kept the same way here, with the input's own cap.
+// tcp_recved caps the window at the library's TCP_WND; a larger one (up to CLWIP_MAX_WINDOW
+// with the input's window scale) is kept the same way here, with the input's own cap.
 static uint32_t recv_window_of(const struct tcp_pcb *pcb) {
     if (!(pcb->flags & TF_WND_SCALE)) return TCP_WND;
     for (int i = 0; i < slot_count; i++) {
@@ -319,6 +330,13 @@ void clwip_tcp_recved(clwip_tcp *c, uint32_t len) {
 void clwip_netif_set_recv_window(int idx, uint32_t bytes) {
     if (idx < 0 || idx >= slot_count) return;
     slots[idx].recv_window = bytes > CLWIP_MAX_WINDOW ? CLWIP_MAX_WINDOW : bytes;
+    uint8_t scale = TCP_RCV_SCALE;
+    while (scale < CLWIP_MAX_WINDOW_SCALE && (0xFFFFu << scale) < slots[idx].recv_window) scale++;
+    slots[idx].rcv_scale = scale;
+}
+
+uint8_t clwip_netif_window_scale(int idx) {
+    return idx >= 0 && idx < slot_count ? slots[idx].rcv_scale : TCP_RCV_SCALE;
 }
 
 int clwip_tcp_shutdown_write(clwip_tcp *c) {

@@ -1,6 +1,7 @@
-/// The TCP maximum segment size option: read from an app's SYN, raised in the stack's SYN-ACK.
-/// lwIP announces and takes at most its compiled MSS (1460); on an input with a larger MTU the
-/// netstack announces one that fits the MTU instead (docs/netstack.md, "Large segments").
+/// The TCP maximum segment size and window scale options: read from an app's SYN, rewritten in
+/// the stack's SYN-ACK. lwIP announces and takes at most its compiled MSS (1460) and window
+/// scale (1); on an input with a larger MTU the netstack announces an MSS that fits the MTU, and
+/// on an input with large windows a larger scale (docs/netstack.md, "Large segments").
 public enum TCPOptions {
     /// The MSS option of the TCP header at `tcp` (the header and its options), if present and
     /// well formed. Stops at end-of-list, at a malformed option and at the header's end.
@@ -9,8 +10,17 @@ public enum TCPOptions {
         return UInt16(tcp[at]) << 8 | UInt16(tcp[at + 1])
     }
 
+    /// The window scale option's shift count (RFC 7323), if present and well formed.
+    public static func windowScale(inTCPHeader tcp: UnsafeRawBufferPointer) -> UInt8? {
+        optionOffset(tcp, kind: 3, length: 3).map { tcp[$0] }
+    }
+
     /// Where the MSS value's two bytes are in the header at `tcp`.
-    static func mssOffset(_ tcp: UnsafeRawBufferPointer) -> Int? {
+    static func mssOffset(_ tcp: UnsafeRawBufferPointer) -> Int? { optionOffset(tcp, kind: 2, length: 4) }
+
+    /// Where the value of the first option `kind` is in the header at `tcp`, if that option has
+    /// `length`. Stops at end-of-list, at a malformed option and at the header's end.
+    static func optionOffset(_ tcp: UnsafeRawBufferPointer, kind wanted: UInt8, length wantedLength: Int) -> Int? {
         guard tcp.count >= 20 else { return nil }
         let end = min(Int(tcp[12] >> 4) * 4, tcp.count)
         var o = 20
@@ -21,7 +31,7 @@ public enum TCPOptions {
             guard o + 1 < end else { return nil }
             let len = Int(tcp[o + 1])
             guard len >= 2, o + len <= end else { return nil }
-            if kind == 2 { return len == 4 ? o + 2 : nil }
+            if kind == wanted { return len == wantedLength ? o + 2 : nil }
             o += len
         }
         return nil
@@ -34,32 +44,40 @@ public enum TCPOptions {
     @discardableResult
     public static func raiseMSS(in packet: UnsafeMutableRawBufferPointer, transportOffset t: Int, to mss: UInt16) -> Bool {
         guard t >= 0, t + 20 <= packet.count else { return false }
-        let tcp = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(packet)[t...])
-        guard let at = mssOffset(tcp) else { return false }
-        let old = UInt16(tcp[at]) << 8 | UInt16(tcp[at + 1])
+        guard let at = mssOffset(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(packet)[t...])) else { return false }
+        let old = UInt16(packet[t + at]) << 8 | UInt16(packet[t + at + 1])
         guard old < mss else { return false }
-        packet[t + at] = UInt8(mss >> 8)
-        packet[t + at + 1] = UInt8(mss & 0xFF)
-        guard at % 2 == 0 else {
-            // Not one 16-bit word of the sum (an odd number of NOPs before it): summed again.
-            packet[t + 16] = 0
-            packet[t + 17] = 0
-            guard case .success(let s) = PacketSummary.parse(UnsafeRawBufferPointer(packet), maxLength: packet.count)
-            else { return true }
-            let c = InternetChecksum.transport(source: s.source, destination: s.destination, proto: IPProtocol.tcp,
-                                               segment: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(packet)[t...]))
-            packet[t + 16] = UInt8(c >> 8)
-            packet[t + 17] = UInt8(c & 0xFF)
-            return true
-        }
-        // One 16-bit word of the sum changed.
-        let sum = UInt16(packet[t + 16]) << 8 | UInt16(packet[t + 17])
-        var acc = UInt32(~sum) + UInt32(~old) + UInt32(mss)
-        acc = (acc & 0xFFFF) + (acc >> 16)
-        acc = (acc & 0xFFFF) + (acc >> 16)
-        let new = ~UInt16(acc)
-        packet[t + 16] = UInt8(new >> 8)
-        packet[t + 17] = UInt8(new & 0xFF)
+        set(packet, t, at, UInt8(mss >> 8))
+        set(packet, t, at + 1, UInt8(mss & 0xFF))
         return true
+    }
+
+    /// Sets the window scale option of the TCP segment in `packet` to `shift` (at most 14),
+    /// keeping the TCP checksum right. Nothing changes when there is no such option. Returns
+    /// whether the packet changed.
+    @discardableResult
+    public static func setWindowScale(in packet: UnsafeMutableRawBufferPointer, transportOffset t: Int, to shift: UInt8) -> Bool {
+        guard t >= 0, t + 20 <= packet.count, shift <= 14 else { return false }
+        guard let at = optionOffset(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(packet)[t...]), kind: 3, length: 3),
+              packet[t + at] != shift
+        else { return false }
+        set(packet, t, at, shift)
+        return true
+    }
+
+    /// Writes one byte of the TCP header at `t` and updates its checksum for the 16-bit word
+    /// that byte is part of (RFC 1624: HC' = ~(~HC + ~m + m')).
+    private static func set(_ packet: UnsafeMutableRawBufferPointer, _ t: Int, _ at: Int, _ value: UInt8) {
+        let w = t + (at & ~1)
+        let old = UInt16(packet[w]) << 8 | UInt16(packet[w + 1])
+        packet[t + at] = value
+        let new = UInt16(packet[w]) << 8 | UInt16(packet[w + 1])
+        let sum = UInt16(packet[t + 16]) << 8 | UInt16(packet[t + 17])
+        var acc = UInt32(~sum) + UInt32(~old) + UInt32(new)
+        acc = (acc & 0xFFFF) + (acc >> 16)
+        acc = (acc & 0xFFFF) + (acc >> 16)
+        let c = ~UInt16(acc)
+        packet[t + 16] = UInt8(c >> 8)
+        packet[t + 17] = UInt8(c & 0xFF)
     }
 }

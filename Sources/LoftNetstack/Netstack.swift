@@ -43,6 +43,8 @@ public final class Netstack {
         let verifyChecksums: Bool
         /// TCP segments of up to 64 KiB pass whole both ways, whatever the MTU (TUN offloads).
         let offload: Bool
+        /// The window scale its SYN-ACKs announce (lwIP's compiled one is 1).
+        var windowScale: UInt8 = 1
         /// The longest packet the input takes or is given.
         var packetLimit: Int { offload ? 65535 : mtu }
     }
@@ -110,10 +112,11 @@ public final class Netstack {
     /// app's MSS as their `segmentSize`.
     public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false, receiveWindow: Int = 0,
                          offload: Bool = false) -> Int {
-        let input = Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums, offload: offload)
+        var input = Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums, offload: offload)
         let idx = Int(clwip_netif_add(UInt16(clamping: input.packetLimit)))
         precondition(idx == inputs.count, "lwIP netif table full")
         if receiveWindow > 0 { clwip_netif_set_recv_window(Int32(idx), UInt32(clamping: receiveWindow)) }
+        input.windowScale = clwip_netif_window_scale(Int32(idx))
         inputs.append(input)
         inputCounters.append(InputCounters())
         return idx
@@ -215,7 +218,8 @@ public final class Netstack {
         packet.withUnsafeBytes { emit($0, netif: netif) }
     }
 
-    /// The most a TCP connection can have in flight either way (lwIP's window scale is 1).
+    /// The most a TCP connection can have in flight either way (with the largest window scale
+    /// an input announces; lwIP's own 1 allows 128 KiB).
     public static let maxWindow = Int(CLWIP_MAX_WINDOW)
 
     /// The MSS that fits the input's MTU (lwIP's own is at most 1460): what a SYN-ACK announces.
@@ -229,9 +233,11 @@ public final class Netstack {
         UInt16(clamping: inputs[netif].packetLimit - (ipv4 ? 40 : 60))
     }
 
-    /// lwIP's SYN-ACK announces its compiled MSS; on an input whose MTU allows more it leaves
-    /// with one that fits the MTU (the app then sends large segments, which lwIP takes whole).
-    private func announceLargeMSS(_ p: UnsafeRawBufferPointer, netif: Int) -> Bool {
+    /// lwIP's SYN-ACK announces its compiled MSS and window scale; on an input whose MTU allows
+    /// more it leaves with an MSS that fits the MTU (the app then sends large segments, which
+    /// lwIP takes whole), and on an input with a larger receive window with the scale that
+    /// holds it (set on the connection in lwIP's accept callback).
+    private func rewriteSynAck(_ p: UnsafeRawBufferPointer, netif: Int) -> Bool {
         guard p.count >= 40, p.count <= synAckScratch.count else { return false }
         let v4 = p[0] >> 4 == 4
         let t = v4 ? Int(p[0] & 0x0F) * 4 : 40
@@ -240,15 +246,18 @@ public final class Netstack {
         else { return false }
         let copy = UnsafeMutableRawBufferPointer(rebasing: synAckScratch[0..<p.count])
         copy.copyMemory(from: p)
-        TCPOptions.raiseMSS(in: copy, transportOffset: t, to: mtuMSS(netif: netif, ipv4: v4))
+        if inputs[netif].mtu > 1500 { TCPOptions.raiseMSS(in: copy, transportOffset: t, to: mtuMSS(netif: netif, ipv4: v4)) }
+        TCPOptions.setWindowScale(in: copy, transportOffset: t, to: inputs[netif].windowScale)
         write(UnsafeRawBufferPointer(copy), netif: netif)
         return true
     }
 
     /// Every packet towards an input (lwIP's, and loft's own replies).
     func emit(_ p: UnsafeRawBufferPointer, netif: Int) {
-        // Only inputs above 1500 raise lwIP's MSS (and then only in SYN-ACKs).
-        if inputs[netif].mtu > 1500 && announceLargeMSS(p, netif: netif) { return }
+        // Only inputs above 1500 raise lwIP's MSS, and inputs with large windows its window
+        // scale (and then only in SYN-ACKs).
+        let input = inputs[netif]
+        if (input.mtu > 1500 || input.windowScale > 1) && rewriteSynAck(p, netif: netif) { return }
         write(p, netif: netif)
     }
 

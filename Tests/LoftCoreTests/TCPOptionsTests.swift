@@ -64,4 +64,26 @@ final class TCPOptionsTests: XCTestCase {
         XCTAssertEqual(p, before)
         XCTAssertFalse(p.withUnsafeMutableBytes { TCPOptions.raiseMSS(in: $0, transportOffset: 60, to: 9000) })
     }
+
+    /// lwIP's SYN-ACK with its window scale 1, at an odd and an even position: set to 3, the
+    /// checksum stays valid and the MSS is untouched; no option, or already 3: nothing changes.
+    func testSetsWindowScaleKeepingTheChecksum() {
+        for (options, v6) in [([2, 4, 0x05, 0xb4, 1, 3, 3, 1], false),        // odd: lwIP's layout
+                              ([2, 4, 0x05, 0xb4, 3, 3, 1, 1], true),         // even
+                              ([1, 1, 3, 3, 1, 2, 4, 0xff, 0xd7], false)] as [([UInt8], Bool)] {
+            var p = synAck(v6: v6, options: options)
+            let t = v6 ? 40 : 20
+            let mss = p.withUnsafeBytes { TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: $0[t...])) }
+            XCTAssertTrue(p.withUnsafeMutableBytes { TCPOptions.setWindowScale(in: $0, transportOffset: t, to: 3) })
+            XCTAssertEqual(p.withUnsafeBytes { TCPOptions.windowScale(inTCPHeader: UnsafeRawBufferPointer(rebasing: $0[t...])) }, 3)
+            check(p, expectMSS: mss)
+            XCTAssertFalse(p.withUnsafeMutableBytes { TCPOptions.setWindowScale(in: $0, transportOffset: t, to: 3) })
+            XCTAssertFalse(p.withUnsafeMutableBytes { TCPOptions.setWindowScale(in: $0, transportOffset: t, to: 15) }, "above 14")
+        }
+        var none = synAck(options: [2, 4, 0x05, 0xb4])
+        let before = none
+        XCTAssertFalse(none.withUnsafeMutableBytes { TCPOptions.setWindowScale(in: $0, transportOffset: 20, to: 3) })
+        XCTAssertEqual(none, before)
+        XCTAssertNil(synAck(options: [3, 2, 1, 1]).withUnsafeBytes { TCPOptions.windowScale(inTCPHeader: UnsafeRawBufferPointer(rebasing: $0[20...])) })
+    }
 }

@@ -10,8 +10,9 @@ struct Segment: CustomStringConvertible {
     var flags: UInt8
     var window: UInt16
     var payload: [UInt8]
-    /// The MSS option, when present (SYNs).
+    /// The MSS and window scale options, when present (SYNs).
     var mss: UInt16?
+    var windowScale: UInt8?
 
     var isSYN: Bool { flags & PacketSummary.tcpSYN != 0 }
     var isACK: Bool { flags & PacketSummary.tcpACK != 0 }
@@ -35,8 +36,9 @@ struct Segment: CustomStringConvertible {
             let t = s.transportOffset
             let dataOffset = Int(p[t + 12] >> 4) * 4
             var mss: UInt16?
+            var windowScale: UInt8?
             var o = t + 20
-            // Options: only MSS is read; NOP and end-of-list are skipped.
+            // Options: MSS and window scale are read; NOP and end-of-list are skipped.
             while o < t + dataOffset {
                 let kind = p[o]
                 if kind == 0 { break }
@@ -44,12 +46,13 @@ struct Segment: CustomStringConvertible {
                 guard o + 1 < t + dataOffset else { break }
                 let len = Int(p[o + 1])
                 if kind == 2 && len == 4 { mss = UInt16(p[o + 2]) << 8 | UInt16(p[o + 3]) }
+                if kind == 3 && len == 3 { windowScale = p[o + 2] }
                 o += max(len, 2)
             }
             return Segment(source: Endpoint(s.source, s.sourcePort), destination: Endpoint(s.destination, s.destinationPort),
                            seq: be32(p, t + 4), ack: be32(p, t + 8), flags: p[t + 13],
                            window: UInt16(p[t + 14]) << 8 | UInt16(p[t + 15]),
-                           payload: Array(p[(t + dataOffset)...]), mss: mss)
+                           payload: Array(p[(t + dataOffset)...]), mss: mss, windowScale: windowScale)
         }
     }
 }
@@ -68,8 +71,8 @@ private func put32(_ b: inout [UInt8], _ i: Int, _ v: UInt32) {
 
 /// A whole IPv4/IPv6 TCP packet from `source` to `destination`, checksums filled in.
 func tcpPacket(from source: Endpoint, to destination: Endpoint, seq: UInt32, ack: UInt32, flags: UInt8,
-               window: UInt16, payload: [UInt8] = [], mss: UInt16? = nil) -> [UInt8] {
-    let optionBytes = mss == nil ? 0 : 4
+               window: UInt16, payload: [UInt8] = [], mss: UInt16? = nil, windowScale: UInt8? = nil) -> [UInt8] {
+    let optionBytes = (mss == nil ? 0 : 4) + (windowScale == nil ? 0 : 4)
     var t = [UInt8](repeating: 0, count: 20 + optionBytes)
     put16(&t, 0, source.port)
     put16(&t, 2, destination.port)
@@ -78,9 +81,14 @@ func tcpPacket(from source: Endpoint, to destination: Endpoint, seq: UInt32, ack
     t[12] = UInt8((20 + optionBytes) / 4) << 4
     t[13] = flags
     put16(&t, 14, window)
+    var o = 20
     if let mss {
-        t[20] = 2; t[21] = 4
-        put16(&t, 22, mss)
+        t[o] = 2; t[o + 1] = 4
+        put16(&t, o + 2, mss)
+        o += 4
+    }
+    if let windowScale {
+        t[o] = 1; t[o + 1] = 3; t[o + 2] = 3; t[o + 3] = windowScale
     }
     t += payload
     let sum = t.withUnsafeBytes {

@@ -257,6 +257,34 @@ final class LargeSegmentTests: XCTestCase {
         XCTAssertEqual(h.netstack.counters.dropped(.tooLarge), 0)
     }
 
+    /// An input with a 512 KiB receive window: lwIP's SYN-ACK leaves announcing window scale 3
+    /// (not its compiled 1, checksum still valid), its later windows are shifted by 3, and the
+    /// app may have 512 KiB in flight: eight 64 KiB segments sent back to back are all taken.
+    func testLargeWindowAnnouncesItsScaleAndTakesWhatItAnnounced() {
+        let h = Harness(mtu: 1500, offload: true)
+        defer { h.shutdown() }
+        XCTAssertEqual(Netstack.maxWindow, 0xFFFF << 3)
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        _ = app.syn()
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
+                         window: 65535, mss: 1460, windowScale: 7))
+        let stream = h.outbound.streams[0]
+        stream.connect()
+        h.turn()
+        let synAck = h.deliver(to: &app)
+        XCTAssertEqual(synAck.first?.windowScale, 3, "\(synAck)")
+        h.send(app.ackPacket())
+        h.turns(2)
+        let segments = h.deliver(to: &app)
+        let announced = Int(app.peerWindow) << 3
+        XCTAssertGreaterThan(announced, 0x1FFFE, "window after the handshake: \(app.peerWindow) << 3, \(segments)")
+        let upload = pattern(8 * 65_000, seed: 5)
+        h.send(batch: stride(from: 0, to: upload.count, by: 65_000).map { app.data(Array(upload[$0 ..< $0 + 65_000])) })
+        h.turns(3)
+        assertBytes(stream.written, upload)
+        XCTAssertEqual(h.netstack.counters.dropped(.tcpOutOfWindow), 0)
+    }
+
     func testWithoutOffloadASegmentLargerThanTheMTUIsDropped() {
         let h = Harness(mtu: 1500)
         defer { h.shutdown() }

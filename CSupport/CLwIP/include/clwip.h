@@ -46,6 +46,9 @@ void clwip_netif_set_mtu(int idx, uint16_t mtu);
 /// The receive window of connections accepted on input `idx` from now on (bytes the app may
 /// send ahead), when larger than TCP_WND; at most 0x1FFFE (window scale 1).
 void clwip_netif_set_recv_window(int idx, uint32_t bytes);
+/// The window scale the input's connections use: the smallest that holds its receive window
+/// (lwIP's compiled 1 up to 128 KiB). Its SYN-ACKs must announce it (lwIP's announce 1).
+uint8_t clwip_netif_window_scale(int idx);
 
 /// What clwip_input says of a packet it did not give lwIP.
 enum {
@@ -80,10 +83,13 @@ uint32_t clwip_tcp_sndbuf(clwip_tcp *pcb);
 int clwip_tcp_write(clwip_tcp *pcb, const void *data, uint32_t len);
 /// Sends what is queued.
 void clwip_tcp_output(clwip_tcp *pcb);
-/// The most bytes a connection can have in flight either way: lwIP's window scale is 1.
-#define CLWIP_MAX_WINDOW 0x1FFFE
+/// The largest window scale an input may announce (lwIP's own is 1), and the most bytes a
+/// connection can then have in flight either way: 512 KiB (8 segments of 64 KiB).
+#define CLWIP_MAX_WINDOW_SCALE 3
+#define CLWIP_MAX_WINDOW (0xFFFFu << CLWIP_MAX_WINDOW_SCALE)
 /// Raises the connection's MSS above lwIP's compiled 1460 (an input whose MTU allows larger
-/// segments; the app announced at least this much), and its send buffer to CLWIP_MAX_WINDOW.
+/// segments; the app announced at least this much), and its send buffer to its input's
+/// receive window (at least 128 KiB).
 /// Call from the accepted callback: lwIP sets the initial congestion window from the MSS
 /// right after it. Never lowers the MSS.
 void clwip_tcp_raise_mss(clwip_tcp *pcb, uint16_t mss);
