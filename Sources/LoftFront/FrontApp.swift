@@ -10,7 +10,7 @@ public enum FrontApp {
         Log.threshold = settings.log.threshold
         let nofile = clinux_raise_nofile()
         let loop: EventLoop
-        Syscall.keepFreedMemory(upTo: 8 << 20)
+        Syscall.keepFreedMemory(upTo: 2 << 20)
         do { loop = try EventLoop() } catch { Log.error("start-failed", ["error": error]); return 1 }
         // Before any thread exists, so that every thread keeps the signals blocked.
         let signals = FrontSignals(loop: loop)

@@ -375,7 +375,7 @@ host_snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table 
 #   keys: mtu icmp idle (tcp-idle-timeout) dns netns name log
 loft_config() {
     local name=$1 mtu=1500 icmp=reply idle=2h dns="[$SRV4]" netns=$APP_NS tun=$TUN_NAME log=info kv
-    local offload=${LOFT_TEST_OFFLOAD:-auto}
+    local offload=${LOFT_TEST_OFFLOAD:-}
     shift
     for kv in "$@"; do
         case $kv in
@@ -394,8 +394,8 @@ tun:
   ipv6: fd00:18::1/126
   route-all: true
   dns: $dns
-  icmp: $icmp
-  offload: $offload
+  icmp: $icmp${offload:+
+  offload: $offload}
 socks5: off
 bridge: off
 limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: $idle, udp-idle-timeout: 60s }
