@@ -154,23 +154,37 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         return room
     }
 
+    /// Takes bytes while the output buffer has room, handing a full buffer to TLS as it goes:
+    /// a short write happens only when the socket is full, so the connection's next flush
+    /// (on the socket's writable event) reports the room back. (Returning short while the
+    /// socket had taken everything left the caller waiting for an event that never came: a
+    /// 64 KiB segment from the TUN's offload is larger than the buffer.)
     public func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
         guard let c = conn, isConnected, c.isOpen, !c.writeShut, !eof else { return -1 }
         if c.outTail < c.outCap - c.pending { c.compactOutput() }
         var put = 0
         var total = 0
-        for i in 0..<count {
-            let len = segments[i].iov_len
-            total += len
-            let take = min(len, c.outTail)
-            if take > 0, let base = segments[i].iov_base {
+        for i in 0..<count { total += segments[i].iov_len }
+        outer: for i in 0..<count {
+            guard var base = segments[i].iov_base else { continue }
+            var left = segments[i].iov_len
+            while left > 0 {
+                if c.outTail == 0 {
+                    c.flush()
+                    guard c.isOpen, c.pending == 0 else { break outer }
+                    c.compactOutput()
+                    if c.outTail == 0 { break outer }
+                }
+                let take = min(left, c.outTail)
                 (c.output + c.outEnd).copyMemory(from: base, byteCount: take)
                 c.outEnd += take
                 put += take
+                left -= take
+                base += take
             }
         }
-        if put > 0 { c.flush() }
         if put < total { wantWritable = true }
+        if put > 0 { c.flush() }
         return put
     }
 
