@@ -1,3 +1,4 @@
+import CNgtcp2
 import LoftCore
 import LoftIO
 
@@ -6,6 +7,7 @@ public enum CarrierKind: String, Sendable, CaseIterable {
     case ws
     case get
     case h2
+    case quic
 }
 
 /// Why a carrier ended. A carrier closed with `close()` or `abort()` by its own embedder reports
@@ -154,6 +156,8 @@ public final class CarrierClient {
     public let options: CarrierClientOptions
     let runtime: CarrierRuntime
     let context: TLSContext
+    /// quic: GnuTLS credentials (the CA file, pin or insecure), for every connection.
+    private(set) var quicCreds: OpaquePointer?
 
     public init(_ options: CarrierClientOptions, runtime: CarrierRuntime) throws {
         guard options.path.hasPrefix("/"), !options.path.contains("?"), !options.path.contains(" ") else {
@@ -162,6 +166,19 @@ public final class CarrierClient {
         self.options = options
         self.runtime = runtime
         context = try TLSContext(client: options.tls, alpn: options.kind == .h2 ? ["h2"] : ["http/1.1"])
+        if options.kind == .quic {
+            var err = [CChar](repeating: 0, count: 256)
+            let pin = options.tls.pinSHA256
+            let c = pin.withOptionalBytes { p in
+                cquic_client_creds_new(options.tls.caFile, p, options.tls.insecure ? 1 : 0, &err, err.count)
+            }
+            guard let c else { throw TLSError("quic: \(cText(err))") }
+            quicCreds = c
+        }
+    }
+
+    deinit {
+        if let quicCreds { cquic_creds_free(quicCreds) }
     }
 
     /// Starts a connection; its outcome arrives as `carrierConnected` or `carrier(_:closed:)`
@@ -178,6 +195,10 @@ public final class CarrierClient {
             return c
         case .h2:
             let c = H2Carrier(client: self, delegate: delegate)
+            c.start()
+            return c
+        case .quic:
+            let c = QuicCarrier(client: self, delegate: delegate)
             c.start()
             return c
         }
@@ -199,3 +220,4 @@ func describeTLS(_ c: TLSConnection?) -> String {
     let a = c.alpn
     return "\(c.tlsVersion) \(c.tlsCipher)" + (a.isEmpty ? "" : " alpn=\(a)")
 }
+

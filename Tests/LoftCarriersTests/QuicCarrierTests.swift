@@ -1,0 +1,101 @@
+import Foundation
+@testable import LoftCarriers
+import LoftCore
+import LoftIO
+import LoftTestSupport
+import XCTest
+
+/// The quic carrier: client ↔ front's QUIC listener on 127.0.0.1 (UDP, the TCP listener's port
+/// number), with the test PKI.
+final class QuicCarrierTests: XCTestCase {
+    static let mib = 1 << 20
+
+    func testTransferBothWaysWithSHA256() throws {
+        let size = 16 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        XCTAssertEqual(listener.quicEndpoint?.port, listener.localEndpoint.port)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        var closing = false
+        var tls = ""
+        let start = monotonicMilliseconds()
+        var elapsed: UInt64 = 0
+        let ok = h.run(seconds: 120) {
+            if tls.isEmpty && carrier.isOpen { tls = carrier.tlsDescription }
+            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
+            if !closing && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
+                elapsed = monotonicMilliseconds() - start
+                closing = true
+                carrier.close()
+            }
+            return closing && server.closedReason != nil || peer.closedReason != nil
+        }
+        XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
+        XCTAssertNil(peer.closedReason)
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(server.received, size)
+        XCTAssertEqual(peer.received, size)
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest, "client → server SHA-256")
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest, "server → client SHA-256")
+        XCTAssertEqual(server.closedReason, .closed)
+        XCTAssertTrue(tls.hasPrefix("QUICv1 TLSv1.3 ") && tls.hasSuffix("alpn=loft"), tls)
+        XCTAssertEqual(acceptor.carriers.first?.kind, .quic)
+        print("carrier quic: \(size / Self.mib) MiB each way in \(elapsed) ms")
+        listener.close()
+    }
+
+    func testWrongCAFailsTheHandshake() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        // The server certificate's name is front.test: another name must fail verification.
+        let client = try h.client(.quic, port: listener.localEndpoint.port,
+                                  tls: TLSClientOptions(serverName: "other.test", caFile: TestPKI.shared.ca))
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.closedReason != nil })
+        guard case .tls(let why)? = r.closedReason else { return XCTFail("\(String(describing: r.closedReason))") }
+        XCTAssertFalse(r.connected)
+        XCTAssertTrue(acceptor.carriers.isEmpty)
+        print("wrong name: \(why)")
+        _ = carrier
+        listener.close()
+    }
+
+    func testPinAndInsecure() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let good = try XCTUnwrap(TLSClientOptions.parsePin(try TLSContext.pin(ofCertificateFile: TestPKI.shared.cert)))
+        var bad = good
+        bad[0] ^= 1
+        for (tls, expectUp) in [(TLSClientOptions(serverName: "front.test", pinSHA256: good), true),
+                                (TLSClientOptions(serverName: "front.test", pinSHA256: bad), false),
+                                (TLSClientOptions(serverName: "whatever", insecure: true), true)] {
+            let client = try h.client(.quic, port: listener.localEndpoint.port, tls: tls)
+            let r = Recorder()
+            let carrier = client.dial(delegate: r)
+            XCTAssertTrue(h.run(seconds: 10) { r.connected || r.closedReason != nil })
+            XCTAssertEqual(r.connected, expectUp, "\(tls): \(String(describing: r.closedReason))")
+            carrier.abort()
+        }
+        listener.close()
+    }
+
+    func testNoServerIsAConnectFailureOrTimeout() throws {
+        let h = try Harness()
+        let client = try h.client(.quic, port: 9)   // nothing listens on udp/9
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.closedReason != nil })
+        switch r.closedReason {
+        case .connectFailed?, .timeout?: break
+        default: XCTFail("\(String(describing: r.closedReason))")
+        }
+        _ = carrier
+    }
+}
