@@ -329,10 +329,12 @@ public final class FrontServer: CarrierListenerDelegate {
             s.streamsOpen += c.openStreams
             s.associationsOpen += c.openAssociations
         }
-        if let l = listener?.stats {
-            s.handshakesFailed = UInt64(l.handshakeFailed)
+        if let l = listener?.stats, let q = listener?.quicStats {
+            s.handshakesFailed = UInt64(l.handshakeFailed + q.handshakeFailed)
             s.handshakesEvicted = UInt64(l.evicted)
             s.requestsRejected = UInt64(l.rejected)
+            s.quicInitialsRefused = UInt64(q.refused)
+            s.quicPacketsDropped = UInt64(q.dropped)
         }
         return s
     }

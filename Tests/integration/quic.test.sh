@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The quic carrier end to end (root, namespaces): app namespace → TUN → loft → quic carrier
+# (QUIC v1, TLS 1.3 with ALPN loft, the test CA; the session on the connection's first
+# bidirectional stream) → loft-front on 127.0.0.1 (UDP, the TCP listener's port number) → the
+# srv namespace. The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6
+# (SHA-256 on both ends), 100 concurrent transfers, DNS, then loft-front killed with SIGKILL
+# and restarted (RESUME: same instance, same overlay address) and `loft path-changed`
+# (RESUME), and the same front port still serving h2 over TCP beside quic.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/holder-lib.sh"
+
+echo "carriers: [h2, quic]" >>"$T_DIR/front.yaml"
+if ! front_start; then
+    fail front-start "loft-front did not start"
+    finish
+fi
+if ss -Huln "sport = :$FRONT_PORT" | grep -q .; then pass front-quic-udp-listener
+else fail front-quic-udp-listener "no UDP socket on :$FRONT_PORT"; fi
+
+carrier=quic
+LOFT_CFG=$(holder_config holder-quic quic)
+CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload-v4-50MiB quic-upload-v6-50MiB
+quic-concurrent-100 quic-dns-v4 quic-dns-v6 quic-resume-after-front-kill quic-resume-same-overlay
+quic-transfer-after-resume quic-path-changed-resume quic-exit-clean"
+if require_loft "$LOFT_CFG" $CASES; then
+    if wait_state up 15; then
+        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default); mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
+        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* && $mtu == "mtu 1400" ]] \
+            && grep -q "nameserver $SRV4" "/etc/netns/$APP_NS/resolv.conf" && [[ $(field 'o["detail"]') == "quic QUICv1 TLSv1.3 "*"alpn=loft"* ]]; then
+            pass quic-session-up; note "quic: overlay $a4, $r, $mtu; $(field 'o["detail"]')"
+        else
+            fail quic-session-up "TUN not set from STATUS: addr $a4, route '$r', $mtu, detail $(field 'o["detail"]')"
+        fi
+    else
+        fail quic-session-up "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
+    fi
+    download quic-download-v4-50MiB "http://$SRV4/big"
+    download quic-download-v6-50MiB "http://[$SRV6]/big"
+    upload quic-upload-v4-50MiB "$SRV4"
+    upload quic-upload-v6-50MiB "$SRV6"
+    concurrent quic-concurrent-100 100
+    dns quic-dns-v4 "$SRV4" A "$DNS_A"
+    dns quic-dns-v6 "$SRV6" AAAA "$DNS_AAAA"
+
+    id0=$(instance); a0=$(tun_addr4)
+    front_kill
+    wait_state down 10 || note "state after kill: $(field 'o["state"]')"
+    front_start
+    if wait_state up 20; then
+        id1=$(instance); a1=$(tun_addr4); res=$(field 'c["resumes"]')
+        if [ "$id1" = "$id0" ] && [ "${res:-0}" -ge 1 ]; then pass quic-resume-after-front-kill
+        else fail quic-resume-after-front-kill "instance $id0 -> $id1, resumes $res"; fi
+        if [ "$a1" = "$a0" ]; then pass quic-resume-same-overlay; else fail quic-resume-same-overlay "address $a0 -> $a1"; fi
+    else
+        fail quic-resume-after-front-kill "not up again after the restart: $(field 'o["detail"]')"
+        fail quic-resume-same-overlay "not up"
+    fi
+    download quic-transfer-after-resume "http://$SRV4/big"
+
+    r0=$(field 'c["resumes"]')
+    "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1
+    sleep 0.5
+    if wait_state up 10 && [ "$(field 'c["resumes"]')" -gt "$r0" ] && [ "$(instance)" = "$id0" ] && [ "$(tun_addr4)" = "$a0" ]; then
+        pass quic-path-changed-resume
+    else
+        fail quic-path-changed-resume "resumes $r0 -> $(field 'c["resumes"]'), state $(field 'o["state"]')"
+    fi
+    loft_stop_clean quic-exit-clean
+fi
+
+# --- the same port number serves h2 over TCP beside quic ------------------------------------
+LOFT_CFG=$(holder_config holder-h2 h2)
+CASES="h2-beside-quic h2-beside-quic-exit-clean"
+if require_loft "$LOFT_CFG" $CASES; then
+    if wait_state up 15 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html" \
+        && [[ $(field 'o["detail"]') == *"alpn=h2"* ]]; then pass h2-beside-quic
+    else fail h2-beside-quic "state $(field 'o["state"]'), $(field 'o["detail"]')"; fi
+    loft_stop_clean h2-beside-quic-exit-clean
+fi
+
+front_kill
+finish
