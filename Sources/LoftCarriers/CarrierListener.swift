@@ -377,9 +377,9 @@ public final class CarrierListener: IOHandler {
     }
 
     /// The quic side's counters (Initials accepted and refused, handshakes failed).
-    public var quicStats: (accepted: Int, refused: Int, dropped: Int, handshakeFailed: Int) {
+    public var quicStats: (accepted: Int, evicted: Int, dropped: Int, handshakeFailed: Int) {
         guard let s = quic?.stats else { return (0, 0, 0, 0) }
-        return (s.accepted, s.refused, s.dropped, s.handshakeFailed)
+        return (s.accepted, s.evicted, s.dropped, s.handshakeFailed)
     }
 
     func forget(_ c: GetServerCarrier) {

@@ -312,6 +312,8 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var routes: [QuicCID: QuicCarrier] = [:]
     private var handshaking: [ObjectIdentifier: QuicCarrier] = [:]
     private var handshakesPerSource: [IPAddress: Int] = [:]
+    /// The same, oldest first (at most maxPendingHandshakes).
+    private var handshakeOrder: [QuicCarrier] = []
     private var secret = [UInt8](repeating: 0, count: 32)
     private var wantsWrite = false
     private var blocked: [QuicConnection] = []
@@ -362,6 +364,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         fd = -1
         for c in Array(handshaking.values) { c.abort() }
         handshaking.removeAll()
+        handshakeOrder.removeAll()
     }
 
     func handleIO(_ events: UInt32) {
@@ -397,8 +400,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         }
         guard cquic_peek_initial(base, p.count, &dcid, &len) == 1 else { stats.dropped += 1; return }
         let source = from.endpoint?.address
-        guard handshaking.count < maxPendingHandshakes else { stats.refused += 1; return }
-        if let source, (handshakesPerSource[source] ?? 0) >= maxPendingPerSource { stats.refused += 1; return }
+        makeRoom(for: source)
         let carrier = QuicCarrier(server: self, peer: from.endpoint)
         guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: quicALPN, secret: secret,
                                             local: localAddress, remote: from, packet: p, limits: QuicLimits(),
@@ -410,6 +412,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         carrier.attach(q)
         stats.accepted += 1
         handshaking[ObjectIdentifier(carrier)] = carrier
+        handshakeOrder.append(carrier)
         if let source { handshakesPerSource[source, default: 0] += 1 }
         q.receive(p, from: from, at: localAddress)
     }
@@ -440,8 +443,24 @@ final class QuicListener: IOHandler, QuicPacketSink {
         }
     }
 
+    /// As the TCP listener does: a new Initial always gets in. Past its address's share it
+    /// takes the place of that address's oldest handshake, with every slot taken of the oldest
+    /// of all (`evicted`); established connections never compete with handshakes.
+    private func makeRoom(for source: IPAddress?) {
+        var victim: QuicCarrier?
+        if let source, (handshakesPerSource[source] ?? 0) >= maxPendingPerSource {
+            victim = handshakeOrder.first { $0.peer?.address == source }
+        } else if handshaking.count >= maxPendingHandshakes {
+            victim = handshakeOrder.first
+        }
+        guard let v = victim, leaveHandshake(v) else { return }
+        stats.evicted += 1
+        v.abort()
+    }
+
     private func leaveHandshake(_ c: QuicCarrier) -> Bool {
         guard handshaking.removeValue(forKey: ObjectIdentifier(c)) != nil else { return false }
+        if let i = handshakeOrder.firstIndex(where: { $0 === c }) { handshakeOrder.remove(at: i) }
         if let a = c.peer?.address {
             let n = (handshakesPerSource[a] ?? 1) - 1
             handshakesPerSource[a] = n > 0 ? n : nil
@@ -472,6 +491,6 @@ struct QuicListenerStats {
     var packets = 0
     var dropped = 0
     var accepted = 0
-    var refused = 0
+    var evicted = 0
     var handshakeFailed = 0
 }

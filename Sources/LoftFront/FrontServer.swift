@@ -331,9 +331,8 @@ public final class FrontServer: CarrierListenerDelegate {
         }
         if let l = listener?.stats, let q = listener?.quicStats {
             s.handshakesFailed = UInt64(l.handshakeFailed + q.handshakeFailed)
-            s.handshakesEvicted = UInt64(l.evicted)
+            s.handshakesEvicted = UInt64(l.evicted + q.evicted)
             s.requestsRejected = UInt64(l.rejected)
-            s.quicInitialsRefused = UInt64(q.refused)
             s.quicPacketsDropped = UInt64(q.dropped)
         }
         return s
