@@ -109,6 +109,14 @@ public protocol Carrier: AnyObject {
     func close()
     /// Immediate close, nothing more is sent.
     func abort()
+    /// Client: moves the connection to a new local socket (the host's path changed) without
+    /// ending it. False when the carrier cannot (every carrier over TCP); otherwise `done`
+    /// runs once, on the loop, with the outcome of the new path's validation.
+    func migrate(_ done: @escaping (Bool) -> Void) -> Bool
+}
+
+extension Carrier {
+    public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
 }
 
 /// Where and how a client dials.

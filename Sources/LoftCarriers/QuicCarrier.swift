@@ -107,6 +107,62 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
         }
     }
 
+    // MARK: migration (client)
+
+    /// The socket before the last migration: read for a while (packets already on their way
+    /// to it), then closed.
+    private var oldFD: Int32 = -1
+    private var oldLocal = SocketAddress()
+
+    /// A new UDP socket towards the same front (the kernel picks the source address of the
+    /// new default route); QUIC moves the connection to it and validates the path.
+    func migrate(_ done: @escaping (Bool) -> Void) -> Bool {
+        guard !isServer, state == .open, let q = quic, let remote = peerAddress else { return false }
+        let s = Sockets.make(family: Sockets.family(of: remote), type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { return false }
+        let ra = SocketAddress(remote)
+        var la = SocketAddress()
+        guard ra.withSockaddr({ Glibc.connect(s, $0, $1) }) == 0, la.withMutableSockaddr({ getsockname(s, $0, $1) }) == 0 else {
+            Glibc.close(s)
+            return false
+        }
+        let previous = fd
+        let previousLocal = q.local
+        fd = s
+        runtime.loop.register(s, IOEvents.readable, self)
+        guard q.migrate(local: la) else {
+            runtime.loop.unregister(s)
+            Glibc.close(s)
+            fd = previous
+            return false
+        }
+        retireOld()
+        oldFD = previous
+        oldLocal = previousLocal
+        if previous >= 0 { runtime.loop.register(previous, IOEvents.readable, OldSocket(self)) }
+        q.onPathValidated = { [weak self] ok in
+            self?.runtime.after(1000) { [weak self] in self?.retireOld() }
+            done(ok)
+        }
+        Log.info("carrier.quic.migrating", ["peer": "\(remote)", "local": la.endpoint.map { "\($0)" } ?? ""])
+        return true
+    }
+
+    private func retireOld() {
+        guard oldFD >= 0 else { return }
+        runtime.loop.unregister(oldFD)
+        Glibc.close(oldFD)
+        oldFD = -1
+    }
+
+    fileprivate func readOld() {
+        guard oldFD >= 0, let q = quic else { return }
+        for _ in 0..<64 {
+            guard case .success(let n) = Syscall.recv(oldFD, Self.recvBuffer, 65_536) else { return }
+            q.receive(UnsafeRawBufferPointer(start: Self.recvBuffer, count: n), from: q.remote, at: oldLocal)
+        }
+    }
+
     // MARK: socket (client)
 
     func handleIO(_ events: UInt32) {
@@ -220,6 +276,7 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
     }
 
     private func releaseSocket() {
+        retireOld()
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
         Glibc.close(fd)
@@ -296,6 +353,13 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
         Log.debug("carrier.quic.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
         d?.carrier(self, closed: reason)
     }
+}
+
+/// Reads the socket a client migrated away from, for its carrier.
+private final class OldSocket: IOHandler {
+    weak var carrier: QuicCarrier?
+    init(_ c: QuicCarrier) { carrier = c }
+    func handleIO(_ events: UInt32) { carrier?.readOld() }
 }
 
 /// The front's QUIC side: one UDP socket on the listener's port. Packets are routed to their

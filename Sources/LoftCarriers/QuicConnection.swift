@@ -552,13 +552,21 @@ final class QuicConnection {
     }
 
     private func onPathValidated(_ ok: Bool) -> Int32 {
-        if ok { migrations += 1 }
-        Log.debug("quic.path_validated", ["ok": ok])
+        pendingValidation = ok
         return 0
     }
+    private var pendingValidation: Bool?
+    /// Client: the outcome of a migration's path validation.
+    var onPathValidated: ((Bool) -> Void)?
 
     /// What the callbacks recorded, to the delegate (which may call back in).
     private func dispatchEvents() {
+        if let ok = pendingValidation {
+            pendingValidation = nil
+            if ok { migrations += 1 }
+            Log.debug("quic.path_validated", ["ok": ok])
+            if let f = onPathValidated { onPathValidated = nil; f(ok) }
+        }
         if handshakeJustDone {
             handshakeJustDone = false
             handshakeReported = true

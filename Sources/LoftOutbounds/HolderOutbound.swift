@@ -42,6 +42,7 @@ public struct HolderStats: Sendable {
     public var resumes: UInt64 = 0            // STATUS received after RESUME
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
+    public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
     public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
     public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
     public var streamsReset: UInt64 = 0       // streams lost with a carrier
@@ -181,7 +182,7 @@ public final class HolderOutbound: Outbound {
         if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
-                   ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
+                   ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
         return s
@@ -199,6 +200,21 @@ public final class HolderOutbound: Outbound {
         guard link != .stopped else { return }
         counts.pathChanges += 1
         Log.info("holder.path-changed", ["outbound": name, "reason": reason])
+        // quic: the connection moves to a new socket and the session with every stream stays;
+        // only if the new path fails validation does it go the TCP carriers' way (RESUME).
+        if let c = carrier, link == .up, c.migrate({ [weak self, weak c] ok in
+            guard let self, let c, self.carrier === c else { return }
+            if ok {
+                self.counts.migrations += 1
+                Log.info("holder.migrated", ["outbound": self.name, "migrations": self.counts.migrations])
+            } else {
+                c.abort()
+                self.failures = 0
+                self.carrierLost("path changed (\(reason)); migration failed", redialIn: 0)
+            }
+        }) {
+            return
+        }
         if let c = carrier {
             c.abort()
             failures = 0  // a new path is a fresh start: flows wait for this dial again

@@ -48,6 +48,46 @@ final class QuicCarrierTests: XCTestCase {
         listener.close()
     }
 
+    /// A migration to a new local socket in the middle of a transfer: the path is validated,
+    /// the same connection (and session stream) carries on, every byte arrives.
+    func testMigrationInTheMiddleOfATransfer() throws {
+        let size = 16 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        var asked = false
+        var started = false
+        var outcome: Bool?
+        var closing = false
+        let ok = h.run(seconds: 60) {
+            if !asked && peer.received >= 4 * Self.mib {
+                asked = true
+                started = carrier.migrate { outcome = $0 }
+            }
+            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
+            if !closing && outcome != nil && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
+                closing = true
+                carrier.close()
+            }
+            return closing && server.closedReason != nil || peer.closedReason != nil
+        }
+        XCTAssertTrue(ok, "timed out: got \(peer.received), migration \(String(describing: outcome))")
+        XCTAssertTrue(started)
+        XCTAssertEqual(outcome, true)
+        XCTAssertEqual((carrier as? QuicCarrier)?.quic?.migrations, 1)
+        XCTAssertNil(peer.closedReason)
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(acceptor.peers.count, 1, "one connection: the migration did not redial")
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+        XCTAssertEqual(server.closedReason, .closed)
+        listener.close()
+    }
+
     func testWrongCAFailsTheHandshake() throws {
         let h = try Harness()
         let acceptor = Acceptor { _ in Recorder() }

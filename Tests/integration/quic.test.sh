@@ -4,8 +4,9 @@
 # bidirectional stream) → loft-front on 127.0.0.1 (UDP, the TCP listener's port number) → the
 # srv namespace. The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6
 # (SHA-256 on both ends), 100 concurrent transfers, DNS, then loft-front killed with SIGKILL
-# and restarted (RESUME: same instance, same overlay address) and `loft path-changed`
-# (RESUME), and the same front port still serving h2 over TCP beside quic.
+# and restarted (RESUME: same instance, same overlay address), `loft path-changed` in the
+# middle of a 50 MiB download (the connection migrates to a new socket: the download completes
+# intact, migrations = 1, no RESUME), and the same front port still serving h2 over TCP.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/holder-lib.sh"
 
@@ -21,7 +22,7 @@ carrier=quic
 LOFT_CFG=$(holder_config holder-quic quic)
 CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload-v4-50MiB quic-upload-v6-50MiB
 quic-concurrent-100 quic-dns-v4 quic-dns-v6 quic-resume-after-front-kill quic-resume-same-overlay
-quic-transfer-after-resume quic-path-changed-resume quic-exit-clean"
+quic-transfer-after-resume quic-download-across-migration quic-path-changed-migrates quic-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
     if wait_state up 15; then
         a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default); mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
@@ -57,13 +58,19 @@ if require_loft "$LOFT_CFG" $CASES; then
     fi
     download quic-transfer-after-resume "http://$SRV4/big"
 
-    r0=$(field 'c["resumes"]')
-    "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1
-    sleep 0.5
-    if wait_state up 10 && [ "$(field 'c["resumes"]')" -gt "$r0" ] && [ "$(instance)" = "$id0" ] && [ "$(tun_addr4)" = "$a0" ]; then
-        pass quic-path-changed-resume
+    # `loft path-changed` in the middle of a 50 MiB download: the QUIC connection migrates to a
+    # new socket (path validation), the session and the download's stream carry on.
+    r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
+    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ) &
+    PC=$!
+    download quic-download-across-migration "http://$SRV4/big" --limit-rate 25M
+    wait "$PC" 2>/dev/null
+    m1=$(field 'c["migrations"]')
+    if [ "$m1" = $((m0 + 1)) ] && [ "$(field 'c["resumes"]')" = "$r0" ] && [ "$(field 'c["carrier-losses"]')" = "$l0" ] \
+        && [ "$(field 'o["state"]')" = up ] && [ "$(tun_addr4)" = "$a0" ]; then
+        pass quic-path-changed-migrates; note "path-changed: migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
     else
-        fail quic-path-changed-resume "resumes $r0 -> $(field 'c["resumes"]'), state $(field 'o["state"]')"
+        fail quic-path-changed-migrates "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]')"
     fi
     loft_stop_clean quic-exit-clean
 fi
