@@ -73,6 +73,12 @@ public protocol CarrierDelegate: AnyObject {
     func carrierWritable(_ carrier: Carrier)
     /// The carrier ended; nothing follows.
     func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason)
+    /// quic: one DATAGRAM frame's payload (valid only during the call).
+    func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer)
+}
+
+extension CarrierDelegate {
+    public func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer) {}
 }
 
 /// A reliable, ordered, bidirectional byte channel for one loft session. Message and chunk
@@ -113,10 +119,17 @@ public protocol Carrier: AnyObject {
     /// ending it. False when the carrier cannot (every carrier over TCP); otherwise `done`
     /// runs once, on the loop, with the outcome of the new path's validation.
     func migrate(_ done: @escaping (Bool) -> Void) -> Bool
+    /// The largest datagram `sendDatagram` takes (quic: what fits one QUIC DATAGRAM frame in a
+    /// packet); 0 for carriers without datagrams.
+    var maxDatagram: Int { get }
+    /// Sends one unreliable datagram; false when it cannot (too big, queue full, not open).
+    func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool
 }
 
 extension Carrier {
     public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
+    public var maxDatagram: Int { 0 }
+    public func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool { false }
 }
 
 /// Where and how a client dials.

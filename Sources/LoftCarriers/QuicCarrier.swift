@@ -255,7 +255,17 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
         endWithError(.io("session stream reset by the peer (code \(code))"))
     }
 
-    func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {}
+    func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {
+        guard state == .open else { return }
+        delegate?.carrier(self, datagram: bytes)
+    }
+
+    var maxDatagram: Int { state == .open ? quic?.datagramCapacity ?? 0 : 0 }
+
+    func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard state == .open, let q = quic, bytes.count <= q.datagramCapacity else { return false }
+        return q.sendDatagram(bytes)
+    }
 
     func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason) {
         let old = state

@@ -239,6 +239,12 @@ final class QuicConnection {
         return cText(b)
     }
     var peerTakesDatagrams: Int { conn.map { Int(min(cquic_peer_max_datagram($0), 65_535)) } ?? 0 }
+    /// The largest datagram that fits one packet with room to spare for the short header
+    /// (1 + 20-byte id + 4-byte number), the AEAD tag (16) and the frame's type and length (4).
+    var datagramCapacity: Int {
+        guard let conn else { return 0 }
+        return max(0, min(peerTakesDatagrams, min(packet.count, cquic_max_packet(conn)) - 45))
+    }
 
     // MARK: packets in
 
@@ -370,7 +376,7 @@ final class QuicConnection {
     /// Sends one DATAGRAM frame in the next flush; false when it cannot (too big, closed).
     @discardableResult
     func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard !closed, bytes.count <= peerTakesDatagrams, pendingDatagramBytes + bytes.count <= 1 << 20 else {
+        guard !closed, bytes.count <= datagramCapacity, pendingDatagramBytes + bytes.count <= 1 << 20 else {
             datagramsDropped += 1
             return false
         }

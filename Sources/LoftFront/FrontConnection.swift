@@ -38,6 +38,13 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         peerText = carrier.peer.map { "\($0)" } ?? "-"
         session.delegate = self
         carrier.delegate = self
+        // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
+        if carrier.maxDatagram > 0 {
+            session.datagramSink = { [weak carrier] frame in
+                guard let carrier, frame.count <= carrier.maxDatagram else { return false }
+                return carrier.sendDatagram(frame)
+            }
+        }
     }
 
     var isAwaitingHello: Bool { carrier != nil && !ending && instanceID == nil }
@@ -118,6 +125,18 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard !ending else { return }
         do throws(ProtocolError) {
             try session.receive(bytes, now: server.loop.now)
+        } catch {
+            protocolError(error)
+            return
+        }
+        if ending { return }
+        flushOutput()
+    }
+
+    func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer) {
+        guard !ending else { return }
+        do throws(ProtocolError) {
+            try session.receiveDatagram(bytes, now: server.loop.now)
         } catch {
             protocolError(error)
             return

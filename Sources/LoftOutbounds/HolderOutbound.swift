@@ -43,6 +43,8 @@ public struct HolderStats: Sendable {
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
     public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
+    public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
+    public var datagramFramesIn: UInt64 = 0   // quic: DGRAMs received as QUIC DATAGRAM frames
     public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
     public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
     public var streamsReset: UInt64 = 0       // streams lost with a carrier
@@ -183,6 +185,7 @@ public final class HolderOutbound: Outbound {
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                    ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
+                   ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
         return s
@@ -505,6 +508,12 @@ extension HolderOutbound: CarrierDelegate {
         link = .handshaking
         linkSince = loop.now
         counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
+        // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
+        session.datagramSink = c.maxDatagram > 0 ? { [weak self, weak c] frame in
+            guard let c, frame.count <= c.maxDatagram, c.sendDatagram(frame) else { return false }
+            self?.counts.datagramFramesOut += 1
+            return true
+        } : nil
         session.attach()
         flushOutput()
     }
@@ -515,6 +524,21 @@ extension HolderOutbound: CarrierDelegate {
             try session.receive(bytes)
         } catch {
             // The session queued GOAWAY (protocol error): send it, then drop the carrier.
+            Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
+            flushOutput()
+            c.close()
+            carrierLost("protocol error: \(error.description)")
+            return
+        }
+        flushOutput()
+    }
+
+    public func carrier(_ c: Carrier, datagram bytes: UnsafeRawBufferPointer) {
+        guard c === carrier else { return }
+        counts.datagramFramesIn += 1
+        do {
+            try session.receiveDatagram(bytes)
+        } catch {
             Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
             flushOutput()
             c.close()

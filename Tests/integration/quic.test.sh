@@ -3,7 +3,7 @@
 # (QUIC v1, TLS 1.3 with ALPN loft, the test CA; the session on the connection's first
 # bidirectional stream) → loft-front on 127.0.0.1 (UDP, the TCP listener's port number) → the
 # srv namespace. The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6
-# (SHA-256 on both ends), 100 concurrent transfers, DNS, then loft-front killed with SIGKILL
+# (SHA-256 on both ends), 100 concurrent transfers, DNS (its datagrams as QUIC DATAGRAM frames), then loft-front killed with SIGKILL
 # and restarted (RESUME: same instance, same overlay address), `loft path-changed` in the
 # middle of a 50 MiB download (the connection migrates to a new socket: the download completes
 # intact, migrations = 1, no RESUME), and the same front port still serving h2 over TCP.
@@ -21,7 +21,7 @@ else fail front-quic-udp-listener "no UDP socket on :$FRONT_PORT"; fi
 carrier=quic
 LOFT_CFG=$(holder_config holder-quic quic)
 CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload-v4-50MiB quic-upload-v6-50MiB
-quic-concurrent-100 quic-dns-v4 quic-dns-v6 quic-resume-after-front-kill quic-resume-same-overlay
+quic-concurrent-100 quic-dns-v4 quic-dns-v6 quic-dns-in-datagram-frames quic-resume-after-front-kill quic-resume-same-overlay
 quic-transfer-after-resume quic-download-across-migration quic-path-changed-migrates quic-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
     if wait_state up 15; then
@@ -42,6 +42,32 @@ if require_loft "$LOFT_CFG" $CASES; then
     concurrent quic-concurrent-100 100
     dns quic-dns-v4 "$SRV4" A "$DNS_A"
     dns quic-dns-v6 "$SRV6" AAAA "$DNS_AAAA"
+    # Ten DNS queries from one UDP socket (one association): after the first (which goes on the
+    # session stream behind the association's OPEN) every DGRAM is a QUIC DATAGRAM frame.
+    d0=$(field 'c["datagram-frames-out"]'); i0=$(field 'c["datagram-frames-in"]')
+    answers=$(in_app timeout 20 python3 - "$SRV4" "$DNS_NAME" <<'PYEOF'
+import socket, struct, sys
+srv, name = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+got = 0
+for i in range(10):
+    q = struct.pack("!HHHHHH", 0x4000 + i, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+    for _ in range(3):
+        s.sendto(q, (srv, 53))
+        try:
+            r, _ = s.recvfrom(4096)
+        except socket.timeout:
+            continue
+        if r[:2] == q[:2] and struct.unpack("!H", r[6:8])[0] >= 1:
+            got += 1
+            break
+print(got)
+PYEOF
+)
+    dout=$(( $(field 'c["datagram-frames-out"]') - d0 )); din=$(( $(field 'c["datagram-frames-in"]') - i0 ))
+    if [ "$answers" = 10 ] && [ "$dout" -ge 9 ] && [ "$din" -ge 10 ]; then pass quic-dns-in-datagram-frames; note "10 DNS answers; QUIC DATAGRAM frames: $dout out, $din in"
+    else fail quic-dns-in-datagram-frames "answers $answers, datagram-frames-out +$dout, datagram-frames-in +$din"; fi
 
     id0=$(instance); a0=$(tun_addr4)
     front_kill
