@@ -355,6 +355,7 @@ cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const c
 
 int cquic_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dcid_len) {
     ngtcp2_pkt_hd hd;
+    if (len == 0) return 0;   // ngtcp2 asserts on empty input (an empty UDP datagram)
     if (ngtcp2_accept(&hd, pkt, len) != 0) return 0;
     if (hd.dcid.datalen > NGTCP2_MAX_CIDLEN) return 0;
     memcpy(dcid, hd.dcid.data, hd.dcid.datalen);
@@ -364,6 +365,7 @@ int cquic_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dc
 
 int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t *dcid, size_t *dcid_len) {
     ngtcp2_version_cid vc;
+    if (len == 0) return -1;  // ngtcp2 asserts on empty input (an empty UDP datagram)
     int rv = ngtcp2_pkt_decode_version_cid(&vc, pkt, len, short_len);
     if (rv != 0 || vc.dcidlen > NGTCP2_MAX_CIDLEN) return -1;
     memcpy(dcid, vc.dcid, vc.dcidlen);
@@ -427,6 +429,7 @@ void cquic_free(cquic_conn *c) {
 int cquic_read(cquic_conn *c, const void *local, unsigned local_len,
                const void *remote, unsigned remote_len,
                const uint8_t *pkt, size_t len, uint64_t now) {
+    if (len == 0) return 0;   // an empty UDP datagram carries nothing (and ngtcp2 asserts on it)
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);
     ngtcp2_pkt_info pi = {0};
     return ngtcp2_conn_read_pkt(c->conn, &path, &pi, pkt, len, now);

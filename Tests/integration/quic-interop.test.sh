@@ -5,7 +5,7 @@
 # bidirectional stream, session PING/PONG, a TCP stream echoed (200 KiB, FIN/FIN), a UDP
 # association echoed (a DGRAM on the session stream, and one as a QUIC DATAGRAM frame answered
 # as one), GOAWAY + the stream's FIN, a wrong token (GOAWAY bad-token), another
-# ALPN (handshake refused); then hostile input: 3000 garbage datagrams and an Initial flood
+# ALPN (handshake refused); then hostile input: 3000 garbage datagrams (empty ones among them) and an Initial flood
 # from 400 source ports that never finish their handshake: a legitimate session still comes
 # up, the front's memory stays bounded and its counters say what happened.
 . "$(dirname "$0")/lib.sh"

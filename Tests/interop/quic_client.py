@@ -214,9 +214,9 @@ async def main(args):
     #    legitimate session must still come up
     g = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for i in range(3000):
-        n = [1, 20, 1200, 1500, 65000][i % 5]
+        n = [0, 1, 20, 1200, 1500, 65000][i % 6]   # 0: an empty datagram (ngtcp2 asserts on one)
         b = bytearray(os.urandom(n))
-        if i % 3 == 0:
+        if i % 3 == 0 and b:
             b[0] |= 0xC0   # long header bits: looks like an Initial to a first glance
         g.sendto(bytes(b), ("127.0.0.1", args.port))
     g.close()
