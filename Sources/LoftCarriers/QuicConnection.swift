@@ -243,7 +243,7 @@ final class QuicConnection {
     /// (1 + 20-byte id + 4-byte number), the AEAD tag (16) and the frame's type and length (4).
     var datagramCapacity: Int {
         guard let conn else { return 0 }
-        return max(0, min(peerTakesDatagrams, min(packet.count, cquic_max_packet(conn)) - 45))
+        return max(0, min(peerTakesDatagrams, min(packet.count, cquic_path_max_packet(conn)) - 45))
     }
 
     // MARK: packets in

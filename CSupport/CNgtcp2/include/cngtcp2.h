@@ -120,6 +120,8 @@ int cquic_expire(cquic_conn *c, uint64_t now_ns);
 /// Bytes worth sending in one burst now, and the size of one packet.
 size_t cquic_send_quantum(cquic_conn *c);
 size_t cquic_max_packet(cquic_conn *c);
+/// The largest packet on the current path now (1200 until path MTU discovery confirms more).
+size_t cquic_path_max_packet(cquic_conn *c);
 void cquic_sent(cquic_conn *c, uint64_t now_ns);
 
 int cquic_open_bidi(cquic_conn *c, int64_t *stream_id);
