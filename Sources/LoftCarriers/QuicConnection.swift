@@ -724,8 +724,12 @@ final class QuicConnection {
         timerAt = exp
         guard exp != .max else { return }
         let now = quicNow()
-        let ms = exp > now ? (exp - now + 999_999) / 1_000_000 : 0
-        timer = loop.schedule(after: ms) { [weak self] in self?.expired() }
+        // The heap counts milliseconds. ngtcp2's pacing asks for the next burst in a fraction
+        // of one on a fast path: a deadline less than 1 ms away runs on the loop's next turn
+        // (after an epoll that does not wait) instead of a whole millisecond later.
+        let ms = exp > now ? (exp - now) / 1_000_000 : 0
+        timer = ms == 0 ? loop.schedule(at: loop.now) { [weak self] in self?.expired() }
+                        : loop.schedule(after: ms) { [weak self] in self?.expired() }
     }
 
     private func expired() {
