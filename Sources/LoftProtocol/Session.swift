@@ -254,13 +254,20 @@ final class SessionEngine {
             let h = try WireFormat.parseHeader(UnsafeRawBufferPointer(rebasing: bytes[0..<hs]))
             guard h.type == .dgram else { throw .unexpectedFrame(h.type) }
             guard h.length == bytes.count - hs else { throw .badLength(.dgram, bytes.count - hs) }
-            // Datagrams are not ordered with the stream: one for an association not open (yet,
-            // or any more) on this end crossed its OPEN, OPEN_OK or RST, and is dropped.
-            guard let st = streams[h.stream], role == .front || st.phase == .open || st.network != .udp else {
+            // Datagrams are not ordered with the stream: one for an association this end does
+            // not hold (not yet, or no more) crossed its OPEN or RST, and is dropped. The client
+            // takes one that overtook the OPEN_OK: the front sends DGRAMs only once it accepted.
+            guard let st = streams[h.stream] else {
                 counters.datagramsIgnored += 1
                 return
             }
-            try handle(h, UnsafeRawBufferPointer(rebasing: bytes[hs...]))
+            counters.framesIn += 1
+            guard let host, try host.engineGate(.dgram) else { return }
+            var r = BodyReader(UnsafeRawBufferPointer(rebasing: bytes[hs...]), .dgram)
+            let remote = try r.destination()
+            if st.network != .udp { throw .wrongNetwork(.dgram, h.stream) }
+            counters.datagramsIn += 1
+            host.engineDatagram(h.stream, remote, r.rest())
         } catch {
             fail(error)
             signal()

@@ -708,6 +708,11 @@ final class SessionTests: XCTestCase {
         XCTAssertTrue(small.withBytes { p.client.send(association: b, to: Sample.v4, $0) })
         XCTAssertEqual(sunk.count, 1)
         XCTAssertGreaterThan(p.client.outputCount, 50)
+        // A DATAGRAM that overtook the OPEN_OK is taken by the client.
+        var early = sunk[0]
+        withUnsafeBytes(of: b.bigEndian) { for i in 0..<4 { early[2 + i] = $0[i] } }
+        try early.withUnsafeBytes { try p.client.receiveDatagram($0) }
+        XCTAssertEqual(p.cd.datagrams.map(\.association), [b])
         // A DATAGRAM for an association this end does not hold is dropped, not an error.
         var stray = sunk[0]
         stray[5] = 99

@@ -8,6 +8,10 @@
 # ALPN (handshake refused); then hostile input: 3000 garbage datagrams (empty ones among them) and an Initial flood
 # from 400 source ports that never finish their handshake: a legitimate session still comes
 # up, the front's memory stays bounded and its counters say what happened.
+# 2. loft's holder (SOCKS5 input only) against Tests/interop/quic_session_server.py, an aioquic
+#    SERVER that speaks the session: ALPN loft, HELLO on stream 0, its STATUS taken (up), a TCP
+#    stream through SOCKS5 echoed (1 MiB, SHA-256), UDP ASSOCIATE datagrams echoed, the holder's
+#    DGRAMs after the first arriving as QUIC DATAGRAM frames, no stream but stream 0 used.
 . "$(dirname "$0")/lib.sh"
 
 FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
@@ -18,15 +22,17 @@ CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-op
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-session-end quic-bad-token-goaway quic-other-alpn-refused
 quic-alive-after-garbage quic-alive-after-initial-flood"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
+P2_CASES="holder-quic-handshake-alpn-loft holder-hello-on-stream-0 holder-up-on-aioquic-status holder-tcp-echo-1mib
+holder-udp-echo holder-datagram-frames-to-server holder-no-other-streams loft-exit-clean"
 
 python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
 [ -x "$FRONT_BIN" ] || die "no loft-front binary at $FRONT_BIN"
 
 # Three free loopback ports: the front's (TCP and UDP), the TCP echo's, the UDP echo's.
-read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT <<<"$(python3 - <<'PYEOF'
+read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(python3 - <<'PYEOF'
 import socket
 out, keep = [], []
-while len(out) < 3:
+while len(out) < 5:
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -37,7 +43,7 @@ while len(out) < 3:
 print(" ".join(map(str, out)))
 PYEOF
 )"
-[ -n "$UDP_ECHO_PORT" ] || die "could not pick free ports"
+[ -n "$SOCKS_PORT" ] || die "could not pick free ports"
 "$INTEROP/gen-certs.sh" "$T_DIR/certs" >/dev/null || die "gen-certs.sh failed"
 
 cat >"$T_DIR/front.yaml" <<EOF
@@ -93,4 +99,96 @@ kill -TERM "$FRONT_PID"
 rc=0; wait "$FRONT_PID" || rc=$?
 if [ $rc -eq 0 ] && grep -q 'event=stopped' "$FRONT_LOG"; then pass front-exit-clean
 else fail front-exit-clean "exit $rc: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; fi
+# --- 2. loft's holder -> an aioquic server that speaks the session ---------------------------
+RESULTS=$T_DIR/server.jsonl
+: >"$RESULTS"
+python3 "$INTEROP/quic_session_server.py" --port "$SERVER_PORT" --cert "$T_DIR/certs/server.pem" \
+    --key "$T_DIR/certs/server.key" --results "$RESULTS" >"$T_DIR/server.log" 2>&1 </dev/null &
+SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
+CTL=/run/loft/quic-interop-$$.sock
+on_cleanup "rm -f $CTL"
+cat >"$T_DIR/loft.yaml" <<EOF
+log: info
+socks5: { listen: 127.0.0.1:$SOCKS_PORT }
+bridge: off
+outbounds:
+  - { name: home, type: loft, server: 127.0.0.1:$SERVER_PORT, carrier: quic, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
+default: home
+control: $CTL
+EOF
+for _ in $(seq 100); do grep -q listening "$T_DIR/server.log" && break; sleep 0.1; done
+LOFT_LOG=$T_DIR/loft.log
+"$LOFT_BIN" run -c "$T_DIR/loft.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
+LOFT_PID=$!; register_pid "$LOFT_PID"
+state=
+for _ in $(seq 100); do
+    state=$("$LOFT_BIN" status --json -c "$T_DIR/loft.yaml" 2>/dev/null | python3 -c '
+import json, sys; d = json.load(sys.stdin); print(next(o for o in d["outbounds"] if o["name"] == "home")["state"])' 2>/dev/null)
+    [ "$state" = up ] && break
+    sleep 0.1
+done
+ev() { python3 - "$RESULTS" "$@" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(sum(1 for r in rows if all(str(r.get(k)) == v for k, v in (a.split("=", 1) for a in sys.argv[2:]))))
+PYEOF
+}
+if [ "$(ev event=handshake alpn=loft)" -ge 1 ]; then pass holder-quic-handshake-alpn-loft
+else fail holder-quic-handshake-alpn-loft "server saw: $(head -c 300 "$RESULTS")"; fi
+if [ "$(ev event=hello version=1 token=t)" -ge 1 ]; then pass holder-hello-on-stream-0
+else fail holder-hello-on-stream-0 "server saw: $(head -c 300 "$RESULTS")"; fi
+if [ "$state" = up ]; then pass holder-up-on-aioquic-status
+else fail holder-up-on-aioquic-status "state $state: $(grep holder "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+
+timeout 30 python3 - "$SOCKS_PORT" >"$T_DIR/socks.out" 2>&1 <<'PYEOF'
+import hashlib, os, socket, struct, sys, threading
+port = int(sys.argv[1])
+def greet(s):
+    s.sendall(b"\x05\x01\x00"); assert s.recv(2) == b"\x05\x00"
+def reply(s):
+    h = s.recv(4); n = {1: 4, 4: 16}[h[3]]; b = s.recv(n + 2)
+    return h[1], (socket.inet_ntop(socket.AF_INET if h[3] == 1 else socket.AF_INET6, b[:n]), struct.unpack("!H", b[n:])[0])
+# TCP: 1 MiB through the holder, echoed by the server
+s = socket.create_connection(("127.0.0.1", port)); s.settimeout(20); greet(s)
+s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton("198.18.99.7") + struct.pack("!H", 7))
+code, _ = reply(s)
+data = os.urandom(1 << 20)
+def send():
+    s.sendall(data); s.shutdown(socket.SHUT_WR)
+threading.Thread(target=send, daemon=True).start()
+got = bytearray()
+while True:
+    b = s.recv(65536)
+    if not b: break
+    got += b
+print("tcp", code, len(got), hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest())
+# UDP ASSOCIATE: 5 datagrams, each echoed
+c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10); greet(c)
+c.sendall(b"\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00")
+code, bnd = reply(c)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+ok = 0
+for i in range(5):
+    msg = os.urandom(300 + i)
+    u.sendto(b"\x00\x00\x00\x01" + socket.inet_aton("198.18.99.8") + struct.pack("!H", 9) + msg, bnd)
+    try:
+        r, _ = u.recvfrom(65536)
+        if r[10:] == msg: ok += 1
+    except socket.timeout:
+        pass
+print("udp", code, ok)
+PYEOF
+read -r _ tcode tlen tsha <<<"$(grep '^tcp' "$T_DIR/socks.out")"
+read -r _ ucode uok <<<"$(grep '^udp' "$T_DIR/socks.out")"
+if [ "$tcode" = 0 ] && [ "$tlen" = 1048576 ] && [ "$tsha" = True ] && [ "$(ev event=fin)" -ge 1 ]; then pass holder-tcp-echo-1mib
+else fail holder-tcp-echo-1mib "reply $tcode, $tlen bytes back, sha $tsha: $(tail -2 "$T_DIR/socks.out" | tr '\n' '|')"; fi
+if [ "$ucode" = 0 ] && [ "$uok" = 5 ]; then pass holder-udp-echo
+else fail holder-udp-echo "reply $ucode, $uok of 5 echoed: $(tail -2 "$T_DIR/socks.out" | tr '\n' '|')"; fi
+nd=$(ev event=dgram via=datagram); ns=$(ev event=dgram via=stream)
+if [ "$nd" -ge 4 ]; then pass holder-datagram-frames-to-server; note "server got DGRAMs: $nd as QUIC DATAGRAM frames, $ns on stream 0"
+else fail holder-datagram-frames-to-server "DGRAMs as QUIC DATAGRAM frames: $nd, on stream 0: $ns"; fi
+if [ "$(ev event=other-stream)" = 0 ]; then pass holder-no-other-streams
+else fail holder-no-other-streams "the holder opened other streams than 0"; fi
+if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
+else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
 finish
