@@ -177,8 +177,12 @@ static int stream_open_cb(ngtcp2_conn *conn, int64_t sid, void *ud) {
 }
 
 static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t code, void *ud, void *sud) {
-    (void)conn; (void)sud;
+    (void)sud;
     cquic_conn *c = ud;
+    // ngtcp2 does not raise the peer's stream limit by itself: one stream of the peer's closed,
+    // one more may open (MAX_STREAMS), so at most initial_max_streams_bidi are open at once.
+    int peer_bidi = (sid & 3) == (ngtcp2_conn_is_server(conn) ? 0 : 1);
+    if (peer_bidi) ngtcp2_conn_extend_max_streams_bidi(conn, 1);
     FORWARD(c->ev.stream_close(c->ev.ctx, sid, code, (flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0));
 }
 

@@ -75,10 +75,14 @@ public protocol CarrierDelegate: AnyObject {
     func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason)
     /// quic: one DATAGRAM frame's payload (valid only during the call).
     func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer)
+    /// quic, front: the client opened a stream for one flow. True: the delegate keeps it (and
+    /// sets its events); false: it is reset.
+    func carrier(_ carrier: Carrier, flowOpened flow: QuicFlow) -> Bool
 }
 
 extension CarrierDelegate {
     public func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer) {}
+    public func carrier(_ carrier: Carrier, flowOpened flow: QuicFlow) -> Bool { false }
 }
 
 /// A reliable, ordered, bidirectional byte channel for one loft session. Message and chunk

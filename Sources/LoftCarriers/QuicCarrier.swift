@@ -10,7 +10,7 @@ let quicALPN = "loft"
 /// The `quic` carrier: one loft session on the first bidirectional stream (id 0, the
 /// client's) of a QUIC connection (ngtcp2 + GnuTLS, ALPN `loft`). The client owns a connected
 /// UDP socket; on the front the connection lives on the listener's socket (`QuicListener`).
-final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHandler {
+final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketSink, IOHandler {
     enum State { case resolving, handshake, open, closing, closed }
 
     let kind = CarrierKind.quic
@@ -32,6 +32,8 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
     /// The server's ids of this connection (for the listener's table).
     var cids: [QuicCID] = []
     let sessionStream: Int64 = 0
+    /// The flows' streams (every stream but the session's).
+    private var flows: [Int64: QuicFlow] = [:]
     nonisolated(unsafe) private static let recvBuffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
 
     var isOpen: Bool { state == .open }
@@ -225,11 +227,45 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
 
     func quicReadable(_ c: QuicConnection, stream: Int64) {
         guard stream == sessionStream else {
-            // Only the session stream exists on this carrier in this version.
-            c.reset(stream, code: 0x101)
+            if let f = flows[stream] { f.readable(); return }
+            // A new stream of the client's: one flow, for the delegate (the front) to take.
+            guard isServer, state == .open, stream & 3 == 0 else { c.reset(stream, code: 0x101); return }
+            let f = QuicFlow(carrier: self, id: stream)
+            flows[stream] = f
+            if delegate?.carrier(self, flowOpened: f) != true {
+                flows[stream] = nil
+                c.reset(stream, code: 0x101)
+            }
             return
         }
         deliver()
+    }
+
+    // MARK: flows
+
+    func openFlow() -> QuicFlow? {
+        guard !isServer, state == .open, let q = quic, let id = q.openStream(ringCap: Self.flowSendBuffer) else { return nil }
+        let f = QuicFlow(carrier: self, id: id)
+        flows[id] = f
+        return f
+    }
+
+    /// Send buffer of a flow's stream (the session stream has 4 MiB): what one flow can have in
+    /// flight before the peer acknowledges.
+    static let flowSendBuffer = 1 << 20
+
+    func forgetFlow(_ f: QuicFlow) {
+        if flows[f.id] === f { flows[f.id] = nil }
+    }
+
+    func soon(_ body: @escaping () -> Void) { runtime.loop.soon(body) }
+
+    /// The connection is gone: every flow's stream with it.
+    private func failFlows() {
+        guard !flows.isEmpty else { return }
+        let all = Array(flows.values)
+        flows.removeAll()
+        runtime.loop.soon { for f in all { f.failed(.other(ECONNRESET)) } }
     }
 
     private func deliver() {
@@ -248,10 +284,14 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
 
     func quicWritable(_ c: QuicConnection, stream: Int64) {
         if stream == sessionStream && state == .open { delegate?.carrierWritable(self) }
+        else { flows[stream]?.writable() }
     }
 
     func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) {
-        guard stream == sessionStream else { return }
+        guard stream == sessionStream else {
+            flows.removeValue(forKey: stream)?.failed(.other(ECONNRESET))
+            return
+        }
         endWithError(.io("session stream reset by the peer (code \(code))"))
     }
 
@@ -270,6 +310,7 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
     func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason) {
         let old = state
         state = .closed
+        failFlows()
         releaseSocket()
         if isServer && old == .handshake { listener?.handshakeEnded(self, reason); return }
         if old != .closing && old != .closed { notifyClosed(reason) }
@@ -280,6 +321,7 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
     }
 
     private func connectionFinished() {
+        failFlows()
         releaseSocket()
         listener?.forget(self)
         closingSelf = nil
@@ -336,6 +378,7 @@ final class QuicCarrier: Carrier, QuicConnectionDelegate, QuicPacketSink, IOHand
     }
 
     private func closeConnection(graceful: Bool) {
+        failFlows()
         guard let q = quic, !q.closed else { connectionFinished(); return }
         closingSelf = self
         if graceful { q.close() } else { q.abort() }

@@ -274,11 +274,11 @@ final class QuicConnection {
     // MARK: streams
 
     /// Opens a bidirectional stream of ours; nil when the peer allows no more now.
-    func openStream() -> Int64? {
+    func openStream(ringCap: Int? = nil) -> Int64? {
         guard let conn, !closed else { return nil }
         var sid: Int64 = -1
         guard cquic_open_bidi(conn, &sid) == 0 else { return nil }
-        streams[sid] = QuicStreamState(id: sid, ringCap: limits.sendBuffer)
+        streams[sid] = QuicStreamState(id: sid, ringCap: ringCap ?? limits.sendBuffer)
         return sid
     }
 
@@ -302,7 +302,14 @@ final class QuicConnection {
         return n
     }
 
-    func writeRoom(_ id: Int64) -> Int { streams[id]?.room ?? 0 }
+    /// The stream's free send buffer; 0 marks the stream, so `quicWritable` follows once half of
+    /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
+    func writeRoom(_ id: Int64) -> Int {
+        guard let s = streams[id] else { return 0 }
+        let r = s.room
+        if r == 0 { s.wantWritable = true }
+        return r
+    }
 
     /// Ends our direction of the stream after the bytes written.
     func finish(_ id: Int64) {
@@ -479,7 +486,7 @@ final class QuicConnection {
         if s == nil {
             // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
             guard isPeerStream(sid), !forgottenPeerStream(sid) else { return 0 }
-            let n = QuicStreamState(id: sid, ringCap: limits.sendBuffer)
+            let n = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicCarrier.flowSendBuffer)
             streams[sid] = n
             s = n
         }
@@ -497,7 +504,7 @@ final class QuicConnection {
 
     private func onStreamOpen(_ sid: Int64) -> Int32 {
         if isPeerStream(sid) {
-            if streams[sid] == nil { streams[sid] = QuicStreamState(id: sid, ringCap: limits.sendBuffer) }
+            if streams[sid] == nil { streams[sid] = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicCarrier.flowSendBuffer) }
             highestPeerStream = max(highestPeerStream, sid)
         }
         return 0

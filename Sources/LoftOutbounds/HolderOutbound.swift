@@ -43,6 +43,7 @@ public struct HolderStats: Sendable {
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
     public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
+    public var flowStreams: UInt64 = 0        // quic: TCP flows carried on QUIC streams of their own
     public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
     public var datagramFramesIn: UInt64 = 0   // quic: DGRAMs received as QUIC DATAGRAM frames
     public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
@@ -185,6 +186,7 @@ public final class HolderOutbound: Outbound {
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                    ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
+                   ("flow-streams", st.flowStreams),
                    ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
@@ -245,6 +247,14 @@ public final class HolderOutbound: Outbound {
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         switch link {
         case .up:
+            // quic: the flow on a QUIC stream of its own (docs/protocol.md §1.2).
+            if let fc = carrier as? FlowCarrier, let flow = fc.openFlow() {
+                if let s = HolderFlowStream(flow: flow, destination: destination, events: events, holder: self) {
+                    counts.flowsOpened += 1
+                    counts.flowStreams += 1
+                    return s
+                }
+            }
             let s = HolderStream(holder: self, destination: destination, events: events)
             openOnSession(s)
             return s
@@ -407,6 +417,12 @@ public final class HolderOutbound: Outbound {
         self.flushScheduled = false
         self.flushOutput()
     }
+
+    // MARK: flows on QUIC streams
+
+    func flowAnswered(ok: Bool) {}
+    func countUp(_ n: Int) { counts.bytesUp += UInt64(n) }
+    func countDown(_ n: Int) { counts.bytesDown += UInt64(n) }
 
     // MARK: streams
 

@@ -88,6 +88,49 @@ final class QuicCarrierTests: XCTestCase {
         listener.close()
     }
 
+    /// Flows on streams of their own, one after the other, more than the 1024 streams the
+    /// front allows at once: each is refused (reset) by a delegate that does not take flows,
+    /// and the front raises the stream limit as they close, so the 1100th still opens.
+    func testMoreFlowsOverTimeThanTheStreamLimit() throws {
+        final class Events: ByteStreamEvents {
+            var failed = 0
+            var next: (() -> Void)?
+            func streamConnected() {}
+            func streamFailed(_ failure: FlowFailure) { failed += 1; next?() }
+            func streamReadable() {}
+            func streamWritable() {}
+        }
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.connected })
+        let ev = Events()
+        var opened = 0
+        var stuck = false
+        // The next flow opens as the last one is reset (from the loop, not the check's polling).
+        ev.next = {
+            guard opened < 1100 else { return }
+            h.loop.soon {
+                guard let f = (carrier as? FlowCarrier)?.openFlow() else { stuck = true; return }
+                f.events = ev
+                var b: UInt8 = 1
+                var v = iovec(iov_base: &b, iov_len: 1)
+                _ = f.write(&v, count: 1)
+                opened += 1
+            }
+        }
+        ev.next?()
+        let ok = h.run(seconds: 60) { stuck || ev.failed == 1100 }
+        XCTAssertTrue(ok, "opened \(opened), reset \(ev.failed)")
+        XCTAssertFalse(stuck, "no stream left after \(opened) flows")
+        XCTAssertEqual(ev.failed, 1100)
+        carrier.close()
+        listener.close()
+    }
+
     func testWrongCAFailsTheHandshake() throws {
         let h = try Harness()
         let acceptor = Acceptor { _ in Recorder() }

@@ -84,7 +84,7 @@ final class OutboundStatusTests: XCTestCase {
         XCTAssertEqual(s.liveFlows, 0)
         XCTAssertTrue(s.detail.contains("last error: "), s.detail)
         XCTAssertEqual(s.extra.map(\.0), ["dials", "sessions", "resumes", "carrier-losses", "path-changes", "migrations",
-                                          "datagram-frames-out", "datagram-frames-in",
+                                          "flow-streams", "datagram-frames-out", "datagram-frames-in",
                                           "hold-drops", "fallback-flows", "streams-reset", "stream-limit-refusals"])
         XCTAssertEqual(s.counter("dials"), 1)
         XCTAssertEqual(s.counter(OutboundStatus.holdDrops), 1)

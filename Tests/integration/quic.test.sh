@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The quic carrier end to end (root, namespaces): app namespace → TUN → loft → quic carrier
 # (QUIC v1, TLS 1.3 with ALPN loft, the test CA; the session on the connection's first
-# bidirectional stream) → loft-front on 127.0.0.1 (UDP, the TCP listener's port number) → the
+# bidirectional stream, each TCP flow on a QUIC stream of its own) → loft-front on 127.0.0.1 (UDP, the TCP listener's port number) → the
 # srv namespace. The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6
 # (SHA-256 on both ends), 100 concurrent transfers, DNS (its datagrams as QUIC DATAGRAM frames), then loft-front killed with SIGKILL
 # and restarted (RESUME: same instance, same overlay address), `loft path-changed` in the
@@ -21,7 +21,7 @@ else fail front-quic-udp-listener "no UDP socket on :$FRONT_PORT"; fi
 carrier=quic
 LOFT_CFG=$(holder_config holder-quic quic)
 CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload-v4-50MiB quic-upload-v6-50MiB
-quic-concurrent-100 quic-dns-v4 quic-dns-v6 quic-dns-in-datagram-frames quic-resume-after-front-kill quic-resume-same-overlay
+quic-concurrent-100 quic-flows-on-own-streams quic-dns-v4 quic-dns-v6 quic-dns-in-datagram-frames quic-resume-after-front-kill quic-resume-same-overlay
 quic-transfer-after-resume quic-download-across-migration quic-path-changed-migrates quic-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
     if wait_state up 15; then
@@ -39,7 +39,11 @@ if require_loft "$LOFT_CFG" $CASES; then
     download quic-download-v6-50MiB "http://[$SRV6]/big"
     upload quic-upload-v4-50MiB "$SRV4"
     upload quic-upload-v6-50MiB "$SRV6"
+    f0=$(field 'c["flow-streams"]')
     concurrent quic-concurrent-100 100
+    f1=$(field 'c["flow-streams"]')
+    if [ $((f1 - f0)) -ge 100 ]; then pass quic-flows-on-own-streams; note "TCP flows on QUIC streams of their own: $f0 -> $f1"
+    else fail quic-flows-on-own-streams "flow-streams $f0 -> $f1 over 100 transfers"; fi
     dns quic-dns-v4 "$SRV4" A "$DNS_A"
     dns quic-dns-v6 "$SRV6" AAAA "$DNS_AAAA"
     # Ten DNS queries from one UDP socket (one association): after the first (which goes on the

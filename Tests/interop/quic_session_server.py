@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # An independent QUIC server (PyPI aioquic) that speaks the loft session (docs/protocol.md §1.2,
 # frames from loftwire.py) to loft's holder: ALPN loft, the session on the client's stream 0;
-# HELLO -> STATUS (198.18.64.2/24), PING -> PONG, every TCP stream an echo (OPEN -> OPEN_OK,
-# DATA echoed, FIN -> FIN), every UDP association an echo (each DGRAM answered with the same
+# HELLO -> STATUS (198.18.64.2/24), PING -> PONG, every TCP stream an echo (on stream 0: OPEN
+# -> OPEN_OK, DATA echoed, FIN -> FIN; on a QUIC stream of its own: the OPEN frame, OPEN_OK,
+# then raw bytes echoed and FIN answered with FIN), every UDP association an echo (each DGRAM answered with the same
 # payload from the destination it named, as a QUIC DATAGRAM frame). One JSON line per
 # connection event goes to --results.
 #   quic_session_server.py --port P --cert C --key K --results FILE
@@ -41,6 +42,7 @@ class Session(QuicConnectionProtocol):
         self.split = W.Splitter()
         self.assoc = set()
         self.tcp = set()
+        self.flows = {}
 
     def send0(self, b):
         self._quic.send_stream_data(0, b)
@@ -74,12 +76,34 @@ class Session(QuicConnectionProtocol):
         elif t == W.GOAWAY:
             record(event="goaway", reason=body[0])
 
+    def flow_data(self, sid, data, end):
+        """A TCP flow on a stream of its own: its OPEN first, answered with OPEN_OK, then every
+        byte echoed, and the stream's FIN answered with ours."""
+        st = self.flows.setdefault(sid, {"buf": b"", "open": False})
+        if not st["open"]:
+            st["buf"] += data
+            b = st["buf"]
+            if len(b) < 8 or len(b) < 8 + struct.unpack_from("!H", b, 6)[0]:
+                return
+            n = 8 + struct.unpack_from("!H", b, 6)[0]
+            t, _, fsid = struct.unpack_from("!BBI", b)
+            record(event="flow-open", stream=sid, type=t, frame_stream=fsid, network=b[8])
+            st["open"] = True
+            self._quic.send_stream_data(sid, W.frame(W.OPEN_OK, 1))
+            data = b[n:]
+        if data:
+            self._quic.send_stream_data(sid, data)
+        if end:
+            record(event="flow-fin", stream=sid)
+            self._quic.send_stream_data(sid, b"", end_stream=True)
+
     def quic_event_received(self, e):
         if isinstance(e, HandshakeCompleted):
             record(event="handshake", alpn=e.alpn_protocol)
         elif isinstance(e, StreamDataReceived):
             if e.stream_id != 0:
-                record(event="other-stream", stream=e.stream_id)
+                self.flow_data(e.stream_id, e.data, e.end_stream)
+                self.transmit()
                 return
             for t, _, sid, body in self.split.feed(e.data):
                 self.on_frame(t, sid, body, "stream")
