@@ -191,6 +191,25 @@ async def main(args):
         report("quic-udp-echo-datagram-frames", ok and d[:8] == struct.pack("!BBIH", W.DGRAM, 0, 3, len(dest) + 800),
                "QUIC datagrams received: %d" % len(p.datagrams))
 
+        # a TCP flow on a QUIC stream of its own (docs/protocol.md §1.2): the OPEN frame, then
+        # raw bytes and FIN; back: OPEN_OK, the echo, FIN
+        fid = p._quic.get_next_available_stream_id()
+        payload2 = os.urandom(300 * 1024)
+        p._quic.send_stream_data(fid, W.open_tcp(1, "127.0.0.1", args.echo_port) + payload2, end_stream=True)
+        p.transmit()
+        ok = await p.wait(lambda: fid in p.fins or fid in p.resets, 20)
+        got = bytes(p.data.get(fid, b""))
+        report("quic-flow-own-stream-echo", ok and got[:8] == W.frame(W.OPEN_OK, 1) and got[8:] == payload2 and fid in p.fins,
+               "stream %d: %d bytes back, head %r, fin %s" % (fid, len(got), got[:8], fid in p.fins))
+        # one to an overlay address (not allowed): OPEN_FAIL not-allowed (2), then FIN
+        fid2 = p._quic.get_next_available_stream_id()
+        p._quic.send_stream_data(fid2, W.open_tcp(1, "198.18.64.9", 80))
+        p.transmit()
+        ok = await p.wait(lambda: fid2 in p.fins or fid2 in p.resets, 10)
+        got = bytes(p.data.get(fid2, b""))
+        report("quic-flow-own-stream-refused", ok and got == W.frame(W.OPEN_FAIL, 1, b"\x02") and fid2 in p.fins,
+               "got %r" % ((got, fid2 in p.fins, p.resets.get(fid2)),))
+
         # the session ends with GOAWAY shutdown and the stream's FIN; the front answers with its FIN
         p.send(0, W.goaway(W.GOAWAY_SHUTDOWN, "interop done"), end=True)
         ended = await p.wait(lambda: 0 in p.fins or p.terminated is not None, 10)
