@@ -5,7 +5,8 @@
 # bidirectional stream, session PING/PONG, a TCP stream echoed (200 KiB, FIN/FIN), a UDP
 # association echoed (a DGRAM on the session stream, and one as a QUIC DATAGRAM frame answered
 # as one), a TCP flow on a QUIC stream of its own (OPEN, OPEN_OK, 300 KiB echoed raw, FIN) and
-# one refused (OPEN_FAIL not-allowed, FIN), GOAWAY + the stream's FIN, a wrong token (GOAWAY bad-token), another
+# one refused (OPEN_FAIL not-allowed, FIN), GOAWAY + the stream's FIN, 40 flows of 1 MiB at
+# once beside a new session, a wrong token (GOAWAY bad-token), another
 # ALPN (handshake refused); then hostile input: 3000 garbage datagrams (empty ones among them) and an Initial flood
 # from 400 source ports that never finish their handshake: a legitimate session still comes
 # up, the front's memory stays bounded and its counters say what happened.
@@ -22,7 +23,7 @@ TOKEN=interop-token-$T_ID
 FRONT_LOG=$T_DIR/front.log
 CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-open-tcp-ok quic-tcp-echo-200k
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
-quic-alive-after-garbage quic-alive-after-initial-flood"
+quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 P2_CASES="holder-quic-handshake-alpn-loft holder-hello-on-stream-0 holder-up-on-aioquic-status holder-tcp-echo-1mib
 holder-udp-echo holder-datagram-frames-to-server holder-tcp-flow-on-own-stream loft-exit-clean"
@@ -87,7 +88,7 @@ done
 stats=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1)
 sv() { echo "$stats" | awk -v k="$1" '$1 == k { print $2 }'; }
 if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 1 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
-    && [ "$(sv handshakes_evicted)" -ge 300 ] && [ "$(sv streams_opened)" = 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
+    && [ "$(sv handshakes_evicted)" -ge 300 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
     pass front-quic-counters
     note "front: sessions_opened $(sv sessions_opened), quic_packets_dropped $(sv quic_packets_dropped), handshakes_evicted $(sv handshakes_evicted), handshakes_failed $(sv handshakes_failed)"
 else
