@@ -102,6 +102,8 @@ final class QuicStreamState {
     var recvFinDelivered = false
     /// ngtcp2 closed the stream (both directions done or reset).
     var stackClosed = false
+    /// Its owner let go of it (received bytes are dropped from then on).
+    var released = false
 
     init(id: Int64, ringCap: Int) {
         self.id = id
@@ -318,6 +320,16 @@ final class QuicConnection {
         queueSend(s)
     }
 
+    /// Its owner is done with the stream (after `finish`): unread bytes are dropped, and the
+    /// state goes once ngtcp2 has closed the stream (our FIN acknowledged).
+    func release(_ id: Int64) {
+        guard let s = streams[id] else { return }
+        s.released = true
+        s.recv = []
+        s.recvStart = 0
+        if s.stackClosed { streams[id] = nil }
+    }
+
     /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
     func reset(_ id: Int64, code: UInt64) {
         guard let s = streams.removeValue(forKey: id) else { return }
@@ -491,6 +503,11 @@ final class QuicConnection {
             s = n
         }
         let st = s!
+        if st.released {
+            // Nobody reads it any more: the bytes are dropped, the peer's window moves on.
+            if let conn, len > 0 { _ = cquic_consumed(conn, sid, UInt64(len)) }
+            return 0
+        }
         if len > 0, let data { st.recv.append(contentsOf: UnsafeBufferPointer(start: data, count: len)) }
         if fin { st.recvFin = true }
         pendingReadable.append(sid)
@@ -514,7 +531,7 @@ final class QuicConnection {
         if let s = streams[sid] {
             s.sendClosed = true
             s.stackClosed = true
-            if s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { streams[sid] = nil }
+            if s.released || s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { streams[sid] = nil }
         }
         return 0
     }

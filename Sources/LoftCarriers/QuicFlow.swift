@@ -80,6 +80,7 @@ public final class QuicFlow: ByteStream {
     public func close() {
         guard !finished else { return }
         quic?.finish(id)
+        quic?.release(id)
         finished = true
         events = nil
         carrier?.forgetFlow(self)
