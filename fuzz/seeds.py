@@ -196,6 +196,10 @@ try:
         seed("quic_datagram", b"\x00" + _d)
 except ImportError:
     pass
+seed("quic_datagram", b"\x02" + frame(0x10, 1, bytes([6, 1]) + V4D + b"\x00\x50") + b"raw bytes")
+seed("quic_datagram", b"\x02" + frame(0x10, 1, bytes([6, 3, 12]) + b"example.test" + b"\x01\xbb"))
+seed("quic_datagram", b"\x03" + frame(0x11, 1) + b"raw")
+seed("quic_datagram", b"\x03" + frame(0x12, 1, b"\x05"))
 DG = frame(0x20, 1, bytes([1]) + V4D + b"\x00\x35" + b"dns query")
 seed("quic_datagram", b"\x01" + dgram_piece(DG) + dgram_piece(frame(0x20, 1, bytes([3, 4]) + b"a.b." + b"\x00\x35")))
 seed("quic_datagram", b"\x01" + dgram_piece(DG) + dgram_piece(frame(0x20, 9, bytes([1]) + V4D + b"\x00\x35")) + dgram_piece(DG + DG))

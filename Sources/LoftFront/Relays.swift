@@ -204,7 +204,8 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     private unowned let connection: FrontConnection
     let flow: QuicFlow
     private var splice: Splice?
-    private var head = [UInt8](repeating: 0, count: LoftWire.headerSize + 262)
+    private var head = [UInt8](repeating: 0, count: FlowPreamble.maxOpen)
+    private var refused = false
     private var headCount = 0
     private(set) var destination: Destination?
 
@@ -227,31 +228,28 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     }
 
     func streamReadable() {
-        guard destination == nil else { return }
+        guard destination == nil, !refused else { return }
         while true {
-            let hs = LoftWire.headerSize
-            let need: Int
-            if headCount < hs {
-                need = hs - headCount
-            } else {
-                let length = Int(head[6]) << 8 | Int(head[7])
-                guard head[0] == 0x10, length <= head.count - hs else { return refuseMalformed() }
-                need = hs + length - headCount
-                if need == 0 { return opened() }
-            }
-            let r = head.withUnsafeMutableBytes { b in flow.read(into: UnsafeMutableRawBufferPointer(rebasing: b[headCount..<headCount + need])) }
-            switch r {
-            case .data(let n): headCount += n
-            case .wouldBlock: return
-            case .eof, .failed: return refuseMalformed()
+            let verdict = head.withUnsafeBytes { FlowPreamble.parseOpen(UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }
+            switch verdict {
+            case .open(let network, let dest):
+                return opened(network, dest)
+            case .malformed:
+                return refuseMalformed()
+            case .needMore(let need):
+                let r = head.withUnsafeMutableBytes { b in
+                    flow.read(into: UnsafeMutableRawBufferPointer(rebasing: b[headCount..<min(b.count, headCount + need)]))
+                }
+                switch r {
+                case .data(let n): headCount += n
+                case .wouldBlock: return
+                case .eof, .failed: return refuseMalformed()
+                }
             }
         }
     }
 
-    private func opened() {
-        var d = FrameDecoder()
-        head.withUnsafeBytes { d.append(UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }
-        guard case .open(_, let network, let dest)?? = try? d.next() else { return refuseMalformed() }
+    private func opened(_ network: FlowNetwork, _ dest: Destination) {
         destination = dest
         guard network == .tcp else { return answer(.networkNotSupported) }
         if case .ip(let e) = dest, !server.destinationAllowed(e.address) { return answer(.notAllowed) }
@@ -263,6 +261,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
 
     /// Not an OPEN: the stream is reset (the session goes on).
     private func refuseMalformed() {
+        refused = true
         server.stats.protocolErrors += 1
         Log.debug("flow-malformed", ["peer": connection.peerText])
         flow.reset()
@@ -271,8 +270,9 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
 
     /// OPEN_FAIL, then the stream's FIN.
     private func answer(_ reason: OpenFailReason) {
+        refused = true
         server.stats.streamsFailed += 1
-        write([0x12, 0, 0, 0, 0, 1, 0, 1, reason.rawValue])
+        write(FlowPreamble.openFail(reason))
         flow.close()
         connection.flowEnded(self)
     }
@@ -289,7 +289,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     func spliceConnected(_ splice: Splice) {
         server.stats.streamsOpened += 1
         Log.debug("stream-open", ["flow": flow.id, "to": destination.map { "\($0)" } ?? ""])
-        write([0x11, 0, 0, 0, 0, 1, 0, 0])
+        write(FlowPreamble.openOK)
         flow.setReadInterest(true)
         splice.attach(flow)
     }

@@ -12,7 +12,7 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
     private let inner: QuicFlow
     private weak var holder: HolderOutbound?
     private var answered = false
-    private var answer = [UInt8](repeating: 0, count: 9)
+    private var answer = [UInt8](repeating: 0, count: 16)
     private var answerCount = 0
     private var wantsReads = true
     private var done = false
@@ -22,14 +22,8 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
         inner = flow
         self.events = events
         self.holder = holder
-        var q = ByteQueue()
-        do {
-            try FrameEncoder.encode(.open(stream: 1, network: .tcp, destination: destination), into: &q)
-        } catch {
-            return nil
-        }
+        guard let bytes = FlowPreamble.open(destination) else { return nil }
         flow.events = self
-        let bytes = q.withUnsafeReadableBytes { [UInt8]($0) }
         let wrote = bytes.withUnsafeBytes { b -> Int in
             var v = iovec(iov_base: UnsafeMutableRawPointer(mutating: b.baseAddress!), iov_len: b.count)
             return flow.write(&v, count: 1)
@@ -56,43 +50,34 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
 
     func streamWritable() { events?.streamWritable() }
 
-    /// OPEN_OK (8 bytes) or OPEN_FAIL (9) from the front, read exactly: what follows is the
+    /// OPEN_OK or OPEN_FAIL from the front (FlowPreamble), read exactly: what follows is the
     /// flow's own bytes.
     private func readAnswer() {
         while !answered && !done {
-            let need = answerCount < 8 ? 8 - answerCount : 9 - answerCount
-            let r = answer.withUnsafeMutableBytes { b in
-                inner.read(into: UnsafeMutableRawBufferPointer(rebasing: b[answerCount..<answerCount + need]))
-            }
-            switch r {
-            case .data(let n):
-                answerCount += n
-                if answerCount == 8 && answer[0] == 0x11 && answer[1...7] == [0, 0, 0, 0, 1, 0, 0] {
-                    answered = true
-                    inner.setReadInterest(wantsReads)
-                    holder?.flowAnswered(ok: true)
-                    events?.streamConnected()
-                    return
-                }
-                if answerCount == 9 && answer[0] == 0x12 && answer[1...7] == [0, 0, 0, 0, 1, 0, 1] && answer[8] != 0 {
-                    let reason = OpenFailReason(rawValue: answer[8])
-                    holder?.flowAnswered(ok: false)
-                    fail(reason.flowFailure)
-                    return
-                }
-                if answerCount >= 8 && !(answer[0] == 0x12 && answerCount == 8) {
-                    Log.warn("holder.flow-protocol-error", ["answer": answer.prefix(answerCount).map { String($0, radix: 16) }.joined(separator: " ")])
-                    fail(.other(EPROTO))
-                    return
-                }
-            case .wouldBlock:
+            let verdict = answer.withUnsafeBytes { FlowPreamble.parseAnswer(UnsafeRawBufferPointer(rebasing: $0[0..<answerCount])) }
+            switch verdict {
+            case .accepted:
+                answered = true
+                inner.setReadInterest(wantsReads)
+                events?.streamConnected()
                 return
-            case .eof:
-                fail(.other(ECONNRESET))
+            case .refused(let reason):
+                fail(reason.flowFailure)
                 return
-            case .failed(let f):
-                fail(f)
+            case .malformed(let e):
+                Log.warn("holder.flow-protocol-error", ["error": e.description])
+                fail(.other(EPROTO))
                 return
+            case .needMore(let need):
+                let r = answer.withUnsafeMutableBytes { b in
+                    inner.read(into: UnsafeMutableRawBufferPointer(rebasing: b[answerCount..<min(b.count, answerCount + need)]))
+                }
+                switch r {
+                case .data(let n): answerCount += n
+                case .wouldBlock: return
+                case .eof: fail(.other(ECONNRESET)); return
+                case .failed(let f): fail(f); return
+                }
             }
         }
     }

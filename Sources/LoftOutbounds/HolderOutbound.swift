@@ -420,7 +420,6 @@ public final class HolderOutbound: Outbound {
 
     // MARK: flows on QUIC streams
 
-    func flowAnswered(ok: Bool) {}
     func countUp(_ n: Int) { counts.bytesUp += UInt64(n) }
     func countDown(_ n: Int) { counts.bytesDown += UInt64(n) }
 

@@ -7,6 +7,9 @@
 //   (id 1) and a TCP stream (id 3) open: the rest is a sequence of datagrams, each a length
 //   byte (1...256) and that many bytes, given to receiveDatagram until one is a protocol error.
 //   Checked: the session's output and buffers stay within its limits.
+// - byte 0 = 2 or 3 (mod 4): the first bytes of a flow's own QUIC stream (FlowPreamble): the
+//   front's OPEN reader (2) or the holder's answer reader (3), fed as the readers feed them:
+//   exactly the bytes `needMore` asks for, until a verdict.
 import CNgtcp2
 @testable import LoftCarriers
 import LoftCore
@@ -45,6 +48,27 @@ private let opening: [UInt8] =
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data, size >= 1 else { return 0 }
     let rest = UnsafeRawBufferPointer(start: data + 1, count: size - 1)
+    if data[0] % 4 >= 2 {
+        var have = 0
+        while true {
+            let piece = UnsafeRawBufferPointer(rebasing: rest[0..<have])
+            let need: Int
+            if data[0] % 4 == 2 {
+                switch FlowPreamble.parseOpen(piece) {
+                case .needMore(let n): need = n
+                case .open, .malformed: return 0
+                }
+            } else {
+                switch FlowPreamble.parseAnswer(piece) {
+                case .needMore(let n): need = n
+                case .accepted, .refused, .malformed: return 0
+                }
+            }
+            guard need > 0, have + need <= FlowPreamble.maxOpen else { fatalError("asked for \(need) after \(have)") }
+            guard have + need <= rest.count else { return 0 }
+            have += need
+        }
+    }
     if data[0] & 1 == 0 {
         var dcid = [UInt8](repeating: 0, count: 20)
         var len = 0
