@@ -25,8 +25,6 @@ CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-op
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
 quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
-P2_CASES="holder-quic-handshake-alpn-loft holder-hello-on-stream-0 holder-up-on-aioquic-status holder-tcp-echo-1mib
-holder-udp-echo holder-datagram-frames-to-server holder-tcp-flow-on-own-stream loft-exit-clean"
 
 python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
 [ -x "$FRONT_BIN" ] || die "no loft-front binary at $FRONT_BIN"
