@@ -34,13 +34,18 @@ let package = Package(
             linkerSettings: [.linkedLibrary("nghttp2")]
         ),
         .target(
+            name: "CNgtcp2",
+            path: "CSupport/CNgtcp2",
+            linkerSettings: [.linkedLibrary("ngtcp2"), .linkedLibrary("ngtcp2_crypto_gnutls"), .linkedLibrary("gnutls")]
+        ),
+        .target(
             name: "CAres",
             path: "CSupport/CAres",
             linkerSettings: [.linkedLibrary("cares")]
         ),
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
-        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CLinux"]),
+        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CNgtcp2", "CLinux"]),
         .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),

@@ -6,8 +6,9 @@ set -eu
 
 PACKAGES=(
     # build: lwIP, libyaml, OpenSSL (the holder's TLS), c-ares (the resolver), nghttp2 (the h2
-    # carrier) and the Swift toolchain's needs
+    # carrier), ngtcp2 with its GnuTLS crypto helper (the quic carrier) and the Swift toolchain's needs
     liblwip-dev libyaml-dev libssl-dev libc-ares-dev libnghttp2-dev openssl pkg-config
+    libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes
@@ -28,12 +29,13 @@ PACKAGES=(
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
 # status test's Prometheus text parser, the holder interop test's WebSocket peer, the h2
-# interop test's HTTP/2 peer, scapy.
+# interop test's HTTP/2 peer, the quic interop test's QUIC peer (aioquic), scapy.
 PYPI_PACKAGES=(
     python-socks==3.2.1
     prometheus-client
     websockets
     h2
+    aioquic
     # the hostile-traffic test's packet crafting and sniffing
     scapy==2.5.0
 )

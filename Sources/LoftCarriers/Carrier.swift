@@ -1,3 +1,4 @@
+import CNgtcp2
 import LoftCore
 import LoftIO
 
@@ -6,6 +7,7 @@ public enum CarrierKind: String, Sendable, CaseIterable {
     case ws
     case get
     case h2
+    case quic
 }
 
 /// Why a carrier ended. A carrier closed with `close()` or `abort()` by its own embedder reports
@@ -71,6 +73,16 @@ public protocol CarrierDelegate: AnyObject {
     func carrierWritable(_ carrier: Carrier)
     /// The carrier ended; nothing follows.
     func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason)
+    /// quic: one DATAGRAM frame's payload (valid only during the call).
+    func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer)
+    /// quic, front: the client opened a stream for one flow. True: the delegate keeps it (and
+    /// sets its events); false: it is reset.
+    func carrier(_ carrier: Carrier, flowOpened flow: QuicFlow) -> Bool
+}
+
+extension CarrierDelegate {
+    public func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer) {}
+    public func carrier(_ carrier: Carrier, flowOpened flow: QuicFlow) -> Bool { false }
 }
 
 /// A reliable, ordered, bidirectional byte channel for one loft session. Message and chunk
@@ -107,6 +119,21 @@ public protocol Carrier: AnyObject {
     func close()
     /// Immediate close, nothing more is sent.
     func abort()
+    /// Client: moves the connection to a new local socket (the host's path changed) without
+    /// ending it. False when the carrier cannot (every carrier over TCP); otherwise `done`
+    /// runs once, on the loop, with the outcome of the new path's validation.
+    func migrate(_ done: @escaping (Bool) -> Void) -> Bool
+    /// The largest datagram `sendDatagram` takes (quic: what fits one QUIC DATAGRAM frame in a
+    /// packet); 0 for carriers without datagrams.
+    var maxDatagram: Int { get }
+    /// Sends one unreliable datagram; false when it cannot (too big, queue full, not open).
+    func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool
+}
+
+extension Carrier {
+    public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
+    public var maxDatagram: Int { 0 }
+    public func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool { false }
 }
 
 /// Where and how a client dials.
@@ -154,6 +181,8 @@ public final class CarrierClient {
     public let options: CarrierClientOptions
     let runtime: CarrierRuntime
     let context: TLSContext
+    /// quic: GnuTLS credentials (the CA file, pin or insecure), for every connection.
+    private(set) var quicCreds: OpaquePointer?
 
     public init(_ options: CarrierClientOptions, runtime: CarrierRuntime) throws {
         guard options.path.hasPrefix("/"), !options.path.contains("?"), !options.path.contains(" ") else {
@@ -162,6 +191,19 @@ public final class CarrierClient {
         self.options = options
         self.runtime = runtime
         context = try TLSContext(client: options.tls, alpn: options.kind == .h2 ? ["h2"] : ["http/1.1"])
+        if options.kind == .quic {
+            var err = [CChar](repeating: 0, count: 256)
+            let pin = options.tls.pinSHA256
+            let c = pin.withOptionalBytes { p in
+                cquic_client_creds_new(options.tls.caFile, p, options.tls.insecure ? 1 : 0, &err, err.count)
+            }
+            guard let c else { throw TLSError("quic: \(cText(err))") }
+            quicCreds = c
+        }
+    }
+
+    deinit {
+        if let quicCreds { cquic_creds_free(quicCreds) }
     }
 
     /// Starts a connection; its outcome arrives as `carrierConnected` or `carrier(_:closed:)`
@@ -178,6 +220,10 @@ public final class CarrierClient {
             return c
         case .h2:
             let c = H2Carrier(client: self, delegate: delegate)
+            c.start()
+            return c
+        case .quic:
+            let c = QuicCarrier(client: self, delegate: delegate)
             c.start()
             return c
         }
@@ -199,3 +245,4 @@ func describeTLS(_ c: TLSConnection?) -> String {
     let a = c.alpn
     return "\(c.tlsVersion) \(c.tlsCipher)" + (a.isEmpty ? "" : " alpn=\(a)")
 }
+

@@ -27,6 +27,8 @@ public struct CarrierServerOptions: Sendable {
     public var pressuredHandshakeTimeoutMs: UInt64 = 2_000
     /// Output buffer per TLS connection.
     public var outputBufferBytes: Int
+    /// quic: the UDP address (nil: the TCP listener's address and port).
+    public var quicListen: Endpoint?
 
     public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
@@ -81,6 +83,10 @@ public final class CarrierListener: IOHandler {
     private var pendingOrder = ActivityList<PendingRequest>()
     private var pendingPerSource: [IPAddress: Int] = [:]
     private var joins: [String: GetServerCarrier] = [:]
+    /// quic: the UDP socket on the same port number.
+    private var quic: QuicListener?
+    /// The UDP address the quic carrier listens on (nil without quic).
+    public var quicEndpoint: Endpoint? { quic?.localEndpoint }
 
     public init(_ options: CarrierServerOptions, runtime: CarrierRuntime, delegate: CarrierListenerDelegate) throws {
         guard options.path.hasPrefix("/"), !options.path.contains("?") else {
@@ -112,6 +118,19 @@ public final class CarrierListener: IOHandler {
         fd = s
         localEndpoint = Sockets.localEndpoint(s) ?? options.listen
         runtime.loop.register(s, IOEvents.readable, self)
+        if options.kinds.contains(.quic) {
+            do {
+                quic = try QuicListener(listen: Endpoint(options.quicListen?.address ?? localEndpoint.address,
+                                                         options.quicListen?.port ?? localEndpoint.port),
+                                        tls: options.tls, runtime: runtime, owner: self,
+                                        maxPendingHandshakes: options.maxPendingHandshakes,
+                                        maxPendingPerSource: options.maxPendingPerSource)
+            } catch {
+                runtime.loop.unregister(s)
+                Glibc.close(s)
+                throw error
+            }
+        }
         Log.info("carrier.listen", ["address": localEndpoint, "path": options.path,
                                     "carriers": options.kinds.map(\.rawValue).sorted().joined(separator: ",")])
     }
@@ -121,6 +140,8 @@ public final class CarrierListener: IOHandler {
     /// Stops accepting; connections still in the handshake are dropped. Carriers already handed
     /// out are not touched.
     public func close() {
+        quic?.close()
+        quic = nil
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
         Glibc.close(fd)
@@ -339,6 +360,26 @@ public final class CarrierListener: IOHandler {
         guard let p = pendingEntry(c), removePending(p) else { return }
         stats.handshakeFailed += 1
         Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "reason": reason ?? .closed])
+    }
+
+    // MARK: quic
+
+    func acceptedQuic(_ c: QuicCarrier) {
+        if let r = c.request, let d = delegate, !d.carrierListener(self, admit: r) {
+            stats.rejected += 1
+            Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "quic", "status": 403, "reason": "refused by the front"])
+            c.abort()
+            return
+        }
+        stats.carriers += 1
+        Log.debug("carrier.quic.accepted", ["peer": c.peer.map { "\($0)" } ?? ""])
+        delegate?.carrierListener(self, accepted: c)
+    }
+
+    /// The quic side's counters (Initials accepted and refused, handshakes failed).
+    public var quicStats: (accepted: Int, evicted: Int, dropped: Int, handshakeFailed: Int) {
+        guard let s = quic?.stats else { return (0, 0, 0, 0) }
+        return (s.accepted, s.evicted, s.dropped, s.handshakeFailed)
     }
 
     func forget(_ c: GetServerCarrier) {

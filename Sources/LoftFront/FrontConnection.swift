@@ -19,6 +19,8 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     private var clientName = "-"
     private var streams: [UInt32: StreamRelay] = [:]
     private var associations: [UInt32: DatagramRelay] = [:]
+    /// quic: flows on QUIC streams of their own.
+    private var flows: [ObjectIdentifier: FlowRelay] = [:]
     /// Set once the session is finished: a GOAWAY is queued and the carrier closes after flushing.
     private var ending = false
     /// Reading from the carrier is paused while the session's output backs up.
@@ -38,10 +40,17 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         peerText = carrier.peer.map { "\($0)" } ?? "-"
         session.delegate = self
         carrier.delegate = self
+        // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
+        if carrier.maxDatagram > 0 {
+            session.datagramSink = { [weak carrier] frame in
+                guard let carrier, frame.count <= carrier.maxDatagram else { return false }
+                return carrier.sendDatagram(frame)
+            }
+        }
     }
 
     var isAwaitingHello: Bool { carrier != nil && !ending && instanceID == nil }
-    var openStreams: Int { streams.count }
+    var openStreams: Int { streams.count + flows.count }
     var openAssociations: Int { associations.count }
     /// Nothing of ours is left in the carrier (used to time the exit).
     var carrierFlushed: Bool { ((carrier ?? closingCarrier)?.bufferedBytes ?? 0) == 0 }
@@ -81,7 +90,10 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         let relays = Array(streams.values)
         streams.removeAll()
         for r in relays { r.abandon() }
-        server.stats.streamsReset += UInt64(relays.count)
+        let flowRelays = Array(flows.values)
+        flows.removeAll()
+        for f in flowRelays { f.abandon() }
+        server.stats.streamsReset += UInt64(relays.count + flowRelays.count)
         for a in associations.values { a.close() }
         associations.removeAll()
         server.connectionEnded(self)
@@ -118,6 +130,18 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard !ending else { return }
         do throws(ProtocolError) {
             try session.receive(bytes, now: server.loop.now)
+        } catch {
+            protocolError(error)
+            return
+        }
+        if ending { return }
+        flushOutput()
+    }
+
+    func carrier(_ carrier: Carrier, datagram bytes: UnsafeRawBufferPointer) {
+        guard !ending else { return }
+        do throws(ProtocolError) {
+            try session.receiveDatagram(bytes, now: server.loop.now)
         } catch {
             protocolError(error)
             return
@@ -306,5 +330,21 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
 
     func relayEnded(_ stream: UInt32) {
         streams.removeValue(forKey: stream)
+    }
+
+    // MARK: quic flows
+
+    /// A client's stream for one flow: taken once the session is established, up to the
+    /// front's max-streams (counted with the session's own streams).
+    func carrier(_ carrier: Carrier, flowOpened flow: QuicFlow) -> Bool {
+        guard !ending, instanceID != nil, openStreams < server.limits.maxStreams else { return false }
+        let r = FlowRelay(connection: self, flow: flow)
+        flows[ObjectIdentifier(r)] = r
+        r.streamReadable()
+        return true
+    }
+
+    func flowEnded(_ r: FlowRelay) {
+        flows.removeValue(forKey: ObjectIdentifier(r))
     }
 }

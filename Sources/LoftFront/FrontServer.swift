@@ -329,10 +329,11 @@ public final class FrontServer: CarrierListenerDelegate {
             s.streamsOpen += c.openStreams
             s.associationsOpen += c.openAssociations
         }
-        if let l = listener?.stats {
-            s.handshakesFailed = UInt64(l.handshakeFailed)
-            s.handshakesEvicted = UInt64(l.evicted)
+        if let l = listener?.stats, let q = listener?.quicStats {
+            s.handshakesFailed = UInt64(l.handshakeFailed + q.handshakeFailed)
+            s.handshakesEvicted = UInt64(l.evicted + q.evicted)
             s.requestsRejected = UInt64(l.rejected)
+            s.quicPacketsDropped = UInt64(q.dropped)
         }
         return s
     }

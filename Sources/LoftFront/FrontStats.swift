@@ -30,6 +30,9 @@ public struct FrontStats: Sendable, Equatable {
     /// From the listener: requests refused with an HTTP status before a carrier existed (404,
     /// 405, 400, 403, 409, 429, 431 ...), every carrier.
     public var requestsRejected: UInt64 = 0
+    /// quic: packets for no connection that were not an acceptable Initial (garbage, short
+    /// headers for unknown ids, other versions).
+    public var quicPacketsDropped: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -55,7 +58,7 @@ public struct FrontStats: Sendable, Equatable {
          ("associations_timed_out", associationsTimedOut), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
          ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped),
          ("handshakes_failed", handshakesFailed), ("handshakes_evicted", handshakesEvicted),
-         ("requests_rejected", requestsRejected)]
+         ("requests_rejected", requestsRejected), ("quic_packets_dropped", quicPacketsDropped)]
     }
 
     /// `name value` lines.

@@ -1,4 +1,5 @@
 import Glibc
+import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
@@ -193,5 +194,121 @@ final class DatagramRelay: DatagramEvents {
         idleTimer = nil
         sockets?.close()
         sockets = nil
+    }
+}
+
+/// quic: one TCP flow on a QUIC stream of its own (docs/protocol.md §1.2). The stream starts
+/// with the client's OPEN frame, read here exactly; the destination is dialed; OPEN_OK (then
+/// the splice joins the stream to the socket) or OPEN_FAIL (then the stream's FIN) answers it.
+final class FlowRelay: SpliceOwner, ByteStreamEvents {
+    private unowned let connection: FrontConnection
+    let flow: QuicFlow
+    private var splice: Splice?
+    private var head = [UInt8](repeating: 0, count: FlowPreamble.maxOpen)
+    private var refused = false
+    private var headCount = 0
+    private(set) var destination: Destination?
+
+    private var server: FrontServer { connection.server }
+
+    init(connection: FrontConnection, flow: QuicFlow) {
+        self.connection = connection
+        self.flow = flow
+        flow.events = self
+    }
+
+    // MARK: the OPEN
+
+    func streamConnected() {}
+    func streamWritable() {}
+    func streamFailed(_ failure: FlowFailure) {
+        splice?.reset()
+        splice = nil
+        connection.flowEnded(self)
+    }
+
+    func streamReadable() {
+        guard destination == nil, !refused else { return }
+        while true {
+            let verdict = head.withUnsafeBytes { FlowPreamble.parseOpen(UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }
+            switch verdict {
+            case .open(let network, let dest):
+                return opened(network, dest)
+            case .malformed:
+                return refuseMalformed()
+            case .needMore(let need):
+                let r = head.withUnsafeMutableBytes { b in
+                    flow.read(into: UnsafeMutableRawBufferPointer(rebasing: b[headCount..<min(b.count, headCount + need)]))
+                }
+                switch r {
+                case .data(let n): headCount += n
+                case .wouldBlock: return
+                case .eof, .failed: return refuseMalformed()
+                }
+            }
+        }
+    }
+
+    private func opened(_ network: FlowNetwork, _ dest: Destination) {
+        destination = dest
+        guard network == .tcp else { return answer(.networkNotSupported) }
+        if case .ip(let e) = dest, !server.destinationAllowed(e.address) { return answer(.notAllowed) }
+        flow.setReadInterest(false)
+        let s = Splice(loop: server.loop, owner: self, meter: server.meter, connectTimeoutMs: server.connectTimeoutMs)
+        splice = s
+        s.dial(server.outbound, to: dest)
+    }
+
+    /// Not an OPEN: the stream is reset (the session goes on).
+    private func refuseMalformed() {
+        refused = true
+        server.stats.protocolErrors += 1
+        Log.debug("flow-malformed", ["peer": connection.peerText])
+        flow.reset()
+        connection.flowEnded(self)
+    }
+
+    /// OPEN_FAIL, then the stream's FIN.
+    private func answer(_ reason: OpenFailReason) {
+        refused = true
+        server.stats.streamsFailed += 1
+        write(FlowPreamble.openFail(reason))
+        flow.close()
+        connection.flowEnded(self)
+    }
+
+    private func write(_ bytes: [UInt8]) {
+        _ = bytes.withUnsafeBytes { b -> Int in
+            var v = iovec(iov_base: UnsafeMutableRawPointer(mutating: b.baseAddress!), iov_len: b.count)
+            return flow.write(&v, count: 1)
+        }
+    }
+
+    // MARK: SpliceOwner
+
+    func spliceConnected(_ splice: Splice) {
+        server.stats.streamsOpened += 1
+        Log.debug("stream-open", ["flow": flow.id, "to": destination.map { "\($0)" } ?? ""])
+        write(FlowPreamble.openOK)
+        flow.setReadInterest(true)
+        splice.attach(flow)
+    }
+
+    func spliceFailed(_ splice: Splice, _ failure: FlowFailure) {
+        self.splice = nil
+        Log.debug("stream-failed", ["flow": flow.id, "to": destination.map { "\($0)" } ?? "", "reason": failure])
+        answer(OpenFailReason(failure))
+    }
+
+    func spliceEnded(_ splice: Splice, _ ending: Splice.Ending) {
+        if ending != .closed { server.stats.streamsReset += 1 }
+        self.splice = nil
+        connection.flowEnded(self)
+    }
+
+    /// The carrier is gone: reset the socket.
+    func abandon() {
+        splice?.reset()
+        splice = nil
     }
 }

@@ -42,6 +42,10 @@ public struct HolderStats: Sendable {
     public var resumes: UInt64 = 0            // STATUS received after RESUME
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
+    public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
+    public var flowStreams: UInt64 = 0        // quic: TCP flows carried on QUIC streams of their own
+    public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
+    public var datagramFramesIn: UInt64 = 0   // quic: DGRAMs received as QUIC DATAGRAM frames
     public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
     public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
     public var streamsReset: UInt64 = 0       // streams lost with a carrier
@@ -181,7 +185,9 @@ public final class HolderOutbound: Outbound {
         if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
-                   ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges),
+                   ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
+                   ("flow-streams", st.flowStreams),
+                   ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
         return s
@@ -199,6 +205,21 @@ public final class HolderOutbound: Outbound {
         guard link != .stopped else { return }
         counts.pathChanges += 1
         Log.info("holder.path-changed", ["outbound": name, "reason": reason])
+        // quic: the connection moves to a new socket and the session with every stream stays;
+        // only if the new path fails validation does it go the TCP carriers' way (RESUME).
+        if let c = carrier, link == .up, c.migrate({ [weak self, weak c] ok in
+            guard let self, let c, self.carrier === c else { return }
+            if ok {
+                self.counts.migrations += 1
+                Log.info("holder.migrated", ["outbound": self.name, "migrations": self.counts.migrations])
+            } else {
+                c.abort()
+                self.failures = 0
+                self.carrierLost("path changed (\(reason)); migration failed", redialIn: 0)
+            }
+        }) {
+            return
+        }
         if let c = carrier {
             c.abort()
             failures = 0  // a new path is a fresh start: flows wait for this dial again
@@ -226,6 +247,14 @@ public final class HolderOutbound: Outbound {
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         switch link {
         case .up:
+            // quic: the flow on a QUIC stream of its own (docs/protocol.md §1.2).
+            if let fc = carrier as? FlowCarrier, let flow = fc.openFlow() {
+                if let s = HolderFlowStream(flow: flow, destination: destination, events: events, holder: self) {
+                    counts.flowsOpened += 1
+                    counts.flowStreams += 1
+                    return s
+                }
+            }
             let s = HolderStream(holder: self, destination: destination, events: events)
             openOnSession(s)
             return s
@@ -389,6 +418,11 @@ public final class HolderOutbound: Outbound {
         self.flushOutput()
     }
 
+    // MARK: flows on QUIC streams
+
+    func countUp(_ n: Int) { counts.bytesUp += UInt64(n) }
+    func countDown(_ n: Int) { counts.bytesDown += UInt64(n) }
+
     // MARK: streams
 
     private func openOnSession(_ s: HolderStream) {
@@ -489,6 +523,12 @@ extension HolderOutbound: CarrierDelegate {
         link = .handshaking
         linkSince = loop.now
         counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
+        // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
+        session.datagramSink = c.maxDatagram > 0 ? { [weak self, weak c] frame in
+            guard let c, frame.count <= c.maxDatagram, c.sendDatagram(frame) else { return false }
+            self?.counts.datagramFramesOut += 1
+            return true
+        } : nil
         session.attach()
         flushOutput()
     }
@@ -499,6 +539,21 @@ extension HolderOutbound: CarrierDelegate {
             try session.receive(bytes)
         } catch {
             // The session queued GOAWAY (protocol error): send it, then drop the carrier.
+            Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
+            flushOutput()
+            c.close()
+            carrierLost("protocol error: \(error.description)")
+            return
+        }
+        flushOutput()
+    }
+
+    public func carrier(_ c: Carrier, datagram bytes: UnsafeRawBufferPointer) {
+        guard c === carrier else { return }
+        counts.datagramFramesIn += 1
+        do {
+            try session.receiveDatagram(bytes)
+        } catch {
             Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
             flushOutput()
             c.close()

@@ -38,6 +38,9 @@ public struct SessionCounters: Sendable, Equatable {
     public var datagramsOut: UInt64 = 0
     /// DGRAMs not sent: output over maxDatagramQueue, too big, or no such association.
     public var datagramsDropped: UInt64 = 0
+    /// quic: DGRAMs that arrived as QUIC DATAGRAMs for an association not open on this end
+    /// (they crossed its OPEN, OPEN_OK or RST on the stream), dropped.
+    public var datagramsIgnored: UInt64 = 0
     /// OPENs sent (client) or received (front).
     public var streamsOpened: UInt64 = 0
     /// RSTs sent and received.
@@ -231,6 +234,40 @@ final class SessionEngine {
         receiveNow = now
         do {
             try consume(bytes)
+        } catch {
+            fail(error)
+            signal()
+            throw error
+        }
+        signal()
+    }
+
+    /// One DGRAM frame that arrived outside the byte channel (a QUIC DATAGRAM): exactly one
+    /// frame, header included; anything else is a protocol error, as in the channel.
+    func receiveDatagram(_ bytes: UnsafeRawBufferPointer, now: UInt64?) throws(ProtocolError) {
+        guard !failed, !ignoringInput else { return }
+        counters.bytesIn += UInt64(bytes.count)
+        if let now { lastHeard = now; heardSinceTick = false } else { heardSinceTick = true }
+        do throws(ProtocolError) {
+            let hs = LoftWire.headerSize
+            guard bytes.count >= hs else { throw .truncatedBody(.dgram) }
+            let h = try WireFormat.parseHeader(UnsafeRawBufferPointer(rebasing: bytes[0..<hs]))
+            guard h.type == .dgram else { throw .unexpectedFrame(h.type) }
+            guard h.length == bytes.count - hs else { throw .badLength(.dgram, bytes.count - hs) }
+            // Datagrams are not ordered with the stream: one for an association this end does
+            // not hold (not yet, or no more) crossed its OPEN or RST, and is dropped. The client
+            // takes one that overtook the OPEN_OK: the front sends DGRAMs only once it accepted.
+            guard let st = streams[h.stream] else {
+                counters.datagramsIgnored += 1
+                return
+            }
+            counters.framesIn += 1
+            guard let host, try host.engineGate(.dgram) else { return }
+            var r = BodyReader(UnsafeRawBufferPointer(rebasing: bytes[hs...]), .dgram)
+            let remote = try r.destination()
+            if st.network != .udp { throw .wrongNetwork(.dgram, h.stream) }
+            counters.datagramsIn += 1
+            host.engineDatagram(h.stream, remote, r.rest())
         } catch {
             fail(error)
             signal()
@@ -621,10 +658,29 @@ final class SessionEngine {
         if s.localFin && s.remoteFin { remove(s) } else { resetStream(id, .cancel) }
     }
 
+    /// Carriers with datagrams of their own (quic): each DGRAM frame, header included, is
+    /// offered here first; a false (too big for one datagram) sends it in the output instead.
+    var datagramSink: ((UnsafeRawBufferPointer) -> Bool)?
+    private var datagramScratch = ByteQueue()
+
     func sendDatagram(_ id: UInt32, _ remote: Destination, _ payload: UnsafeRawBufferPointer) -> Bool {
         guard let s = streams[id], s.network == .udp, !failed, role == .client || s.phase == .open,
-              let size = FrameEncoder.datagramSize(remote: remote, payloadCount: payload.count),
-              output.count + size <= min(limits.maxDatagramQueue, limits.maxOutputBytes) else {
+              let size = FrameEncoder.datagramSize(remote: remote, payloadCount: payload.count) else {
+            counters.datagramsDropped += 1
+            return false
+        }
+        // Only once the association is open both ways: before that a DATAGRAM could overtake
+        // the OPEN (or the OPEN_OK) on the session stream, so those go in the output, in order.
+        if let sink = datagramSink, s.phase == .open {
+            datagramScratch.removeAll(keepingCapacity: true)
+            if (try? FrameEncoder.encodeDatagram(association: id, remote: remote, payload, into: &datagramScratch)) != nil,
+               datagramScratch.withUnsafeReadableBytes({ sink($0) }) {
+                counters.framesOut += 1
+                counters.datagramsOut += 1
+                return true
+            }
+        }
+        guard output.count + size <= min(limits.maxDatagramQueue, limits.maxOutputBytes) else {
             counters.datagramsDropped += 1
             return false
         }

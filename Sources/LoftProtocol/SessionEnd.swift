@@ -24,6 +24,20 @@ public class SessionEnd {
         try engine.receive(bytes, now: now)
     }
 
+    /// A DGRAM frame (header included) that came outside the byte channel: a QUIC DATAGRAM.
+    /// Errors as for `receive`.
+    public func receiveDatagram(_ bytes: UnsafeRawBufferPointer, now: UInt64? = nil) throws(ProtocolError) {
+        try engine.receiveDatagram(bytes, now: now)
+    }
+
+    /// Where DGRAM frames go when the carrier has datagrams of its own (quic): the sink gets one
+    /// whole frame and returns false when it cannot take it (then it goes in the output). Nil:
+    /// every DGRAM goes in the output.
+    public var datagramSink: ((UnsafeRawBufferPointer) -> Bool)? {
+        get { engine.datagramSink }
+        set { engine.datagramSink = newValue }
+    }
+
     /// Clean EOF from the carrier: incompleteFrame if it ended inside a frame.
     public func carrierEnded() throws(ProtocolError) {
         try engine.carrierEnded()

@@ -8,6 +8,8 @@ import XCTest
 /// Client ↔ server over each carrier on 127.0.0.1, with the test PKI.
 final class LoopbackTests: XCTestCase {
     static let mib = 1 << 20
+    /// The carriers over TLS on TCP (quic has its own tests: QuicCarrierTests).
+    static let tlsKinds: [CarrierKind] = [.ws, .get, .h2]
 
     // MARK: transfers
 
@@ -142,7 +144,7 @@ final class LoopbackTests: XCTestCase {
     }
 
     func testCAVerificationSucceedsWithTheRightCA() throws {
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let r = try dialOutcome(kind, tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca))
             XCTAssertTrue(r.connected, "\(kind): \(String(describing: r.reason))")
             // The IP address in the certificate's SAN works as a name too.
@@ -152,7 +154,7 @@ final class LoopbackTests: XCTestCase {
     }
 
     func testWrongCAFails() throws {
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let r = try dialOutcome(kind, tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.otherCA))
             XCTAssertFalse(r.connected)
             XCTAssertTrue(tlsFailure(r.reason)?.contains("certificate verify failed") ?? false, "\(String(describing: r.reason))")
@@ -168,7 +170,7 @@ final class LoopbackTests: XCTestCase {
     func testPinMatchAndMismatch() throws {
         let pinText = try TLSContext.pin(ofCertificateFile: TestPKI.shared.cert)
         let pin = try XCTUnwrap(TLSClientOptions.parsePin(pinText))
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let good = try dialOutcome(kind, tls: TLSClientOptions(serverName: "front.test", pinSHA256: pin))
             XCTAssertTrue(good.connected, "\(kind): \(String(describing: good.reason))")
             var wrong = pin
@@ -188,7 +190,7 @@ final class LoopbackTests: XCTestCase {
         let strict = try dialOutcome(.ws, tls: TLSClientOptions(serverName: "front.test"))
         XCTAssertFalse(strict.connected)
         XCTAssertNotNil(tlsFailure(strict.reason))
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let lax = try dialOutcome(kind, tls: TLSClientOptions(serverName: "front.test", insecure: true))
             XCTAssertTrue(lax.connected, "\(kind): \(String(describing: lax.reason))")
         }
@@ -206,7 +208,7 @@ final class LoopbackTests: XCTestCase {
     // MARK: refusals
 
     func testWrongPathGets404() throws {
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let r = try dialOutcome(kind, tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca), path: "/other")
             XCTAssertFalse(r.connected)
             guard case .rejected(let status, _) = r.reason else { return XCTFail("\(kind): \(String(describing: r.reason))") }
@@ -216,7 +218,7 @@ final class LoopbackTests: XCTestCase {
     }
 
     func testAdmitHookRefusalGets403() throws {
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let r = try dialOutcome(kind, tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca), refuse: true)
             guard case .rejected(let status, _) = r.reason else { return XCTFail("\(kind): \(String(describing: r.reason))") }
             XCTAssertEqual(status, 403)
@@ -244,7 +246,7 @@ final class LoopbackTests: XCTestCase {
     }
 
     func testServerCloseReachesTheClient() throws {
-        for kind in CarrierKind.allCases {
+        for kind in Self.tlsKinds {
             let h = try Harness()
             let acceptor = Acceptor { c in EchoPeer(c) }
             let listener = try h.listener(delegate: acceptor)

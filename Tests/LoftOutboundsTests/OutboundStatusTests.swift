@@ -83,7 +83,8 @@ final class OutboundStatusTests: XCTestCase {
         XCTAssertEqual(s.flows, 0, "nothing was opened on a session")
         XCTAssertEqual(s.liveFlows, 0)
         XCTAssertTrue(s.detail.contains("last error: "), s.detail)
-        XCTAssertEqual(s.extra.map(\.0), ["dials", "sessions", "resumes", "carrier-losses", "path-changes",
+        XCTAssertEqual(s.extra.map(\.0), ["dials", "sessions", "resumes", "carrier-losses", "path-changes", "migrations",
+                                          "flow-streams", "datagram-frames-out", "datagram-frames-in",
                                           "hold-drops", "fallback-flows", "streams-reset", "stream-limit-refusals"])
         XCTAssertEqual(s.counter("dials"), 1)
         XCTAssertEqual(s.counter(OutboundStatus.holdDrops), 1)

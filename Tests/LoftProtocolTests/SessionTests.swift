@@ -674,6 +674,61 @@ final class SessionTests: XCTestCase {
         XCTAssertEqual(p.fd.resets.first?.reason, .cancel)
     }
 
+    /// quic: DGRAM frames go to the datagram sink (one frame each, header included) and come in
+    /// through receiveDatagram; one the sink refuses goes in the output; a datagram that is not
+    /// exactly one DGRAM frame is a protocol error (GOAWAY).
+    func testDatagramSinkAndReceiveDatagram() throws {
+        let p = Pair()
+        try p.establish()
+        var sunk: [[UInt8]] = []
+        p.client.datagramSink = { frame in
+            guard frame.count <= 200 else { return false }
+            sunk.append([UInt8](frame))
+            return true
+        }
+        let a = try XCTUnwrap(p.client.openAssociation(firstDestination: Sample.v4))
+        try p.pump()                       // the OPEN, on the channel
+        let small = [UInt8](repeating: 7, count: 50)
+        XCTAssertTrue(small.withBytes { p.client.send(association: a, to: Sample.v4, $0) })
+        XCTAssertEqual(p.client.outputCount, 0, "the DGRAM went to the sink, not the output")
+        XCTAssertEqual(sunk.count, 1)
+        XCTAssertEqual(sunk[0].count, 8 + 7 + 50)
+        XCTAssertEqual(sunk[0][0], 0x20)
+        let big = [UInt8](repeating: 8, count: 500)
+        XCTAssertTrue(big.withBytes { p.client.send(association: a, to: Sample.v4, $0) })
+        XCTAssertGreaterThan(p.client.outputCount, 500, "too big for the sink: in the output")
+        try p.pump()
+        XCTAssertEqual(p.fd.datagrams.map(\.payload.count), [500])
+        try sunk[0].withUnsafeBytes { try p.front.receiveDatagram($0) }
+        XCTAssertEqual(p.fd.datagrams.map(\.payload.count), [500, 50])
+        XCTAssertEqual(p.front.counters.datagramsIn, 2)
+        XCTAssertEqual(p.client.counters.datagramsOut, 2)
+        // Before OPEN_OK the client's DGRAMs go in the output (behind the OPEN), not the sink.
+        let b = try XCTUnwrap(p.client.openAssociation(firstDestination: Sample.v4))
+        XCTAssertTrue(small.withBytes { p.client.send(association: b, to: Sample.v4, $0) })
+        XCTAssertEqual(sunk.count, 1)
+        XCTAssertGreaterThan(p.client.outputCount, 50)
+        // A DATAGRAM that overtook the OPEN_OK is taken by the client.
+        var early = sunk[0]
+        withUnsafeBytes(of: b.bigEndian) { for i in 0..<4 { early[2 + i] = $0[i] } }
+        try early.withUnsafeBytes { try p.client.receiveDatagram($0) }
+        XCTAssertEqual(p.cd.datagrams.map(\.association), [b])
+        // A DATAGRAM for an association this end does not hold is dropped, not an error.
+        var stray = sunk[0]
+        stray[5] = 99
+        try stray.withUnsafeBytes { try p.front.receiveDatagram($0) }
+        XCTAssertEqual(p.front.counters.datagramsIgnored, 1)
+        // Two frames in one datagram, a PING, a short one: each a protocol error.
+        for bad in [sunk[0] + sunk[0], [0x30, 0, 0, 0, 0, 0, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8], [0x20, 0, 0]] {
+            let q = Pair()
+            try q.establish()
+            _ = try XCTUnwrap(q.client.openAssociation(firstDestination: Sample.v4))
+            try q.pump()
+            XCTAssertThrowsError(try bad.withUnsafeBytes { try q.front.receiveDatagram($0) }, "\(bad.prefix(8))")
+            XCTAssertEqual(try q.front.takeFrames().last.map { if case .goaway(let r, _) = $0 { return r == .protocolError } else { return false } }, true)
+        }
+    }
+
     func testDatagramQueueBound() throws {
         let p = Pair(clientLimits: SessionLimits(maxDatagramQueue: 10_000))
         try p.establish()

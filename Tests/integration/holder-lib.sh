@@ -61,7 +61,7 @@ if socks:
 text += f"""outbounds:
   - name: home
     type: loft
-    server: 127.0.0.1:{port}
+    server: {__import__("os").environ.get("FRONT_HOST", "127.0.0.1")}:{port}
     carrier: {carrier}
     token: {token}
     tls: {{ server-name: front.test, ca: {ca} }}

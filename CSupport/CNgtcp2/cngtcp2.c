@@ -1,0 +1,571 @@
+// The QUIC shim (see include/cngtcp2.h): ngtcp2 0.12 and its GnuTLS crypto helper.
+#include "cngtcp2.h"
+
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
+#include <gnutls/x509.h>
+#include <gnutls/abstract.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+_Static_assert(sizeof(cquic_vec) == sizeof(ngtcp2_vec), "cquic_vec is ngtcp2_vec");
+
+// TLS 1.3 only, the ciphers and groups QUIC uses; no middlebox compatibility mode (RFC 9001 §8.4).
+static const char *PRIORITY =
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:"
+    "-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1:%DISABLE_TLS13_COMPAT_MODE";
+
+struct cquic_creds {
+    gnutls_certificate_credentials_t cred;
+    int server;
+    int insecure;
+    int has_ca;
+    int has_pin;
+    uint8_t pin[32];
+};
+
+struct cquic_conn {
+    ngtcp2_conn *conn;
+    gnutls_session_t tls;
+    ngtcp2_crypto_conn_ref ref;
+    cquic_events ev;
+    cquic_creds *creds;
+    char verify_name[256];
+    uint8_t secret[32];
+    char err[256];
+};
+
+static void set_err(char *err, size_t n, const char *what, int rv) {
+    if (err && n) snprintf(err, n, "%s: %s", what, gnutls_strerror(rv));
+}
+
+// MARK: credentials
+
+static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) { return ((cquic_conn *)ref->user_data)->conn; }
+
+// The client's check of the server certificate: the chain against the trust store (unless only
+// a pin is given), then the pin.
+static int verify_peer(gnutls_session_t s) {
+    ngtcp2_crypto_conn_ref *ref = gnutls_session_get_ptr(s);
+    cquic_conn *c = ref->user_data;
+    cquic_creds *cr = c->creds;
+    if (cr->insecure) return 0;
+    if (cr->has_ca || !cr->has_pin) {
+        unsigned status = 0;
+        int rv = gnutls_certificate_verify_peers3(s, c->verify_name[0] ? c->verify_name : NULL, &status);
+        if (rv < 0) { snprintf(c->err, sizeof c->err, "certificate: %s", gnutls_strerror(rv)); return -1; }
+        if (status != 0) {
+            gnutls_datum_t out = {0};
+            gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0);
+            snprintf(c->err, sizeof c->err, "certificate verify failed: %s", out.data ? (char *)out.data : "?");
+            gnutls_free(out.data);
+            return -1;
+        }
+    }
+    if (cr->has_pin) {
+        unsigned n = 0;
+        const gnutls_datum_t *certs = gnutls_certificate_get_peers(s, &n);
+        if (!certs || n == 0) { snprintf(c->err, sizeof c->err, "certificate pin: no certificate"); return -1; }
+        gnutls_pubkey_t pk;
+        gnutls_pubkey_init(&pk);
+        int rv = gnutls_pubkey_import_x509_raw(pk, &certs[0], GNUTLS_X509_FMT_DER, 0);
+        gnutls_datum_t der = {0};
+        if (rv >= 0) rv = gnutls_pubkey_export2(pk, GNUTLS_X509_FMT_DER, &der);
+        gnutls_pubkey_deinit(pk);
+        if (rv < 0) { snprintf(c->err, sizeof c->err, "certificate pin: %s", gnutls_strerror(rv)); return -1; }
+        uint8_t got[32];
+        gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, got);
+        gnutls_free(der.data);
+        if (memcmp(got, cr->pin, 32) != 0) {
+            snprintf(c->err, sizeof c->err, "certificate pin mismatch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+cquic_creds *cquic_client_creds_new(const char *ca_file, const uint8_t *pin, int insecure, char *err, size_t errlen) {
+    cquic_creds *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    int rv = gnutls_certificate_allocate_credentials(&c->cred);
+    if (rv < 0) { set_err(err, errlen, "credentials", rv); free(c); return NULL; }
+    c->insecure = insecure;
+    if (pin) { c->has_pin = 1; memcpy(c->pin, pin, 32); }
+    if (ca_file) {
+        rv = gnutls_certificate_set_x509_trust_file(c->cred, ca_file, GNUTLS_X509_FMT_PEM);
+        if (rv <= 0) {
+            if (err) snprintf(err, errlen, "CA file %s: %s", ca_file, rv == 0 ? "no certificate" : gnutls_strerror(rv));
+            cquic_creds_free(c);
+            return NULL;
+        }
+        c->has_ca = 1;
+    } else if (!pin && !insecure) {
+        rv = gnutls_certificate_set_x509_system_trust(c->cred);
+        if (rv < 0) { set_err(err, errlen, "system trust store", rv); cquic_creds_free(c); return NULL; }
+    }
+    gnutls_certificate_set_verify_function(c->cred, verify_peer);
+    return c;
+}
+
+cquic_creds *cquic_server_creds_new(const char *cert_file, const char *key_file, char *err, size_t errlen) {
+    cquic_creds *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->server = 1;
+    int rv = gnutls_certificate_allocate_credentials(&c->cred);
+    if (rv < 0) { set_err(err, errlen, "credentials", rv); free(c); return NULL; }
+    rv = gnutls_certificate_set_x509_key_file(c->cred, cert_file, key_file, GNUTLS_X509_FMT_PEM);
+    if (rv < 0) { set_err(err, errlen, "certificate/key", rv); cquic_creds_free(c); return NULL; }
+    return c;
+}
+
+void cquic_creds_free(cquic_creds *c) {
+    if (!c) return;
+    gnutls_certificate_free_credentials(c->cred);
+    free(c);
+}
+
+// MARK: callbacks into the embedder
+
+static void rand_cb(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx) {
+    (void)ctx;
+    gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
+}
+
+static int new_cid_cb(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token, size_t cidlen, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    if (gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, cidlen) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+    cid->datalen = cidlen;
+    if (ngtcp2_crypto_generate_stateless_reset_token(token, c->secret, sizeof c->secret, cid) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    if (c->ev.cid && c->ev.cid(c->ev.ctx, cid->data, cid->datalen, 1) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int remove_cid_cb(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    if (c->ev.cid) c->ev.cid(c->ev.ctx, cid->data, cid->datalen, 0);
+    return 0;
+}
+
+#define FORWARD(call) do { if ((call) != 0) return NGTCP2_ERR_CALLBACK_FAILURE; return 0; } while (0)
+
+static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    if (!c->ev.handshake_done) return 0;
+    FORWARD(c->ev.handshake_done(c->ev.ctx));
+}
+
+static int recv_stream_data_cb(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t offset,
+                               const uint8_t *data, size_t len, void *ud, void *sud) {
+    (void)conn; (void)offset; (void)sud;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.stream_data(c->ev.ctx, sid, data, len, (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0));
+}
+
+static int stream_open_cb(ngtcp2_conn *conn, int64_t sid, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.stream_open(c->ev.ctx, sid));
+}
+
+static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t code, void *ud, void *sud) {
+    (void)sud;
+    cquic_conn *c = ud;
+    // ngtcp2 does not raise the peer's stream limit by itself: one stream of the peer's closed,
+    // one more may open (MAX_STREAMS), so at most initial_max_streams_bidi are open at once.
+    int peer_bidi = (sid & 3) == (ngtcp2_conn_is_server(conn) ? 0 : 1);
+    if (peer_bidi) ngtcp2_conn_extend_max_streams_bidi(conn, 1);
+    FORWARD(c->ev.stream_close(c->ev.ctx, sid, code, (flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0));
+}
+
+static int stream_reset_cb(ngtcp2_conn *conn, int64_t sid, uint64_t final_size, uint64_t code, void *ud, void *sud) {
+    (void)conn; (void)final_size; (void)sud;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.stream_reset(c->ev.ctx, sid, code));
+}
+
+static int stream_stop_sending_cb(ngtcp2_conn *conn, int64_t sid, uint64_t code, void *ud, void *sud) {
+    (void)conn; (void)sud;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.stream_stop_sending(c->ev.ctx, sid, code));
+}
+
+static int acked_cb(ngtcp2_conn *conn, int64_t sid, uint64_t offset, uint64_t len, void *ud, void *sud) {
+    (void)conn; (void)sud;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.acked(c->ev.ctx, sid, offset, len));
+}
+
+static int extend_stream_cb(ngtcp2_conn *conn, int64_t sid, uint64_t max, void *ud, void *sud) {
+    (void)conn; (void)max; (void)sud;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.stream_extended(c->ev.ctx, sid));
+}
+
+static int extend_streams_cb(ngtcp2_conn *conn, uint64_t max, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.streams_extended(c->ev.ctx, max));
+}
+
+static int recv_datagram_cb(ngtcp2_conn *conn, uint32_t flags, const uint8_t *data, size_t len, void *ud) {
+    (void)conn; (void)flags;
+    cquic_conn *c = ud;
+    FORWARD(c->ev.datagram(c->ev.ctx, data, len));
+}
+
+static int path_validation_cb(ngtcp2_conn *conn, uint32_t flags, const ngtcp2_path *path,
+                              ngtcp2_path_validation_result res, void *ud) {
+    (void)conn; (void)flags; (void)path;
+    cquic_conn *c = ud;
+    if (!c->ev.path_validated) return 0;
+    FORWARD(c->ev.path_validated(c->ev.ctx, res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS));
+}
+
+static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
+    memset(cb, 0, sizeof *cb);
+    if (server) {
+        cb->recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
+    } else {
+        cb->client_initial = ngtcp2_crypto_client_initial_cb;
+        cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
+    }
+    cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+    cb->encrypt = ngtcp2_crypto_encrypt_cb;
+    cb->decrypt = ngtcp2_crypto_decrypt_cb;
+    cb->hp_mask = ngtcp2_crypto_hp_mask_cb;
+    cb->update_key = ngtcp2_crypto_update_key_cb;
+    cb->delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+    cb->delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+    cb->get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+    cb->version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+    cb->rand = rand_cb;
+    cb->get_new_connection_id = new_cid_cb;
+    cb->remove_connection_id = remove_cid_cb;
+    cb->handshake_completed = handshake_completed_cb;
+    cb->recv_stream_data = recv_stream_data_cb;
+    cb->stream_open = stream_open_cb;
+    cb->stream_close = stream_close_cb;
+    cb->stream_reset = stream_reset_cb;
+    cb->stream_stop_sending = stream_stop_sending_cb;
+    cb->acked_stream_data_offset = acked_cb;
+    cb->extend_max_stream_data = extend_stream_cb;
+    cb->extend_max_local_streams_bidi = extend_streams_cb;
+    cb->recv_datagram = recv_datagram_cb;
+    cb->path_validation = path_validation_cb;
+}
+
+static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const cquic_params *p, uint64_t now) {
+    ngtcp2_settings_default(s);
+    s->initial_ts = now;
+    s->cc_algo = NGTCP2_CC_ALGO_CUBIC;
+    s->max_window = p->max_window;
+    s->max_stream_window = p->max_stream_window;
+    if (p->handshake_timeout_ms) s->handshake_timeout = p->handshake_timeout_ms * NGTCP2_MILLISECONDS;
+    ngtcp2_transport_params_default(tp);
+    tp->initial_max_data = p->max_data;
+    tp->initial_max_stream_data_bidi_local = p->max_stream_data;
+    tp->initial_max_stream_data_bidi_remote = p->max_stream_data;
+    tp->initial_max_stream_data_uni = 0;
+    tp->initial_max_streams_bidi = p->max_streams_bidi;
+    tp->initial_max_streams_uni = 0;
+    tp->max_idle_timeout = p->idle_timeout_ms * NGTCP2_MILLISECONDS;
+    tp->max_datagram_frame_size = p->max_datagram_frame_size;
+    tp->active_connection_id_limit = 4;
+}
+
+static int setup_tls(cquic_conn *c, int server, const char *alpn, const char *sni, char *err, size_t errlen) {
+    unsigned flags = server ? (GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET) : GNUTLS_CLIENT;
+    int rv = gnutls_init(&c->tls, flags | GNUTLS_ENABLE_EARLY_DATA | GNUTLS_NO_END_OF_EARLY_DATA);
+    if (rv < 0) { set_err(err, errlen, "gnutls_init", rv); c->tls = NULL; return -1; }
+    const char *where = NULL;
+    if ((rv = gnutls_priority_set_direct(c->tls, PRIORITY, &where)) < 0) { set_err(err, errlen, "priority", rv); return -1; }
+    rv = server ? ngtcp2_crypto_gnutls_configure_server_session(c->tls) : ngtcp2_crypto_gnutls_configure_client_session(c->tls);
+    if (rv != 0) { if (err) snprintf(err, errlen, "ngtcp2 crypto setup failed"); return -1; }
+    gnutls_session_set_ptr(c->tls, &c->ref);
+    if ((rv = gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, c->creds->cred)) < 0) {
+        set_err(err, errlen, "credentials", rv);
+        return -1;
+    }
+    gnutls_datum_t proto = { (unsigned char *)alpn, (unsigned)strlen(alpn) };
+    if ((rv = gnutls_alpn_set_protocols(c->tls, &proto, 1, GNUTLS_ALPN_MANDATORY)) < 0) {
+        set_err(err, errlen, "alpn", rv);
+        return -1;
+    }
+    if (!server && sni && sni[0]) gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, sni, strlen(sni));
+    return 0;
+}
+
+static cquic_conn *conn_alloc(const cquic_events *ev, cquic_creds *creds) {
+    cquic_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ev = *ev;
+    c->creds = creds;
+    c->ref.get_conn = get_conn;
+    c->ref.user_data = c;
+    return c;
+}
+
+static ngtcp2_path make_path(const void *l, unsigned ll, const void *r, unsigned rl) {
+    ngtcp2_path p;
+    memset(&p, 0, sizeof p);
+    p.local.addr = (ngtcp2_sockaddr *)l;
+    p.local.addrlen = ll;
+    p.remote.addr = (ngtcp2_sockaddr *)r;
+    p.remote.addrlen = rl;
+    return p;
+}
+
+cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const char *sni, const char *alpn,
+                             const void *local, unsigned local_len,
+                             const void *remote, unsigned remote_len,
+                             const cquic_params *params, uint64_t now, char *err, size_t errlen) {
+    cquic_conn *c = conn_alloc(ev, creds);
+    if (!c) return NULL;
+    if (sni) snprintf(c->verify_name, sizeof c->verify_name, "%s", sni);
+    gnutls_rnd(GNUTLS_RND_RANDOM, c->secret, sizeof c->secret);
+    ngtcp2_cid dcid, scid;
+    dcid.datalen = 18;
+    scid.datalen = 18;
+    gnutls_rnd(GNUTLS_RND_RANDOM, dcid.data, dcid.datalen);
+    gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
+    ngtcp2_callbacks cb;
+    fill_callbacks(&cb, 0);
+    ngtcp2_settings s;
+    ngtcp2_transport_params tp;
+    fill_settings(&s, &tp, params, now);
+    ngtcp2_path path = make_path(local, local_len, remote, remote_len);
+    int rv = ngtcp2_conn_client_new(&c->conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &tp, NULL, c);
+    if (rv != 0) {
+        if (err) snprintf(err, errlen, "ngtcp2_conn_client_new: %s", ngtcp2_strerror(rv));
+        c->conn = NULL;
+        cquic_free(c);
+        return NULL;
+    }
+    // With an IP literal nothing is sent as SNI; the certificate is still checked for it.
+    int literal = sni && (strchr(sni, ':') || strspn(sni, "0123456789.") == strlen(sni));
+    if (setup_tls(c, 0, alpn, literal ? NULL : sni, err, errlen) != 0) { cquic_free(c); return NULL; }
+    ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
+    return c;
+}
+
+int cquic_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dcid_len) {
+    ngtcp2_pkt_hd hd;
+    if (len == 0) return 0;   // ngtcp2 asserts on empty input (an empty UDP datagram)
+    if (ngtcp2_accept(&hd, pkt, len) != 0) return 0;
+    if (hd.dcid.datalen > NGTCP2_MAX_CIDLEN) return 0;
+    memcpy(dcid, hd.dcid.data, hd.dcid.datalen);
+    *dcid_len = hd.dcid.datalen;
+    return 1;
+}
+
+int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t *dcid, size_t *dcid_len) {
+    ngtcp2_version_cid vc;
+    if (len == 0) return -1;  // ngtcp2 asserts on empty input (an empty UDP datagram)
+    int rv = ngtcp2_pkt_decode_version_cid(&vc, pkt, len, short_len);
+    if (rv != 0 || vc.dcidlen > NGTCP2_MAX_CIDLEN) return -1;
+    memcpy(dcid, vc.dcid, vc.dcidlen);
+    *dcid_len = vc.dcidlen;
+    return 0;
+}
+
+cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const char *alpn,
+                             const void *local, unsigned local_len,
+                             const void *remote, unsigned remote_len,
+                             const uint8_t *pkt, size_t pkt_len, const uint8_t *secret,
+                             const cquic_params *params, uint64_t now, char *err, size_t errlen) {
+    ngtcp2_pkt_hd hd;
+    if (ngtcp2_accept(&hd, pkt, pkt_len) != 0) {
+        if (err) snprintf(err, errlen, "not an acceptable Initial");
+        return NULL;
+    }
+    cquic_conn *c = conn_alloc(ev, creds);
+    if (!c) return NULL;
+    memcpy(c->secret, secret, sizeof c->secret);
+    ngtcp2_cid scid;
+    scid.datalen = 18;
+    gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
+    ngtcp2_callbacks cb;
+    fill_callbacks(&cb, 1);
+    ngtcp2_settings s;
+    ngtcp2_transport_params tp;
+    fill_settings(&s, &tp, params, now);
+    s.token = hd.token;
+    tp.original_dcid = hd.dcid;
+    tp.stateless_reset_token_present = 1;
+    ngtcp2_crypto_generate_stateless_reset_token(tp.stateless_reset_token, c->secret, sizeof c->secret, &scid);
+    ngtcp2_path path = make_path(local, local_len, remote, remote_len);
+    int rv = ngtcp2_conn_server_new(&c->conn, &hd.scid, &scid, &path, hd.version, &cb, &s, &tp, NULL, c);
+    if (rv != 0) {
+        if (err) snprintf(err, errlen, "ngtcp2_conn_server_new: %s", ngtcp2_strerror(rv));
+        c->conn = NULL;
+        cquic_free(c);
+        return NULL;
+    }
+    if (setup_tls(c, 1, alpn, NULL, err, errlen) != 0) { cquic_free(c); return NULL; }
+    ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
+    // Packets reach the connection by its own id and, until the client switches, by the
+    // client's original destination id.
+    if (c->ev.cid) {
+        c->ev.cid(c->ev.ctx, scid.data, scid.datalen, 1);
+        c->ev.cid(c->ev.ctx, hd.dcid.data, hd.dcid.datalen, 1);
+    }
+    return c;
+}
+
+void cquic_free(cquic_conn *c) {
+    if (!c) return;
+    if (c->conn) ngtcp2_conn_del(c->conn);
+    if (c->tls) gnutls_deinit(c->tls);
+    free(c);
+}
+
+// MARK: packets
+
+int cquic_read(cquic_conn *c, const void *local, unsigned local_len,
+               const void *remote, unsigned remote_len,
+               const uint8_t *pkt, size_t len, uint64_t now) {
+    if (len == 0) return 0;   // an empty UDP datagram carries nothing (and ngtcp2 asserts on it)
+    ngtcp2_path path = make_path(local, local_len, remote, remote_len);
+    ngtcp2_pkt_info pi = {0};
+    return ngtcp2_conn_read_pkt(c->conn, &path, &pi, pkt, len, now);
+}
+
+static void copy_to(const ngtcp2_path_storage *ps, void *to, unsigned *to_len) {
+    if (!to) return;
+    size_t n = ps->path.remote.addrlen;
+    if (n > sizeof(struct sockaddr_storage)) n = sizeof(struct sockaddr_storage);
+    memcpy(to, ps->path.remote.addr, n);
+    *to_len = (unsigned)n;
+}
+
+long cquic_write_stream(cquic_conn *c, uint8_t *dest, size_t destlen, int64_t sid,
+                        const cquic_vec *data, size_t count, int fin, int more,
+                        long *consumed, void *to, unsigned *to_len, uint64_t now) {
+    ngtcp2_path_storage ps;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_pkt_info pi;
+    uint32_t flags = (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0) | (more ? NGTCP2_WRITE_STREAM_FLAG_MORE : 0);
+    ngtcp2_ssize n = -1;
+    ngtcp2_ssize w = ngtcp2_conn_writev_stream(c->conn, &ps.path, &pi, dest, destlen, &n, flags, sid,
+                                               (const ngtcp2_vec *)data, count, now);
+    *consumed = (long)n;
+    if (w > 0) copy_to(&ps, to, to_len);
+    return (long)w;
+}
+
+long cquic_write_datagram(cquic_conn *c, uint8_t *dest, size_t destlen, const uint8_t *data, size_t len,
+                          int *accepted, void *to, unsigned *to_len, uint64_t now) {
+    ngtcp2_path_storage ps;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_pkt_info pi;
+    ngtcp2_vec v = { (uint8_t *)data, len };
+    *accepted = 0;
+    ngtcp2_ssize w = ngtcp2_conn_writev_datagram(c->conn, &ps.path, &pi, dest, destlen, accepted,
+                                                 NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &v, 1, now);
+    if (w > 0) copy_to(&ps, to, to_len);
+    return (long)w;
+}
+
+long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t app_code, int liberr,
+                       void *to, unsigned *to_len, uint64_t now) {
+    ngtcp2_connection_close_error ccerr;
+    ngtcp2_connection_close_error_default(&ccerr);
+    if (liberr == NGTCP2_ERR_CRYPTO) {
+        ngtcp2_connection_close_error_set_transport_error_tls_alert(&ccerr, ngtcp2_conn_get_tls_alert(c->conn), NULL, 0);
+    } else if (liberr != 0) {
+        ngtcp2_connection_close_error_set_transport_error_liberr(&ccerr, liberr, NULL, 0);
+    } else {
+        ngtcp2_connection_close_error_set_application_error(&ccerr, app_code, NULL, 0);
+    }
+    ngtcp2_path_storage ps;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_pkt_info pi;
+    ngtcp2_ssize w = ngtcp2_conn_write_connection_close(c->conn, &ps.path, &pi, dest, destlen, &ccerr, now);
+    if (w > 0) copy_to(&ps, to, to_len);
+    return (long)w;
+}
+
+uint64_t cquic_expiry(cquic_conn *c) { return ngtcp2_conn_get_expiry(c->conn); }
+int cquic_expire(cquic_conn *c, uint64_t now) { return ngtcp2_conn_handle_expiry(c->conn, now); }
+size_t cquic_send_quantum(cquic_conn *c) { return ngtcp2_conn_get_send_quantum(c->conn); }
+size_t cquic_max_packet(cquic_conn *c) { return ngtcp2_conn_get_max_tx_udp_payload_size(c->conn); }
+size_t cquic_path_max_packet(cquic_conn *c) { return ngtcp2_conn_get_path_max_tx_udp_payload_size(c->conn); }
+void cquic_sent(cquic_conn *c, uint64_t now) { ngtcp2_conn_update_pkt_tx_time(c->conn, now); }
+
+// MARK: streams
+
+int cquic_open_bidi(cquic_conn *c, int64_t *sid) { return ngtcp2_conn_open_bidi_stream(c->conn, sid, NULL); }
+uint64_t cquic_streams_bidi_left(cquic_conn *c) { return ngtcp2_conn_get_streams_bidi_left(c->conn); }
+int cquic_shutdown_stream(cquic_conn *c, int64_t sid, uint64_t code) { return ngtcp2_conn_shutdown_stream(c->conn, sid, code); }
+
+int cquic_consumed(cquic_conn *c, int64_t sid, uint64_t n) {
+    int rv = ngtcp2_conn_extend_max_stream_offset(c->conn, sid, n);
+    ngtcp2_conn_extend_max_offset(c->conn, n);
+    return rv == NGTCP2_ERR_STREAM_NOT_FOUND ? 0 : rv;
+}
+
+uint64_t cquic_stream_send_room(cquic_conn *c, int64_t sid) {
+    uint64_t s = ngtcp2_conn_get_max_stream_data_left(c->conn, sid);
+    uint64_t d = ngtcp2_conn_get_max_data_left(c->conn);
+    return s < d ? s : d;
+}
+
+// MARK: state
+
+int cquic_handshake_done(cquic_conn *c) { return ngtcp2_conn_get_handshake_completed(c->conn); }
+int cquic_is_closing(cquic_conn *c) {
+    return ngtcp2_conn_is_in_closing_period(c->conn) || ngtcp2_conn_is_in_draining_period(c->conn);
+}
+
+int cquic_peer_close(cquic_conn *c, uint64_t *code, int *is_app, char *reason, size_t reason_len) {
+    ngtcp2_connection_close_error e;
+    ngtcp2_conn_get_connection_close_error(c->conn, &e);
+    *code = e.error_code;
+    *is_app = e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION;
+    if (reason && reason_len) {
+        size_t n = e.reasonlen < reason_len - 1 ? e.reasonlen : reason_len - 1;
+        if (n) memcpy(reason, e.reason, n);
+        reason[n] = 0;
+    }
+    return 1;
+}
+
+void cquic_alpn(cquic_conn *c, char *out, size_t outlen) {
+    gnutls_datum_t p = {0};
+    out[0] = 0;
+    if (c->tls && gnutls_alpn_get_selected_protocol(c->tls, &p) == 0) {
+        size_t n = p.size < outlen - 1 ? p.size : outlen - 1;
+        memcpy(out, p.data, n);
+        out[n] = 0;
+    }
+}
+
+void cquic_describe(cquic_conn *c, char *out, size_t outlen) {
+    char alpn[64];
+    cquic_alpn(c, alpn, sizeof alpn);
+    const char *cipher = c->tls ? gnutls_cipher_get_name(gnutls_cipher_get(c->tls)) : NULL;
+    snprintf(out, outlen, "QUICv1 TLSv1.3 %s%s%s", cipher ? cipher : "?", alpn[0] ? " alpn=" : "", alpn);
+}
+
+uint64_t cquic_peer_max_datagram(cquic_conn *c) {
+    const ngtcp2_transport_params *p = ngtcp2_conn_get_remote_transport_params(c->conn);
+    return p ? p->max_datagram_frame_size : 0;
+}
+
+int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
+                  const void *remote, unsigned remote_len, uint64_t now) {
+    ngtcp2_path path = make_path(local, local_len, remote, remote_len);
+    return ngtcp2_conn_initiate_migration(c->conn, &path, now);
+}
+
+const char *cquic_strerror(int err) { return ngtcp2_strerror(err); }
+const char *cquic_last_error(cquic_conn *c) { return c->err; }

@@ -1,0 +1,161 @@
+#ifndef CNGTCP2_H
+#define CNGTCP2_H
+// The QUIC shim: ngtcp2 0.12 (the pre-1.0 API) with its GnuTLS crypto helper, behind a
+// plain-C API. One `cquic_conn` is one QUIC connection (client or server) with its TLS
+// session; it never touches a socket or a clock: packets and timestamps come from the caller
+// (LoftCarriers.QuicConnection drives it from the event loop).
+#include <stddef.h>
+#include <stdint.h>
+
+/// Certificate credentials (GnuTLS), shared by every connection of a dialer or listener.
+typedef struct cquic_creds cquic_creds;
+
+/// Client: trust `ca_file` (PEM), or the system store when neither it nor `pin` is given;
+/// `pin` is the SHA-256 of the server certificate's DER SubjectPublicKeyInfo (32 bytes);
+/// `insecure` turns verification off. NULL on failure with the reason in `err`.
+cquic_creds *cquic_client_creds_new(const char *ca_file, const uint8_t *pin, int insecure, char *err, size_t errlen);
+/// Server: a PEM chain and its key.
+cquic_creds *cquic_server_creds_new(const char *cert_file, const char *key_file, char *err, size_t errlen);
+void cquic_creds_free(cquic_creds *c);
+
+/// Events of one connection, called from inside cquic_read / cquic_write_* / cquic_expire.
+/// A nonzero return fails the call (NGTCP2_ERR_CALLBACK_FAILURE).
+typedef struct cquic_events {
+    void *ctx;
+    int (*handshake_done)(void *ctx);
+    /// In-order stream bytes (ngtcp2 reassembles); `fin` on the last.
+    int (*stream_data)(void *ctx, int64_t stream_id, const uint8_t *data, size_t len, int fin);
+    /// A stream the peer opened (its first frame arrived).
+    int (*stream_open)(void *ctx, int64_t stream_id);
+    /// Both directions are done (or reset); `has_code`: with an application error code.
+    int (*stream_close)(void *ctx, int64_t stream_id, uint64_t code, int has_code);
+    /// RESET_STREAM from the peer (its sending side aborted).
+    int (*stream_reset)(void *ctx, int64_t stream_id, uint64_t code);
+    /// STOP_SENDING from the peer (it reads no more).
+    int (*stream_stop_sending)(void *ctx, int64_t stream_id, uint64_t code);
+    /// The peer acknowledged `len` more bytes of the stream (from its start, in order).
+    int (*acked)(void *ctx, int64_t stream_id, uint64_t offset, uint64_t len);
+    /// The peer raised a stream's flow-control limit.
+    int (*stream_extended)(void *ctx, int64_t stream_id);
+    /// The peer allows more bidirectional streams.
+    int (*streams_extended)(void *ctx, uint64_t max_streams);
+    /// A DATAGRAM frame (RFC 9221).
+    int (*datagram)(void *ctx, const uint8_t *data, size_t len);
+    /// Server: a connection id of ours to route by (`add` 1) or to forget (`add` 0).
+    int (*cid)(void *ctx, const uint8_t *cid, size_t len, int add);
+    /// Client: the result of a migration's path validation.
+    int (*path_validated)(void *ctx, int ok);
+} cquic_events;
+
+/// Transport limits for one connection.
+typedef struct cquic_params {
+    uint64_t max_data;            // connection receive window
+    uint64_t max_stream_data;     // per stream receive window
+    uint64_t max_window;          // auto-tuning cap (connection)
+    uint64_t max_stream_window;   // auto-tuning cap (stream)
+    uint64_t max_streams_bidi;    // streams the peer may open
+    uint64_t idle_timeout_ms;
+    uint64_t handshake_timeout_ms;
+    uint64_t max_datagram_frame_size;  // 0: no DATAGRAM frames
+} cquic_params;
+
+typedef struct cquic_conn cquic_conn;
+
+/// One piece of stream data (the layout of ngtcp2_vec).
+typedef struct cquic_vec {
+    const uint8_t *base;
+    size_t len;
+} cquic_vec;
+
+/// Addresses are `struct sockaddr` of `len` bytes; `to` buffers hold 128 bytes (sockaddr_storage).
+
+/// A client connection on the path local → remote, offering `alpn`; `sni` (may be NULL: an IP
+/// literal) is sent and, unless insecure, checked against the certificate.
+cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const char *sni, const char *alpn,
+                             const void *local, unsigned local_len,
+                             const void *remote, unsigned remote_len,
+                             const cquic_params *params, uint64_t now_ns, char *err, size_t errlen);
+
+/// What the first packet of an unknown connection id is: 1 an Initial to accept, 0 something
+/// to drop (short header, garbage, another version). Fills the packet's DCID.
+int cquic_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dcid_len);
+/// The destination connection id of any packet (short header: `short_len` bytes); 0 or -1.
+int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t *dcid, size_t *dcid_len);
+
+/// A server connection for an accepted Initial. `secret` (32 bytes) derives stateless reset
+/// tokens. The connection's ids are reported through `ev->cid` before this returns.
+cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const char *alpn,
+                             const void *local, unsigned local_len,
+                             const void *remote, unsigned remote_len,
+                             const uint8_t *pkt, size_t pkt_len, const uint8_t *secret,
+                             const cquic_params *params, uint64_t now_ns, char *err, size_t errlen);
+void cquic_free(cquic_conn *c);
+
+/// Feeds one received UDP payload. 0, or a negative ngtcp2 error (then the connection must
+/// close: cquic_write_close). NGTCP2_ERR_DRAINING / CLOSING: the peer closed.
+int cquic_read(cquic_conn *c, const void *local, unsigned local_len,
+               const void *remote, unsigned remote_len,
+               const uint8_t *pkt, size_t len, uint64_t now_ns);
+
+/// Writes one packet into `dest`, with stream data of `stream_id` (-1: none) from `data`/`count`
+/// iovecs, `fin` to end the stream with the last byte. `*consumed` gets the stream bytes taken
+/// (-1 none). Returns the packet size (0: nothing to send), or a negative ngtcp2 error:
+/// NGTCP2_ERR_STREAM_DATA_BLOCKED / STREAM_SHUT_WR / STREAM_NOT_FOUND for this stream,
+/// NGTCP2_ERR_WRITE_MORE when `more` and the packet has room for another stream.
+/// `to`/`to_len` get the packet's destination.
+long cquic_write_stream(cquic_conn *c, uint8_t *dest, size_t destlen, int64_t stream_id,
+                        const cquic_vec *data, size_t count, int fin, int more,
+                        long *consumed, void *to, unsigned *to_len, uint64_t now_ns);
+/// Writes one packet holding one DATAGRAM frame; `*accepted` 1 when the datagram went in.
+long cquic_write_datagram(cquic_conn *c, uint8_t *dest, size_t destlen, const uint8_t *data, size_t len,
+                          int *accepted, void *to, unsigned *to_len, uint64_t now_ns);
+/// CONNECTION_CLOSE: an application close with `app_code` when `liberr` is 0, else the
+/// transport error matching the ngtcp2 error `liberr`. Returns the packet size or < 0.
+long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t app_code, int liberr,
+                       void *to, unsigned *to_len, uint64_t now_ns);
+
+/// The next deadline (ns; UINT64_MAX: none) and running it.
+uint64_t cquic_expiry(cquic_conn *c);
+int cquic_expire(cquic_conn *c, uint64_t now_ns);
+/// Bytes worth sending in one burst now, and the size of one packet.
+size_t cquic_send_quantum(cquic_conn *c);
+size_t cquic_max_packet(cquic_conn *c);
+/// The largest packet on the current path now (1200 until path MTU discovery confirms more).
+size_t cquic_path_max_packet(cquic_conn *c);
+void cquic_sent(cquic_conn *c, uint64_t now_ns);
+
+int cquic_open_bidi(cquic_conn *c, int64_t *stream_id);
+uint64_t cquic_streams_bidi_left(cquic_conn *c);
+/// RESET_STREAM and STOP_SENDING with `code`.
+int cquic_shutdown_stream(cquic_conn *c, int64_t stream_id, uint64_t code);
+/// `n` more bytes of the stream were consumed: its and the connection's window move on.
+int cquic_consumed(cquic_conn *c, int64_t stream_id, uint64_t n);
+uint64_t cquic_stream_send_room(cquic_conn *c, int64_t stream_id);
+
+int cquic_handshake_done(cquic_conn *c);
+int cquic_is_closing(cquic_conn *c);   // closing or draining: nothing more to send
+/// The peer's CONNECTION_CLOSE: 1 when it had one, with its code, application flag, reason.
+int cquic_peer_close(cquic_conn *c, uint64_t *code, int *is_app, char *reason, size_t reason_len);
+/// "TLS1.3 AES-128-GCM alpn=loft"
+void cquic_describe(cquic_conn *c, char *out, size_t outlen);
+/// The negotiated ALPN (empty before the handshake).
+void cquic_alpn(cquic_conn *c, char *out, size_t outlen);
+/// The peer's max_datagram_frame_size (0: it takes no datagrams).
+uint64_t cquic_peer_max_datagram(cquic_conn *c);
+/// Client: move to a new local address (a new socket): path validation runs, then `path_validated`.
+int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
+                  const void *remote, unsigned remote_len, uint64_t now_ns);
+const char *cquic_strerror(int err);
+/// The last TLS or setup failure text of the connection (may be empty).
+const char *cquic_last_error(cquic_conn *c);
+
+#define CQUIC_ERR_DRAINING (-231)
+#define CQUIC_ERR_CLOSING (-230)
+#define CQUIC_ERR_STREAM_DATA_BLOCKED (-210)
+#define CQUIC_ERR_STREAM_SHUT_WR (-221)
+#define CQUIC_ERR_STREAM_NOT_FOUND (-222)
+#define CQUIC_ERR_WRITE_MORE (-240)
+#define CQUIC_ERR_IDLE_CLOSE (-248)
+#define CQUIC_ERR_STREAM_ID_BLOCKED (-208)
+
+#endif

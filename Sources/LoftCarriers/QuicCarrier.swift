@@ -1,0 +1,613 @@
+import CLinux
+import CNgtcp2
+import Glibc
+import LoftCore
+import LoftIO
+
+/// The ALPN of the quic carrier.
+let quicALPN = "loft"
+
+/// The `quic` carrier: one loft session on the first bidirectional stream (id 0, the
+/// client's) of a QUIC connection (ngtcp2 + GnuTLS, ALPN `loft`). The client owns a connected
+/// UDP socket; on the front the connection lives on the listener's socket (`QuicListener`).
+final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketSink, IOHandler {
+    enum State { case resolving, handshake, open, closing, closed }
+
+    let kind = CarrierKind.quic
+    weak var delegate: CarrierDelegate?
+    let isServer: Bool
+    private let runtime: CarrierRuntime
+    private let client: CarrierClient?
+    private weak var listener: QuicListener?
+    private(set) var quic: QuicConnection?
+    private var state: State
+    private var fd: Int32 = -1
+    private var fdWantsWrite = false
+    private var readingPaused = false
+    private lazy var deliverSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.deliver() }
+    /// Alive on its own while the connection closes (its owner has let go already).
+    private var closingSelf: QuicCarrier?
+    private(set) var request: CarrierRequest?
+    private var peerAddress: Endpoint?
+    /// The server's ids of this connection (for the listener's table).
+    var cids: [QuicCID] = []
+    let sessionStream: Int64 = 0
+    /// The flows' streams (every stream but the session's).
+    private var flows: [Int64: QuicFlow] = [:]
+    nonisolated(unsafe) private static let recvBuffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+
+    var isOpen: Bool { state == .open }
+    var peer: Endpoint? { peerAddress }
+    var tlsDescription: String { quic?.tlsDescription ?? "" }
+
+    init(client: CarrierClient, delegate: CarrierDelegate) {
+        isServer = false
+        runtime = client.runtime
+        self.client = client
+        self.delegate = delegate
+        state = .resolving
+    }
+
+    /// Server side: made by the listener for an accepted Initial; `attach` gives it the connection.
+    init(server listener: QuicListener, peer: Endpoint?) {
+        isServer = true
+        runtime = listener.runtime
+        client = nil
+        self.listener = listener
+        peerAddress = peer
+        state = .handshake
+    }
+
+    func attach(_ q: QuicConnection) {
+        quic = q
+        q.onFinished = { [weak self] in self?.connectionFinished() }
+    }
+
+    deinit {
+        if fd >= 0 { runtime.loop.unregister(fd); Glibc.close(fd) }
+    }
+
+    // MARK: client
+
+    func start() {
+        guard let client else { return }
+        let timeout = client.options.connectTimeoutMs
+        runtime.after(timeout) { [weak self] in
+            guard let self, self.state == .resolving || self.state == .handshake else { return }
+            self.fail(.timeout("no QUIC session stream within \(timeout) ms"))
+        }
+        client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
+            guard let self, self.state == .resolving else { return }
+            self.connect(endpoints[0])
+        }
+    }
+
+    private func connect(_ remote: Endpoint) {
+        guard let client, let creds = client.quicCreds else { fail(.tls("no QUIC credentials")); return }
+        peerAddress = remote
+        let s = Sockets.make(family: Sockets.family(of: remote), type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { fail(.connectFailed("socket: \(String(cString: strerror(Sockets.errno)))")); return }
+        let ra = SocketAddress(remote)
+        if ra.withSockaddr({ Glibc.connect(s, $0, $1) }) != 0 {
+            let e = Sockets.errno
+            Glibc.close(s)
+            fail(.connectFailed("connect \(remote): \(String(cString: strerror(e)))"))
+            return
+        }
+        var la = SocketAddress()
+        _ = la.withMutableSockaddr { getsockname(s, $0, $1) }
+        fd = s
+        runtime.loop.register(s, IOEvents.readable, self)
+        state = .handshake
+        do {
+            let q = try QuicConnection.client(loop: runtime.loop, sink: self, creds: creds, serverName: client.options.verifyName,
+                                              alpn: quicALPN, local: la, remote: ra, limits: QuicLimits())
+            q.delegate = self
+            attach(q)
+        } catch {
+            fail(.tls("\(error)"))
+        }
+    }
+
+    // MARK: migration (client)
+
+    /// The socket before the last migration: read for a while (packets already on their way
+    /// to it), then closed.
+    private var oldFD: Int32 = -1
+    private var oldLocal = SocketAddress()
+
+    /// A new UDP socket towards the same front (the kernel picks the source address of the
+    /// new default route); QUIC moves the connection to it and validates the path.
+    func migrate(_ done: @escaping (Bool) -> Void) -> Bool {
+        guard !isServer, state == .open, let q = quic, let remote = peerAddress else { return false }
+        let s = Sockets.make(family: Sockets.family(of: remote), type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { return false }
+        let ra = SocketAddress(remote)
+        var la = SocketAddress()
+        guard ra.withSockaddr({ Glibc.connect(s, $0, $1) }) == 0, la.withMutableSockaddr({ getsockname(s, $0, $1) }) == 0 else {
+            Glibc.close(s)
+            return false
+        }
+        let previous = fd
+        let previousLocal = q.local
+        fd = s
+        runtime.loop.register(s, IOEvents.readable, self)
+        guard q.migrate(local: la) else {
+            runtime.loop.unregister(s)
+            Glibc.close(s)
+            fd = previous
+            return false
+        }
+        retireOld()
+        oldFD = previous
+        oldLocal = previousLocal
+        if previous >= 0 { runtime.loop.register(previous, IOEvents.readable, OldSocket(self)) }
+        q.onPathValidated = { [weak self] ok in
+            self?.runtime.after(1000) { [weak self] in self?.retireOld() }
+            done(ok)
+        }
+        Log.info("carrier.quic.migrating", ["peer": "\(remote)", "local": la.endpoint.map { "\($0)" } ?? ""])
+        return true
+    }
+
+    private func retireOld() {
+        guard oldFD >= 0 else { return }
+        runtime.loop.unregister(oldFD)
+        Glibc.close(oldFD)
+        oldFD = -1
+    }
+
+    fileprivate func readOld() {
+        guard oldFD >= 0, let q = quic else { return }
+        for _ in 0..<64 {
+            guard case .success(let n) = Syscall.recv(oldFD, Self.recvBuffer, 65_536) else { return }
+            q.receive(UnsafeRawBufferPointer(start: Self.recvBuffer, count: n), from: q.remote, at: oldLocal)
+        }
+    }
+
+    // MARK: socket (client)
+
+    func handleIO(_ events: UInt32) {
+        if events & IOEvents.writable != 0 && fdWantsWrite {
+            fdWantsWrite = false
+            runtime.loop.modify(fd, IOEvents.readable)
+            quic?.socketWritable()
+        }
+        guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
+        for _ in 0..<64 {
+            guard fd >= 0, let q = quic else { return }
+            switch Syscall.recv(fd, Self.recvBuffer, 65_536) {
+            case .success(let n):
+                q.receive(UnsafeRawBufferPointer(start: Self.recvBuffer, count: n), from: q.remote, at: q.local)
+            case .failure(let e):
+                if e == .again { return }
+                if state == .handshake && e.code == ECONNREFUSED {
+                    fail(.connectFailed("\(peerAddress.map { "\($0)" } ?? ""): \(e)"))
+                }
+                return
+            }
+        }
+    }
+
+    func sendPacket(_ bytes: UnsafeRawBufferPointer, to: SocketAddress, from conn: QuicConnection) -> Bool {
+        if isServer { return listener?.sendPacket(bytes, to: to, from: conn) ?? true }
+        guard fd >= 0 else { return true }
+        switch Syscall.send(fd, bytes.baseAddress!, bytes.count) {
+        case .success: return true
+        case .failure(let e):
+            guard e == .again else { return true }   // lost like on the wire; QUIC recovers
+            fdWantsWrite = true
+            runtime.loop.modify(fd, IOEvents.readable | IOEvents.writable)
+            return false
+        }
+    }
+
+    // MARK: connection events
+
+    func quicHandshakeDone(_ c: QuicConnection) {
+        if isServer {
+            state = .open
+            request = CarrierRequest(kind: .quic, peer: peer, path: "", query: nil, headers: HTTPHeaders(), sessionID: nil)
+            listener?.accepted(self)
+            return
+        }
+        guard state == .handshake else { return }
+        guard c.alpn == quicALPN else {
+            fail(.rejected(status: 0, "the front did not negotiate ALPN \(quicALPN) (got \(c.alpn.isEmpty ? "none" : c.alpn))"))
+            return
+        }
+        guard let sid = c.openStream(), sid == sessionStream else {
+            fail(.protocolError("cannot open the session stream"))
+            return
+        }
+        state = .open
+        Log.debug("carrier.quic.open", ["peer": peer.map { "\($0)" } ?? "", "tls": tlsDescription])
+        delegate?.carrierConnected(self)
+    }
+
+    func quicReadable(_ c: QuicConnection, stream: Int64) {
+        guard stream == sessionStream else {
+            if let f = flows[stream] { f.readable(); return }
+            // A new stream of the client's: one flow, for the delegate (the front) to take.
+            guard isServer, state == .open, stream & 3 == 0 else { c.reset(stream, code: 0x101); return }
+            let f = QuicFlow(carrier: self, id: stream)
+            flows[stream] = f
+            if delegate?.carrier(self, flowOpened: f) != true {
+                flows[stream] = nil
+                c.reset(stream, code: 0x101)
+            }
+            return
+        }
+        deliver()
+    }
+
+    // MARK: flows
+
+    func openFlow() -> QuicFlow? {
+        guard !isServer, state == .open, let q = quic, let id = q.openStream(ringCap: Self.flowSendBuffer) else { return nil }
+        let f = QuicFlow(carrier: self, id: id)
+        flows[id] = f
+        return f
+    }
+
+    /// Send buffer of a flow's stream (the session stream has 4 MiB): what one flow can have in
+    /// flight before the peer acknowledges.
+    static let flowSendBuffer = 1 << 20
+
+    func forgetFlow(_ f: QuicFlow) {
+        if flows[f.id] === f { flows[f.id] = nil }
+    }
+
+    func soon(_ body: @escaping () -> Void) { runtime.loop.soon(body) }
+
+    /// The connection is gone: every flow's stream with it.
+    private func failFlows() {
+        guard !flows.isEmpty else { return }
+        let all = Array(flows.values)
+        flows.removeAll()
+        runtime.loop.soon { for f in all { f.failed(.other(ECONNRESET)) } }
+    }
+
+    private func deliver() {
+        guard state == .open, !readingPaused, let q = quic else { return }
+        let eof = q.drain(sessionStream) { bytes in
+            if bytes.count > 0 { delegate?.carrier(self, received: bytes) }
+        }
+        if eof && state == .open {
+            // The peer ended the session stream: ours ends too, then the connection.
+            state = .closed
+            q.finish(sessionStream)
+            closeConnection(graceful: true)
+            notifyClosed(.closed)
+        }
+    }
+
+    func quicWritable(_ c: QuicConnection, stream: Int64) {
+        if stream == sessionStream && state == .open { delegate?.carrierWritable(self) }
+        else { flows[stream]?.writable() }
+    }
+
+    func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) {
+        guard stream == sessionStream else {
+            flows.removeValue(forKey: stream)?.failed(.other(ECONNRESET))
+            return
+        }
+        endWithError(.io("session stream reset by the peer (code \(code))"))
+    }
+
+    func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {
+        guard state == .open else { return }
+        delegate?.carrier(self, datagram: bytes)
+    }
+
+    var maxDatagram: Int { state == .open ? quic?.datagramCapacity ?? 0 : 0 }
+
+    func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard state == .open, let q = quic, bytes.count <= q.datagramCapacity else { return false }
+        return q.sendDatagram(bytes)
+    }
+
+    func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason) {
+        let old = state
+        state = .closed
+        failFlows()
+        releaseSocket()
+        if isServer && old == .handshake { listener?.handshakeEnded(self, reason); return }
+        if old != .closing && old != .closed { notifyClosed(reason) }
+    }
+
+    func quicConnectionID(_ c: QuicConnection, _ id: QuicCID, add: Bool) {
+        listener?.route(id, to: self, add: add)
+    }
+
+    private func connectionFinished() {
+        failFlows()
+        releaseSocket()
+        listener?.forget(self)
+        closingSelf = nil
+    }
+
+    private func releaseSocket() {
+        retireOld()
+        guard fd >= 0 else { return }
+        runtime.loop.unregister(fd)
+        Glibc.close(fd)
+        fd = -1
+    }
+
+    // MARK: Carrier
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard state == .open, let q = quic else { return 0 }
+        return q.write(sessionStream, bytes)
+    }
+
+    var writableBytes: Int {
+        guard state == .open, let q = quic else { return 0 }
+        return q.writeRoom(sessionStream)
+    }
+
+    var bufferedBytes: Int { quic?.stream(sessionStream)?.unsent ?? 0 }
+
+    func flush() { quic?.flush() }
+
+    func setReading(_ on: Bool) {
+        readingPaused = !on
+        if on { deliverSoon.schedule() }
+    }
+
+    func close() {
+        delegate = nil
+        switch state {
+        case .open:
+            state = .closing
+            quic?.finish(sessionStream)
+            closeConnection(graceful: true)
+        case .resolving, .handshake:
+            state = .closed
+            closeConnection(graceful: false)
+        case .closing, .closed:
+            break
+        }
+    }
+
+    func abort() {
+        delegate = nil
+        state = .closed
+        closeConnection(graceful: false)
+    }
+
+    private func closeConnection(graceful: Bool) {
+        failFlows()
+        guard let q = quic, !q.closed else { connectionFinished(); return }
+        closingSelf = self
+        if graceful { q.close() } else { q.abort() }
+    }
+
+    private func endWithError(_ reason: CarrierCloseReason) {
+        guard state != .closed else { return }
+        let old = state
+        state = .closed
+        closeConnection(graceful: false)
+        if old != .closing { notifyClosed(reason) }
+    }
+
+    private func fail(_ reason: CarrierCloseReason) {
+        guard state != .closed else { return }
+        let wasClosing = state == .closing
+        state = .closed
+        closeConnection(graceful: false)
+        if !wasClosing { notifyClosed(reason) }
+    }
+
+    private func notifyClosed(_ reason: CarrierCloseReason) {
+        let d = delegate
+        delegate = nil
+        Log.debug("carrier.quic.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
+        d?.carrier(self, closed: reason)
+    }
+}
+
+/// Reads the socket a client migrated away from, for its carrier.
+private final class OldSocket: IOHandler {
+    weak var carrier: QuicCarrier?
+    init(_ c: QuicCarrier) { carrier = c }
+    func handleIO(_ events: UInt32) { carrier?.readOld() }
+}
+
+/// The front's QUIC side: one UDP socket on the listener's port. Packets are routed to their
+/// connection by destination connection id; an Initial for an unknown id makes a new
+/// connection, at most `maxPendingHandshakes` in their handshake at once and
+/// `maxPendingPerSource` per address (further Initials are dropped, not queued).
+final class QuicListener: IOHandler, QuicPacketSink {
+    let runtime: CarrierRuntime
+    private weak var owner: CarrierListener?
+    private let creds: OpaquePointer
+    private var fd: Int32
+    let localEndpoint: Endpoint
+    private let localAddress: SocketAddress
+    private var routes: [QuicCID: QuicCarrier] = [:]
+    private var handshaking: [ObjectIdentifier: QuicCarrier] = [:]
+    private var handshakesPerSource: [IPAddress: Int] = [:]
+    /// The same, oldest first (at most maxPendingHandshakes).
+    private var handshakeOrder: [QuicCarrier] = []
+    private var secret = [UInt8](repeating: 0, count: 32)
+    private var wantsWrite = false
+    private var blocked: [QuicConnection] = []
+    nonisolated(unsafe) private static let buffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+    var stats = QuicListenerStats()
+    let maxPendingHandshakes: Int
+    let maxPendingPerSource: Int
+
+    init(listen: Endpoint, tls: TLSServerOptions, runtime: CarrierRuntime, owner: CarrierListener,
+         maxPendingHandshakes: Int, maxPendingPerSource: Int) throws {
+        var err = [CChar](repeating: 0, count: 256)
+        guard let c = cquic_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
+            throw TLSError("quic: \(cText(err))")
+        }
+        creds = c
+        self.runtime = runtime
+        self.owner = owner
+        self.maxPendingHandshakes = maxPendingHandshakes
+        self.maxPendingPerSource = maxPendingPerSource
+        Crypto.fillRandom(&secret)
+        let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { cquic_creds_free(c); throw SystemError("socket", Sockets.errno) }
+        let addr = SocketAddress(listen)
+        if addr.withSockaddr({ bind(s, $0, $1) }) != 0 {
+            let e = Sockets.errno
+            Glibc.close(s)
+            cquic_creds_free(c)
+            throw SystemError("bind udp \(listen)", e)
+        }
+        var big: Int32 = 4 << 20
+        _ = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, socklen_t(MemoryLayout<Int32>.size))
+        _ = setsockopt(s, SOL_SOCKET, SO_SNDBUF, &big, socklen_t(MemoryLayout<Int32>.size))
+        fd = s
+        localEndpoint = Sockets.localEndpoint(s) ?? listen
+        localAddress = SocketAddress(localEndpoint)
+        runtime.loop.register(s, IOEvents.readable, self)
+    }
+
+    deinit {
+        close()
+        cquic_creds_free(creds)
+    }
+
+    func close() {
+        guard fd >= 0 else { return }
+        runtime.loop.unregister(fd)
+        Glibc.close(fd)
+        fd = -1
+        for c in Array(handshaking.values) { c.abort() }
+        handshaking.removeAll()
+        handshakeOrder.removeAll()
+    }
+
+    func handleIO(_ events: UInt32) {
+        if events & IOEvents.writable != 0 && wantsWrite {
+            wantsWrite = false
+            runtime.loop.modify(fd, IOEvents.readable)
+            let b = blocked
+            blocked.removeAll()
+            for q in b { q.socketWritable() }
+        }
+        guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
+        for _ in 0..<256 {
+            guard fd >= 0 else { return }
+            var from = SocketAddress()
+            switch Syscall.recvfrom(fd, Self.buffer, 65_536, from: &from) {
+            case .success(let n):
+                stats.packets += 1
+                packet(UnsafeRawBufferPointer(start: Self.buffer, count: n), from: from)
+            case .failure:
+                return
+            }
+        }
+    }
+
+    private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress) {
+        var dcid = [UInt8](repeating: 0, count: 20)
+        var len = 0
+        let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        guard cquic_packet_dcid(base, p.count, 18, &dcid, &len) == 0 else { stats.dropped += 1; return }
+        if let key = dcid.withUnsafeBytes({ QuicCID(UnsafeRawBufferPointer(rebasing: $0[0..<len])) }), let c = routes[key] {
+            c.quic?.receive(p, from: from, at: localAddress)
+            return
+        }
+        guard cquic_peek_initial(base, p.count, &dcid, &len) == 1 else { stats.dropped += 1; return }
+        let source = from.endpoint?.address
+        makeRoom(for: source)
+        let carrier = QuicCarrier(server: self, peer: from.endpoint)
+        guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: quicALPN, secret: secret,
+                                            local: localAddress, remote: from, packet: p, limits: QuicLimits(),
+                                            delegate: carrier) else {
+            stats.dropped += 1
+            for id in carrier.cids { routes[id] = nil }
+            return
+        }
+        carrier.attach(q)
+        stats.accepted += 1
+        handshaking[ObjectIdentifier(carrier)] = carrier
+        handshakeOrder.append(carrier)
+        if let source { handshakesPerSource[source, default: 0] += 1 }
+        q.receive(p, from: from, at: localAddress)
+    }
+
+    func sendPacket(_ bytes: UnsafeRawBufferPointer, to: SocketAddress, from conn: QuicConnection) -> Bool {
+        guard fd >= 0 else { return true }
+        switch Syscall.sendto(fd, bytes.baseAddress!, bytes.count, to: to) {
+        case .success: return true
+        case .failure(let e):
+            guard e == .again else { return true }
+            blocked.append(conn)
+            if !wantsWrite {
+                wantsWrite = true
+                runtime.loop.modify(fd, IOEvents.readable | IOEvents.writable)
+            }
+            return false
+        }
+    }
+
+    // MARK: from carriers
+
+    func route(_ id: QuicCID, to c: QuicCarrier, add: Bool) {
+        if add {
+            routes[id] = c
+            c.cids.append(id)
+        } else if routes[id] === c {
+            routes[id] = nil
+        }
+    }
+
+    /// As the TCP listener does: a new Initial always gets in. Past its address's share it
+    /// takes the place of that address's oldest handshake, with every slot taken of the oldest
+    /// of all (`evicted`); established connections never compete with handshakes.
+    private func makeRoom(for source: IPAddress?) {
+        var victim: QuicCarrier?
+        if let source, (handshakesPerSource[source] ?? 0) >= maxPendingPerSource {
+            victim = handshakeOrder.first { $0.peer?.address == source }
+        } else if handshaking.count >= maxPendingHandshakes {
+            victim = handshakeOrder.first
+        }
+        guard let v = victim, leaveHandshake(v) else { return }
+        stats.evicted += 1
+        v.abort()
+    }
+
+    private func leaveHandshake(_ c: QuicCarrier) -> Bool {
+        guard handshaking.removeValue(forKey: ObjectIdentifier(c)) != nil else { return false }
+        if let i = handshakeOrder.firstIndex(where: { $0 === c }) { handshakeOrder.remove(at: i) }
+        if let a = c.peer?.address {
+            let n = (handshakesPerSource[a] ?? 1) - 1
+            handshakesPerSource[a] = n > 0 ? n : nil
+        }
+        return true
+    }
+
+    func accepted(_ c: QuicCarrier) {
+        guard leaveHandshake(c) else { return }
+        owner?.acceptedQuic(c)
+    }
+
+    func handshakeEnded(_ c: QuicCarrier, _ reason: CarrierCloseReason) {
+        guard leaveHandshake(c) else { return }
+        stats.handshakeFailed += 1
+        Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "quic", "reason": reason])
+    }
+
+    /// The connection is gone: its ids route nowhere.
+    func forget(_ c: QuicCarrier) {
+        _ = leaveHandshake(c)
+        for id in c.cids where routes[id] === c { routes[id] = nil }
+        c.cids.removeAll()
+    }
+}
+
+struct QuicListenerStats {
+    var packets = 0
+    var dropped = 0
+    var accepted = 0
+    var evicted = 0
+    var handshakeFailed = 0
+}

@@ -1,0 +1,780 @@
+import CNgtcp2
+import Glibc
+import LoftCore
+import LoftIO
+
+/// Where a QUIC connection's packets go: the client's own UDP socket, or the front's listening
+/// socket. `send` returns false when the socket is full (EAGAIN); the sink then calls
+/// `QuicConnection.socketWritable()` once it drains.
+protocol QuicPacketSink: AnyObject {
+    func sendPacket(_ bytes: UnsafeRawBufferPointer, to: SocketAddress, from conn: QuicConnection) -> Bool
+}
+
+/// Events of one QUIC connection, on the loop, never from inside ngtcp2.
+protocol QuicConnectionDelegate: AnyObject {
+    func quicHandshakeDone(_ c: QuicConnection)
+    /// Bytes (or the FIN) are waiting on `stream` (`read`).
+    func quicReadable(_ c: QuicConnection, stream: Int64)
+    /// A stream's send buffer has room again after a write was cut short.
+    func quicWritable(_ c: QuicConnection, stream: Int64)
+    /// The peer reset the stream (RESET_STREAM) or stopped reading it (STOP_SENDING).
+    func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64)
+    func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer)
+    /// The connection ended; nothing follows.
+    func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason)
+    /// Server: a connection id to route by (add) or to forget.
+    func quicConnectionID(_ c: QuicConnection, _ id: QuicCID, add: Bool)
+}
+
+extension QuicConnectionDelegate {
+    func quicConnectionID(_ c: QuicConnection, _ id: QuicCID, add: Bool) {}
+}
+
+/// A QUIC connection id (at most 20 bytes) as a dictionary key.
+struct QuicCID: Hashable {
+    var a: UInt64 = 0, b: UInt64 = 0, c: UInt32 = 0
+    var count: UInt8 = 0
+
+    init?(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count <= 20 else { return nil }
+        count = UInt8(bytes.count)
+        let n = bytes.count
+        withUnsafeMutableBytes(of: &a) { d in d.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[0..<min(8, n)])) }
+        if n > 8 { withUnsafeMutableBytes(of: &b) { d in d.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[8..<min(16, n)])) } }
+        if n > 16 { withUnsafeMutableBytes(of: &c) { d in d.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[16..<n])) } }
+    }
+}
+
+/// Limits of one QUIC connection (both ends use the same).
+struct QuicLimits {
+    var maxData: UInt64 = 4 << 20
+    var maxStreamData: UInt64 = 2 << 20
+    var maxWindow: UInt64 = 24 << 20
+    var maxStreamWindow: UInt64 = 16 << 20
+    var maxStreamsBidi: UInt64 = 1024
+    var idleTimeoutMs: UInt64 = 30_000
+    var handshakeTimeoutMs: UInt64 = 10_000
+    var maxDatagramFrame: UInt64 = 65_535
+    /// Send buffer per stream (bytes written and not yet acknowledged).
+    var sendBuffer: Int = 4 << 20
+
+    var params: cquic_params {
+        cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
+                     max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
+                     idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
+                     max_datagram_frame_size: maxDatagramFrame)
+    }
+}
+
+/// A NUL-terminated C string held in an array.
+func cText(_ a: [CChar]) -> String {
+    a.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+}
+
+/// Nanoseconds on the monotonic clock (ngtcp2's timestamps).
+func quicNow() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// One stream's buffers. Bytes written stay in `send` (a ring) until the peer acknowledges
+/// them (ngtcp2 retransmits from it); received bytes wait in `recv` until read, and the
+/// peer's flow-control window moves on only as they are read.
+final class QuicStreamState {
+    let id: Int64
+    // send ring: [acked, end) held, [sent, end) not yet handed to ngtcp2
+    var ring: UnsafeMutableRawPointer?
+    let ringCap: Int
+    var acked: UInt64 = 0
+    var sent: UInt64 = 0
+    var end: UInt64 = 0
+    var finQueued = false
+    var finSent = false
+    var blocked = false
+    var sendClosed = false
+    var wantWritable = false
+    var inSendQueue = false
+    // receive
+    var recv: [UInt8] = []
+    var recvStart = 0
+    var recvFin = false
+    var recvFinDelivered = false
+    /// ngtcp2 closed the stream (both directions done or reset).
+    var stackClosed = false
+    /// Its owner let go of it (received bytes are dropped from then on).
+    var released = false
+
+    init(id: Int64, ringCap: Int) {
+        self.id = id
+        self.ringCap = ringCap
+    }
+    deinit { ring?.deallocate() }
+
+    var held: Int { Int(end - acked) }
+    var room: Int { sendClosed || finQueued ? 0 : ringCap - held }
+    var unsent: Int { Int(end - sent) }
+    var recvAvailable: Int { recv.count - recvStart }
+    var hasSendWork: Bool { !sendClosed && !blocked && (unsent > 0 || (finQueued && !finSent)) }
+}
+
+/// One QUIC connection (client or server), driven by the event loop: packets in from the
+/// socket's owner (`receive`), packets out after each batch (a SoonOnce flush), ngtcp2's
+/// deadline as one timer on the loop's heap. Streams are bidirectional byte pipes with
+/// bounded buffers on both sides; datagrams are sent at once or dropped.
+final class QuicConnection {
+    weak var delegate: QuicConnectionDelegate?
+    let isServer: Bool
+    let loop: EventLoop
+    private(set) var conn: OpaquePointer?
+    private unowned(unsafe) var sink: QuicPacketSink
+    private var events = cquic_events()
+    let limits: QuicLimits
+    private(set) var streams: [Int64: QuicStreamState] = [:]
+    private var sendQueue: [Int64] = []
+    private var pendingReadable: [Int64] = []
+    private var pendingResets: [(Int64, UInt64)] = []
+    private var pendingDatagrams: [[UInt8]] = []
+    private var handshakeReported = false
+    private var handshakeJustDone = false
+    private var timer: TimerHandle?
+    private var timerAt: UInt64 = .max
+    private(set) var closed = false
+    /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
+    private var closingGracefully = false
+    private var blockedOnSocket = false
+    private var packet = [UInt8](repeating: 0, count: 1500)
+    private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
+    /// Where the connection's packets came from last (the server answers there).
+    private(set) var remote: SocketAddress
+    private(set) var local: SocketAddress
+    var datagramsDropped = 0
+    var migrations = 0
+
+    private init(isServer: Bool, loop: EventLoop, sink: QuicPacketSink, limits: QuicLimits, local: SocketAddress, remote: SocketAddress) {
+        self.isServer = isServer
+        self.loop = loop
+        self.sink = sink
+        self.limits = limits
+        self.local = local
+        self.remote = remote
+        events.ctx = Unmanaged.passUnretained(self).toOpaque()
+        events.handshake_done = { ctx in QuicConnection.from(ctx).onHandshakeDone() }
+        events.stream_data = { ctx, sid, data, len, fin in QuicConnection.from(ctx).onStreamData(sid, data, len, fin != 0) }
+        events.stream_open = { ctx, sid in QuicConnection.from(ctx).onStreamOpen(sid) }
+        events.stream_close = { ctx, sid, code, has in QuicConnection.from(ctx).onStreamClose(sid, code, has != 0) }
+        events.stream_reset = { ctx, sid, code in QuicConnection.from(ctx).onStreamReset(sid, code) }
+        events.stream_stop_sending = { ctx, sid, code in QuicConnection.from(ctx).onStopSending(sid, code) }
+        events.acked = { ctx, sid, off, len in QuicConnection.from(ctx).onAcked(sid, off + len) }
+        events.stream_extended = { ctx, sid in QuicConnection.from(ctx).onStreamExtended(sid) }
+        events.streams_extended = { _, _ in 0 }
+        events.datagram = { ctx, data, len in QuicConnection.from(ctx).onDatagram(data, len) }
+        events.cid = { ctx, data, len, add in QuicConnection.from(ctx).onCID(data, len, add != 0) }
+        events.path_validated = { ctx, ok in QuicConnection.from(ctx).onPathValidated(ok != 0) }
+    }
+
+    private static func from(_ ctx: UnsafeMutableRawPointer?) -> QuicConnection {
+        Unmanaged<QuicConnection>.fromOpaque(ctx!).takeUnretainedValue()
+    }
+
+    /// A client connection from `local` to `remote` offering `alpn`.
+    static func client(loop: EventLoop, sink: QuicPacketSink, creds: OpaquePointer, serverName: String?, alpn: String,
+                       local: SocketAddress, remote: SocketAddress, limits: QuicLimits) throws -> QuicConnection {
+        let q = QuicConnection(isServer: false, loop: loop, sink: sink, limits: limits, local: local, remote: remote)
+        var params = limits.params
+        var err = [CChar](repeating: 0, count: 256)
+        let c = local.withSockaddr { l, ll in
+            remote.withSockaddr { r, rl in
+                withUnsafePointer(to: &q.events) { ev in
+                    cquic_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+                }
+            }
+        }
+        guard let c else { throw TLSError(cText(err)) }
+        q.conn = c
+        q.flushSoon.schedule()
+        return q
+    }
+
+    /// A server connection for an Initial packet that arrived at `local` from `remote`.
+    static func server(loop: EventLoop, sink: QuicPacketSink, creds: OpaquePointer, alpn: String, secret: [UInt8],
+                       local: SocketAddress, remote: SocketAddress, packet: UnsafeRawBufferPointer,
+                       limits: QuicLimits, delegate: QuicConnectionDelegate) -> QuicConnection? {
+        let q = QuicConnection(isServer: true, loop: loop, sink: sink, limits: limits, local: local, remote: remote)
+        q.delegate = delegate
+        var params = limits.params
+        var err = [CChar](repeating: 0, count: 256)
+        let c = local.withSockaddr { l, ll in
+            remote.withSockaddr { r, rl in
+                withUnsafePointer(to: &q.events) { ev in
+                    cquic_server_new(ev, creds, alpn, l, ll, r, rl, packet.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                                     packet.count, secret, &params, quicNow(), &err, err.count)
+                }
+            }
+        }
+        guard let c else {
+            Log.debug("quic.accept_failed", ["peer": remote.endpoint.map { "\($0)" } ?? "", "reason": cText(err)])
+            return nil
+        }
+        q.conn = c
+        return q
+    }
+
+    deinit {
+        if let timer { loop.cancel(timer) }
+        if let conn { cquic_free(conn) }
+    }
+
+    // MARK: state
+
+    var handshakeDone: Bool { handshakeReported }
+    var alpn: String {
+        guard let conn else { return "" }
+        var b = [CChar](repeating: 0, count: 64)
+        cquic_alpn(conn, &b, b.count)
+        return cText(b)
+    }
+    var tlsDescription: String {
+        guard let conn else { return "" }
+        var b = [CChar](repeating: 0, count: 160)
+        cquic_describe(conn, &b, b.count)
+        return cText(b)
+    }
+    var peerTakesDatagrams: Int { conn.map { Int(min(cquic_peer_max_datagram($0), 65_535)) } ?? 0 }
+    /// The largest datagram that fits one packet with room to spare for the short header
+    /// (1 + 20-byte id + 4-byte number), the AEAD tag (16) and the frame's type and length (4).
+    var datagramCapacity: Int {
+        guard let conn else { return 0 }
+        return max(0, min(peerTakesDatagrams, min(packet.count, cquic_path_max_packet(conn)) - 45))
+    }
+
+    // MARK: packets in
+
+    /// One UDP payload from `from`, received on `at`.
+    func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress) {
+        guard let conn, !closed else { return }
+        remote = from
+        let rv = at.withSockaddr { l, ll in
+            from.withSockaddr { r, rl in
+                cquic_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, quicNow())
+            }
+        }
+        if rv != 0 {
+            failed(rv)
+            return
+        }
+        dispatchEvents()
+        flushSoon.schedule()
+    }
+
+    /// The socket can take packets again.
+    func socketWritable() {
+        blockedOnSocket = false
+        flush()
+    }
+
+    // MARK: streams
+
+    /// Opens a bidirectional stream of ours; nil when the peer allows no more now.
+    func openStream(ringCap: Int? = nil) -> Int64? {
+        guard let conn, !closed else { return nil }
+        var sid: Int64 = -1
+        guard cquic_open_bidi(conn, &sid) == 0 else { return nil }
+        streams[sid] = QuicStreamState(id: sid, ringCap: ringCap ?? limits.sendBuffer)
+        return sid
+    }
+
+    var streamsLeft: UInt64 { conn.map { cquic_streams_bidi_left($0) } ?? 0 }
+
+    func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
+
+    /// Copies up to the stream's free send buffer; returns the bytes taken.
+    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard !closed, let s = streams[id] else { return 0 }
+        let n = min(bytes.count, s.room)
+        if n < bytes.count { s.wantWritable = true }
+        guard n > 0 else { return 0 }
+        if s.ring == nil { s.ring = .allocate(byteCount: s.ringCap, alignment: 16) }
+        let at = Int(s.end % UInt64(s.ringCap))
+        let first = min(n, s.ringCap - at)
+        (s.ring! + at).copyMemory(from: bytes.baseAddress!, byteCount: first)
+        if first < n { s.ring!.copyMemory(from: bytes.baseAddress! + first, byteCount: n - first) }
+        s.end += UInt64(n)
+        queueSend(s)
+        return n
+    }
+
+    /// The stream's free send buffer; 0 marks the stream, so `quicWritable` follows once half of
+    /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
+    func writeRoom(_ id: Int64) -> Int {
+        guard let s = streams[id] else { return 0 }
+        let r = s.room
+        if r == 0 { s.wantWritable = true }
+        return r
+    }
+
+    /// Ends our direction of the stream after the bytes written.
+    func finish(_ id: Int64) {
+        guard let s = streams[id], !s.finQueued, !s.sendClosed else { return }
+        s.finQueued = true
+        queueSend(s)
+    }
+
+    /// Its owner is done with the stream (after `finish`): unread bytes are dropped, and the
+    /// state goes once ngtcp2 has closed the stream (our FIN acknowledged).
+    func release(_ id: Int64) {
+        guard let s = streams[id] else { return }
+        s.released = true
+        s.recv = []
+        s.recvStart = 0
+        if s.stackClosed { streams[id] = nil }
+    }
+
+    /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
+    func reset(_ id: Int64, code: UInt64) {
+        guard let s = streams.removeValue(forKey: id) else { return }
+        s.sendClosed = true
+        if let conn, !closed { _ = cquic_shutdown_stream(conn, id, code) }
+        flushSoon.schedule()
+    }
+
+    /// Takes up to `into.count` received bytes; `.eof` once the peer's FIN was read.
+    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
+        guard let s = streams[id] else { return (0, true) }
+        let n = min(into.count, s.recvAvailable)
+        if n > 0 {
+            s.recv.withUnsafeBytes { src in
+                into.baseAddress!.copyMemory(from: src.baseAddress! + s.recvStart, byteCount: n)
+            }
+            consumed(s, n)
+        }
+        let eof = s.recvAvailable == 0 && s.recvFin
+        if eof { s.recvFinDelivered = true; maybeForget(s) }
+        return (n, eof)
+    }
+
+    /// Hands every received byte of the stream to `body` (which takes them all).
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        guard let s = streams[id] else { return true }
+        let n = s.recvAvailable
+        if n > 0 {
+            s.recv.withUnsafeBytes { src in body(UnsafeRawBufferPointer(rebasing: src[s.recvStart..<s.recvStart + n])) }
+            consumed(s, n)
+        }
+        let eof = s.recvAvailable == 0 && s.recvFin
+        if eof { s.recvFinDelivered = true; maybeForget(s) }
+        return eof
+    }
+
+    private func consumed(_ s: QuicStreamState, _ n: Int) {
+        s.recvStart += n
+        if s.recvStart == s.recv.count {
+            s.recv.removeAll(keepingCapacity: s.recv.capacity <= 256 * 1024)
+            s.recvStart = 0
+        }
+        if let conn, !closed {
+            _ = cquic_consumed(conn, s.id, UInt64(n))
+            flushSoon.schedule()
+        }
+    }
+
+    private func maybeForget(_ s: QuicStreamState) {
+        if s.recvFinDelivered && (s.stackClosed || (s.finSent && s.acked == s.end)) { streams[s.id] = nil }
+    }
+
+    private func queueSend(_ s: QuicStreamState) {
+        if !s.inSendQueue {
+            s.inSendQueue = true
+            sendQueue.append(s.id)
+        }
+        flushSoon.schedule()
+    }
+
+    // MARK: datagrams
+
+    /// Sends one DATAGRAM frame in the next flush; false when it cannot (too big, closed).
+    @discardableResult
+    func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard !closed, bytes.count <= datagramCapacity, pendingDatagramBytes + bytes.count <= 1 << 20 else {
+            datagramsDropped += 1
+            return false
+        }
+        outDatagrams.append([UInt8](bytes))
+        pendingDatagramBytes += bytes.count
+        flushSoon.schedule()
+        return true
+    }
+    private var outDatagrams: [[UInt8]] = []
+    private var pendingDatagramBytes = 0
+
+    // MARK: closing
+
+    /// Graceful: the CONNECTION_CLOSE (application, `code`) goes out once every stream's bytes
+    /// are acknowledged, at most `waitMs` later.
+    func close(code: UInt64 = 0, waitMs: UInt64 = 2000) {
+        guard !closed else { return }
+        delegate = nil
+        closingGracefully = true
+        closeCode = code
+        loop.schedule(after: waitMs) { [weak self] in self?.sendCloseNow() }
+        flush()
+    }
+    private var closeCode: UInt64 = 0
+
+    /// Immediate: CONNECTION_CLOSE now, the connection is freed.
+    func abort(code: UInt64 = 0) {
+        delegate = nil
+        closeCode = code
+        sendCloseNow()
+    }
+
+    private func sendCloseNow(liberr: Int32 = 0) {
+        guard !closed, let conn else { return }
+        closed = true
+        var to = sockaddr_storage()
+        var toLen: socklen_t = 0
+        if cquic_is_closing(conn) == 0 {
+            let n = packet.withUnsafeMutableBytes { p in
+                cquic_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, quicNow())
+            }
+            if n > 0 { send(n, to, toLen) }
+        }
+        finish()
+    }
+
+    /// Runs once (after the current batch) when the connection is over.
+    var onFinished: (() -> Void)?
+
+    /// The connection is over: no timer, no streams.
+    private func finish() {
+        closed = true
+        if let f = onFinished {
+            onFinished = nil
+            loop.soon(f)
+        }
+        if let timer { loop.cancel(timer); self.timer = nil }
+        streams.removeAll()
+        sendQueue.removeAll()
+        outDatagrams.removeAll()
+    }
+
+    private func failed(_ rv: Int32) {
+        guard !closed else { return }
+        let reason: CarrierCloseReason
+        if rv == CQUIC_ERR_DRAINING || rv == CQUIC_ERR_CLOSING {
+            reason = peerCloseReason()
+            finish()
+        } else if rv == CQUIC_ERR_IDLE_CLOSE {
+            reason = .timeout("QUIC idle timeout")
+            finish()
+        } else {
+            let tlsErr = conn.map { String(cString: cquic_last_error($0)) } ?? ""
+            reason = rv == -215 ? .tls(tlsErr.isEmpty ? String(cString: cquic_strerror(rv)) : tlsErr)
+                                : .protocolError("QUIC: \(String(cString: cquic_strerror(rv)))")
+            sendCloseNow(liberr: rv)
+        }
+        let d = delegate
+        delegate = nil
+        d?.quicClosed(self, reason)
+    }
+
+    private func peerCloseReason() -> CarrierCloseReason {
+        guard let conn else { return .closed }
+        var code: UInt64 = 0
+        var isApp: Int32 = 0
+        var text = [CChar](repeating: 0, count: 128)
+        _ = cquic_peer_close(conn, &code, &isApp, &text, text.count)
+        if code == 0 { return .closed }
+        let t = cText(text)
+        return .io("the peer closed the QUIC connection: \(isApp != 0 ? "application" : "transport") error \(code)\(t.isEmpty ? "" : " \(t)")")
+    }
+
+    // MARK: callbacks (inside ngtcp2: record, act later)
+
+    private func onHandshakeDone() -> Int32 { handshakeJustDone = true; return 0 }
+
+    private func onStreamData(_ sid: Int64, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
+        var s = streams[sid]
+        if s == nil {
+            // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
+            guard isPeerStream(sid), !forgottenPeerStream(sid) else { return 0 }
+            let n = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicCarrier.flowSendBuffer)
+            streams[sid] = n
+            s = n
+        }
+        let st = s!
+        if st.released {
+            // Nobody reads it any more: the bytes are dropped, the peer's window moves on.
+            if let conn, len > 0 { _ = cquic_consumed(conn, sid, UInt64(len)) }
+            return 0
+        }
+        if len > 0, let data { st.recv.append(contentsOf: UnsafeBufferPointer(start: data, count: len)) }
+        if fin { st.recvFin = true }
+        pendingReadable.append(sid)
+        return 0
+    }
+
+    private func isPeerStream(_ sid: Int64) -> Bool { (sid & 1) == (isServer ? 0 : 1) }
+    /// Peer streams at or below the highest one seen that are not held were ours and are done.
+    private var highestPeerStream: Int64 = -1
+    private func forgottenPeerStream(_ sid: Int64) -> Bool { sid <= highestPeerStream && streams[sid] == nil }
+
+    private func onStreamOpen(_ sid: Int64) -> Int32 {
+        if isPeerStream(sid) {
+            if streams[sid] == nil { streams[sid] = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicCarrier.flowSendBuffer) }
+            highestPeerStream = max(highestPeerStream, sid)
+        }
+        return 0
+    }
+
+    private func onStreamClose(_ sid: Int64, _ code: UInt64, _ has: Bool) -> Int32 {
+        if let s = streams[sid] {
+            s.sendClosed = true
+            s.stackClosed = true
+            if s.released || s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { streams[sid] = nil }
+        }
+        return 0
+    }
+
+    private func onStreamReset(_ sid: Int64, _ code: UInt64) -> Int32 {
+        if streams[sid] != nil { pendingResets.append((sid, code)) }
+        return 0
+    }
+
+    private func onStopSending(_ sid: Int64, _ code: UInt64) -> Int32 {
+        if let s = streams[sid] {
+            s.sendClosed = true
+            pendingResets.append((sid, code))
+        }
+        return 0
+    }
+
+    private func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
+        guard let s = streams[sid] else { return 0 }
+        if upTo > s.acked { s.acked = min(upTo, s.end) }
+        if s.wantWritable && s.room >= s.ringCap / 2 {
+            s.wantWritable = false
+            pendingWritable.append(sid)
+        }
+        return 0
+    }
+    private var pendingWritable: [Int64] = []
+
+    private func onStreamExtended(_ sid: Int64) -> Int32 {
+        if let s = streams[sid], s.blocked {
+            s.blocked = false
+            if !s.inSendQueue { s.inSendQueue = true; sendQueue.append(sid) }
+        }
+        return 0
+    }
+
+    private func onDatagram(_ data: UnsafePointer<UInt8>?, _ len: Int) -> Int32 {
+        guard let data else { return 0 }
+        if pendingDatagrams.count < 4096 { pendingDatagrams.append(Array(UnsafeBufferPointer(start: data, count: len))) }
+        return 0
+    }
+
+    private func onCID(_ data: UnsafePointer<UInt8>?, _ len: Int, _ add: Bool) -> Int32 {
+        guard let data, let id = QuicCID(UnsafeRawBufferPointer(start: data, count: len)) else { return 0 }
+        // Called from cquic_server_new before `conn` is set: the delegate is already there.
+        delegate?.quicConnectionID(self, id, add: add)
+        return 0
+    }
+
+    private func onPathValidated(_ ok: Bool) -> Int32 {
+        pendingValidation = ok
+        return 0
+    }
+    private var pendingValidation: Bool?
+    /// Client: the outcome of a migration's path validation.
+    var onPathValidated: ((Bool) -> Void)?
+
+    /// What the callbacks recorded, to the delegate (which may call back in).
+    private func dispatchEvents() {
+        if let ok = pendingValidation {
+            pendingValidation = nil
+            if ok { migrations += 1 }
+            Log.debug("quic.path_validated", ["ok": ok])
+            if let f = onPathValidated { onPathValidated = nil; f(ok) }
+        }
+        if handshakeJustDone {
+            handshakeJustDone = false
+            handshakeReported = true
+            delegate?.quicHandshakeDone(self)
+        }
+        if !pendingDatagrams.isEmpty {
+            let ds = pendingDatagrams
+            pendingDatagrams.removeAll()
+            for d in ds { d.withUnsafeBytes { delegate?.quicDatagram(self, $0) } }
+        }
+        if !pendingResets.isEmpty {
+            let rs = pendingResets
+            pendingResets.removeAll()
+            for (sid, code) in rs where streams[sid] != nil {
+                streams[sid] = nil
+                delegate?.quicStreamReset(self, stream: sid, code: code)
+            }
+        }
+        if !pendingReadable.isEmpty {
+            let rs = pendingReadable
+            pendingReadable.removeAll()
+            var seen = Set<Int64>()
+            for sid in rs where seen.insert(sid).inserted && streams[sid] != nil {
+                delegate?.quicReadable(self, stream: sid)
+            }
+        }
+        if !pendingWritable.isEmpty {
+            let ws = pendingWritable
+            pendingWritable.removeAll()
+            for sid in ws where streams[sid] != nil { delegate?.quicWritable(self, stream: sid) }
+        }
+    }
+
+    // MARK: packets out
+
+    /// Packets per flush at most; then a timer for the next loop turn.
+    static let burst = 64
+
+    func flush() {
+        guard let conn, !closed, !blockedOnSocket else { return }
+        let now = quicNow()
+        var to = sockaddr_storage()
+        var toLen: socklen_t = 0
+        let maxPkt = max(1200, min(packet.count, cquic_max_packet(conn)))
+        var budget = max(8, min(Self.burst, cquic_send_quantum(conn) / maxPkt))
+        var more = false
+        // Datagrams first: they are small and time-sensitive.
+        while !outDatagrams.isEmpty && budget > 0 {
+            var accepted: Int32 = 0
+            let d = outDatagrams[0]
+            let n = packet.withUnsafeMutableBytes { p in
+                d.withUnsafeBytes { db in
+                    cquic_write_datagram(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), maxPkt,
+                                         db.baseAddress?.assumingMemoryBound(to: UInt8.self), db.count, &accepted, &to, &toLen, now)
+                }
+            }
+            if n < 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count; datagramsDropped += 1; continue }
+            if n == 0 { break }
+            if accepted != 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count }
+            budget -= 1
+            if !send(n, to, toLen) { return }
+        }
+        var qi = 0
+        while budget > 0 {
+            // The next stream with something to send, round robin.
+            var s: QuicStreamState?
+            while qi < sendQueue.count {
+                if let c = streams[sendQueue[qi]], c.hasSendWork { s = c; break }
+                streams[sendQueue[qi]]?.inSendQueue = false
+                sendQueue.remove(at: qi)
+            }
+            var iov = (cquic_vec(), cquic_vec())
+            var count = 0
+            var fin: Int32 = 0
+            if let s {
+                let cap = UInt64(s.ringCap)
+                let start = Int(s.sent % cap)
+                let len = s.unsent
+                let first = min(len, s.ringCap - start)
+                if len > 0 {
+                    iov.0 = cquic_vec(base: UnsafePointer((s.ring! + start).assumingMemoryBound(to: UInt8.self)), len: first)
+                    count = 1
+                    if first < len { iov.1 = cquic_vec(base: UnsafePointer(s.ring!.assumingMemoryBound(to: UInt8.self)), len: len - first); count = 2 }
+                }
+                fin = s.finQueued ? 1 : 0
+            }
+            var consumed = -1
+            let sid = s?.id ?? -1
+            let n = packet.withUnsafeMutableBytes { p in
+                withUnsafePointer(to: &iov) { ip in
+                    ip.withMemoryRebound(to: cquic_vec.self, capacity: 2) { v in
+                        cquic_write_stream(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), maxPkt, sid, v, count,
+                                           fin, s != nil ? 1 : 0, &consumed, &to, &toLen, now)
+                    }
+                }
+            }
+            if let s, consumed >= 0 {
+                s.sent += UInt64(consumed)
+                if fin != 0 && s.sent == s.end { s.finSent = true }
+            }
+            if n == CQUIC_ERR_WRITE_MORE {
+                // The packet has room for the next stream's bytes (or is finished with none).
+                qi += 1
+                continue
+            }
+            if n == CQUIC_ERR_STREAM_DATA_BLOCKED {
+                s?.blocked = true
+                continue
+            }
+            if n == CQUIC_ERR_STREAM_SHUT_WR || n == CQUIC_ERR_STREAM_NOT_FOUND {
+                s?.sendClosed = true
+                continue
+            }
+            if n < 0 {
+                failed(Int32(n))
+                return
+            }
+            if n == 0 { break }
+            budget -= 1
+            if !send(n, to, toLen) { return }
+            if let s, s.hasSendWork { qi = (qi + 1) % max(1, sendQueue.count) } else { qi = 0 }
+            if budget == 0 && sendQueue.contains(where: { streams[$0]?.hasSendWork == true }) { more = true }
+        }
+        cquic_sent(conn, now)
+        if closingGracefully && streams.values.allSatisfy({ $0.acked == $0.end }) { sendCloseNow(); return }
+        if more {
+            // Yield a loop turn (epoll runs) and go on.
+            loop.schedule(at: loop.now) { [weak self] in self?.flush() }
+        }
+        armTimer()
+    }
+
+    @discardableResult
+    private func send(_ n: Int, _ to: sockaddr_storage, _ toLen: socklen_t) -> Bool {
+        var addr = SocketAddress()
+        addr.storage = to
+        addr.length = toLen
+        if toLen == 0 { addr = remote }
+        let ok = packet.withUnsafeBytes { sink.sendPacket(UnsafeRawBufferPointer(rebasing: $0[0..<n]), to: addr, from: self) }
+        if !ok { blockedOnSocket = true }
+        return ok
+    }
+
+    private func armTimer() {
+        guard let conn, !closed else { return }
+        let exp = cquic_expiry(conn)
+        if exp == timerAt && timer != nil { return }
+        if let timer { loop.cancel(timer); self.timer = nil }
+        timerAt = exp
+        guard exp != .max else { return }
+        let now = quicNow()
+        // The heap counts milliseconds. ngtcp2's pacing asks for the next burst in a fraction
+        // of one on a fast path: a deadline less than 1 ms away runs on the loop's next turn
+        // (after an epoll that does not wait) instead of a whole millisecond later.
+        let ms = exp > now ? (exp - now) / 1_000_000 : 0
+        timer = ms == 0 ? loop.schedule(at: loop.now) { [weak self] in self?.expired() }
+                        : loop.schedule(after: ms) { [weak self] in self?.expired() }
+    }
+
+    private func expired() {
+        timer = nil
+        timerAt = .max
+        guard let conn, !closed else { return }
+        let rv = cquic_expire(conn, quicNow())
+        if rv != 0 { failed(rv); return }
+        dispatchEvents()
+        flush()
+    }
+
+    // MARK: migration (client)
+
+    /// Moves the connection to a new local address (the sink sends from its new socket now).
+    func migrate(local newLocal: SocketAddress) -> Bool {
+        guard let conn, !closed, !isServer else { return false }
+        let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cquic_migrate(conn, l, ll, r, rl, quicNow()) } }
+        guard rv == 0 else { return false }
+        local = newLocal
+        flushSoon.schedule()
+        return true
+    }
+}

@@ -1,0 +1,184 @@
+import Foundation
+@testable import LoftCarriers
+import LoftCore
+import LoftIO
+import LoftTestSupport
+import XCTest
+
+/// The quic carrier: client ↔ front's QUIC listener on 127.0.0.1 (UDP, the TCP listener's port
+/// number), with the test PKI.
+final class QuicCarrierTests: XCTestCase {
+    static let mib = 1 << 20
+
+    func testTransferBothWaysWithSHA256() throws {
+        let size = 16 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        XCTAssertEqual(listener.quicEndpoint?.port, listener.localEndpoint.port)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        var closing = false
+        var tls = ""
+        let start = monotonicMilliseconds()
+        var elapsed: UInt64 = 0
+        let ok = h.run(seconds: 120) {
+            if tls.isEmpty && carrier.isOpen { tls = carrier.tlsDescription }
+            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
+            if !closing && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
+                elapsed = monotonicMilliseconds() - start
+                closing = true
+                carrier.close()
+            }
+            return closing && server.closedReason != nil || peer.closedReason != nil
+        }
+        XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
+        XCTAssertNil(peer.closedReason)
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(server.received, size)
+        XCTAssertEqual(peer.received, size)
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest, "client → server SHA-256")
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest, "server → client SHA-256")
+        XCTAssertEqual(server.closedReason, .closed)
+        XCTAssertTrue(tls.hasPrefix("QUICv1 TLSv1.3 ") && tls.hasSuffix("alpn=loft"), tls)
+        XCTAssertEqual(acceptor.carriers.first?.kind, .quic)
+        print("carrier quic: \(size / Self.mib) MiB each way in \(elapsed) ms")
+        listener.close()
+    }
+
+    /// A migration to a new local socket in the middle of a transfer: the path is validated,
+    /// the same connection (and session stream) carries on, every byte arrives.
+    func testMigrationInTheMiddleOfATransfer() throws {
+        let size = 16 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        var asked = false
+        var started = false
+        var outcome: Bool?
+        var closing = false
+        let ok = h.run(seconds: 60) {
+            if !asked && peer.received >= 4 * Self.mib {
+                asked = true
+                started = carrier.migrate { outcome = $0 }
+            }
+            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
+            if !closing && outcome != nil && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
+                closing = true
+                carrier.close()
+            }
+            return closing && server.closedReason != nil || peer.closedReason != nil
+        }
+        XCTAssertTrue(ok, "timed out: got \(peer.received), migration \(String(describing: outcome))")
+        XCTAssertTrue(started)
+        XCTAssertEqual(outcome, true)
+        XCTAssertEqual((carrier as? QuicCarrier)?.quic?.migrations, 1)
+        XCTAssertNil(peer.closedReason)
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(acceptor.peers.count, 1, "one connection: the migration did not redial")
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+        XCTAssertEqual(server.closedReason, .closed)
+        listener.close()
+    }
+
+    /// Flows on streams of their own, one after the other, more than the 1024 streams the
+    /// front allows at once: each is refused (reset) by a delegate that does not take flows,
+    /// and the front raises the stream limit as they close, so the 1100th still opens.
+    func testMoreFlowsOverTimeThanTheStreamLimit() throws {
+        final class Events: ByteStreamEvents {
+            var failed = 0
+            var next: (() -> Void)?
+            func streamConnected() {}
+            func streamFailed(_ failure: FlowFailure) { failed += 1; next?() }
+            func streamReadable() {}
+            func streamWritable() {}
+        }
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.connected })
+        let ev = Events()
+        var opened = 0
+        var stuck = false
+        // The next flow opens as the last one is reset (from the loop, not the check's polling).
+        ev.next = {
+            guard opened < 1100 else { return }
+            h.loop.soon {
+                guard let f = (carrier as? FlowCarrier)?.openFlow() else { stuck = true; return }
+                f.events = ev
+                var b: UInt8 = 1
+                var v = iovec(iov_base: &b, iov_len: 1)
+                _ = f.write(&v, count: 1)
+                opened += 1
+            }
+        }
+        ev.next?()
+        let ok = h.run(seconds: 60) { stuck || ev.failed == 1100 }
+        XCTAssertTrue(ok, "opened \(opened), reset \(ev.failed)")
+        XCTAssertFalse(stuck, "no stream left after \(opened) flows")
+        XCTAssertEqual(ev.failed, 1100)
+        carrier.close()
+        listener.close()
+    }
+
+    func testWrongCAFailsTheHandshake() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        // The server certificate's name is front.test: another name must fail verification.
+        let client = try h.client(.quic, port: listener.localEndpoint.port,
+                                  tls: TLSClientOptions(serverName: "other.test", caFile: TestPKI.shared.ca))
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.closedReason != nil })
+        guard case .tls(let why)? = r.closedReason else { return XCTFail("\(String(describing: r.closedReason))") }
+        XCTAssertFalse(r.connected)
+        XCTAssertTrue(acceptor.carriers.isEmpty)
+        print("wrong name: \(why)")
+        _ = carrier
+        listener.close()
+    }
+
+    func testPinAndInsecure() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let good = try XCTUnwrap(TLSClientOptions.parsePin(try TLSContext.pin(ofCertificateFile: TestPKI.shared.cert)))
+        var bad = good
+        bad[0] ^= 1
+        for (tls, expectUp) in [(TLSClientOptions(serverName: "front.test", pinSHA256: good), true),
+                                (TLSClientOptions(serverName: "front.test", pinSHA256: bad), false),
+                                (TLSClientOptions(serverName: "whatever", insecure: true), true)] {
+            let client = try h.client(.quic, port: listener.localEndpoint.port, tls: tls)
+            let r = Recorder()
+            let carrier = client.dial(delegate: r)
+            XCTAssertTrue(h.run(seconds: 10) { r.connected || r.closedReason != nil })
+            XCTAssertEqual(r.connected, expectUp, "\(tls): \(String(describing: r.closedReason))")
+            carrier.abort()
+        }
+        listener.close()
+    }
+
+    func testNoServerIsAConnectFailureOrTimeout() throws {
+        let h = try Harness()
+        let client = try h.client(.quic, port: 9)   // nothing listens on udp/9
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.closedReason != nil })
+        switch r.closedReason {
+        case .connectFailed?, .timeout?: break
+        default: XCTFail("\(String(describing: r.closedReason))")
+        }
+        _ = carrier
+    }
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# The quic carrier against an independent QUIC implementation (PyPI aioquic). Loopback only, no
+# namespaces. Tests/interop/quic_client.py as the CLIENT of loft-front: QUIC v1 + TLS 1.3 with
+# ALPN loft (certificate checked against the test CA), HELLO -> STATUS on the first
+# bidirectional stream, session PING/PONG, a TCP stream echoed (200 KiB, FIN/FIN), a UDP
+# association echoed (a DGRAM on the session stream, and one as a QUIC DATAGRAM frame answered
+# as one), a TCP flow on a QUIC stream of its own (OPEN, OPEN_OK, 300 KiB echoed raw, FIN) and
+# one refused (OPEN_FAIL not-allowed, FIN), GOAWAY + the stream's FIN, 40 flows of 1 MiB at
+# once beside a new session, a wrong token (GOAWAY bad-token), another
+# ALPN (handshake refused); then hostile input: 3000 garbage datagrams (empty ones among them) and an Initial flood
+# from 400 source ports that never finish their handshake: a legitimate session still comes
+# up, the front's memory stays bounded and its counters say what happened.
+# 2. loft's holder (SOCKS5 input only) against Tests/interop/quic_session_server.py, an aioquic
+#    SERVER that speaks the session: ALPN loft, HELLO on stream 0, its STATUS taken (up), a TCP
+#    flow through SOCKS5 on a QUIC stream of its own (OPEN first, OPEN_OK, then raw bytes:
+#    1 MiB echoed, SHA-256), UDP ASSOCIATE datagrams echoed, the holder's DGRAMs after the first
+#    arriving as QUIC DATAGRAM frames.
+. "$(dirname "$0")/lib.sh"
+
+FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
+INTEROP=$LOFT_REPO/Tests/interop
+TOKEN=interop-token-$T_ID
+FRONT_LOG=$T_DIR/front.log
+CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-open-tcp-ok quic-tcp-echo-200k
+quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
+quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood"
+SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
+
+python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
+[ -x "$FRONT_BIN" ] || die "no loft-front binary at $FRONT_BIN"
+
+# Three free loopback ports: the front's (TCP and UDP), the TCP echo's, the UDP echo's.
+read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(python3 - <<'PYEOF'
+import socket
+out, keep = [], []
+while len(out) < 5:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", p))
+    except OSError:
+        s.close(); u.close(); continue
+    keep += [s, u]; out.append(p)
+print(" ".join(map(str, out)))
+PYEOF
+)"
+[ -n "$SOCKS_PORT" ] || die "could not pick free ports"
+"$INTEROP/gen-certs.sh" "$T_DIR/certs" >/dev/null || die "gen-certs.sh failed"
+
+cat >"$T_DIR/front.yaml" <<EOF
+log: info
+listen: 127.0.0.1:$FRONT_PORT
+carriers: [quic]
+tls: { certificate: certs/server.pem, key: certs/server.key }
+tokens: ["$TOKEN"]
+pool: { ipv4: 198.18.64.0/24 }
+keepalive: 10s
+control: $T_DIR/front.sock
+EOF
+
+python3 "$INTEROP/tcp_echo.py" "$ECHO_PORT" >"$T_DIR/echo.log" 2>&1 </dev/null &
+EPID=$!; T_PIDS+=("$EPID"); register_pid "$EPID"
+"$FRONT_BIN" run -c "$T_DIR/front.yaml" >"$FRONT_LOG" 2>&1 </dev/null &
+FRONT_PID=$!; T_PIDS+=("$FRONT_PID"); register_pid "$FRONT_PID"
+for _ in $(seq 100); do grep -q 'event=ready' "$FRONT_LOG" && ss -Hltn "sport = :$ECHO_PORT" | grep -q . && break; sleep 0.1; done
+if ! grep -q 'event=ready' "$FRONT_LOG"; then
+    for c in $CASES $SHELL_CASES; do fail "$c" "loft-front did not start: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; done
+    finish
+fi
+rss0=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
+
+t0=$(now_ms)
+timeout -k 5 150 python3 "$INTEROP/quic_client.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \
+    --echo-port "$ECHO_PORT" --udp-echo-port "$UDP_ECHO_PORT" >"$T_DIR/client.out" 2>"$T_DIR/client.err" </dev/null &
+CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
+wait "$CPID"
+note "aioquic client: $(( $(now_ms) - t0 )) ms"
+grep '^  #' "$T_DIR/client.err" | sed 's/^  # /client: /' | while read -r l; do note "$l"; done
+while read -r st name rest; do
+    case $st in PASS) pass "$name" ;; FAIL) fail "${name%:}" "$rest" ;; esac
+done <"$T_DIR/client.out"
+for c in $CASES; do
+    grep -qE "^(PASS|FAIL) $c(:|$)" "$T_DIR/client.out" || fail "$c" "not reported: $(tail -2 "$T_DIR/client.err" | tr '\n' '|')"
+done
+
+stats=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1)
+sv() { echo "$stats" | awk -v k="$1" '$1 == k { print $2 }'; }
+if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 1 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
+    && [ "$(sv handshakes_evicted)" -ge 300 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
+    pass front-quic-counters
+    note "front: sessions_opened $(sv sessions_opened), quic_packets_dropped $(sv quic_packets_dropped), handshakes_evicted $(sv handshakes_evicted), handshakes_failed $(sv handshakes_failed)"
+else
+    fail front-quic-counters "$(echo "$stats" | tr '\n' ' ')"
+fi
+rss1=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
+if [ -n "$rss1" ] && [ "$rss1" -lt $((rss0 + 65536)) ]; then pass front-memory-bounded; note "front RSS ${rss0} kB -> ${rss1} kB"
+else fail front-memory-bounded "front RSS ${rss0} kB -> ${rss1} kB (allowed +64 MiB)"; fi
+
+kill -TERM "$FRONT_PID"
+rc=0; wait "$FRONT_PID" || rc=$?
+if [ $rc -eq 0 ] && grep -q 'event=stopped' "$FRONT_LOG"; then pass front-exit-clean
+else fail front-exit-clean "exit $rc: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; fi
+# --- 2. loft's holder -> an aioquic server that speaks the session ---------------------------
+RESULTS=$T_DIR/server.jsonl
+: >"$RESULTS"
+python3 "$INTEROP/quic_session_server.py" --port "$SERVER_PORT" --cert "$T_DIR/certs/server.pem" \
+    --key "$T_DIR/certs/server.key" --results "$RESULTS" >"$T_DIR/server.log" 2>&1 </dev/null &
+SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
+CTL=/run/loft/quic-interop-$$.sock
+on_cleanup "rm -f $CTL"
+cat >"$T_DIR/loft.yaml" <<EOF
+log: info
+socks5: { listen: 127.0.0.1:$SOCKS_PORT }
+bridge: off
+outbounds:
+  - { name: home, type: loft, server: 127.0.0.1:$SERVER_PORT, carrier: quic, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
+default: home
+control: $CTL
+EOF
+for _ in $(seq 100); do grep -q listening "$T_DIR/server.log" && break; sleep 0.1; done
+LOFT_LOG=$T_DIR/loft.log
+"$LOFT_BIN" run -c "$T_DIR/loft.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
+LOFT_PID=$!; register_pid "$LOFT_PID"
+state=
+for _ in $(seq 100); do
+    state=$("$LOFT_BIN" status --json -c "$T_DIR/loft.yaml" 2>/dev/null | python3 -c '
+import json, sys; d = json.load(sys.stdin); print(next(o for o in d["outbounds"] if o["name"] == "home")["state"])' 2>/dev/null)
+    [ "$state" = up ] && break
+    sleep 0.1
+done
+ev() { python3 - "$RESULTS" "$@" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(sum(1 for r in rows if all(str(r.get(k)) == v for k, v in (a.split("=", 1) for a in sys.argv[2:]))))
+PYEOF
+}
+if [ "$(ev event=handshake alpn=loft)" -ge 1 ]; then pass holder-quic-handshake-alpn-loft
+else fail holder-quic-handshake-alpn-loft "server saw: $(head -c 300 "$RESULTS")"; fi
+if [ "$(ev event=hello version=1 token=t)" -ge 1 ]; then pass holder-hello-on-stream-0
+else fail holder-hello-on-stream-0 "server saw: $(head -c 300 "$RESULTS")"; fi
+if [ "$state" = up ]; then pass holder-up-on-aioquic-status
+else fail holder-up-on-aioquic-status "state $state: $(grep holder "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+
+timeout 30 python3 - "$SOCKS_PORT" >"$T_DIR/socks.out" 2>&1 <<'PYEOF'
+import hashlib, os, socket, struct, sys, threading
+port = int(sys.argv[1])
+def greet(s):
+    s.sendall(b"\x05\x01\x00"); assert s.recv(2) == b"\x05\x00"
+def reply(s):
+    h = s.recv(4); n = {1: 4, 4: 16}[h[3]]; b = s.recv(n + 2)
+    return h[1], (socket.inet_ntop(socket.AF_INET if h[3] == 1 else socket.AF_INET6, b[:n]), struct.unpack("!H", b[n:])[0])
+# TCP: 1 MiB through the holder, echoed by the server
+s = socket.create_connection(("127.0.0.1", port)); s.settimeout(20); greet(s)
+s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton("198.18.99.7") + struct.pack("!H", 7))
+code, _ = reply(s)
+data = os.urandom(1 << 20)
+def send():
+    s.sendall(data); s.shutdown(socket.SHUT_WR)
+threading.Thread(target=send, daemon=True).start()
+got = bytearray()
+while True:
+    b = s.recv(65536)
+    if not b: break
+    got += b
+print("tcp", code, len(got), hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest())
+# UDP ASSOCIATE: 5 datagrams, each echoed
+c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10); greet(c)
+c.sendall(b"\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00")
+code, bnd = reply(c)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+ok = 0
+for i in range(5):
+    msg = os.urandom(300 + i)
+    u.sendto(b"\x00\x00\x00\x01" + socket.inet_aton("198.18.99.8") + struct.pack("!H", 9) + msg, bnd)
+    try:
+        r, _ = u.recvfrom(65536)
+        if r[10:] == msg: ok += 1
+    except socket.timeout:
+        pass
+print("udp", code, ok)
+PYEOF
+read -r _ tcode tlen tsha <<<"$(grep '^tcp' "$T_DIR/socks.out")"
+read -r _ ucode uok <<<"$(grep '^udp' "$T_DIR/socks.out")"
+if [ "$tcode" = 0 ] && [ "$tlen" = 1048576 ] && [ "$tsha" = True ] && [ "$(ev event=flow-fin)" -ge 1 ]; then pass holder-tcp-echo-1mib
+else fail holder-tcp-echo-1mib "reply $tcode, $tlen bytes back, sha $tsha: $(tail -2 "$T_DIR/socks.out" | tr '\n' '|')"; fi
+if [ "$ucode" = 0 ] && [ "$uok" = 5 ]; then pass holder-udp-echo
+else fail holder-udp-echo "reply $ucode, $uok of 5 echoed: $(tail -2 "$T_DIR/socks.out" | tr '\n' '|')"; fi
+nd=$(ev event=dgram via=datagram); ns=$(ev event=dgram via=stream)
+if [ "$nd" -ge 4 ]; then pass holder-datagram-frames-to-server; note "server got DGRAMs: $nd as QUIC DATAGRAM frames, $ns on stream 0"
+else fail holder-datagram-frames-to-server "DGRAMs as QUIC DATAGRAM frames: $nd, on stream 0: $ns"; fi
+if [ "$(ev event=flow-open type=16 frame_stream=1 network=6)" -ge 1 ] && [ "$(ev event=open network=6)" = 0 ]; then pass holder-tcp-flow-on-own-stream
+else fail holder-tcp-flow-on-own-stream "flows on own streams: $(ev event=flow-open), TCP OPENs on stream 0: $(ev event=open network=6)"; fi
+if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
+else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
+finish

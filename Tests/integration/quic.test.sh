@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The quic carrier end to end (root, namespaces): app namespace → TUN → loft → quic carrier
+# (QUIC v1, TLS 1.3 with ALPN loft, the test CA; the session on the connection's first
+# bidirectional stream, each TCP flow on a QUIC stream of its own) → loft-front on 127.0.0.1 (UDP, the TCP listener's port number) → the
+# srv namespace. The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6
+# (SHA-256 on both ends), 100 concurrent transfers, DNS (its datagrams as QUIC DATAGRAM frames), then loft-front killed with SIGKILL
+# and restarted (RESUME: same instance, same overlay address), `loft path-changed` in the
+# middle of a 50 MiB download (the connection migrates to a new socket: the download completes
+# intact, migrations = 1, no RESUME), `hold: true` over quic (nothing leaks while the front is
+# down, traffic back once it is), and the same front port still serving h2 over TCP.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/holder-lib.sh"
+
+echo "carriers: [h2, quic]" >>"$T_DIR/front.yaml"
+if ! front_start; then
+    fail front-start "loft-front did not start"
+    finish
+fi
+if ss -Huln "sport = :$FRONT_PORT" | grep -q .; then pass front-quic-udp-listener
+else fail front-quic-udp-listener "no UDP socket on :$FRONT_PORT"; fi
+
+carrier=quic
+LOFT_CFG=$(holder_config holder-quic quic)
+CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload-v4-50MiB quic-upload-v6-50MiB
+quic-concurrent-100 quic-flows-on-own-streams quic-dns-v4 quic-dns-v6 quic-dns-in-datagram-frames quic-resume-after-front-kill quic-resume-same-overlay
+quic-transfer-after-resume quic-download-across-migration quic-path-changed-migrates quic-exit-clean"
+if require_loft "$LOFT_CFG" $CASES; then
+    if wait_state up 15; then
+        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default); mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
+        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* && $mtu == "mtu 1400" ]] \
+            && grep -q "nameserver $SRV4" "/etc/netns/$APP_NS/resolv.conf" && [[ $(field 'o["detail"]') == "quic QUICv1 TLSv1.3 "*"alpn=loft"* ]]; then
+            pass quic-session-up; note "quic: overlay $a4, $r, $mtu; $(field 'o["detail"]')"
+        else
+            fail quic-session-up "TUN not set from STATUS: addr $a4, route '$r', $mtu, detail $(field 'o["detail"]')"
+        fi
+    else
+        fail quic-session-up "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
+    fi
+    download quic-download-v4-50MiB "http://$SRV4/big"
+    download quic-download-v6-50MiB "http://[$SRV6]/big"
+    upload quic-upload-v4-50MiB "$SRV4"
+    upload quic-upload-v6-50MiB "$SRV6"
+    f0=$(field 'c["flow-streams"]')
+    concurrent quic-concurrent-100 100
+    f1=$(field 'c["flow-streams"]')
+    if [ $((f1 - f0)) -ge 100 ]; then pass quic-flows-on-own-streams; note "TCP flows on QUIC streams of their own: $f0 -> $f1"
+    else fail quic-flows-on-own-streams "flow-streams $f0 -> $f1 over 100 transfers"; fi
+    dns quic-dns-v4 "$SRV4" A "$DNS_A"
+    dns quic-dns-v6 "$SRV6" AAAA "$DNS_AAAA"
+    # Ten DNS queries from one UDP socket (one association): after the first (which goes on the
+    # session stream behind the association's OPEN) every DGRAM is a QUIC DATAGRAM frame.
+    d0=$(field 'c["datagram-frames-out"]'); i0=$(field 'c["datagram-frames-in"]')
+    answers=$(in_app timeout 20 python3 - "$SRV4" "$DNS_NAME" <<'PYEOF'
+import socket, struct, sys
+srv, name = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+got = 0
+for i in range(10):
+    q = struct.pack("!HHHHHH", 0x4000 + i, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+    for _ in range(3):
+        s.sendto(q, (srv, 53))
+        try:
+            r, _ = s.recvfrom(4096)
+        except socket.timeout:
+            continue
+        if r[:2] == q[:2] and struct.unpack("!H", r[6:8])[0] >= 1:
+            got += 1
+            break
+print(got)
+PYEOF
+)
+    dout=$(( $(field 'c["datagram-frames-out"]') - d0 )); din=$(( $(field 'c["datagram-frames-in"]') - i0 ))
+    if [ "$answers" = 10 ] && [ "$dout" -ge 9 ] && [ "$din" -ge 10 ]; then pass quic-dns-in-datagram-frames; note "10 DNS answers; QUIC DATAGRAM frames: $dout out, $din in"
+    else fail quic-dns-in-datagram-frames "answers $answers, datagram-frames-out +$dout, datagram-frames-in +$din"; fi
+
+    id0=$(instance); a0=$(tun_addr4)
+    front_kill
+    wait_state down 10 || note "state after kill: $(field 'o["state"]')"
+    front_start
+    if wait_state up 20; then
+        id1=$(instance); a1=$(tun_addr4); res=$(field 'c["resumes"]')
+        if [ "$id1" = "$id0" ] && [ "${res:-0}" -ge 1 ]; then pass quic-resume-after-front-kill
+        else fail quic-resume-after-front-kill "instance $id0 -> $id1, resumes $res"; fi
+        if [ "$a1" = "$a0" ]; then pass quic-resume-same-overlay; else fail quic-resume-same-overlay "address $a0 -> $a1"; fi
+    else
+        fail quic-resume-after-front-kill "not up again after the restart: $(field 'o["detail"]')"
+        fail quic-resume-same-overlay "not up"
+    fi
+    download quic-transfer-after-resume "http://$SRV4/big"
+
+    # `loft path-changed` in the middle of a 50 MiB download: the QUIC connection migrates to a
+    # new socket (path validation), the session and the download's stream carry on.
+    r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
+    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ) &
+    PC=$!
+    download quic-download-across-migration "http://$SRV4/big" --limit-rate 25M
+    wait "$PC" 2>/dev/null
+    m1=$(field 'c["migrations"]')
+    if [ "$m1" = $((m0 + 1)) ] && [ "$(field 'c["resumes"]')" = "$r0" ] && [ "$(field 'c["carrier-losses"]')" = "$l0" ] \
+        && [ "$(field 'o["state"]')" = up ] && [ "$(tun_addr4)" = "$a0" ]; then
+        pass quic-path-changed-migrates; note "path-changed: migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
+    else
+        fail quic-path-changed-migrates "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]')"
+    fi
+    loft_stop_clean quic-exit-clean
+fi
+
+# --- hold: fail-closed while the quic session is down -------------------------------------
+LOFT_CFG=$(holder_config holder-quic-hold quic "hold: true")
+CASES="quic-hold-no-leak-counters quic-hold-no-leak-capture quic-hold-traffic-back quic-hold-exit-clean"
+if require_loft "$LOFT_CFG" $CASES; then
+    wait_state up 15
+    front_kill
+    # The QUIC connection has no FIN to lose: the holder notices the dead front by keepalive
+    # (2 s intervals) or QUIC's idle timeout, whichever comes first.
+    wait_state held 10 || note "state after kill: $(field 'o["state"]')"
+    in_srv timeout 8 tcpdump -ni "$VETH_SRV" -w "$T_DIR/qhold.pcap" "tcp port 80 or udp port 53" >/dev/null 2>&1 &
+    DUMP=$!
+    sleep 1
+    in_app curl -gs --max-time 3 -o /dev/null "http://$SRV4/index.html"; in_app curl -gs --max-time 3 -o /dev/null "http://[$SRV6]/index.html"
+    in_app dig +short +time=1 +tries=1 "@$SRV4" "$DNS_NAME" >/dev/null 2>&1
+    sleep 1
+    kill -INT "$DUMP" 2>/dev/null; wait "$DUMP" 2>/dev/null
+    drops=$(field 'c["hold-drops"]')
+    direct=$("$LOFT_BIN" status --json -c "$LOFT_CFG" | python3 -c '
+import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"] if x["name"] == "direct")["flows_total"])')
+    if [ "${drops:-0}" -ge 2 ] && [ "$direct" = 0 ]; then pass quic-hold-no-leak-counters; note "quic hold: $drops flows/datagrams dropped"
+    else fail quic-hold-no-leak-counters "hold-drops $drops, direct flows $direct, state $(field 'o["state"]')"; fi
+    seen=$(tcpdump -nr "$T_DIR/qhold.pcap" 2>/dev/null | wc -l)
+    if [ -s "$T_DIR/qhold.pcap" ] && [ "$seen" -eq 0 ]; then pass quic-hold-no-leak-capture
+    else fail quic-hold-no-leak-capture "$seen packets reached srv while the session was down"; fi
+    front_start
+    if wait_state up 20 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html"; then pass quic-hold-traffic-back
+    else fail quic-hold-traffic-back "state $(field 'o["state"]'), curl failed"; fi
+    loft_stop_clean quic-hold-exit-clean
+fi
+
+# --- the same port number serves h2 over TCP beside quic ------------------------------------
+LOFT_CFG=$(holder_config holder-h2 h2)
+CASES="h2-beside-quic h2-beside-quic-exit-clean"
+if require_loft "$LOFT_CFG" $CASES; then
+    if wait_state up 15 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html" \
+        && [[ $(field 'o["detail"]') == *"alpn=h2"* ]]; then pass h2-beside-quic
+    else fail h2-beside-quic "state $(field 'o["state"]'), $(field 'o["detail"]')"; fi
+    loft_stop_clean h2-beside-quic-exit-clean
+fi
+
+front_kill
+finish
