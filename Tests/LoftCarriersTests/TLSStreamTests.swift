@@ -66,6 +66,80 @@ final class OneShotTLSServer: IOHandler, TLSConnectionOwner {
     }
 }
 
+/// A TLS server on 127.0.0.1 for one client that reads and counts everything it gets.
+final class SinkTLSServer: IOHandler, TLSConnectionOwner {
+    let runtime: CarrierRuntime
+    let context: TLSContext
+    let listenFD: Int32
+    let port: UInt16
+    var conn: TLSConnection?
+    var received = 0
+
+    init(runtime: CarrierRuntime) throws {
+        self.runtime = runtime
+        context = try TLSContext(server: TestPKI.shared.server, alpn: [])
+        let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
+        SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
+        listen(fd, 8)
+        listenFD = fd
+        port = Sockets.localEndpoint(fd)!.port
+        runtime.loop.register(fd, IOEvents.readable, self)
+    }
+
+    deinit {
+        runtime.loop.unregister(listenFD)
+        close(listenFD)
+        conn?.abort()
+    }
+
+    func handleIO(_ events: UInt32) {
+        let fd = accept(listenFD, nil, nil)
+        guard fd >= 0, conn == nil else { if fd >= 0 { close(fd) }; return }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        conn = TLSConnection.accepted(runtime: runtime, context: context, fd: fd, peer: nil,
+                                      inputBytes: 64 * 1024, outputBytes: 16 * 1024)
+        conn?.owner = self
+    }
+
+    func tlsReady(_ c: TLSConnection) {}
+    func tlsReceived(_ c: TLSConnection) {
+        received += c.inEnd - c.inStart
+        c.inStart = c.inEnd
+    }
+    func tlsFlushed(_ c: TLSConnection) {}
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {}
+}
+
+/// Writes `data` into a stream the way the splice does: one iovec per `chunk` bytes, until a
+/// write comes up short, then again on `streamWritable`.
+final class TLSStreamWriter: ByteStreamEvents {
+    var stream: TLSStream?
+    var connected = false
+    var failure: FlowFailure?
+    let data: [UInt8]
+    let chunk: Int
+    var offset = 0
+    var writableEvents = 0
+    init(data: [UInt8], chunk: Int) { self.data = data; self.chunk = chunk }
+    func streamConnected() { connected = true; pump() }
+    func streamFailed(_ f: FlowFailure) { failure = f }
+    func streamReadable() {}
+    func streamWritable() { writableEvents += 1; pump() }
+    func pump() {
+        guard let stream else { return }
+        while offset < data.count {
+            let n = min(chunk, data.count - offset)
+            let w = data.withUnsafeBytes { raw -> Int in
+                var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + offset), iov_len: n)
+                return stream.write(&iov, count: 1)
+            }
+            if w < 0 { failure = .other(EPIPE); return }
+            offset += w
+            if w < n { return }
+        }
+    }
+}
+
 /// What a TLSStream tells its driver; reads only while `reading`.
 final class TLSStreamProbe: ByteStreamEvents {
     var stream: TLSStream?
@@ -128,6 +202,26 @@ final class TLSStreamTests: XCTestCase {
         XCTAssertNil(p.failure)
         XCTAssertEqual(p.received.count, server.toSend.count)
         XCTAssertTrue(p.received == server.toSend)
+        s.close()
+    }
+
+    /// Writes far larger than the stream's output buffer (a 64 KiB segment from the TUN's
+    /// offload): every byte arrives. A short write happens only when the socket is full, and
+    /// then the stream reports `streamWritable` once it drains; it used to return short after
+    /// the socket had taken everything, and the writer waited for an event that never came.
+    func testWritesLargerThanTheBufferAllArrive() throws {
+        let h = try Harness()
+        let server = try SinkTLSServer(runtime: h.runtime)
+        let context = try TLSContext(client: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca), alpn: [])
+        let data = (0..<(8 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        let writer = TLSStreamWriter(data: data, chunk: 200_000)
+        let s = TLSStream(runtime: h.runtime, context: context, host: "127.0.0.1", port: server.port,
+                          serverName: "front.test", events: writer)
+        writer.stream = s
+        XCTAssertTrue(h.run(seconds: 10) { writer.connected || writer.failure != nil })
+        XCTAssertTrue(h.run(seconds: 20) { server.received == data.count || writer.failure != nil },
+                      "written \(writer.offset) of \(data.count), server got \(server.received), writable events \(writer.writableEvents)")
+        XCTAssertNil(writer.failure)
         s.close()
     }
 }
