@@ -40,6 +40,7 @@ let package = Package(
         ),
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
+        .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CLinux"]),
         .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
@@ -61,6 +62,7 @@ let package = Package(
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
+        .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
         .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftIO"], path: "Tests/LoftTestSupport"),
         .testTarget(name: "LoftResolverTests", dependencies: ["LoftIO", "LoftCore", "LoftTestSupport"]),
