@@ -282,6 +282,20 @@ seed("sstp", sstp_control(5, [(2, b"\0\0\0\x01\0\0\0\x04\0\x02")]) + sstp_contro
 seed("sstp", b"HTTP/1.1 404 Not Found\r\n\r\n")
 seed("sstp", sstp_data(b"\xff\x03\x00\x21" + bytes(20)) * 3)
 
+def pieces(*chunks):
+    out = bytes((0,))
+    for c in chunks:
+        out += bytes((len(c), 1)) + c
+    return out
+
+seed("sstp_client", pieces(b"HTTP/1.1 200 OK\r\n\r\n", connect_ack, sstp_data(lcp_req)))
+seed("sstp_client", pieces(b"HTTP/1.1 200 OK\r\n\r\n", connect_ack,
+                           sstp_data(b"\xff\x03\xc0\x21" + bytes((1, 1, 0, 8, 3, 4, 0xC0, 0x23))),
+                           sstp_data(b"\xff\x03\xc0\x23" + bytes((2, 1, 0, 5, 0))),
+                           sstp_data(b"\xff\x03\x80\x21" + bytes((3, 2, 0, 10, 3, 6, 198, 18, 0, 2)))))
+seed("sstp_client", pieces(b"HTTP/1.1 403 Forbidden\r\n\r\n"))
+seed("sstp_client", pieces(b"HTTP/1.1 200 OK\r\n\r\n", connect_ack, sstp_control(8, []), sstp_control(6, [])))
+
 seed("ppp", lcp_req)
 seed("ppp", b"\xc0\x21" + bytes((3, 1, 0, 9, 3, 5, 0xC2, 0x23, 0x81)))                   # Nak, ACFC
 seed("ppp", b"\xff\x03\xc2\x23" + bytes((1, 7, 0, 25, 16)) + bytes(range(16)) + b"srv")  # MS-CHAPv2 challenge
