@@ -20,6 +20,9 @@ enum Application {
             if case .vless(_, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
                 return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
             }
+            if case .sstp(_, _, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            }
             guard case .loft(_, let carrier, _, let verification, _) = o.kind else { continue }
             if CarrierKind(rawValue: carrier) == nil {
                 let built = CarrierKind.allCases.map(\.rawValue).joined(separator: ", ")
@@ -31,6 +34,14 @@ enum Application {
             }
         }
         return nil
+    }
+
+    /// Outbounds this build checks but cannot run yet: `loft check` warns, `loft run` refuses.
+    static func notRunnable(_ config: Configuration) -> [(position: SourcePosition, message: String)] {
+        config.outbounds.compactMap { o in
+            guard case .sstp = o.kind else { return nil }
+            return (o.position, "outbound \"\(o.name)\": type sstp is checked but not run by this build: its data path is not built yet (docs/sstp.md)")
+        }
     }
 
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
@@ -67,6 +78,9 @@ enum Application {
                     Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
                     return 1
                 }
+            case .sstp:
+                Log.error("start.failed", ["outbound": o.name, "error": "type sstp is not run by this build"])
+                return 2
             case .vless(let server, let uuid, let verification, let serverName, let alpn):
                 do {
                     if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
