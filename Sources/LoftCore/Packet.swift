@@ -25,6 +25,7 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
     case tcpBadAck          // acknowledges what was never sent, or is older than any window (RFC 5961)
     case tcpOutOfWindow     // starts beyond the receive window (RFC 793)
     case tcpReorderCap      // out-of-order data beyond what one connection may hold
+    case linkDown           // a packet-mode outbound (sstp) did not take it: its link is down or full
 
     public var description: String {
         switch self {
@@ -45,6 +46,7 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
         case .tcpBadAck: return "tcp-bad-ack"
         case .tcpOutOfWindow: return "tcp-out-of-window"
         case .tcpReorderCap: return "tcp-reorder-cap"
+        case .linkDown: return "link-down"
         }
     }
 }

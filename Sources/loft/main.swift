@@ -115,7 +115,6 @@ case "check":
     let path = configPath(args, required: true)!
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail(problem, code: 2) }
-    for (at, message) in Application.notRunnable(config) { Terminal.say("\(at): warning: \(message)") }
     // Rules that can never match are reported, not refused: the file is still valid.
     for (shadowed, by) in Router.shadowed(config.rules) {
         let a = config.rules[shadowed].position, b = config.rules[by].position
@@ -126,7 +125,6 @@ case "run":
     let path = configPath(args, required: false)
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail("loft: \(problem)", code: 2) }
-    if let (at, message) = Application.notRunnable(config).first { Terminal.fail("loft: \(at): \(message)", code: 2) }
     exit(Application.run(config, configPath: path))
 case "status":
     status(args)
