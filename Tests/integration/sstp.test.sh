@@ -38,7 +38,7 @@ start_responder() {
     bg_in "$SRV_NS" "sstp-$1" python3 "$LOFT_REPO/Tests/interop/sstp_server.py" --listen "$SRV4:$SPORT" \
         --cert "$PKI/server.pem" --key "$PKI/server.key" --user "$USER_NAME" --password "$PASSWORD" \
         --auth "$1" --allow "${2:-mschapv2,pap}" --tun "$STUN" --local "$PPP_LOCAL" \
-        --client-address "$PPP_CLIENT" --dns "$PPP_LOCAL"
+        --client-address "${CLIENT_ADDRESS:-$PPP_CLIENT}" --dns "$PPP_LOCAL"
     RESP_PID=$LAST_PID
     RESP_LOG=$T_DIR/sstp-$1.log
     wait_listen "$SRV_NS" tcp $SPORT || die "sstp responder did not start: $(tail -3 "$RESP_LOG")"
@@ -94,7 +94,7 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
 start_responder mschapv2
 start_services
-CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode stop-clean"
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode server-killed redial-new-address stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -151,6 +151,22 @@ print(ok)" 2>&1)
     up=$(echo "$st" | sed -n 's/.*packets-up \([0-9]*\).*/\1/p')
     if echo "$st" | grep -q 'tcp-flows-opened - ' && [ "${up:-0}" -gt 36000 ]; then pass packet-mode
     else fail packet-mode "packets-up ${up:-?}: $(echo "$st" | grep -E 'TOTALS|packets-up' | tr '\n' '|')"; fi
+    # The server dies in the middle of a transfer: the link is down (one log line), loft
+    # redials with backoff, and the address the new server hands out goes on the TUN.
+    (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
+    dl=$!
+    sleep 0.3
+    stop_responder
+    wait "$dl"
+    if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died; then pass server-killed
+    else fail server-killed "$(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+    CLIENT_ADDRESS=198.19.$NET.3 start_responder mschapv2
+    for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
+    sleep 0.5
+    a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
+    if echo "$a" | grep -q "inet 198.19.$NET.3/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
+        && in_app ping -c 2 -i 0.2 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then pass redial-new-address
+    else fail redial-new-address "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(echo "$a" | grep inet | tr '\n' '|')"; fi
     loft_stop_clean stop-clean
 fi
 stop_responder
