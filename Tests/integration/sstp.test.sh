@@ -61,7 +61,7 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
 start_responder mschapv2
 start_services
-CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode server-killed redial-new-address stop-clean"
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode server-killed redial-new-address path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -134,6 +134,14 @@ print(ok)" 2>&1)
     if echo "$a" | grep -q "inet 198.19.$NET.3/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
         && in_app ping -c 2 -i 0.2 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then pass redial-new-address
     else fail redial-new-address "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(echo "$a" | grep inet | tr '\n' '|')"; fi
+    # A path change (here asked for with `loft path-changed`): the connection is dropped and
+    # dialled again at once.
+    out=$("$LOFT_BIN" path-changed -c "$T_DIR/chap.yaml" 2>&1)
+    for i in $(seq 100); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 3 ] && break; sleep 0.1; done
+    if echo "$out" | grep -q 'corp: redialling' && [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 3 ] \
+        && grep -q 'event=sstp.path-changed' "$LOFT_LOG" && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then
+        pass path-changed
+    else fail path-changed "$out: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
     loft_stop_clean stop-clean
 fi
 stop_responder
