@@ -140,7 +140,7 @@ public final class Netstack {
             return
         }
         var decided: RouteMatch?
-        if hasPacketOutbounds {
+        if netif == packetModeInput {
             switch packetPath(packet, summary, netif: netif) {
             case .handled: return
             case .lwip(let match): decided = match
@@ -252,9 +252,12 @@ public final class Netstack {
 
     // MARK: packet mode (docs/sstp.md)
 
-    /// Set when some outbound is a `PacketOutbound`: only then does a packet's first look go to
-    /// the packet-flow table (no cost otherwise).
-    public var hasPacketOutbounds = false
+    /// The input (the TUN) whose flows may be routed to a `PacketOutbound`; set only when some
+    /// outbound is one. Only that input's packets look at the packet-flow table first (no cost
+    /// otherwise): a packet outbound's replies go back to that input alone, and its address is
+    /// the one the link gave. Other inputs' flows routed to it reach it through lwIP as streams
+    /// (which it refuses).
+    public var packetModeInput: Int?
     var packetFlows: [PacketFlowKey: PacketFlow] = [:]
     private var packetSweep: TimerHandle?
     public var packetFlowCount: Int { packetFlows.count }

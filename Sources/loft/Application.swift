@@ -196,7 +196,7 @@ enum Application {
 
         // SSTP outbounds too: the first one's IPCP address goes on the TUN (no holder's STATUS
         // competes: a holder, if any, owns the overlay), and its packets come back to the TUN.
-        netstack.hasPacketOutbounds = !runtime.sstps.isEmpty
+        if let tun, !runtime.sstps.isEmpty { netstack.packetModeInput = tun.inputIndex }
         for (i, sstp) in runtime.sstps.enumerated() {
             if let tun {
                 if i == 0 && runtime.holders.isEmpty {

@@ -27,7 +27,7 @@ final class PacketModeTests: XCTestCase {
     func harness() -> (Harness, TestPacketOutbound) {
         let h = Harness()
         let p = TestPacketOutbound()
-        h.netstack.hasPacketOutbounds = true
+        h.netstack.packetModeInput = h.input
         h.router.decision = .outbound(p)
         return (h, p)
     }
@@ -82,6 +82,16 @@ final class PacketModeTests: XCTestCase {
         let other = Endpoint(IPAddress("198.19.1.9")!, 80)
         h.send(tcpPacket(from: app, to: other, seq: 1, ack: 0, flags: PacketSummary.tcpSYN, window: 65535))
         XCTAssertEqual(h.takePackets().compactMap(Segment.parse).filter { $0.flags & PacketSummary.tcpRST != 0 }.count, 1)
+    }
+
+    func testOnlyThePacketModeInput() {
+        let (h, p) = harness()
+        defer { h.shutdown() }
+        h.netstack.packetModeInput = h.input + 1   // another input (the bridge, say) is the TUN
+        h.router.decision = .outbound(h.outbound)
+        h.send(udpPacket(from: app, to: server, payload: [1]))
+        XCTAssertTrue(p.packets.isEmpty)
+        XCTAssertEqual(h.netstack.udpAssociationCount, 1, "through lwIP as before")
     }
 
     func testRefusedPacketsAreCountedDrops() {
