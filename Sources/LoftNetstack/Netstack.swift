@@ -283,7 +283,7 @@ public final class Netstack {
         if let f = packetFlows[key] {
             f.lastSeen = loop.now
             if network == .tcp && s.tcpFlags & (PacketSummary.tcpRST | PacketSummary.tcpFIN) != 0 { f.closing = true }
-            forward(packet, f, netif: netif)
+            forward(packet, s, f, netif: netif)
             return .handled
         }
         switch network {
@@ -303,15 +303,18 @@ public final class Netstack {
             packetFlows[key] = f
             armPacketSweep()
         }
-        forward(packet, f, netif: netif)
+        forward(packet, s, f, netif: netif)
         return .handled
     }
 
-    private func forward(_ packet: UnsafeRawBufferPointer, _ f: PacketFlow, netif: Int) {
+    /// A SYN the outbound does not take (its link is down, or it carries no IPv6) is answered
+    /// with an RST, so the app fails at once instead of retrying into nothing.
+    private func forward(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, _ f: PacketFlow, netif: Int) {
         if f.outbound.sendPacket(packet) {
             f.bytesUp &+= UInt64(packet.count)
         } else {
             drop(.linkDown, netif)
+            if s.isTCPOpen { send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
         }
     }
 

@@ -101,5 +101,11 @@ final class PacketModeTests: XCTestCase {
         h.send(udpPacket(from: app, to: server, payload: [1]), udpPacket(from: app, to: server, payload: [2]))
         XCTAssertEqual(h.netstack.counters.dropped(.linkDown), 2)
         XCTAssertTrue(h.takePackets().isEmpty)
+        // A SYN that is not taken gets an RST: the app's connect fails at once.
+        h.send(tcpPacket(from: app, to: server, seq: 1000, ack: 0, flags: PacketSummary.tcpSYN, window: 65535))
+        let rst = h.takePackets().compactMap(Segment.parse)
+        XCTAssertEqual(rst.count, 1)
+        XCTAssertEqual(rst.first.map { $0.flags & PacketSummary.tcpRST != 0 }, true)
+        XCTAssertEqual(h.netstack.counters.dropped(.linkDown), 3)
     }
 }
