@@ -318,6 +318,48 @@ for d in ["README.md", "docs/config.md", "docs/holder.md", "docs/front.md", "doc
         is_front = block.lstrip().startswith("listen:") or sum(k in block for k in front_keys) >= 2
         seed("config_front" if is_front else "config_loft", block)
 
+# --- SSTP and PPP (MS-SSTP 4.7's packets; frames as an SSTP server sends them) ---------------
+
+def sstp_control(mtype, attrs):
+    body = b"".join(struct.pack("!BBH", 0, aid, 4 + len(v)) + v for aid, v in attrs)
+    return struct.pack("!BBHHH", 0x10, 1, 8 + len(body), mtype, len(attrs)) + body
+
+def sstp_data(frame):
+    return struct.pack("!BBH", 0x10, 0, 4 + len(frame)) + frame
+
+sstp_nonce = bytes.fromhex("412B489AEBD7ECC7D08966F26BE7CD72B231A0E9210D7C91B308862B0344C435")
+http_ok = b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\n"
+connect_ack = sstp_control(2, [(4, b"\0\0\0\x02" + sstp_nonce)])
+lcp_req = b"\xff\x03\xc0\x21" + bytes((1, 1, 0, 18, 1, 4, 5, 0xDC, 3, 5, 0xC2, 0x23, 0x81, 5, 6, 1, 2, 3, 4))
+seed("sstp", http_ok + connect_ack + sstp_data(lcp_req))
+seed("sstp", sstp_control(1, [(1, b"\0\x01")]))
+seed("sstp", sstp_control(4, [(3, b"\0\0\0\x02" + sstp_nonce + bytes(64))]))
+seed("sstp", sstp_control(5, [(2, b"\0\0\0\x01\0\0\0\x04\0\x02")]) + sstp_control(8, []) + sstp_control(6, []))
+seed("sstp", b"HTTP/1.1 404 Not Found\r\n\r\n")
+seed("sstp", sstp_data(b"\xff\x03\x00\x21" + bytes(20)) * 3)
+
+def pieces(*chunks):
+    out = bytes((0,))
+    for c in chunks:
+        out += bytes((len(c), 1)) + c
+    return out
+
+seed("sstp_client", pieces(b"HTTP/1.1 200 OK\r\n\r\n", connect_ack, sstp_data(lcp_req)))
+seed("sstp_client", pieces(b"HTTP/1.1 200 OK\r\n\r\n", connect_ack,
+                           sstp_data(b"\xff\x03\xc0\x21" + bytes((1, 1, 0, 8, 3, 4, 0xC0, 0x23))),
+                           sstp_data(b"\xff\x03\xc0\x23" + bytes((2, 1, 0, 5, 0))),
+                           sstp_data(b"\xff\x03\x80\x21" + bytes((3, 2, 0, 10, 3, 6, 198, 18, 0, 2)))))
+seed("sstp_client", pieces(b"HTTP/1.1 403 Forbidden\r\n\r\n"))
+seed("sstp_client", pieces(b"HTTP/1.1 200 OK\r\n\r\n", connect_ack, sstp_control(8, []), sstp_control(6, [])))
+
+seed("ppp", lcp_req)
+seed("ppp", b"\xc0\x21" + bytes((3, 1, 0, 9, 3, 5, 0xC2, 0x23, 0x81)))                   # Nak, ACFC
+seed("ppp", b"\xff\x03\xc2\x23" + bytes((1, 7, 0, 25, 16)) + bytes(range(16)) + b"srv")  # MS-CHAPv2 challenge
+seed("ppp", b"\xff\x03\xc2\x23" + bytes((4, 7, 0, 19)) + b"E=691 R=0 M=x")              # failure
+seed("ppp", b"\xff\x03\xc0\x23" + bytes((3, 1, 0, 8, 3)) + b"bad")                      # PAP Nak
+seed("ppp", b"\xff\x03\x80\x21" + bytes((3, 2, 0, 22, 3, 6, 198, 18, 0, 2, 129, 6, 198, 18, 0, 1, 131, 6, 0, 0, 0, 0)))
+seed("ppp", b"\x21\x45" + bytes(19))                                                    # PFC, IPv4
+
 # --- write -----------------------------------------------------------------------------------
 
 for target, items in sorted(seeds.items()):

@@ -38,6 +38,8 @@ PYPI_PACKAGES=(
     aioquic
     # the hostile-traffic test's packet crafting and sniffing
     scapy==2.5.0
+    # the SSTP test responder's MD4 and DES (MS-CHAPv2), independent of loft's OpenSSL shim
+    pycryptodome
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi

@@ -2,6 +2,7 @@
 #include "ctls.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/provider.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -387,6 +390,67 @@ void ctls_sha256_final(ctls_sha256_ctx *h, uint8_t out[32]) {
     EVP_DigestFinal_ex(h->md, out, &n);
     EVP_MD_CTX_free(h->md);
     free(h);
+}
+
+// MD4 and DES live in OpenSSL 3's legacy provider: a private library context loads it (and the
+// default provider) the first time, so the global context's providers stay as they are.
+// Loaded once per process (pthread_once: unit tests call in from several threads).
+static EVP_MD *legacy_md4;
+static EVP_CIPHER *legacy_des;
+static char legacy_err[200];
+static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
+
+static void legacy_init(void) {
+    OSSL_LIB_CTX *ctx = OSSL_LIB_CTX_new();
+    if (!ctx) { snprintf(legacy_err, sizeof legacy_err, "cannot make an OpenSSL library context"); return; }
+    if (!OSSL_PROVIDER_load(ctx, "legacy") || !OSSL_PROVIDER_load(ctx, "default")) {
+        put_err(legacy_err, sizeof legacy_err, "OpenSSL's legacy provider (MD4, DES for MS-CHAPv2)");
+        return;
+    }
+    legacy_md4 = EVP_MD_fetch(ctx, "MD4", NULL);
+    legacy_des = EVP_CIPHER_fetch(ctx, "DES-ECB", NULL);
+    if (!legacy_md4 || !legacy_des) put_err(legacy_err, sizeof legacy_err, "MD4 or DES-ECB from OpenSSL's legacy provider");
+}
+
+static int legacy_load(char *err, size_t errlen) {
+    pthread_once(&legacy_once, legacy_init);
+    if (legacy_md4 && legacy_des) return 0;
+    snprintf(err, errlen, "%s", legacy_err);
+    return -1;
+}
+
+int ctls_md4(const void *data, size_t len, uint8_t out[16], char *err, size_t errlen) {
+    if (legacy_load(err, errlen) != 0) return -1;
+    unsigned n = 16;
+    if (EVP_Digest(data, len, out, &n, legacy_md4, NULL) != 1 || n != 16) {
+        put_err(err, errlen, "MD4");
+        return -1;
+    }
+    return 0;
+}
+
+int ctls_des_ecb(const uint8_t key[8], const uint8_t in[8], uint8_t out[8], char *err, size_t errlen) {
+    if (legacy_load(err, errlen) != 0) return -1;
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    int n = 0, m = 0, ok = x && EVP_EncryptInit_ex2(x, legacy_des, key, NULL, NULL) == 1
+        && EVP_CIPHER_CTX_set_padding(x, 0) == 1
+        && EVP_EncryptUpdate(x, out, &n, in, 8) == 1
+        && EVP_EncryptFinal_ex(x, out + n, &m) == 1 && n + m == 8;
+    EVP_CIPHER_CTX_free(x);
+    if (!ok) { put_err(err, errlen, "DES-ECB"); return -1; }
+    return 0;
+}
+
+int ctls_hmac(int sha256, const void *key, size_t keylen, const void *data, size_t len, uint8_t *out) {
+    unsigned n = 0;
+    return HMAC(sha256 ? EVP_sha256() : EVP_sha1(), key, (int)keylen, data, len, out, &n) ? 0 : -1;
+}
+
+int ctls_conn_peer_cert_hash(ctls_conn *c, int sha256, uint8_t *out) {
+    X509 *cert = SSL_get0_peer_certificate(c->ssl);
+    if (!cert) return -1;
+    unsigned n = 0;
+    return X509_digest(cert, sha256 ? EVP_sha256() : EVP_sha1(), out, &n) == 1 ? 0 : -1;
 }
 
 int ctls_random(void *buf, size_t len) { return RAND_bytes(buf, (int)len) == 1 ? 0 : -1; }

@@ -74,6 +74,12 @@ final class TLSConnection: IOHandler {
     private(set) var closeNotified = false
     /// The handshake resumed a session.
     var resumed: Bool { tls.map { ctls_conn_resumed($0) == 1 } ?? false }
+    /// The digest of the server certificate's DER (SHA-256 or SHA-1), once the handshake is done.
+    func peerCertificateHash(sha256: Bool) -> [UInt8]? {
+        guard let tls else { return nil }
+        var out = [UInt8](repeating: 0, count: sha256 ? 32 : 20)
+        return ctls_conn_peer_cert_hash(tls, sha256 ? 1 : 0, &out) == 0 ? out : nil
+    }
     var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
     var tlsCipher: String { tls.map { String(cString: ctls_conn_cipher($0)) } ?? "" }
     var alpn: String {

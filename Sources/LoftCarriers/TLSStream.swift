@@ -64,6 +64,12 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
 
     /// The TLS version, cipher and ALPN (for a log line), once connected.
     public var tlsDetails: String { describeTLS(conn) }
+    /// The SHA-1 and SHA-256 of the server certificate's DER (SSTP's crypto binding names the
+    /// certificate by them), once connected.
+    public var peerCertificateHashes: (sha1: [UInt8], sha256: [UInt8])? {
+        guard let c = conn, let a = c.peerCertificateHash(sha256: false), let b = c.peerCertificateHash(sha256: true) else { return nil }
+        return (a, b)
+    }
     /// The handshake resumed a session (a context with resumption on).
     public var resumed: Bool { conn?.resumed ?? false }
 

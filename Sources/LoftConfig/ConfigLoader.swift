@@ -96,12 +96,14 @@ struct ConfigDecoder {
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
-    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "uuid", "alpn"]
+    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "uuid", "alpn",
+                               "user", "password", "password-file", "auth"]
     /// The keys each outbound type takes besides name and type.
     static let typeKeys: [String: [String]] = [
         "direct": [], "drop": [],
         "loft": ["server", "carrier", "token", "tls", "state-file"],
         "vless": ["server", "uuid", "tls", "alpn"],
+        "sstp": ["server", "user", "password", "password-file", "tls", "auth"],
     ]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
     static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
@@ -357,6 +359,9 @@ struct ConfigDecoder {
         var alpn: [String] = []
         var tls: (TLSVerification, String?)?
         var stateFile: String?
+        var user: String?
+        var password: (String, YAMLNode)?
+        var auth: [SSTPAuthMethod] = [.mschapv2, .pap]
         var typedKeys: [(String, YAMLNode)] = []
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
@@ -370,7 +375,7 @@ struct ConfigDecoder {
                 }
                 name = n
             case "type":
-                type = try v.keyword(value, path: keyPath, [("loft", "loft"), ("vless", "vless"), ("direct", "direct"), ("drop", "drop")])
+                type = try v.keyword(value, path: keyPath, [("loft", "loft"), ("vless", "vless"), ("sstp", "sstp"), ("direct", "direct"), ("drop", "drop")])
             case "server":
                 server = try hostPort(value, path: keyPath)
             case "carrier":
@@ -388,12 +393,27 @@ struct ConfigDecoder {
                 tls = try self.tls(value, path: keyPath)
             case "state-file":
                 stateFile = try v.writableFilePath(value, path: keyPath, baseDirectory: baseDirectory)
+            case "user":
+                let u = try v.string(value, path: keyPath)
+                guard u.utf8.count <= 255 else { throw v.error(value, "\(keyPath) must be at most 255 bytes (PPP's limit), got \(u.utf8.count)") }
+                user = u
+            case "password", "password-file":
+                if let (_, first) = password {
+                    throw v.error(pair.key, "\(path) takes one of password and password-file; \(key) is a second one (the first at line \(first.position.line), column \(first.position.column))")
+                }
+                let text = key == "password" ? try v.string(value, path: keyPath) : try passwordFile(value, path: keyPath)
+                guard text.utf8.count <= 255 else {
+                    throw v.error(value, "\(keyPath): the password must be at most 255 bytes (PPP's limit), got \(text.utf8.count)")
+                }
+                password = (text, pair.key)
+            case "auth":
+                auth = try sstpAuth(value, path: keyPath)
             default: break
             }
         }
         guard let name else { throw v.error(item, "\(path) is missing required key \"name\"") }
         guard let type else {
-            throw v.error(item, "\(path) (\(name)) is missing required key \"type\" (loft, vless, direct or drop)")
+            throw v.error(item, "\(path) (\(name)) is missing required key \"type\" (loft, vless, sstp, direct or drop)")
         }
         let takes = ConfigDecoder.typeKeys[type] ?? []
         if let (key, node) = typedKeys.first(where: { !takes.contains($0.0) }) {
@@ -414,6 +434,13 @@ struct ConfigDecoder {
                 name: name,
                 kind: .vless(server: server!, uuid: uuid!, tls: tls!.0, serverName: tls!.1, alpn: alpn),
                 position: item.position)
+        case "sstp":
+            try require([("server", server != nil), ("user", user != nil), ("password (or password-file)", password != nil),
+                         ("tls", tls != nil)])
+            return OutboundSettings(
+                name: name,
+                kind: .sstp(server: server!, user: user!, password: password!.0, tls: tls!.0, serverName: tls!.1, auth: auth),
+                position: item.position)
         default:
             try require([("server", server != nil), ("carrier", carrier != nil), ("token", token != nil), ("tls", tls != nil)])
             return OutboundSettings(
@@ -421,6 +448,37 @@ struct ConfigDecoder {
                 kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
                 position: item.position, stateFile: stateFile)
         }
+    }
+
+    /// `password-file`: the password is the file's first line (a trailing `\r` dropped); the path is
+    /// resolved against the config file's folder. Read now, so `loft check` finds a missing file.
+    func passwordFile(_ node: YAMLNode, path: String) throws(ConfigError) -> String {
+        let file = ConfigLoader.resolve(try v.string(node, path: path), against: baseDirectory)
+        let bytes: [UInt8]
+        switch ConfigLoader.readFile(file, regularOnly: true) {
+        case .success(let b): bytes = b
+        case .failure(let message): throw v.error(node, "\(path): cannot read \(Values.quote(file)): \(message)")
+        }
+        var line = bytes.prefix { $0 != UInt8(ascii: "\n") }
+        if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
+        guard let text = String(validating: line, as: UTF8.self), !text.isEmpty else {
+            throw v.error(node, "\(path): the first line of \(Values.quote(file)) must be the password (UTF-8 text, not empty)")
+        }
+        return text
+    }
+
+    /// `auth`: one method or a list, each once, in order of preference.
+    func sstpAuth(_ node: YAMLNode, path: String) throws(ConfigError) -> [SSTPAuthMethod] {
+        let items: [YAMLNode]
+        if case .scalar = node.value { items = [node] } else { items = try v.list(node, path: path) }
+        guard !items.isEmpty else { throw v.error(node, "\(path) must name at least one of mschapv2, pap") }
+        var out: [SSTPAuthMethod] = []
+        for (i, item) in items.enumerated() {
+            let m = try v.keyword(item, path: "\(path)[\(i)]", SSTPAuthMethod.allCases.map { ($0.rawValue, $0) })
+            guard !out.contains(m) else { throw v.error(item, "\(path)[\(i)]: \(m.rawValue) is already in the list") }
+            out.append(m)
+        }
+        return out
     }
 
     /// A UUID as 8-4-4-4-12 hex digits or 32 without dashes; returned lowercase with dashes.

@@ -147,6 +147,11 @@ public struct OutboundSettings: Sendable, Equatable {
         /// A VLESS server over TCP+TLS: `server` is `host:port` as written, `uuid` the user id
         /// (lowercase, 8-4-4-4-12), `alpn` the names offered in the handshake (empty: none).
         case vless(server: String, uuid: String, tls: TLSVerification, serverName: String?, alpn: [String])
+        /// An SSTP server (MS-SSTP: PPP over TLS): `server` is `host:port` as written, `user` and
+        /// `password` the PPP credentials (the password read from `password-file` when that is
+        /// how it was given), `auth` the methods allowed, in order of preference.
+        case sstp(server: String, user: String, password: String, tls: TLSVerification, serverName: String?,
+                  auth: [SSTPAuthMethod])
     }
 
     public var name: String
@@ -163,6 +168,11 @@ public struct OutboundSettings: Sendable, Equatable {
         self.position = position
         self.stateFile = stateFile
     }
+}
+
+/// How an sstp outbound may authenticate (the `auth` key).
+public enum SSTPAuthMethod: String, Sendable, Equatable, CaseIterable {
+    case mschapv2, pap
 }
 
 public enum RuleAction: Sendable, Equatable {

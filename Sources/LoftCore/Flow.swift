@@ -142,6 +142,15 @@ public protocol Outbound: AnyObject {
     func openAssociation(events: DatagramEvents) -> DatagramAssociation?
 }
 
+/// An outbound that carries IP packets, not streams (SSTP's PPP link). TUN flows routed to it
+/// pass through the netstack unterminated: the router is asked on a flow's first packet, and
+/// the flow's packets then go to `sendPacket` as they are (docs/sstp.md).
+public protocol PacketOutbound: Outbound {
+    /// One IP packet from the app; false when it was not taken (the link is down or full, the
+    /// packet too large), which the outbound counts.
+    func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool
+}
+
 public struct FlowRequest: Sendable {
     public var network: FlowNetwork
     public var source: Endpoint

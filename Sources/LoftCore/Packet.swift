@@ -26,6 +26,7 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
     case tcpOutOfWindow     // starts beyond the receive window (RFC 793)
     case tcpReorderCap      // out-of-order data beyond what one connection may hold
     case offloadHeader      // a TUN offload header the stack cannot honour (see VirtioNetHeader)
+    case linkDown           // a packet-mode outbound (sstp) did not take it: its link is down or full
 
     public var description: String {
         switch self {
@@ -47,6 +48,7 @@ public enum PacketDropReason: Int, Error, CaseIterable, Sendable, CustomStringCo
         case .tcpOutOfWindow: return "tcp-out-of-window"
         case .tcpReorderCap: return "tcp-reorder-cap"
         case .offloadHeader: return "offload-header"
+        case .linkDown: return "link-down"
         }
     }
 }

@@ -174,7 +174,9 @@ public final class TunInput: IOHandler, PacketWriter {
     /// A holder's STATUS: the overlay's addresses, MTU, default routes via its gateways and its
     /// DNS servers replace what the config set. Applying the same overlay again changes nothing.
     /// Runs on the loop: rtnetlink requests only, no process.
-    public func applyOverlay(ipv4: IPPrefix, gateway4: IPAddress, ipv6: IPPrefix?, gateway6: IPAddress?,
+    /// `gateway4` nil: the default route goes to the device itself (a point-to-point link, as
+    /// an SSTP outbound's IPCP address is).
+    public func applyOverlay(ipv4: IPPrefix, gateway4: IPAddress?, ipv6: IPPrefix?, gateway6: IPAddress?,
                              mtu: Int, dns: [IPAddress]) {
         guard fd >= 0, let nl = rtnl else { return }
         let dev = settings.name
@@ -206,7 +208,11 @@ public final class TunInput: IOHandler, PacketWriter {
                 currentIPv6 = v6
             }
             if hostRoutes == nil && settings.routeAll {
-                try nl.replaceDefaultRoute(via: gateway4, index: index, name: dev)
+                if let gateway4 {
+                    try nl.replaceDefaultRoute(via: gateway4, index: index, name: dev)
+                } else {
+                    try nl.replaceDefaultRoute(ipv6: false, index: index, name: dev)
+                }
                 if ipv6 != nil, let g6 = gateway6 {
                     try nl.replaceDefaultRoute(via: g6, index: index, name: dev)
                 }
@@ -215,7 +221,7 @@ public final class TunInput: IOHandler, PacketWriter {
                 currentDNS = dns
                 try publishDNS()
             }
-            Log.info("tun.overlay", ["name": dev, "ipv4": ipv4.description, "gateway": gateway4.description,
+            Log.info("tun.overlay", ["name": dev, "ipv4": ipv4.description, "gateway": gateway4?.description ?? "-",
                                      "ipv6": ipv6?.description ?? "-", "mtu": mtu,
                                      "dns": dns.map(\.description).joined(separator: ",")])
         } catch {

@@ -154,8 +154,15 @@ public final class Netstack {
             drop(.badChecksum, netif)
             return
         }
+        var decided: RouteMatch?
+        if netif == packetModeInput {
+            switch packetPath(packet, summary, netif: netif) {
+            case .handled: return
+            case .lwip(let match): decided = match
+            }
+        }
         if summary.isTCPOpen {
-            openTCP(packet, summary, netif: netif)
+            openTCP(packet, summary, netif: netif, decided: decided)
             return
         }
         if summary.isEchoRequest {
@@ -281,9 +288,95 @@ public final class Netstack {
         return min(Int(flow.appMSS), fits)
     }
 
+    // MARK: packet mode (docs/sstp.md)
+
+    /// The input (the TUN) whose flows may be routed to a `PacketOutbound`; set only when some
+    /// outbound is one. Only that input's packets look at the packet-flow table first (no cost
+    /// otherwise): a packet outbound's replies go back to that input alone, and its address is
+    /// the one the link gave. Other inputs' flows routed to it reach it through lwIP as streams
+    /// (which it refuses).
+    public var packetModeInput: Int?
+    var packetFlows: [PacketFlowKey: PacketFlow] = [:]
+    private var packetSweep: TimerHandle?
+    public var packetFlowCount: Int { packetFlows.count }
+
+    enum PacketVerdict { case handled, lwip(RouteMatch?) }
+
+    /// A flow routed to a packet-mode outbound passes through as IP packets: the router is
+    /// asked on its first packet (a TCP SYN, a UDP datagram of a conversation lwIP does not
+    /// have, an echo request), and its later packets find it in `packetFlows`. Everything else
+    /// goes on to lwIP, with the router's answer when it was asked.
+    private func packetPath(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) -> PacketVerdict {
+        guard !s.isLaterFragment else { return .lwip(nil) }
+        let network: FlowNetwork
+        switch s.proto {
+        case IPProtocol.tcp: network = .tcp
+        case IPProtocol.udp: network = .udp
+        default:
+            guard s.isEchoRequest else { return .lwip(nil) }
+            network = .icmp
+        }
+        let key = PacketFlowKey(netif: netif, proto: s.proto, source: Endpoint(s.source, s.sourcePort),
+                                destination: Endpoint(s.destination, s.destinationPort))
+        if let f = packetFlows[key] {
+            f.lastSeen = loop.now
+            if network == .tcp && s.tcpFlags & (PacketSummary.tcpRST | PacketSummary.tcpFIN) != 0 { f.closing = true }
+            forward(packet, s, f, netif: netif)
+            return .handled
+        }
+        switch network {
+        case .tcp:
+            guard s.isTCPOpen, tcpFlows[FlowKey(netif: netif, source: key.source, destination: key.destination)] == nil else { return .lwip(nil) }
+        case .udp:
+            if udpConversations[UDPConversation(netif: netif, source: key.source, destination: key.destination)] != nil { return .lwip(nil) }
+        default:
+            break
+        }
+        let match = router.route(FlowRequest(network: network, source: key.source, destination: .ip(key.destination)))
+        guard case .outbound(let o) = match.decision, let po = o as? PacketOutbound else { return .lwip(match) }
+        ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
+        let f = PacketFlow(outbound: po, rule: match.rule, now: loop.now)
+        if network != .icmp {
+            guard packetFlows.count < settings.maxFlows else { drop(.flowCap, netif); return .handled }
+            packetFlows[key] = f
+            armPacketSweep()
+        }
+        forward(packet, s, f, netif: netif)
+        return .handled
+    }
+
+    /// A SYN the outbound does not take (its link is down, or it carries no IPv6) is answered
+    /// with an RST, so the app fails at once instead of retrying into nothing.
+    private func forward(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, _ f: PacketFlow, netif: Int) {
+        if f.outbound.sendPacket(packet) {
+            f.bytesUp &+= UInt64(packet.count)
+        } else {
+            drop(.linkDown, netif)
+            if s.isTCPOpen { send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
+        }
+    }
+
+    /// Every 10 s while packet flows exist: UDP and ICMP flows idle for the UDP idle timeout,
+    /// TCP flows that saw a FIN or RST and were idle 10 s, other TCP flows idle for the TCP idle
+    /// timeout, are forgotten.
+    private func armPacketSweep() {
+        guard packetSweep == nil else { return }
+        packetSweep = loop.schedule(after: 10_000) { [weak self] in
+            guard let self else { return }
+            self.packetSweep = nil
+            let now = self.loop.now
+            self.packetFlows = self.packetFlows.filter { key, f in
+                let idle = now - f.lastSeen
+                if key.proto != IPProtocol.tcp { return idle < self.settings.udpIdleTimeoutMs }
+                return f.closing ? idle < 10_000 : idle < self.settings.tcpIdleTimeoutMs
+            }
+            if !self.packetFlows.isEmpty { self.armPacketSweep() }
+        }
+    }
+
     // MARK: TCP
 
-    private func openTCP(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) {
+    private func openTCP(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int, decided: RouteMatch? = nil) {
         let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
                           destination: Endpoint(s.destination, s.destinationPort))
         if let existing = tcpFlows[key] {
@@ -294,7 +387,7 @@ public final class Netstack {
             }
             return
         }
-        let match = router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
+        let match = decided ?? router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
         ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
         switch match.decision {
         case .drop(let reset):
@@ -541,6 +634,23 @@ public final class Netstack {
         for a in udpAssociations.values { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
         return out
     }
+}
+
+struct PacketFlowKey: Hashable {
+    var netif: Int
+    var proto: UInt8
+    var source: Endpoint
+    var destination: Endpoint
+}
+
+/// A flow that a packet-mode outbound carries as IP packets.
+final class PacketFlow {
+    let outbound: PacketOutbound
+    let rule: Int
+    var lastSeen: UInt64
+    var closing = false
+    var bytesUp: UInt64 = 0
+    init(outbound: PacketOutbound, rule: Int, now: UInt64) { self.outbound = outbound; self.rule = rule; lastSeen = now }
 }
 
 struct UDPKey: Hashable {

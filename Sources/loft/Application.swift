@@ -10,6 +10,7 @@ import LoftNetstack
 import LoftOutbounds
 import LoftProtocol
 import LoftRouting
+import LoftSSTP
 
 /// Builds the running system from a validated configuration and tears it down again.
 enum Application {
@@ -18,6 +19,9 @@ enum Application {
     static func unsupported(_ config: Configuration) -> String? {
         for o in config.outbounds {
             if case .vless(_, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            }
+            if case .sstp(_, _, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
                 return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
             }
             guard case .loft(_, let carrier, _, let verification, _) = o.kind else { continue }
@@ -64,6 +68,21 @@ enum Application {
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder
                     runtime.holders.append(holder)
+                } catch {
+                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
+                    return 1
+                }
+            case .sstp(let server, let user, let password, let verification, let serverName, let auth):
+                do {
+                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
+                    guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
+                    let options = SSTPOptions(host: hp.host, port: hp.port, tls: tlsOptions(verification, serverName: serverName),
+                                              user: user, password: password,
+                                              auth: auth.map { $0 == .pap ? SSTPClient.AuthMethod.pap : .mschapv2 },
+                                              hold: config.hold, connectTimeoutMs: config.limits.connectTimeout.milliseconds)
+                    let sstp = try SSTPOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options)
+                    outbounds[o.name] = sstp
+                    runtime.sstps.append(sstp)
                 } catch {
                     Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
                     return 1
@@ -176,6 +195,23 @@ enum Application {
             runtime.bridge = input
         }
 
+        // SSTP outbounds too: the first one's IPCP address goes on the TUN (no holder's STATUS
+        // competes: a holder, if any, owns the overlay), and its packets come back to the TUN.
+        if let tun, !runtime.sstps.isEmpty { netstack.packetModeInput = tun.inputIndex }
+        for (i, sstp) in runtime.sstps.enumerated() {
+            if let tun {
+                if i == 0 && runtime.holders.isEmpty {
+                    sstp.onLink = { [unowned tun] link in
+                        guard let prefix = IPPrefix(link.address, 32) else { return }
+                        tun.applyOverlay(ipv4: prefix, gateway4: nil, ipv6: nil, gateway6: nil,
+                                         mtu: max(1280, min(link.peerMRU, 65535)), dns: link.dns)
+                    }
+                }
+                sstp.onPacket = { [unowned tun] packet in tun.writePacket(packet) }
+            }
+            sstp.start()
+        }
+
         // Holders dial once the inputs exist: the first one's STATUS sets the TUN's overlay.
         for (i, holder) in runtime.holders.enumerated() {
             if i == 0, let tun {
@@ -187,10 +223,13 @@ enum Application {
             }
             holder.start()
         }
-        if !runtime.holders.isEmpty {
+        if !runtime.holders.isEmpty || !runtime.sstps.isEmpty {
             let monitor = PathMonitor(loop: loop)
             if let t = config.tun, t.netns == nil { monitor.ignoreInterfaceIndex = Int32(bitPattern: if_nametoindex(t.name)) }
-            monitor.onChange = { [unowned runtime] in runtime.holders.forEach { $0.pathChanged(reason: "default route") } }
+            monitor.onChange = { [unowned runtime] in
+                runtime.holders.forEach { $0.pathChanged(reason: "default route") }
+                runtime.sstps.forEach { $0.pathChanged(reason: "default route") }
+            }
             monitor.start()
             runtime.pathMonitor = monitor
         }
@@ -224,6 +263,7 @@ final class Runtime {
     var control: ControlServer?
     var metrics: MetricsServer?
     var holders: [HolderOutbound] = []
+    var sstps: [SSTPOutbound] = []
     var pathMonitor: PathMonitor?
 
     init(config: Configuration, configPath: String?, loop: EventLoop) {
@@ -235,6 +275,7 @@ final class Runtime {
     func stopAll() {
         pathMonitor?.stop(); pathMonitor = nil
         for h in holders { h.stop() }
+        for s in sstps { s.stop() }
         tun?.stop(); tun = nil
         socks5?.stop(); socks5 = nil
         bridge?.stop(); bridge = nil
@@ -262,10 +303,12 @@ final class Runtime {
         case .metrics:
             return .success(report().prometheus())
         case .pathChanged:
-            Log.info("path.changed", ["source": "control", "sessions": holders.count])
-            if holders.isEmpty { return .success("no sessions to resume\n") }
+            Log.info("path.changed", ["source": "control", "sessions": holders.count + sstps.count])
+            if holders.isEmpty && sstps.isEmpty { return .success("no sessions to resume\n") }
             for h in holders { h.pathChanged(reason: "control") }
-            return .success(holders.map { "\($0.name): redialling with RESUME\n" }.joined())
+            for s in sstps { s.pathChanged(reason: "control") }
+            return .success(holders.map { "\($0.name): redialling with RESUME\n" }.joined()
+                            + sstps.map { "\($0.name): redialling\n" }.joined())
         case .reload:
             return reload()
         }

@@ -121,7 +121,7 @@ final class SectionTests: XCTestCase {
         assertError("outbounds:\n  - { name: a, type: direct }\n  - { name: a, type: drop }\n", at: 3, 13,
                     "outbounds[1].name \"a\" is already used by outbounds[0] (line 2, column 5)")
         assertError("outbounds:\n  - { name: a, type: vmess }\n", at: 2, 22,
-                    "outbounds[0].type must be loft, vless, direct or drop, got vmess")
+                    "outbounds[0].type must be loft, vless, sstp, direct or drop, got vmess")
         assertError("outbounds:\n  - { name: a, type: direct, carrier: ws }\n", at: 2, 30,
                     "key \"carrier\" in outbounds[0] is not for type direct")
         assertError("outbounds:\n  - name: a\n    type: loft\n    server: front.example\n", at: 4, 13,

@@ -33,11 +33,18 @@ holder_yaml ws missing-ca.pem >bad-ca.yaml
 holder_yaml ws ca.pem >good-holder.yaml
 holder_yaml h2 ca.pem >good-h2.yaml
 holder_yaml quic ca.pem >good-quic.yaml
+sstp_yaml() {       # sstp_yaml PASSWORD-LINE: an sstp outbound as the default
+    printf 'outbounds:\n  - name: corp\n    type: sstp\n    server: 127.0.0.1:8443\n    user: alice\n    %s\n    tls: { server-name: vpn.test, ca: ca.pem }\n    auth: [mschapv2, pap]\ndefault: corp\n' "$1"
+}
+printf 'secret\n' >pw.txt
+sstp_yaml 'password-file: pw.txt' >good-sstp.yaml
+sstp_yaml 'password-file: missing-pw.txt' >bad-sstp.yaml
 
 if [ ! -x "$LOFT_BIN" ]; then
     for c in help version check-good check-unknown-key check-bad-mtu check-bad-log-level \
              check-unknown-top-key check-bad-duration check-missing-file run-bad-config \
-             check-holder-good check-holder-h2-good check-holder-quic-good check-carrier-not-built check-missing-ca; do
+             check-holder-good check-holder-h2-good check-holder-quic-good check-carrier-not-built check-missing-ca \
+             check-sstp-good check-sstp-missing-password-file; do
         fail $c "no loft binary at $LOFT_BIN"
     done
     finish
@@ -76,6 +83,12 @@ out=$("$LOFT_BIN" check -c good-h2.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-h2.yaml: ok'; then pass check-holder-h2-good; else fail check-holder-h2-good "exit $rc: $out"; fi
 out=$("$LOFT_BIN" check -c good-quic.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-quic.yaml: ok'; then pass check-holder-quic-good; else fail check-holder-quic-good "exit $rc: $out"; fi
+
+check_bad check-sstp-missing-password-file bad-sstp.yaml 6 20   # the password-file value
+# sstp: a valid outbound (docs/sstp.md).
+out=$("$LOFT_BIN" check -c good-sstp.yaml 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$out" = 'good-sstp.yaml: ok' ]; then pass check-sstp-good
+else fail check-sstp-good "exit $rc: $(echo "$out" | tr '\n' '|')"; fi
 
 "$LOFT_BIN" check -c missing.yaml >/dev/null 2>missing.err; rc=$?
 if [ $rc -eq 2 ] && grep -q 'missing.yaml' missing.err; then pass check-missing-file

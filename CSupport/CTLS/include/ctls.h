@@ -87,6 +87,17 @@ ctls_sha256_ctx *ctls_sha256_new(void);
 void ctls_sha256_update(ctls_sha256_ctx *h, const void *data, size_t len);
 /// Writes the digest and frees h.
 void ctls_sha256_final(ctls_sha256_ctx *h, uint8_t out[32]);
+/// MS-CHAPv2's primitives (RFC 2759), which OpenSSL 3 keeps in its legacy provider: MD4 and
+/// single-block DES-ECB with an 8-byte key (parity bits ignored). Both are fetched from a private
+/// library context that loads the legacy and default providers once; 0, or -1 when the provider
+/// is missing (the message in err).
+int ctls_md4(const void *data, size_t len, uint8_t out[16], char *err, size_t errlen);
+int ctls_des_ecb(const uint8_t key[8], const uint8_t in[8], uint8_t out[8], char *err, size_t errlen);
+/// HMAC with SHA-1 (sha256 == 0, 20 bytes out) or SHA-256 (32 bytes out). 0 or -1.
+int ctls_hmac(int sha256, const void *key, size_t keylen, const void *data, size_t len, uint8_t *out);
+/// The digest of the peer's certificate (the whole DER), SHA-1 (sha256 == 0, 20 bytes) or
+/// SHA-256 (32 bytes): SSTP's crypto binding names the server certificate by it. 0 or -1.
+int ctls_conn_peer_cert_hash(ctls_conn *c, int sha256, uint8_t *out);
 /// Cryptographically strong random bytes; 0 or -1.
 int ctls_random(void *buf, size_t len);
 

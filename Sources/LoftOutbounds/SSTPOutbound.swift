@@ -1,0 +1,372 @@
+import Glibc
+import LoftCarriers
+import LoftCore
+import LoftIO
+import LoftSSTP
+
+/// A `type: sstp` outbound's settings.
+public struct SSTPOptions: Sendable {
+    public var host: String
+    public var port: UInt16
+    public var tls: TLSClientOptions
+    public var user: String
+    public var password: String
+    public var auth: [SSTPClient.AuthMethod]
+    /// Fail-closed: while the link is down, its packets are dropped (never another path).
+    public var hold: Bool
+    public var connectTimeoutMs: UInt64
+    public var minBackoffMs: UInt64 = 500
+    public var maxBackoffMs: UInt64 = 30_000
+    /// The client's timers (tests shorten them).
+    public var keepaliveMs: UInt64 = 30_000
+
+    public init(host: String, port: UInt16, tls: TLSClientOptions, user: String, password: String,
+                auth: [SSTPClient.AuthMethod], hold: Bool, connectTimeoutMs: UInt64 = 10_000) {
+        self.host = host; self.port = port; self.tls = tls; self.user = user; self.password = password
+        self.auth = auth; self.hold = hold; self.connectTimeoutMs = connectTimeoutMs
+    }
+}
+
+/// One SSTP connection to a server (TLS, then `SSTPClient`): the link IPCP gives goes to
+/// `onLink` (the TUN takes the address and DNS), IP packets go both ways (`sendPacket`,
+/// `onPacket`). A lost connection is redialled with backoff (0.5 s doubling to 30 s, ±25 %).
+/// Only IP packets travel: TCP streams and UDP associations (SOCKS5, or lwIP-terminated flows)
+/// are refused, counted as `stream-refused` (docs/sstp.md says what is not built).
+public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDelegate {
+    public let name: String
+    let loop: EventLoop
+    let runtime: CarrierRuntime
+    let context: TLSContext
+    let options: SSTPOptions
+    let serverName: String
+
+    enum State: String { case idle, dialing, handshaking, up, waiting, stopped }
+    private(set) var state = State.idle
+    private var stream: TLSStream?
+    private var client: SSTPClient?
+    private var clientTimer: TimerHandle?
+    private var clientDeadline: UInt64 = 0
+    private var redialTimer: TimerHandle?
+    private var connectTimer: TimerHandle?
+    private var generation = 0
+    private var failures = 0
+    private var writeBlocked = false
+    /// Reasons logged since the link was last up (each logged once: a server that keeps
+    /// refusing costs one line, not one per redial).
+    private var logged = Set<String>()
+
+    /// The link came up (first time, after a redial, or renegotiated): apply it to the TUN.
+    public var onLink: ((SSTPClient.Link) -> Void)?
+    /// An IPv4 packet from the server for the app (valid during the call).
+    public var onPacket: ((UnsafeRawBufferPointer) -> Void)?
+    public private(set) var link: SSTPClient.Link?
+
+    struct Counts {
+        var dials: UInt64 = 0, ups: UInt64 = 0, authFailures: UInt64 = 0, losses: UInt64 = 0
+        var packetsUp: UInt64 = 0, packetsDown: UInt64 = 0, bytesUp: UInt64 = 0, bytesDown: UInt64 = 0
+        var dropsDown: UInt64 = 0, dropsFull: UInt64 = 0, foreignDrops: UInt64 = 0, streamRefused: UInt64 = 0, pathChanges: UInt64 = 0
+        var lastError = ""
+    }
+    private var counts = Counts()
+    /// Packets from the app are written to TLS once per loop batch, not one record each.
+    private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
+
+    /// At most this much output waits for the TLS connection; IP packets beyond it are dropped
+    /// (counted `full`): TCP inside the tunnel backs off as on any full link.
+    static let outputLimit = 256 * 1024
+
+    public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: SSTPOptions) throws {
+        self.name = name
+        self.loop = loop
+        self.runtime = runtime
+        self.options = options
+        context = try TLSContext(client: options.tls, alpn: [])
+        var sn = options.tls.serverName ?? options.host
+        if sn.hasPrefix("[") && sn.hasSuffix("]") { sn = String(sn.dropFirst().dropLast()) }
+        serverName = sn
+    }
+
+    public var status: OutboundStatus {
+        let st: String = switch state {
+        case .waiting: options.hold ? "held" : "down"
+        case .dialing, .handshaking: "dialing"
+        default: state.rawValue
+        }
+        var s = OutboundStatus(name: name, type: "sstp", state: st)
+        s.flows = 0
+        s.bytesUp = counts.bytesUp
+        s.bytesDown = counts.bytesDown
+        let server = options.host.contains(":") ? "[\(options.host)]:\(options.port)" : "\(options.host):\(options.port)"
+        var d = ["server \(server)"]
+        if let l = link, state == .up {
+            d.append("address \(l.address)")
+            if !l.dns.isEmpty { d.append("dns " + l.dns.map(\.description).joined(separator: " ")) }
+            if let a = l.auth { d.append("auth \(a.rawValue)") }
+        }
+        if !counts.lastError.isEmpty { d.append("last error \(counts.lastError)") }
+        s.detail = d.joined(separator: ", ")
+        s.extra = [("dials", counts.dials), ("ups", counts.ups), ("auth-failures", counts.authFailures),
+                   ("link-losses", counts.losses), ("path-changes", counts.pathChanges),
+                   ("packets-up", counts.packetsUp), ("packets-down", counts.packetsDown),
+                   (options.hold ? OutboundStatus.holdDrops : "down-drops", counts.dropsDown),
+                   ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("stream-refused", counts.streamRefused)]
+        return s
+    }
+
+    // MARK: lifecycle
+
+    public func start() {
+        guard state == .idle else { return }
+        dial()
+    }
+
+    public func stop() {
+        guard state != .stopped else { return }
+        let c = client
+        state = .stopped
+        for t in [redialTimer, connectTimer, clientTimer].compactMap({ $0 }) { loop.cancel(t) }
+        redialTimer = nil; connectTimer = nil; clientTimer = nil
+        if let c, c.phase != .down {
+            c.stop(now: loop.now)
+            flush()   // the Call Disconnect leaves with what is queued; loft is exiting
+        }
+        client?.delegate = nil
+        client = nil
+        stream?.close()
+        stream = nil
+    }
+
+    /// The host's path changed: drop the connection and dial again at once.
+    public func pathChanged(reason: String) {
+        guard state != .stopped else { return }
+        counts.pathChanges += 1
+        Log.info("sstp.path-changed", ["outbound": name, "reason": reason])
+        failures = 0
+        lost("path changed (\(reason))", redialIn: 0)
+    }
+
+    private func dial() {
+        guard state != .stopped else { return }
+        if let t = redialTimer { loop.cancel(t) }
+        redialTimer = nil
+        generation += 1
+        state = .dialing
+        counts.dials += 1
+        writeBlocked = false
+        stream = TLSStream(runtime: runtime, context: context, host: options.host, port: options.port,
+                           serverName: serverName, events: self)
+        let g = generation
+        if let t = connectTimer { loop.cancel(t) }
+        connectTimer = loop.schedule(after: options.connectTimeoutMs) { [weak self] in
+            guard let self, self.generation == g else { return }
+            self.connectTimer = nil
+            if self.state == .dialing { self.lost("no TLS connection within \(self.options.connectTimeoutMs) ms") }
+        }
+    }
+
+    /// The connection is gone (or given up): everything of it ends; a redial follows.
+    private func lost(_ why: String, redialIn fixed: UInt64? = nil, authFailure: Bool = false) {
+        guard state != .stopped else { return }
+        let wasUp = state == .up
+        generation += 1
+        if let t = connectTimer { loop.cancel(t) }
+        if let t = clientTimer { loop.cancel(t) }
+        connectTimer = nil; clientTimer = nil
+        client?.delegate = nil
+        client = nil
+        stream?.events = nil
+        stream?.reset()
+        stream = nil
+        if wasUp { counts.losses += 1 }
+        if authFailure { counts.authFailures += 1 }
+        counts.lastError = why
+        state = .waiting
+        let delay = fixed ?? backoff()
+        if logged.insert(why).inserted {
+            Log.warn("sstp.down", ["outbound": name, "reason": why, "redial-ms": delay, "hold": options.hold])
+        }
+        let g = generation
+        redialTimer = loop.schedule(after: max(delay, 1)) { [weak self] in
+            guard let self, self.generation == g, self.state == .waiting else { return }
+            self.redialTimer = nil
+            self.dial()
+        }
+    }
+
+    private func backoff() -> UInt64 {
+        failures += 1
+        let exp = min(failures - 1, 16)
+        let base = min(options.maxBackoffMs, options.minBackoffMs << UInt64(exp))
+        return max(100, UInt64(Double(base) * Double.random(in: 0.75...1.25)))
+    }
+
+    // MARK: the client's timer and output
+
+    private func armClientTimer() {
+        guard let c = client, let d = c.nextDeadline else { return }
+        if clientTimer != nil && d == clientDeadline { return }
+        if let t = clientTimer { loop.cancel(t) }
+        clientDeadline = d
+        let g = generation
+        clientTimer = loop.schedule(at: d) { [weak self] in
+            guard let self, self.generation == g, let c = self.client else { return }
+            self.clientTimer = nil
+            c.tick(now: self.loop.now)
+            self.afterClient()
+        }
+    }
+
+    /// After the client ran: send what it queued, arm its next deadline.
+    private func afterClient() {
+        flush()
+        armClientTimer()
+    }
+
+    /// Moves the client's output into the TLS stream as far as its room allows (a write flushes
+    /// at once, so room comes back within the loop); when it is full, `streamWritable` follows.
+    private func flush() {
+        guard let c = client, let s = stream, !writeBlocked else { return }
+        var at = 0
+        while at < c.output.count {
+            let room = s.writeRoom
+            guard room > 0 else { writeBlocked = true; break }
+            let n = c.output.withUnsafeBytes { b -> Int in
+                var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: b.baseAddress! + at), iov_len: min(room, b.count - at))
+                return s.write(&iov, count: 1)
+            }
+            guard n > 0 else { writeBlocked = n == 0; break }
+            at += n
+        }
+        if at > 0 { c.output.removeFirst(at) }
+    }
+
+    // MARK: ByteStreamEvents (the TLS connection)
+
+    public func streamConnected() {
+        guard state == .dialing, let s = stream else { return }
+        if let t = connectTimer { loop.cancel(t) }
+        connectTimer = nil
+        guard let hashes = s.peerCertificateHashes else { return lost("the server sent no certificate") }
+        state = .handshaking
+        let settings = SSTPClient.Settings(host: serverName, user: options.user, password: options.password,
+                                           auth: options.auth, keepaliveMilliseconds: options.keepaliveMs)
+        let c = SSTPClient(settings: settings, certHash: hashes)
+        c.delegate = self
+        client = c
+        c.start(now: loop.now)
+        afterClient()
+    }
+
+    public func streamFailed(_ failure: FlowFailure) {
+        let cause = stream?.cause.map { "\($0)" } ?? "\(failure)"
+        lost(state == .dialing ? "connect: \(cause)" : "connection lost: \(cause)")
+    }
+
+    public func streamReadable() {
+        guard let s = stream, let c = client else { return }
+        var buf = [UInt8](repeating: 0, count: 0)
+        var iov = iovec()
+        var count = 0
+        while client === c {
+            if let r = s.peek(&iov, max: 1, count: &count) {
+                switch r {
+                case .data:
+                    let n = iov.iov_len
+                    c.receive(UnsafeRawBufferPointer(start: iov.iov_base, count: n), now: loop.now)
+                    if stream === s { s.consume(n) }
+                    continue
+                case .eof: return lost("the server closed the connection")
+                case .failed(let f): return lost("connection lost: \(f)")
+                case .wouldBlock: break
+                }
+            } else {
+                if buf.isEmpty { buf = [UInt8](repeating: 0, count: 16384) }
+                let r = buf.withUnsafeMutableBytes { s.read(into: $0) }
+                switch r {
+                case .data(let n):
+                    buf.withUnsafeBytes { c.receive(UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: loop.now) }
+                    continue
+                case .eof: return lost("the server closed the connection")
+                case .failed(let f): return lost("connection lost: \(f)")
+                case .wouldBlock: break
+                }
+            }
+            break
+        }
+        if client === c { afterClient() }
+    }
+
+    public func streamWritable() {
+        writeBlocked = false
+        flush()
+    }
+
+    // MARK: SSTPClientDelegate
+
+    public func sstpOutputReady(_ c: SSTPClient) {}
+
+    public func sstpUp(_ c: SSTPClient, link l: SSTPClient.Link) {
+        state = .up
+        failures = 0
+        logged.removeAll()
+        counts.ups += 1
+        counts.lastError = ""
+        link = l
+        Log.info("sstp.up", ["outbound": name, "address": l.address, "dns": l.dns.map(\.description).joined(separator: ","),
+                             "auth": l.auth?.rawValue ?? "none", "mru": l.peerMRU, "tls": stream?.tlsDetails ?? ""])
+        onLink?(l)
+    }
+
+    public func sstpPacket(_ c: SSTPClient, _ packet: UnsafeRawBufferPointer) {
+        // Only packets for the address IPCP gave reach the TUN.
+        guard packet.count >= 20, packet[0] >> 4 == 4, let l = link,
+              IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: packet[16..<20])) == l.address else {
+            counts.foreignDrops &+= 1
+            return
+        }
+        counts.packetsDown &+= 1
+        counts.bytesDown &+= UInt64(packet.count)
+        onPacket?(packet)
+    }
+
+    public func sstpDown(_ c: SSTPClient, _ end: SSTPClient.End) {
+        flush()   // a Call Abort or Disconnect Ack may be queued
+        if case .authFailed = end {
+            lost(end.description, authFailure: true)
+        } else {
+            lost(end.description)
+        }
+    }
+
+    // MARK: Outbound
+
+    public func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool {
+        // IPv4 only: IPV6CP is not negotiated (docs/sstp.md).
+        guard packet.count >= 20, packet[0] >> 4 == 4 else { counts.dropsFull &+= 1; return false }
+        guard state == .up, let c = client else {
+            counts.dropsDown &+= 1
+            return false
+        }
+        guard c.output.count < Self.outputLimit else {
+            counts.dropsFull &+= 1
+            return false
+        }
+        guard c.send(packet) else { counts.dropsFull &+= 1; return false }
+        counts.packetsUp &+= 1
+        counts.bytesUp &+= UInt64(packet.count)
+        flushSoon.schedule()
+        return true
+    }
+
+    public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
+        counts.streamRefused &+= 1
+        let s = SocketStream(loop: loop, events: events, meter: nil)
+        s.failSoon(.networkUnreachable)
+        return s
+    }
+
+    public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        counts.streamRefused &+= 1
+        return nil
+    }
+}

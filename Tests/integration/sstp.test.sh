@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The sstp outbound against the test's own SSTP responder (Tests/interop/sstp_server.py: TLS,
+# SSTP, PPP with MS-CHAPv2 or PAP, IPCP, the crypto binding checked with Python's own MD4, DES,
+# SHA and HMAC), which routes the client's IP packets through a TUN in the srv namespace. From
+# the app namespace through loft's TUN: the IPCP address on the TUN and the IPCP DNS in the
+# namespace's resolv.conf, 50 MiB down and up with SHA-256, UDP, ping, a DNS lookup, 100
+# concurrent flows, all as IP packets over PPP (packet mode, not lwIP); MS-CHAPv2 and PAP;
+# a wrong password: one log line, redials with backoff, loft still running.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/sstp-lib.sh"
+
+topo_up
+sstp_pki
+
+# Services behind the PPP link, in srv, on the responder's TUN address.
+make_files 50
+start_services() {
+    bg_in "$SRV_NS" dl socat "TCP4-LISTEN:9100,bind=$PPP_LOCAL,fork,reuseaddr" "OPEN:$T_DIR/www/big,rdonly"
+    bg_in "$SRV_NS" sink socat -t 30 "TCP4-LISTEN:9000,bind=$PPP_LOCAL,fork,reuseaddr" EXEC:sha256sum
+    bg_in "$SRV_NS" small socat "TCP4-LISTEN:9102,bind=$PPP_LOCAL,fork,reuseaddr,backlog=256" "OPEN:$T_DIR/www/f0,rdonly"
+    bg_in "$SRV_NS" uecho socat "UDP4-RECVFROM:9101,bind=$PPP_LOCAL,fork" PIPE
+    bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
+        --bind-interfaces --listen-address="$PPP_LOCAL" --port=53 --pid-file= --user=root \
+        --host-record="probe.loft.test,198.19.$NET.77" --log-facility=-
+    wait_listen "$SRV_NS" tcp 9100 && wait_listen "$SRV_NS" udp 53 || die "services behind the link did not start"
+}
+
+# sstp_config NAME AUTH-LIST PASSWORD
+sstp_config() {
+    cat >"$T_DIR/$1.yaml" <<EOF
+log: info
+tun:
+  name: $TUN_NAME
+  netns: $APP_NS
+  ipv4: 198.18.0.1/30
+  ipv6: fd00:18::1/126
+  route-all: true
+socks5: off
+bridge: off
+outbounds:
+  - name: corp
+    type: sstp
+    server: $SRV4:$SPORT
+    user: $USER_NAME
+    password: "$3"
+    tls: { server-name: sstp.loft.test, ca: $PKI/ca.pem }
+    auth: $2
+limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: 2h, udp-idle-timeout: 60s }
+default: corp
+control: $T_DIR/$1.sock
+EOF
+    echo "$T_DIR/$1.yaml"
+}
+
+wait_log() {    # wait_log FILE PATTERN SECONDS
+    local i
+    for i in $(seq $(($3 * 10))); do grep -q "$2" "$1" && return 0; sleep 0.1; done
+    return 1
+}
+
+# --- MS-CHAPv2: the data path -------------------------------------------------------------------
+start_responder mschapv2
+start_services
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode server-killed redial-new-address path-changed stop-clean"
+if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
+    if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
+    else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
+    sleep 0.5
+    a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
+    if echo "$a" | grep -q "inet $PPP_CLIENT/32"; then pass tun-address; else fail tun-address "$(echo "$a" | tr '\n' '|')"; fi
+    if grep -q "^nameserver $PPP_LOCAL" "/etc/netns/$APP_NS/resolv.conf" 2>/dev/null; then pass resolv-conf
+    else fail resolv-conf "$(cat "/etc/netns/$APP_NS/resolv.conf" 2>&1 | tr '\n' '|')"; fi
+    if grep -q '^binding-ok' "$RESP_LOG"; then pass binding-checked; else fail binding-checked "$(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
+
+    want=$(sha_of "$T_DIR/www/big")
+    t0=$(now_ms)
+    got=$(in_app timeout 60 socat -u "TCP4:$PPP_LOCAL:9100" - | sha256sum | cut -d' ' -f1)
+    t1=$(now_ms)
+    if [ "$got" = "$want" ]; then pass download-50m; note "50 MiB down in $((t1 - t0)) ms"
+    else fail download-50m "sha256 $got, want $want"; fi
+    t0=$(now_ms)
+    got=$(in_app timeout 60 socat -t 30 - "TCP4:$PPP_LOCAL:9000" <"$T_DIR/www/big" | cut -d' ' -f1)
+    t1=$(now_ms)
+    if [ "$got" = "$want" ]; then pass upload-50m; note "50 MiB up in $((t1 - t0)) ms"
+    else fail upload-50m "sha256 $got, want $want; loft: $(grep -v 'event=ready' "$LOFT_LOG" | tail -4 | tr '\n' '|'); responder: $(tail -4 "$RESP_LOG" | tr '\n' '|'); status: $("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 | tr '\n' '|')"; fi
+
+    r=$(py_in_app "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+ok = 0
+for i in range(5):
+    s.sendto(b'dgram %d' % i, ('$PPP_LOCAL', 9101))
+    d, a = s.recvfrom(100)
+    ok += d == b'dgram %d' % i and a == ('$PPP_LOCAL', 9101)
+print(ok)" 2>&1)
+    if [ "$r" = 5 ]; then pass udp; else fail udp "$r"; fi
+    if in_app ping -c 3 -i 0.2 -W 2 "$PPP_LOCAL" >"$T_DIR/ping.out" 2>&1; then pass ping
+    else fail ping "$(tail -2 "$T_DIR/ping.out" | tr '\n' '|')"; fi
+    r=$(in_app getent hosts probe.loft.test 2>&1)
+    if echo "$r" | grep -q "^198.19.$NET.77 "; then pass dns; else fail dns "getent: $r"; fi
+
+    want=$(sha_of "$T_DIR/www/f0")
+    t0=$(now_ms)
+    pids=()
+    for i in $(seq 100); do
+        (in_app timeout 30 socat -u "TCP4:$PPP_LOCAL:9102" - | sha256sum | cut -d' ' -f1 >"$T_DIR/flow.$i") &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    bad=0
+    for i in $(seq 100); do [ "$(cat "$T_DIR/flow.$i")" = "$want" ] || bad=$((bad + 1)); done
+    if [ $bad -eq 0 ]; then pass flows-100; note "100 concurrent flows in $(($(now_ms) - t0)) ms"
+    else fail flows-100 "$bad of 100 transfers wrong ($(cat "$T_DIR"/flow.* | sort | uniq -c | sort -rn | head -3 | tr '\n' ' ')): $("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 | grep -A4 '^corp' | tr '\n' '|')"; fi
+
+    # Packet mode: lwIP terminated none of these flows (no TCP flow ever opened in loft's
+    # table), and the sstp outbound carried them as packets.
+    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 || true)
+    up=$(echo "$st" | sed -n 's/.*packets-up \([0-9]*\).*/\1/p')
+    if echo "$st" | grep -q 'tcp-flows-opened - ' && [ "${up:-0}" -gt 36000 ]; then pass packet-mode
+    else fail packet-mode "packets-up ${up:-?}: $(echo "$st" | grep -E 'TOTALS|packets-up' | tr '\n' '|')"; fi
+    # The server dies in the middle of a transfer: the link is down (one log line), loft
+    # redials with backoff, and the address the new server hands out goes on the TUN.
+    (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
+    dl=$!
+    sleep 0.3
+    stop_responder
+    wait "$dl"
+    if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died; then pass server-killed
+    else fail server-killed "$(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+    CLIENT_ADDRESS=198.19.$NET.3 start_responder mschapv2
+    for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
+    sleep 0.5
+    a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
+    if echo "$a" | grep -q "inet 198.19.$NET.3/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
+        && in_app ping -c 2 -i 0.2 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then pass redial-new-address
+    else fail redial-new-address "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(echo "$a" | grep inet | tr '\n' '|')"; fi
+    # A path change (here asked for with `loft path-changed`): the connection is dropped and
+    # dialled again at once.
+    out=$("$LOFT_BIN" path-changed -c "$T_DIR/chap.yaml" 2>&1)
+    for i in $(seq 100); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 3 ] && break; sleep 0.1; done
+    if echo "$out" | grep -q 'corp: redialling' && [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 3 ] \
+        && grep -q 'event=sstp.path-changed' "$LOFT_LOG" && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then
+        pass path-changed
+    else fail path-changed "$out: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    loft_stop_clean stop-clean
+fi
+stop_responder
+
+# --- PAP ---------------------------------------------------------------------------------------
+start_responder pap
+if require_loft "$(sstp_config pap '[pap]' "$PASSWORD")" pap-up pap-data; then
+    if wait_log "$LOFT_LOG" 'event=sstp.up.*auth=pap' 15 && grep -q '^binding-ok' "$RESP_LOG"; then pass pap-up
+    else fail pap-up "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
+    want=$(sha_of "$T_DIR/www/f0")
+    got=$(in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9102" - | sha256sum | cut -d' ' -f1)
+    if [ "$got" = "$want" ] && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then pass pap-data
+    else fail pap-data "sha256 $got, want $want"; fi
+    loft_stop TERM
+fi
+stop_responder
+
+# --- a wrong password: one log line, backoff, no crash ------------------------------------------
+start_responder mschapv2
+if require_loft "$(sstp_config wrong '[mschapv2]' 'not the password')" wrong-password; then
+    sleep 4
+    n=$(grep -c 'event=sstp.down.*authentication failed: MS-CHAPv2: E=691' "$LOFT_LOG")
+    tries=$(grep -c '^auth-failed' "$RESP_LOG")
+    # Backoff: 0.5, 1, 2 s between attempts, so at most 5 in 4 s; a path change (another
+    # program moving the host's default route) starts the backoff again.
+    pc=$(grep -c 'event=sstp.path-changed' "$LOFT_LOG")
+    if [ "$n" = 1 ] && [ "$tries" -ge 2 ] && [ "$tries" -le $((5 + 3 * pc)) ] && ! loft_died; then pass wrong-password
+        note "$tries attempts in 4 s ($pc path changes), one log line"
+    else fail wrong-password "log lines $n, attempts $tries: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    loft_stop TERM
+fi
+stop_responder
+finish
