@@ -94,6 +94,7 @@ public final class Netstack {
         if !isShutDown { releaseInDeinit() }
         scratch.deallocate()
         synAckScratch.deallocate()
+        segmentScratch?.deallocate()
     }
 
     /// The input's MTU changed (a holder's STATUS set a new one on the TUN).
@@ -296,6 +297,8 @@ public final class Netstack {
     /// the one the link gave. Other inputs' flows routed to it reach it through lwIP as streams
     /// (which it refuses).
     public var packetModeInput: Int?
+    /// Where a large segment is cut for a packet outbound (made on first use).
+    private var segmentScratch: UnsafeMutableRawBufferPointer?
     var packetFlows: [PacketFlowKey: PacketFlow] = [:]
     private var packetSweep: TimerHandle?
     public var packetFlowCount: Int { packetFlows.count }
@@ -348,6 +351,20 @@ public final class Netstack {
     /// A SYN the outbound does not take (its link is down, or it carries no IPv6) is answered
     /// with an RST, so the app fails at once instead of retrying into nothing.
     private func forward(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, _ f: PacketFlow, netif: Int) {
+        // A TCP segment the TUN's offload handed over whole (up to 64 KiB) leaves in pieces
+        // of the input's MTU, which the link's MRU set.
+        if s.proto == IPProtocol.tcp && !s.isLaterFragment && packet.count > inputs[netif].mtu {
+            if segmentScratch == nil { segmentScratch = .allocate(byteCount: 65536, alignment: 16) }
+            var refused = false
+            let cut = TCPSegmentation.split(packet, transportOffset: s.transportOffset, maxPacket: inputs[netif].mtu,
+                                            scratch: segmentScratch!) { piece in
+                if f.outbound.sendPacket(piece) { f.bytesUp &+= UInt64(piece.count) } else { refused = true }
+            }
+            if cut {
+                if refused { drop(.linkDown, netif) }
+                return
+            }
+        }
         if f.outbound.sendPacket(packet) {
             f.bytesUp &+= UInt64(packet.count)
         } else {

@@ -207,7 +207,7 @@ enum Application {
                                          mtu: max(1280, min(link.peerMRU, 65535)), dns: link.dns)
                     }
                 }
-                sstp.onPacket = { [unowned tun] packet in tun.writePacket(packet) }
+                sstp.onPacket = { [unowned tun] packet in tun.writePacket(packet, segmentSize: 0) }
             }
             sstp.start()
         }

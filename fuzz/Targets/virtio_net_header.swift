@@ -1,8 +1,11 @@
 // The TUN offload header (VirtioNetHeader): any 10 bytes as a header over any packet.
 // Completing a partial checksum either refuses the header or leaves the region from the
 // checksum's start summing to what the seed stood for; a large TCP segment's header and seed,
-// completed the way the kernel does, give a segment whose checksum is valid.
+// completed the way the kernel does, give a segment whose checksum is valid; a TCP segment cut
+// to a smaller MTU (packet mode) gives pieces that fit, parse and carry valid checksums.
 import LoftCore
+
+nonisolated(unsafe) let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -19,6 +22,16 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         let check = packet.withUnsafeBytes { InternetChecksum.of(UnsafeRawBufferPointer(rebasing: $0[Int(header.checksumStart)...])) }
         if check != seedBefore && !(check | seedBefore == 0xFFFF && check & seedBefore == 0) {
             fatalError("completed, but the region sums to \(check), not the seed \(seedBefore)")
+        }
+    }
+    packet.withUnsafeBytes { p in
+        guard case .success(let s) = PacketSummary.parse(p, maxLength: 65535), s.proto == IPProtocol.tcp,
+              !s.isLaterFragment else { return }
+        let valid = s.transportChecksumIsValid(p)
+        _ = TCPSegmentation.split(p, transportOffset: s.transportOffset, maxPacket: 1280, scratch: scratch) { piece in
+            if piece.count > 1280 { fatalError("a piece of \(piece.count) bytes") }
+            guard case .success(let s2) = PacketSummary.parse(piece, maxLength: 65535) else { fatalError("a piece does not parse") }
+            if valid && !s2.transportChecksumIsValid(piece) { fatalError("a piece's checksum is wrong") }
         }
     }
     let segment = Int(header.gsoSize)
