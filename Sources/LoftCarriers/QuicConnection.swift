@@ -199,6 +199,10 @@ final class QuicConnection {
     static let batchBytes = 65_000
     static let batchPackets = 64
     private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
+    private lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
+        guard let self, !self.closed else { return }
+        self.dispatchEvents()
+    }
     /// Where the connection's packets came from last (the server answers there).
     private(set) var remote: SocketAddress
     private(set) var local: SocketAddress
@@ -318,7 +322,9 @@ final class QuicConnection {
             failed(rv)
             return
         }
-        dispatchEvents()
+        // Once after the batch (a GRO read holds up to 64 packets): the delegate reads a
+        // stream's bytes in one go, then the flush acknowledges them all.
+        dispatchSoon.schedule()
         flushSoon.schedule()
     }
 
@@ -519,6 +525,9 @@ final class QuicConnection {
     }
 
     private func failed(_ rv: Int32) {
+        guard !closed else { return }
+        // What the batch's earlier packets brought (the last bytes, a FIN) goes first.
+        dispatchEvents()
         guard !closed else { return }
         let reason: CarrierCloseReason
         if rv == CQUIC_ERR_DRAINING || rv == CQUIC_ERR_CLOSING {
@@ -878,3 +887,4 @@ final class QuicConnection {
         return true
     }
 }
+
