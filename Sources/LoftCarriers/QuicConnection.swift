@@ -20,7 +20,7 @@ enum QuicSocket {
     /// False when the socket is full (the rest of the batch is lost, as on the wire); any other
     /// error is loss too (QUIC recovers). `to` nil on a connected socket.
     static func send(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress?) -> Bool {
-        let base = bytes.baseAddress!
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return true }
         if segment > 0 && segment < bytes.count && gso {
             switch Syscall.sendSegments(fd, base, bytes.count, segment: segment, to: to) {
             case .success: return true
