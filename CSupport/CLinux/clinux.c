@@ -8,6 +8,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <netinet/udp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -223,6 +224,62 @@ int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens,
     }
     int n = sendmmsg(fd, msgs, (unsigned)count, MSG_DONTWAIT);
     return n < 0 ? -errno : n;
+}
+
+int clinux_udp_enable_gro(int fd) {
+    int on = 1;
+    return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0 ? 0 : -errno;
+}
+
+long clinux_udp_send_segments(int fd, const uint8_t *buf, size_t len, int segment, const void *addr, unsigned addrlen) {
+    struct iovec iov = { (void *)buf, len };
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_name = (void *)addr;
+    m.msg_namelen = addr ? addrlen : 0;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    union { char buf[CMSG_SPACE(sizeof(uint16_t))]; struct cmsghdr align; } ctl;
+    if (segment > 0 && (size_t)segment < len) {
+        memset(&ctl, 0, sizeof ctl);
+        m.msg_control = ctl.buf;
+        m.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = IPPROTO_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t s = (uint16_t)segment;
+        memcpy(CMSG_DATA(cm), &s, sizeof s);
+    }
+    ssize_t n;
+    do { n = sendmsg(fd, &m, MSG_DONTWAIT); } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : (long)n;
+}
+
+long clinux_udp_recv_segments(int fd, uint8_t *buf, size_t cap, int *segment, void *addr, unsigned *addrlen) {
+    struct iovec iov = { buf, cap };
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_name = addr;
+    m.msg_namelen = addr && addrlen ? *addrlen : 0;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    union { char buf[CMSG_SPACE(sizeof(int)) * 2]; struct cmsghdr align; } ctl;
+    m.msg_control = ctl.buf;
+    m.msg_controllen = sizeof ctl.buf;
+    ssize_t n;
+    do { n = recvmsg(fd, &m, MSG_DONTWAIT); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    *segment = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+        if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == UDP_GRO) {
+            int s = 0;
+            memcpy(&s, CMSG_DATA(cm), sizeof s);
+            *segment = s;
+        }
+    }
+    if (addr && addrlen) *addrlen = m.msg_namelen;
+    return (long)n;
 }
 
 static int fill_unix(struct sockaddr_un *a, const char *path) {

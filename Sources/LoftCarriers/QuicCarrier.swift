@@ -96,6 +96,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         }
         var la = SocketAddress()
         _ = la.withMutableSockaddr { getsockname(s, $0, $1) }
+        Self.tune(s)
         fd = s
         runtime.loop.register(s, IOEvents.readable, self)
         state = .handshake
@@ -128,6 +129,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             Glibc.close(s)
             return false
         }
+        Self.tune(s)
         let previous = fd
         let previousLocal = q.local
         fd = s
@@ -160,12 +162,23 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     fileprivate func readOld() {
         guard oldFD >= 0, let q = quic else { return }
         for _ in 0..<64 {
-            guard case .success(let n) = Syscall.recv(oldFD, Self.recvBuffer, 65_536) else { return }
-            q.receive(UnsafeRawBufferPointer(start: Self.recvBuffer, count: n), from: q.remote, at: oldLocal)
+            var segment = 0
+            var from = SocketAddress()
+            guard case .success(let n) = Syscall.recvSegments(oldFD, Self.recvBuffer, 65_536, segment: &segment, from: &from) else { return }
+            QuicSocket.split(Self.recvBuffer, n, segment: segment) { q.receive($0, from: q.remote, at: oldLocal) }
         }
     }
 
     // MARK: socket (client)
+
+    /// A QUIC socket: 4 MiB buffers each way (a burst of a 24 MiB window must not overflow
+    /// them) and UDP GRO (a read takes up to 64 datagrams of one size from one sender).
+    static func tune(_ s: Int32) {
+        var big: Int32 = 4 << 20
+        _ = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, socklen_t(MemoryLayout<Int32>.size))
+        _ = setsockopt(s, SOL_SOCKET, SO_SNDBUF, &big, socklen_t(MemoryLayout<Int32>.size))
+        _ = clinux_udp_enable_gro(s)
+    }
 
     func handleIO(_ events: UInt32) {
         if events & IOEvents.writable != 0 && fdWantsWrite {
@@ -176,9 +189,11 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
         for _ in 0..<64 {
             guard fd >= 0, let q = quic else { return }
-            switch Syscall.recv(fd, Self.recvBuffer, 65_536) {
+            var segment = 0
+            var from = SocketAddress()
+            switch Syscall.recvSegments(fd, Self.recvBuffer, 65_536, segment: &segment, from: &from) {
             case .success(let n):
-                q.receive(UnsafeRawBufferPointer(start: Self.recvBuffer, count: n), from: q.remote, at: q.local)
+                QuicSocket.split(Self.recvBuffer, n, segment: segment) { q.receive($0, from: q.remote, at: q.local) }
             case .failure(let e):
                 if e == .again { return }
                 if state == .handshake && e.code == ECONNREFUSED {
@@ -189,17 +204,14 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         }
     }
 
-    func sendPacket(_ bytes: UnsafeRawBufferPointer, to: SocketAddress, from conn: QuicConnection) -> Bool {
-        if isServer { return listener?.sendPacket(bytes, to: to, from: conn) ?? true }
+    func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool {
+        if isServer { return listener?.sendPackets(bytes, segment: segment, to: to, from: conn) ?? true }
         guard fd >= 0 else { return true }
-        switch Syscall.send(fd, bytes.baseAddress!, bytes.count) {
-        case .success: return true
-        case .failure(let e):
-            guard e == .again else { return true }   // lost like on the wire; QUIC recovers
-            fdWantsWrite = true
-            runtime.loop.modify(fd, IOEvents.readable | IOEvents.writable)
-            return false
-        }
+        // Other errors are loss, like on the wire; QUIC recovers.
+        if QuicSocket.send(fd, bytes, segment: segment, to: nil) { return true }
+        fdWantsWrite = true
+        runtime.loop.modify(fd, IOEvents.readable | IOEvents.writable)
+        return false
     }
 
     // MARK: connection events
@@ -460,9 +472,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
             cquic_creds_free(c)
             throw SystemError("bind udp \(listen)", e)
         }
-        var big: Int32 = 4 << 20
-        _ = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, socklen_t(MemoryLayout<Int32>.size))
-        _ = setsockopt(s, SOL_SOCKET, SO_SNDBUF, &big, socklen_t(MemoryLayout<Int32>.size))
+        QuicCarrier.tune(s)
         fd = s
         localEndpoint = Sockets.localEndpoint(s) ?? listen
         localAddress = SocketAddress(localEndpoint)
@@ -496,10 +506,13 @@ final class QuicListener: IOHandler, QuicPacketSink {
         for _ in 0..<256 {
             guard fd >= 0 else { return }
             var from = SocketAddress()
-            switch Syscall.recvfrom(fd, Self.buffer, 65_536, from: &from) {
+            var segment = 0
+            switch Syscall.recvSegments(fd, Self.buffer, 65_536, segment: &segment, from: &from) {
             case .success(let n):
-                stats.packets += 1
-                packet(UnsafeRawBufferPointer(start: Self.buffer, count: n), from: from)
+                QuicSocket.split(Self.buffer, n, segment: segment) { p in
+                    stats.packets += 1
+                    packet(p, from: from)
+                }
             case .failure:
                 return
             }
@@ -534,12 +547,11 @@ final class QuicListener: IOHandler, QuicPacketSink {
         q.receive(p, from: from, at: localAddress)
     }
 
-    func sendPacket(_ bytes: UnsafeRawBufferPointer, to: SocketAddress, from conn: QuicConnection) -> Bool {
+    func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool {
         guard fd >= 0 else { return true }
-        switch Syscall.sendto(fd, bytes.baseAddress!, bytes.count, to: to) {
-        case .success: return true
-        case .failure(let e):
-            guard e == .again else { return true }
+        switch QuicSocket.send(fd, bytes, segment: segment, to: to) {
+        case true: return true
+        case false:
             blocked.append(conn)
             if !wantsWrite {
                 wantsWrite = true

@@ -4,10 +4,55 @@ import LoftCore
 import LoftIO
 
 /// Where a QUIC connection's packets go: the client's own UDP socket, or the front's listening
-/// socket. `send` returns false when the socket is full (EAGAIN); the sink then calls
+/// socket. `bytes` holds back-to-back datagrams of `segment` bytes (the last may be shorter),
+/// all for `to`. Returns false when the socket is full (EAGAIN); the sink then calls
 /// `QuicConnection.socketWritable()` once it drains.
 protocol QuicPacketSink: AnyObject {
-    func sendPacket(_ bytes: UnsafeRawBufferPointer, to: SocketAddress, from conn: QuicConnection) -> Bool
+    func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool
+}
+
+/// A batch of datagrams onto a UDP socket: one sendmsg with UDP_SEGMENT (GSO) where the kernel
+/// takes it, else one send per datagram; received batches (UDP_GRO) cut back into datagrams.
+enum QuicSocket {
+    /// Off for the process once the kernel refuses a segmented send.
+    nonisolated(unsafe) static var gso = true
+
+    /// False when the socket is full (the rest of the batch is lost, as on the wire); any other
+    /// error is loss too (QUIC recovers). `to` nil on a connected socket.
+    static func send(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress?) -> Bool {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return true }
+        if segment > 0 && segment < bytes.count && gso {
+            switch Syscall.sendSegments(fd, base, bytes.count, segment: segment, to: to) {
+            case .success: return true
+            case .failure(let e):
+                if e == .again { return false }
+                guard e.code == EIO || e.code == EINVAL || e.code == EOPNOTSUPP || e.code == ENOPROTOOPT else { return true }
+                gso = false
+                Log.info("quic.gso_off", ["error": e.description])
+            }
+        }
+        var off = 0
+        let step = segment > 0 ? segment : bytes.count
+        while off < bytes.count {
+            let n = min(step, bytes.count - off)
+            if case .failure(let e) = Syscall.sendSegments(fd, base + off, n, segment: 0, to: to), e == .again { return false }
+            off += n
+        }
+        return true
+    }
+
+    /// Hands each datagram of a read of `count` bytes coalesced at `segment` (0: one) to `body`
+    /// (an empty datagram too: it is counted and dropped like any malformed one).
+    static func split(_ base: UnsafeRawPointer, _ count: Int, segment: Int, _ body: (UnsafeRawBufferPointer) -> Void) {
+        if count == 0 { body(UnsafeRawBufferPointer(start: base, count: 0)); return }
+        let step = segment > 0 ? segment : count
+        var off = 0
+        while off < count {
+            let n = min(step, count - off)
+            body(UnsafeRawBufferPointer(start: base + off, count: n))
+            off += n
+        }
+    }
 }
 
 /// Events of one QUIC connection, on the loop, never from inside ngtcp2.
@@ -144,7 +189,20 @@ final class QuicConnection {
     private var closingGracefully = false
     private var blockedOnSocket = false
     private var packet = [UInt8](repeating: 0, count: 1500)
+    /// Packets written this flush and not yet sent: `outCount` of `outSegment` bytes (the
+    /// last may be shorter) for `outTo`, sent as one batch (GSO).
+    private let out = UnsafeMutableRawPointer.allocate(byteCount: QuicConnection.batchBytes, alignment: 16)
+    private var outUsed = 0
+    private var outCount = 0
+    private var outSegment = 0
+    private var outTo = SocketAddress()
+    static let batchBytes = 65_000
+    static let batchPackets = 64
     private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
+    private lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
+        guard let self, !self.closed else { return }
+        self.dispatchEvents()
+    }
     /// Where the connection's packets came from last (the server answers there).
     private(set) var remote: SocketAddress
     private(set) var local: SocketAddress
@@ -223,6 +281,7 @@ final class QuicConnection {
     deinit {
         if let timer { loop.cancel(timer) }
         if let conn { cquic_free(conn) }
+        out.deallocate()
     }
 
     // MARK: state
@@ -263,7 +322,9 @@ final class QuicConnection {
             failed(rv)
             return
         }
-        dispatchEvents()
+        // Once after the batch (a GRO read holds up to 64 packets): the delegate reads a
+        // stream's bytes in one go, then the flush acknowledges them all.
+        dispatchSoon.schedule()
         flushSoon.schedule()
     }
 
@@ -437,7 +498,10 @@ final class QuicConnection {
             let n = packet.withUnsafeMutableBytes { p in
                 cquic_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, quicNow())
             }
-            if n > 0 { send(n, to, toLen) }
+            if n > 0 {
+                let addr = address(to, toLen)
+                _ = packet.withUnsafeBytes { sink.sendPackets(UnsafeRawBufferPointer(rebasing: $0[0..<n]), segment: n, to: addr, from: self) }
+            }
         }
         finish()
     }
@@ -456,9 +520,14 @@ final class QuicConnection {
         streams.removeAll()
         sendQueue.removeAll()
         outDatagrams.removeAll()
+        outUsed = 0
+        outCount = 0
     }
 
     private func failed(_ rv: Int32) {
+        guard !closed else { return }
+        // What the batch's earlier packets brought (the last bytes, a FIN) goes first.
+        dispatchEvents()
         guard !closed else { return }
         let reason: CarrierCloseReason
         if rv == CQUIC_ERR_DRAINING || rv == CQUIC_ERR_CLOSING {
@@ -641,23 +710,23 @@ final class QuicConnection {
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
         let maxPkt = max(1200, min(packet.count, cquic_max_packet(conn)))
+        defer { _ = sendBatch() }
         var budget = max(8, min(Self.burst, cquic_send_quantum(conn) / maxPkt))
         var more = false
         // Datagrams first: they are small and time-sensitive.
         while !outDatagrams.isEmpty && budget > 0 {
+            guard roomInBatch(maxPkt) else { return }
             var accepted: Int32 = 0
             let d = outDatagrams[0]
-            let n = packet.withUnsafeMutableBytes { p in
-                d.withUnsafeBytes { db in
-                    cquic_write_datagram(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), maxPkt,
+            let n = d.withUnsafeBytes { db in
+                    cquic_write_datagram(conn, (out + outUsed).assumingMemoryBound(to: UInt8.self), maxPkt,
                                          db.baseAddress?.assumingMemoryBound(to: UInt8.self), db.count, &accepted, &to, &toLen, now)
-                }
             }
             if n < 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count; datagramsDropped += 1; continue }
             if n == 0 { break }
             if accepted != 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count }
             budget -= 1
-            if !send(n, to, toLen) { return }
+            if !queue(n, to, toLen) { return }
         }
         var qi = 0
         while budget > 0 {
@@ -685,12 +754,11 @@ final class QuicConnection {
             }
             var consumed = -1
             let sid = s?.id ?? -1
-            let n = packet.withUnsafeMutableBytes { p in
-                withUnsafePointer(to: &iov) { ip in
-                    ip.withMemoryRebound(to: cquic_vec.self, capacity: 2) { v in
-                        cquic_write_stream(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), maxPkt, sid, v, count,
-                                           fin, s != nil ? 1 : 0, &consumed, &to, &toLen, now)
-                    }
+            guard roomInBatch(maxPkt) else { return }
+            let dest = (out + outUsed).assumingMemoryBound(to: UInt8.self)
+            let n = withUnsafePointer(to: &iov) { ip in
+                ip.withMemoryRebound(to: cquic_vec.self, capacity: 2) { v in
+                    cquic_write_stream(conn, dest, maxPkt, sid, v, count, fin, s != nil ? 1 : 0, &consumed, &to, &toLen, now)
                 }
             }
             if let s, consumed >= 0 {
@@ -716,12 +784,16 @@ final class QuicConnection {
             }
             if n == 0 { break }
             budget -= 1
-            if !send(n, to, toLen) { return }
+            if !queue(n, to, toLen) { return }
             if let s, s.hasSendWork { qi = (qi + 1) % max(1, sendQueue.count) } else { qi = 0 }
             if budget == 0 && sendQueue.contains(where: { streams[$0]?.hasSendWork == true }) { more = true }
         }
         cquic_sent(conn, now)
-        if closingGracefully && streams.values.allSatisfy({ $0.acked == $0.end }) { sendCloseNow(); return }
+        if closingGracefully && streams.values.allSatisfy({ $0.acked == $0.end }) {
+            guard sendBatch() else { return }
+            sendCloseNow()
+            return
+        }
         if more {
             // Yield a loop turn (epoll runs) and go on.
             loop.schedule(at: loop.now) { [weak self] in self?.flush() }
@@ -729,13 +801,50 @@ final class QuicConnection {
         armTimer()
     }
 
-    @discardableResult
-    private func send(_ n: Int, _ to: sockaddr_storage, _ toLen: socklen_t) -> Bool {
+    private func address(_ to: sockaddr_storage, _ toLen: socklen_t) -> SocketAddress {
+        if toLen == 0 { return remote }
         var addr = SocketAddress()
         addr.storage = to
         addr.length = toLen
-        if toLen == 0 { addr = remote }
-        let ok = packet.withUnsafeBytes { sink.sendPacket(UnsafeRawBufferPointer(rebasing: $0[0..<n]), to: addr, from: self) }
+        return addr
+    }
+
+    /// The batch has room for one more packet of `maxPkt` bytes (it is sent first if not);
+    /// false when the socket is full.
+    private func roomInBatch(_ maxPkt: Int) -> Bool {
+        if outUsed + maxPkt <= Self.batchBytes && outCount < Self.batchPackets { return true }
+        return sendBatch()
+    }
+
+    /// The packet of `n` bytes just written at the end of the batch joins it: a packet for
+    /// another address, or larger than the batch's segment, goes in a batch of its own; a
+    /// shorter one ends the batch (only the last segment may be short).
+    private func queue(_ n: Int, _ to: sockaddr_storage, _ toLen: socklen_t) -> Bool {
+        let addr = address(to, toLen)
+        if outCount > 0 && (n > outSegment || !sameAddress(addr, outTo)) {
+            let pkt = out + outUsed
+            guard sendBatch() else { return false }
+            out.copyMemory(from: pkt, byteCount: n)
+        }
+        if outCount == 0 { outSegment = n; outTo = addr }
+        outUsed += n
+        outCount += 1
+        if n < outSegment { return sendBatch() }
+        return true
+    }
+
+    private func sameAddress(_ a: SocketAddress, _ b: SocketAddress) -> Bool {
+        guard a.length == b.length else { return false }
+        return a.withSockaddr { pa, l in b.withSockaddr { pb, _ in memcmp(pa, pb, Int(l)) == 0 } }
+    }
+
+    /// Sends the batch (false: the socket is full and the connection waits for it).
+    @discardableResult
+    private func sendBatch() -> Bool {
+        guard outCount > 0 else { return true }
+        let ok = sink.sendPackets(UnsafeRawBufferPointer(start: out, count: outUsed), segment: outSegment, to: outTo, from: self)
+        outUsed = 0
+        outCount = 0
         if !ok { blockedOnSocket = true }
         return ok
     }
@@ -778,3 +887,4 @@ final class QuicConnection {
         return true
     }
 }
+

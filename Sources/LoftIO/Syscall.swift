@@ -101,6 +101,31 @@ public enum Syscall {
         }
     }
 
+    /// One sendmsg that the kernel cuts into datagrams of `segment` bytes (UDP GSO, through
+    /// CLinux; `segment` 0: one datagram); `to` nil on a connected socket.
+    public static func sendSegments(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, segment: Int,
+                                    to: SocketAddress?) -> Result<Int, Errno> {
+        let p = buffer.assumingMemoryBound(to: UInt8.self)
+        let n: Int
+        if let to {
+            n = to.withSockaddr { clinux_udp_send_segments(fd, p, count, Int32(segment), $0, $1) }
+        } else {
+            n = clinux_udp_send_segments(fd, p, count, Int32(segment), nil, 0)
+        }
+        return n >= 0 ? .success(n) : .failure(Errno(Int32(-n)))
+    }
+
+    /// One recvmsg that may hold several datagrams coalesced by UDP GRO: `segment` gets their
+    /// size (0: one datagram), `from` the sender.
+    public static func recvSegments(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, segment: inout Int,
+                                    from: inout SocketAddress) -> Result<Int, Errno> {
+        var seg: Int32 = 0
+        let p = buffer.assumingMemoryBound(to: UInt8.self)
+        let n = from.withMutableSockaddr { a, l in clinux_udp_recv_segments(fd, p, count, &seg, UnsafeMutableRawPointer(a), l) }
+        segment = Int(seg)
+        return n >= 0 ? .success(n) : .failure(Errno(Int32(-n)))
+    }
+
     /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC (through CLinux): the new fd.
     public static func accept(_ fd: Int32) -> Result<Int32, Errno> {
         while true {

@@ -182,3 +182,46 @@ final class QuicCarrierTests: XCTestCase {
         _ = carrier
     }
 }
+
+/// UDP batches: a GSO send of packets of one size (the last shorter) on loopback arrives as the
+/// same datagrams, through a GRO read cut back by `QuicSocket.split` (or one by one where the
+/// kernel does not coalesce or refuses GSO: the fallback sends each datagram).
+final class QuicSocketTests: XCTestCase {
+    func testBatchArrivesAsTheSameDatagrams() throws {
+        let rx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        let tx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        XCTAssertGreaterThanOrEqual(rx, 0)
+        XCTAssertGreaterThanOrEqual(tx, 0)
+        defer { close(rx); close(tx) }
+        let any = SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0))
+        XCTAssertEqual(any.withSockaddr { bind(rx, $0, $1) }, 0)
+        QuicCarrier.tune(rx)
+        var bound = SocketAddress()
+        _ = bound.withMutableSockaddr { getsockname(rx, $0, $1) }
+
+        // 10 packets of 1 452 bytes and a last one of 300, each filled with its index.
+        let sizes = Array(repeating: 1452, count: 10) + [300]
+        var batch = [UInt8]()
+        for (i, n) in sizes.enumerated() { batch += [UInt8](repeating: UInt8(i), count: n) }
+        XCTAssertTrue(batch.withUnsafeBytes { QuicSocket.send(tx, $0, segment: 1452, to: bound) })
+        // A datagram sent on its own (segment 0).
+        XCTAssertTrue([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx, $0, segment: 0, to: bound) })
+
+        var got: [[UInt8]] = []
+        let buf = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+        defer { buf.deallocate() }
+        let deadline = monotonicMilliseconds() + 2000
+        while got.count < sizes.count + 1 && monotonicMilliseconds() < deadline {
+            var seg = 0
+            var from = SocketAddress()
+            switch Syscall.recvSegments(rx, buf, 65_536, segment: &seg, from: &from) {
+            case .success(let n):
+                QuicSocket.split(buf, n, segment: seg) { got.append([UInt8]($0)) }
+            case .failure:
+                usleep(1000)
+            }
+        }
+        XCTAssertEqual(got.map(\.count), sizes + [99])
+        for (i, d) in got.prefix(sizes.count).enumerated() { XCTAssertTrue(d.allSatisfy { $0 == UInt8(i) }, "datagram \(i)") }
+    }
+}

@@ -74,6 +74,17 @@ int clinux_recv_batch(int fd, uint8_t *base, size_t slot, int count, int *lens);
 /// sendmmsg of `count` datagrams (connected socket); returns how many were sent or -errno.
 int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens, int count);
 
+/// UDP generic receive offload on the socket (UDP_GRO): back-to-back datagrams of one size
+/// from one sender may arrive as one read (see clinux_udp_recv_segments). 0 or -errno.
+int clinux_udp_enable_gro(int fd);
+/// One sendmsg of `len` bytes that the kernel cuts into datagrams of `segment` bytes (the last
+/// may be shorter; UDP_SEGMENT, at most 64 of them); `segment` 0 or >= len: one datagram.
+/// `addr` NULL on a connected socket. Returns the bytes sent or -errno.
+long clinux_udp_send_segments(int fd, const uint8_t *buf, size_t len, int segment, const void *addr, unsigned addrlen);
+/// One recvmsg: `*segment` gets the size the datagrams were coalesced at (UDP_GRO), 0 when
+/// the read is one datagram; `addr`/`addrlen` (may be NULL) the sender. Bytes or -errno.
+long clinux_udp_recv_segments(int fd, uint8_t *buf, size_t cap, int *segment, void *addr, unsigned *addrlen);
+
 /// A nonblocking listening AF_UNIX stream socket at `path` with mode `mode`. A stale socket
 /// file is replaced; a live one (something accepts on it) gives -EADDRINUSE.
 int clinux_unix_listen(const char *path, unsigned mode);
