@@ -223,6 +223,13 @@ static void on_err(void *arg, err_t err) {
     if (arg) cb.failed((uintptr_t)arg, err);
 }
 
+static err_t on_connected(void *arg, struct tcp_pcb *pcb, err_t err) {
+    (void)pcb;
+    (void)err;  // lwIP 2.1 always passes ERR_OK
+    if (arg) cb.connected((uintptr_t)arg);
+    return ERR_OK;
+}
+
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     (void)arg;
     int idx = current_input;
@@ -354,6 +361,34 @@ void clwip_tcp_close(clwip_tcp *c) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
     detach(pcb);
     if (tcp_close(pcb) != ERR_OK) tcp_abort(pcb);
+}
+
+clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_endpoint *to, uintptr_t token, int *err) {
+    *err = ERR_OK;
+    if (idx < 0 || idx >= slot_count || from->is_v6 != to->is_v6) { *err = ERR_ARG; return NULL; }
+    struct tcp_pcb *pcb = tcp_new_ip_type(from->is_v6 ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
+    if (!pcb) { *err = ERR_MEM; return NULL; }
+    ip_addr_t src, dst;
+    ip_from_endpoint(&src, from);
+    ip_from_endpoint(&dst, to);
+    // Bound to the link's netif: its segments leave by it, and only segments fed to that
+    // netif reach it (tcp_input skips pcbs bound to another one).
+    tcp_bind_netif(pcb, &slots[idx].netif);
+    err_t e = tcp_bind(pcb, &src, from->port);   // ERR_USE: another pcb has the port
+    if (e != ERR_OK) { tcp_close(pcb); *err = e; return NULL; }
+    tcp_nagle_disable(pcb);
+    tcp_arg(pcb, (void *)token);
+    tcp_recv(pcb, on_recv);
+    tcp_sent(pcb, on_sent);
+    tcp_err(pcb, on_err);
+    e = tcp_connect(pcb, &dst, to->port, on_connected);
+    if (e != ERR_OK) {
+        detach(pcb);
+        tcp_abort(pcb);
+        *err = e;
+        return NULL;
+    }
+    return (clwip_tcp *)pcb;
 }
 
 void clwip_tcp_abort(clwip_tcp *c) {

@@ -83,7 +83,7 @@ public final class Netstack {
         self.settings = settings
         activeNetstack = self
         var cb = clwip_callbacks(output: lwipOutput, accepted: lwipAccepted, received: lwipReceived,
-                                 sent: lwipSent, failed: lwipError, udp: lwipUDP)
+                                 sent: lwipSent, failed: lwipError, connected: lwipConnected, udp: lwipUDP)
         _ = clwip_init(&cb)
     }
 
@@ -193,7 +193,7 @@ public final class Netstack {
         if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
     }
 
-    private static func dropReason(_ verdict: Int32) -> PacketDropReason {
+    static func dropReason(_ verdict: Int32) -> PacketDropReason {
         switch verdict {
         case Int32(CLWIP_SEGMENT_BAD_ACK): return .tcpBadAck
         case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .tcpOutOfWindow
@@ -806,6 +806,10 @@ private let lwipError: @convention(c) (UInt, Int32) -> Void = { token, err in
     // The failure can end the flow that holds the stream: keep it alive for the call.
     let s = stream(token)
     withExtendedLifetime(s) { s.lwipFailed(err) }
+}
+
+private let lwipConnected: @convention(c) (UInt) -> Void = { token in
+    stream(token).connected()
 }
 
 private let lwipUDP: @convention(c) (Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { netif, src, dst, p in

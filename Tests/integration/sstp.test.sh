@@ -5,18 +5,52 @@
 # the app namespace through loft's TUN: the IPCP address on the TUN and the IPCP DNS in the
 # namespace's resolv.conf, 50 MiB down and up with SHA-256, UDP, ping, a DNS lookup, 100
 # concurrent flows, all as IP packets over PPP (packet mode, not lwIP); MS-CHAPv2 and PAP;
-# a wrong password: one log line, redials with backoff, loft still running.
+# a wrong password: one log line, redials with backoff, loft still running. SOCKS5 CONNECT
+# routed to sstp (python-socks as the client): TCP that loft opens itself over the PPP link
+# (lwIP's active open from the IPCP address), a download and an upload with SHA-256, a refused
+# port reported as refused.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/sstp-lib.sh"
 
 topo_up
 sstp_pki
+S5_PORT=$((20000 + T_ID % 20000))
+while ss -Htuln "sport = :$S5_PORT" 2>/dev/null | grep -q .; do S5_PORT=$((S5_PORT + 1)); done
 
 # Services behind the PPP link, in srv, on the responder's TUN address.
 make_files 50
+head -c $((4 * 1024 * 1024 + 12345)) /dev/urandom >"$T_DIR/www/s5"
+# socks.py MODE HOST PORT [FILE]: through loft's SOCKS5 listener (python-socks): dl prints the
+# SHA-256 of what arrives until EOF; ul sends FILE, half-closes, prints the reply.
+cat >"$T_DIR/socks.py" <<'PYEOF'
+import sys, hashlib
+from python_socks.sync import Proxy
+mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+proxy = Proxy.from_url("socks5://127.0.0.1:%s" % sys.argv[5])
+try:
+    s = proxy.connect(dest_host=host, dest_port=port, timeout=10)
+except Exception as e:
+    print("error", type(e).__name__, e)
+    sys.exit(0)
+s.settimeout(30)
+if mode == "ul":
+    s.sendall(open(sys.argv[4], "rb").read())
+    import socket
+    s.shutdown(socket.SHUT_WR)
+h, out = hashlib.sha256(), b""
+while True:
+    c = s.recv(65536)
+    if not c:
+        break
+    h.update(c)
+    out += c if mode == "ul" else b""
+print(h.hexdigest() if mode == "dl" else out.decode().split()[0])
+PYEOF
 start_services() {
     bg_in "$SRV_NS" dl socat "TCP4-LISTEN:9100,bind=$PPP_LOCAL,fork,reuseaddr" "OPEN:$T_DIR/www/big,rdonly"
-    bg_in "$SRV_NS" sink socat -t 30 "TCP4-LISTEN:9000,bind=$PPP_LOCAL,fork,reuseaddr" EXEC:sha256sum
+    bg_in "$SRV_NS" sink socat -d -d -t 30 "TCP4-LISTEN:9000,bind=$PPP_LOCAL,fork,reuseaddr" EXEC:sha256sum
+    SINK_LOG=$T_DIR/sink.log
+    bg_in "$SRV_NS" s5dl socat "TCP4-LISTEN:9103,bind=$PPP_LOCAL,fork,reuseaddr" "OPEN:$T_DIR/www/s5,rdonly"
     bg_in "$SRV_NS" small socat "TCP4-LISTEN:9102,bind=$PPP_LOCAL,fork,reuseaddr,backlog=256" "OPEN:$T_DIR/www/f0,rdonly"
     bg_in "$SRV_NS" uecho socat "UDP4-RECVFROM:9101,bind=$PPP_LOCAL,fork" PIPE
     bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
@@ -35,7 +69,7 @@ tun:
   ipv4: 198.18.0.1/30
   ipv6: fd00:18::1/126
   route-all: true
-socks5: off
+socks5: { listen: 127.0.0.1:$S5_PORT }
 bridge: off
 outbounds:
   - name: corp
@@ -61,7 +95,8 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
 start_responder mschapv2
 start_services
-CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode server-killed redial-new-address path-changed stop-clean"
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode
+socks5-download socks5-upload socks5-refused socks5-counted server-killed redial-new-address path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -118,6 +153,31 @@ print(ok)" 2>&1)
     up=$(echo "$st" | sed -n 's/.*packets-up \([0-9]*\).*/\1/p')
     if echo "$st" | grep -q 'tcp-flows-opened - ' && [ "${up:-0}" -gt 36000 ]; then pass packet-mode
     else fail packet-mode "packets-up ${up:-?}: $(echo "$st" | grep -E 'TOTALS|packets-up' | tr '\n' '|')"; fi
+    # SOCKS5 CONNECT routed to sstp: loft opens the connection itself over the link (from the
+    # IPCP address, a port in 61000-65535); the services see it as any client of the link.
+    want=$(sha_of "$T_DIR/www/s5")
+    t0=$(now_ms)
+    got=$(timeout 60 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9103 - "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if [ "$got" = "$want" ]; then pass socks5-download; note "SOCKS5 over sstp: 4 MiB down in $((t1 - t0)) ms"
+    else fail socks5-download "sha256 $got, want $want; loft: $(grep -v 'event=ready' "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    t0=$(now_ms)
+    got=$(timeout 60 python3 "$T_DIR/socks.py" ul "$PPP_LOCAL" 9000 "$T_DIR/www/s5" "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if [ "$got" = "$want" ]; then pass socks5-upload; note "SOCKS5 over sstp: 4 MiB up in $((t1 - t0)) ms"
+    else fail socks5-upload "sha256 $got, want $want; loft: $(grep -v 'event=ready' "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    # Nothing listens on 9199 behind the link: the server's RST makes a SOCKS5 "connection
+    # refused" (reply 5) at once.
+    t0=$(now_ms)
+    got=$(timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9199 - "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if echo "$got" | grep -qi 'refused' && [ $((t1 - t0)) -lt 5000 ]; then pass socks5-refused
+    else fail socks5-refused "$got in $((t1 - t0)) ms"; fi
+    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 || true)
+    n=$(echo "$st" | sed -n 's/.*link-connections-opened \([0-9]*\).*/\1/p')
+    sv=$(echo "$st" | sed -n 's/.* streams \([0-9]*\).*/\1/p')
+    if [ "${n:-0}" -ge 3 ] && [ "${sv:-0}" -ge 3 ] && grep -q "$PPP_CLIENT:6[1-5][0-9][0-9][0-9]" "$SINK_LOG" 2>/dev/null; then pass socks5-counted
+    else fail socks5-counted "link-connections-opened ${n:-?}, streams ${sv:-?}: $(echo "$st" | grep -E 'link-conn|streams' | tr '\n' '|'); sink: $(tail -2 "$SINK_LOG" 2>&1 | tr '\n' '|')"; fi
     # The server dies in the middle of a transfer: the link is down (one log line), loft
     # redials with backoff, and the address the new server hands out goes on the TUN.
     (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &

@@ -33,6 +33,8 @@ typedef struct {
     void (*sent)(uintptr_t token, uint16_t len);
     /// The connection is gone (reset by the peer or aborted by lwIP); the pcb is already freed.
     void (*failed)(uintptr_t token, int err);
+    /// An active open (clwip_tcp_connect) completed its handshake.
+    void (*connected)(uintptr_t token);
     /// A UDP datagram; ownership of p passes to Swift.
     void (*udp)(int netif, const clwip_endpoint *src, const clwip_endpoint *dst, clwip_pbuf *p);
 } clwip_callbacks;
@@ -100,6 +102,12 @@ int clwip_tcp_shutdown_write(clwip_tcp *pcb);
 /// Detaches Swift and closes gracefully (lwIP finishes the FIN exchange on its own); falls back
 /// to an abort if lwIP has no memory. Never call from inside this pcb's callbacks.
 void clwip_tcp_close(clwip_tcp *pcb);
+/// Opens a TCP connection from `from` (an address and port of the link behind netif `idx`)
+/// to `to`, bound to that netif: its SYN leaves at once through the netif's output, and
+/// `token` gets received/sent/failed like an accepted pcb's, plus `connected` when the
+/// handshake completes. Returns NULL with *err set (ERR_USE = -8: the port is taken here;
+/// ERR_MEM = -1; ERR_ARG = -16).
+clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_endpoint *to, uintptr_t token, int *err);
 /// Detaches Swift and sends RST. Inside tcp_received return 1 afterwards.
 void clwip_tcp_abort(clwip_tcp *pcb);
 

@@ -1,0 +1,177 @@
+import CLwIP
+import Glibc
+import LoftCore
+import LoftIO
+
+/// One connection opened over a link: its local port and the server's endpoint (the link's
+/// address is the same for all of them).
+struct LinkKey: Hashable {
+    var localPort: UInt16
+    var remote: Endpoint
+}
+
+/// TCP connections lwIP opens itself (active open, `clwip_tcp_connect`) over a packet
+/// outbound's link, for the streams routed to that outbound (SOCKS5 CONNECT, the bridge's TCP):
+/// the link's own lwIP netif, whose output is the outbound's `sendPacket`, and whose input is
+/// the link's packets that belong to one of these connections (`takePacket`; the rest are the
+/// TUN's packet flows). Each connection's end is an `LwipStream`, spliced like any other.
+///
+/// Local ports come from `ports` (above Linux's default ephemeral range, 32768–60999, which the
+/// TUN's apps use for the same address), round robin, skipping a port lwIP still has in use and
+/// any 4-tuple the TUN's packet flows have (one dictionary lookup each).
+public final class NetstackLink: PacketLinkStack, PacketWriter {
+    unowned let stack: Netstack
+    weak var outbound: PacketOutbound?
+    var netif = -1
+    public static let ports: ClosedRange<UInt16> = 61000...65535
+
+    private struct Entry {
+        /// nil once the stream has let go of its pcb (closed): lwIP may still be finishing the
+        /// FIN exchange, so the server's segments keep going to lwIP until `closedAt` is old.
+        weak var stream: LwipStream?
+        var closedAt: UInt64?
+    }
+    private var entries: [LinkKey: Entry] = [:]
+    private var live = 0
+    private var nextPort: UInt16
+    private var sweep: TimerHandle?
+    /// Closed connections are forgotten this long after (lwIP's FIN_WAIT timeout is 20 s).
+    static let lingerMs: UInt64 = 60_000
+
+    init(stack: Netstack, outbound: PacketOutbound) {
+        self.stack = stack
+        self.outbound = outbound
+        nextPort = UInt16.random(in: Self.ports)
+    }
+
+    public var connectionCount: Int { live }
+
+    public func setMTU(_ mtu: Int) { stack.setMTU(mtu, input: netif) }
+
+    // MARK: PacketWriter (lwIP's output for the link)
+
+    public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
+        if outbound?.sendPacket(packet) != true { stack.drop(.linkDown, netif) }
+    }
+
+    // MARK: PacketLinkStack
+
+    public func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream? {
+        guard address.isIPv4, destination.address.isIPv4, netif >= 0 else { return nil }
+        let s = LwipStream(stack: stack, pcb: nil)
+        s.events = events
+        let token = UInt(bitPattern: Unmanaged.passUnretained(s).toOpaque())
+        var to = clwip_endpoint(destination)
+        for _ in 0..<Self.ports.count {
+            let port = nextPort
+            nextPort = port == Self.ports.upperBound ? Self.ports.lowerBound : port + 1
+            let key = LinkKey(localPort: port, remote: destination)
+            guard entries[key] == nil, !stack.hasPacketFlow(from: Endpoint(address, port), to: destination) else { continue }
+            var from = clwip_endpoint(Endpoint(address, port))
+            var err: Int32 = 0
+            // Register first: the SYN leaves inside the call.
+            s.link = self
+            s.linkKey = key
+            s.connecting = true
+            entries[key] = Entry(stream: s)
+            live += 1
+            guard let pcb = clwip_tcp_connect(Int32(netif), &from, &to, token, &err) else {
+                entries[key] = nil
+                live -= 1
+                s.link = nil
+                s.connecting = false
+                if err == -8 /* ERR_USE */ { continue }
+                return nil
+            }
+            s.pcb = pcb
+            stack.tally.linkConnectionsOpened &+= 1
+            return s
+        }
+        return nil
+    }
+
+    public func takePacket(_ p: UnsafeRawBufferPointer) -> Bool {
+        guard !entries.isEmpty, p.count >= 40, p[0] >> 4 == 4, p[9] == IPProtocol.tcp else { return false }
+        let ihl = Int(p[0] & 0x0F) * 4
+        // A later fragment has no ports: it is not one of these (loft's connections never
+        // fragment, lwIP sends within the link's MTU and the server's MSS).
+        guard ihl >= 20, p.count >= ihl + 20, p[6] & 0x1F == 0, p[7] == 0 else { return false }
+        let src = IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: p[12..<16]))
+        let sport = UInt16(p[ihl]) << 8 | UInt16(p[ihl + 1])
+        let dport = UInt16(p[ihl + 2]) << 8 | UInt16(p[ihl + 3])
+        guard Self.ports.contains(dport), entries[LinkKey(localPort: dport, remote: Endpoint(src, sport))] != nil else { return false }
+        stack.linkInput(p, netif: netif, tcpOffset: ihl)
+        return true
+    }
+
+    public func linkDown() {
+        let streams = entries.values.compactMap { $0.closedAt == nil ? $0.stream : nil }
+        entries.removeAll()
+        live = 0
+        for s in streams {
+            s.link = nil
+            s.linkLost(.networkUnreachable)
+        }
+    }
+
+    /// From the stream: its pcb is gone (reset, failed: forget the connection now) or handed
+    /// to lwIP to close (keep feeding it for a while).
+    func released(_ key: LinkKey, pcbGone: Bool) {
+        guard var e = entries[key] else { return }
+        if e.closedAt == nil { live -= 1 }
+        if pcbGone {
+            entries[key] = nil
+            return
+        }
+        e.closedAt = stack.loop.now
+        e.stream = nil
+        entries[key] = e
+        armSweep()
+    }
+
+    private func armSweep() {
+        guard sweep == nil else { return }
+        sweep = stack.loop.schedule(after: Self.lingerMs) { [weak self] in
+            guard let self else { return }
+            self.sweep = nil
+            let now = self.stack.loop.now
+            self.entries = self.entries.filter { _, e in e.closedAt.map { now &- $0 < Self.lingerMs } ?? true }
+            if self.entries.values.contains(where: { $0.closedAt != nil }) { self.armSweep() }
+        }
+    }
+}
+
+extension Netstack {
+    /// Gives a packet outbound (sstp) its own lwIP netif for the TCP connections loft opens over
+    /// its link (`NetstackLink`); nil when lwIP's netif table is full (the outbound then keeps
+    /// refusing streams).
+    public func addLink(for outbound: PacketOutbound, mtu: Int) -> NetstackLink? {
+        let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
+        guard idx >= 0 else { return nil }
+        precondition(idx == inputs.count, "lwIP netif table out of step")
+        let link = NetstackLink(stack: self, outbound: outbound)
+        var input = Input(writer: link, mtu: mtu, verifyChecksums: false, offload: false)
+        input.windowScale = clwip_netif_window_scale(Int32(idx))
+        inputs.append(input)
+        inputCounters.append(InputCounters())
+        link.netif = idx
+        return link
+    }
+
+    /// Whether the TUN's packet flows have this 4-tuple (TCP, from the app's side).
+    func hasPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
+        guard let tun = packetModeInput else { return false }
+        return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.tcp, source: source, destination: destination)] != nil
+    }
+
+    /// A segment from the link for one of its connections: straight to lwIP (never routed).
+    func linkInput(_ packet: UnsafeRawBufferPointer, netif: Int, tcpOffset: Int) {
+        tally.packetsIn &+= 1
+        tally.bytesIn &+= UInt64(packet.count)
+        inputCounters[netif].packetsIn &+= 1
+        inputCounters[netif].bytesIn &+= UInt64(packet.count)
+        let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                  -1, -1, Int32(tcpOffset))
+        if verdict != 0 { drop(Netstack.dropReason(verdict), netif) }
+    }
+}
