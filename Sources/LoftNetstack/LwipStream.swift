@@ -42,7 +42,10 @@ final class LwipStream: ByteStream {
     deinit {
         releasePending()
         // Never left with callbacks pointing at a freed stream.
-        if let pcb { clwip_tcp_abort(pcb) }
+        if let pcb {
+            clwip_tcp_abort(pcb)
+            if let link, let linkKey { link.released(linkKey, pcbGone: true) }
+        }
     }
 
     // MARK: lwIP callbacks

@@ -33,7 +33,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
     }
     private var entries: [LinkKey: Entry] = [:]
     private var live = 0
-    private var nextPort: UInt16
+    var nextPort: UInt16
     private var sweep: TimerHandle?
     /// Closed connections are forgotten this long after (lwIP's FIN_WAIT timeout is 20 s).
     static let lingerMs: UInt64 = 60_000
