@@ -295,7 +295,7 @@ public final class Netstack {
     /// outbound is one. Only that input's packets look at the packet-flow table first (no cost
     /// otherwise): a packet outbound's replies go back to that input alone, and its address is
     /// the one the link gave. Other inputs' flows routed to it reach it through lwIP as streams
-    /// (which it refuses).
+    /// (TCP it opens again over the link, `NetstackLink`; UDP it refuses).
     public var packetModeInput: Int?
     /// Where a large segment is cut for a packet outbound (made on first use).
     private var segmentScratch: UnsafeMutableRawBufferPointer?

@@ -180,13 +180,22 @@ print(ok)" 2>&1)
     else fail socks5-counted "link-connections-opened ${n:-?}, streams ${sv:-?}: $(echo "$st" | grep -E 'link-conn|streams' | tr '\n' '|'); sink: $(tail -2 "$SINK_LOG" 2>&1 | tr '\n' '|')"; fi
     # The server dies in the middle of a transfer: the link is down (one log line), loft
     # redials with backoff, and the address the new server hands out goes on the TUN.
+    # A SOCKS5 download over the link at the same time ends too (its connection fails with
+    # the link), well before its 20 s timeout.
     (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
     dl=$!
+    t0=$(now_ms)
+    (timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9100 - "$S5_PORT" >"$T_DIR/s5cut.out" 2>&1) &
+    s5=$!
     sleep 0.3
     stop_responder
     wait "$dl"
-    if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died; then pass server-killed
-    else fail server-killed "$(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+    wait "$s5"
+    s5ms=$(($(now_ms) - t0))
+    if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died && [ $s5ms -lt 15000 ] \
+        && ! grep -qx "$(sha_of "$T_DIR/www/big")" "$T_DIR/s5cut.out"; then pass server-killed
+        note "the SOCKS5 download over the link ended $s5ms ms after it started: $(tail -1 "$T_DIR/s5cut.out" | cut -c1-80)"
+    else fail server-killed "socks5 ${s5ms} ms: $(tail -1 "$T_DIR/s5cut.out"); $(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
     CLIENT_ADDRESS=198.19.$NET.3 start_responder mschapv2
     for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
     sleep 0.5
