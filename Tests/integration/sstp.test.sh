@@ -182,16 +182,17 @@ print(ok)" 2>&1)
     # redials with backoff, and the address the new server hands out goes on the TUN.
     # A SOCKS5 download over the link at the same time ends too (its connection fails with
     # the link), well before its 20 s timeout.
-    (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
-    dl=$!
     t0=$(now_ms)
     (timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9100 - "$S5_PORT" >"$T_DIR/s5cut.out" 2>&1) &
     s5=$!
+    sleep 0.2
+    (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
+    dl=$!
     sleep 0.3
     stop_responder
-    wait "$dl"
     wait "$s5"
     s5ms=$(($(now_ms) - t0))
+    wait "$dl"
     if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died && [ $s5ms -lt 15000 ] \
         && ! grep -qx "$(sha_of "$T_DIR/www/big")" "$T_DIR/s5cut.out"; then pass server-killed
         note "the SOCKS5 download over the link ended $s5ms ms after it started: $(tail -1 "$T_DIR/s5cut.out" | cut -c1-80)"
