@@ -158,6 +158,13 @@ final class LinkTCPTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(syn(p)).source.port, NetstackLink.ports.upperBound)
         XCTAssertEqual(link.nextPort, NetstackLink.ports.lowerBound)
         XCTAssertEqual(link.connectionCount, 3)
-        XCTAssertEqual(keep.count, 3)
+        // The stack shut down under open connections: they fail, and no stream is left with a
+        // freed pcb (dropping them afterwards touches nothing of lwIP's).
+        let events = keep.map { _ in RecordingEvents() }
+        for (s, e) in zip(keep, events) { (s as! LwipStream).events = e }
+        h.shutdown()
+        XCTAssertEqual(events.map(\.failures), Array(repeating: [FlowFailure.networkUnreachable], count: 3))
+        XCTAssertTrue(keep.allSatisfy { ($0 as! LwipStream).pcb == nil })
+        keep.removeAll()
     }
 }
