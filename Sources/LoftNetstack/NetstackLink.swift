@@ -92,15 +92,14 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
 
     public func takePacket(_ p: UnsafeRawBufferPointer) -> Bool {
         guard !entries.isEmpty, p.count >= 40, p[0] >> 4 == 4, p[9] == IPProtocol.tcp else { return false }
-        let ihl = Int(p[0] & 0x0F) * 4
-        // A later fragment has no ports: it is not one of these (loft's connections never
-        // fragment, lwIP sends within the link's MTU and the server's MSS).
-        guard ihl >= 20, p.count >= ihl + 20, p[6] & 0x1F == 0, p[7] == 0 else { return false }
-        let src = IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: p[12..<16]))
-        let sport = UInt16(p[ihl]) << 8 | UInt16(p[ihl + 1])
-        let dport = UInt16(p[ihl + 2]) << 8 | UInt16(p[ihl + 3])
-        guard Self.ports.contains(dport), entries[LinkKey(localPort: dport, remote: Endpoint(src, sport))] != nil else { return false }
-        stack.linkInput(p, netif: netif, tcpOffset: ihl)
+        // The TUN's parser (fuzzed in `packet`); a malformed packet is left to the TUN's path,
+        // which drops it the same way. A later fragment has no ports: never one of these (lwIP
+        // sends within the link's MTU and the server's MSS).
+        guard case .success(let s) = PacketSummary.parse(p, maxLength: 65535), !s.isLaterFragment,
+              Self.ports.contains(s.destinationPort),
+              entries[LinkKey(localPort: s.destinationPort, remote: Endpoint(s.source, s.sourcePort))] != nil
+        else { return false }
+        stack.linkInput(p, netif: netif, tcpOffset: s.transportOffset)
         return true
     }
 
