@@ -433,6 +433,47 @@ int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to
     return e;
 }
 
+// ---- UDP over a link (active side) ------------------------------------------------------------
+
+static void on_link_udp(void *arg, struct udp_pcb *pcb, struct pbuf *p, const ip_addr_t *addr, u16_t port) {
+    (void)pcb;
+    if (!arg) { pbuf_free(p); return; }
+    clwip_endpoint src;
+    endpoint_from(&src, addr, port);
+    cb.link_udp((uintptr_t)arg, &src, (clwip_pbuf *)p);
+}
+
+clwip_udp *clwip_udp_open(int idx, const clwip_endpoint *from, uintptr_t token, int *err) {
+    *err = ERR_OK;
+    if (idx < 0 || idx >= slot_count || from->is_v6) { *err = ERR_ARG; return NULL; }
+    struct udp_pcb *pcb = udp_new_ip_type(IPADDR_TYPE_V4);
+    if (!pcb) { *err = ERR_MEM; return NULL; }
+    ip_addr_t src;
+    ip_from_endpoint(&src, from);
+    udp_bind_netif(pcb, &slots[idx].netif);
+    err_t e = udp_bind(pcb, &src, from->port);   // ERR_USE: a pcb has the port
+    if (e != ERR_OK) { udp_remove(pcb); *err = e; return NULL; }
+    udp_recv(pcb, on_link_udp, (void *)token);
+    return (clwip_udp *)pcb;
+}
+
+int clwip_udp_sendto(clwip_udp *c, const clwip_endpoint *to, const void *data, uint16_t len) {
+    struct udp_pcb *pcb = (struct udp_pcb *)c;
+    struct pbuf *p = pbuf_alloc(PBUF_TRANSPORT, len, PBUF_RAM);
+    if (!p) return ERR_MEM;
+    memcpy(p->payload, data, len);
+    ip_addr_t dst;
+    ip_from_endpoint(&dst, to);
+    // udp_sendto would compare the pcb's address with the netif's (a dummy here): the source
+    // is given explicitly, the netif is the one the pcb is bound to.
+    struct netif *n = netif_get_by_index(pcb->netif_idx);
+    err_t e = n ? udp_sendto_if_src(pcb, p, &dst, to->port, n, &pcb->local_ip) : ERR_RTE;
+    pbuf_free(p);
+    return e;
+}
+
+void clwip_udp_close(clwip_udp *c) { udp_remove((struct udp_pcb *)c); }
+
 // ---- input --------------------------------------------------------------------------------
 
 // ---- segment checks before lwIP ------------------------------------------------------------

@@ -158,6 +158,9 @@ public protocol PacketLinkStack: AnyObject {
     /// Opens a TCP connection from `address` (the link's own) to `destination`; its packets go
     /// to the outbound's `sendPacket`. nil when it cannot be opened (IPv6, no free port).
     func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream?
+    /// A UDP association from `address` and a local port of its own: datagrams to any remote,
+    /// replies from any remote (full cone). nil when it cannot be opened.
+    func openAssociation(from address: IPAddress, events: DatagramEvents) -> DatagramAssociation?
     /// A packet from the link for the link's address: true when it belongs to a connection
     /// opened here (then it is taken), false when it is the TUN's.
     func takePacket(_ packet: UnsafeRawBufferPointer) -> Bool

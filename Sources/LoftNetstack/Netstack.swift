@@ -83,7 +83,7 @@ public final class Netstack {
         self.settings = settings
         activeNetstack = self
         var cb = clwip_callbacks(output: lwipOutput, accepted: lwipAccepted, received: lwipReceived,
-                                 sent: lwipSent, failed: lwipError, connected: lwipConnected, udp: lwipUDP)
+                                 sent: lwipSent, failed: lwipError, connected: lwipConnected, udp: lwipUDP, link_udp: lwipLinkUDP)
         _ = clwip_init(&cb)
     }
 
@@ -810,6 +810,13 @@ private let lwipError: @convention(c) (UInt, Int32) -> Void = { token, err in
 
 private let lwipConnected: @convention(c) (UInt) -> Void = { token in
     stream(token).connected()
+}
+
+private let lwipLinkUDP: @convention(c) (UInt, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { token, src, p in
+    guard let p else { return }
+    guard let src else { clwip_pbuf_free(p); return }
+    let a = Unmanaged<LinkAssociation>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
+    withExtendedLifetime(a) { a.received(from: src.pointee.endpoint, p) }
 }
 
 private let lwipUDP: @convention(c) (Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { netif, src, dst, p in

@@ -32,6 +32,17 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
         var closedAt: UInt64?
     }
     private var entries: [LinkKey: Entry] = [:]
+    /// UDP associations by local port.
+    private var associations: [UInt16: Weak] = [:]
+    private struct Weak { weak var a: LinkAssociation? }
+    /// Where a datagram from lwIP is copied for its association (one loop thread).
+    private var scratchStorage: UnsafeMutableRawBufferPointer?
+    var scratch: UnsafeMutableRawBufferPointer {
+        if let s = scratchStorage { return s }
+        let s = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+        scratchStorage = s
+        return s
+    }
     private var live = 0
     var nextPort: UInt16
     private var sweep: TimerHandle?
@@ -44,7 +55,9 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
         nextPort = UInt16.random(in: Self.ports)
     }
 
-    public var connectionCount: Int { live }
+    public var connectionCount: Int { live + associations.count }
+
+    deinit { scratchStorage?.deallocate() }
 
     public func setMTU(_ mtu: Int) { stack.setMTU(mtu, input: netif) }
 
@@ -90,7 +103,38 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
         return nil
     }
 
+    public func openAssociation(from address: IPAddress, events: DatagramEvents) -> DatagramAssociation? {
+        guard address.isIPv4, netif >= 0 else { return nil }
+        let a = LinkAssociation(link: self)
+        a.events = events
+        let token = UInt(bitPattern: Unmanaged.passUnretained(a).toOpaque())
+        for _ in 0..<Self.ports.count {
+            let port = nextPort
+            nextPort = port == Self.ports.upperBound ? Self.ports.lowerBound : port + 1
+            guard associations[port] == nil else { continue }
+            var from = clwip_endpoint(Endpoint(address, port))
+            var err: Int32 = 0
+            guard let pcb = clwip_udp_open(Int32(netif), &from, token, &err) else {
+                if err == -8 /* ERR_USE */ { continue }
+                return nil
+            }
+            a.pcb = pcb
+            a.port = port
+            associations[port] = Weak(a: a)
+            return a
+        }
+        return nil
+    }
+
+    func releasedUDP(_ port: UInt16) { associations[port] = nil }
+
     public func takePacket(_ p: UnsafeRawBufferPointer) -> Bool {
+        if !associations.isEmpty, p.count >= 28, p[0] >> 4 == 4, p[9] == IPProtocol.udp {
+            guard case .success(let s) = PacketSummary.parse(p, maxLength: 65535), !s.isLaterFragment,
+                  associations[s.destinationPort] != nil else { return false }
+            stack.linkInput(p, netif: netif, tcpOffset: 0)
+            return true
+        }
         guard !entries.isEmpty, p.count >= 40, p[0] >> 4 == 4, p[9] == IPProtocol.tcp else { return false }
         // The TUN's parser (fuzzed in `packet`); a malformed packet is left to the TUN's path,
         // which drops it the same way. A later fragment has no ports: never one of these (lwIP
@@ -104,6 +148,9 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
     }
 
     public func linkDown() {
+        let assocs = associations.values.compactMap(\.a)
+        associations.removeAll()
+        for a in assocs { a.close() }
         let streams = entries.values.compactMap { $0.closedAt == nil ? $0.stream : nil }
         entries.removeAll()
         live = 0
@@ -137,6 +184,40 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
             self.entries = self.entries.filter { _, e in e.closedAt.map { now &- $0 < Self.lingerMs } ?? true }
             if self.entries.values.contains(where: { $0.closedAt != nil }) { self.armSweep() }
         }
+    }
+}
+
+/// A UDP association over a link (SOCKS5 UDP ASSOCIATE, the bridge's UDP routed to sstp): an
+/// lwIP udp pcb bound to the link's address and a port, on the link's netif.
+final class LinkAssociation: DatagramAssociation {
+    weak var events: DatagramEvents?
+    weak var link: NetstackLink?
+    var pcb: OpaquePointer?
+    var port: UInt16 = 0
+
+    init(link: NetstackLink) { self.link = link }
+    deinit { close() }
+
+    func send(_ payload: UnsafeRawBufferPointer, to destination: Destination) -> Bool {
+        guard let pcb, case .ip(let e) = destination, e.address.isIPv4, payload.count <= 65507 else { return false }
+        var to = clwip_endpoint(e)
+        return clwip_udp_sendto(pcb, &to, payload.baseAddress, UInt16(payload.count)) == 0
+    }
+
+    func close() {
+        guard let pcb else { return }
+        self.pcb = nil
+        clwip_udp_close(pcb)
+        link?.releasedUDP(port)
+    }
+
+    /// From lwIP: a datagram for this pcb (the pbuf is freed here).
+    func received(from remote: Endpoint, _ p: OpaquePointer) {
+        guard let link, pcb != nil else { clwip_pbuf_free(p); return }
+        let n = Int(clwip_pbuf_total(p))
+        _ = clwip_pbuf_copy(p, link.scratch.baseAddress, UInt16(n))
+        clwip_pbuf_free(p)
+        events?.datagramReceived(UnsafeRawBufferPointer(rebasing: link.scratch[0..<n]), from: remote)
     }
 }
 

@@ -30,8 +30,8 @@ public struct SSTPOptions: Sendable {
 /// One SSTP connection to a server (TLS, then `SSTPClient`): the link IPCP gives goes to
 /// `onLink` (the TUN takes the address and DNS), IP packets go both ways (`sendPacket`,
 /// `onPacket`). A lost connection is redialled with backoff (0.5 s doubling to 30 s, ±25 %).
-/// TCP streams (SOCKS5 CONNECT, the bridge's TCP) are connections loft opens itself over the
-/// link from its address (`linkStack`, lwIP's active open); UDP associations are refused,
+/// TCP streams and UDP associations (SOCKS5, the bridge) are connections and lwIP udp pcbs
+/// loft opens itself over the link from its address (`linkStack`); what cannot be carried is
 /// counted as `stream-refused` (docs/sstp.md says what is built).
 public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDelegate {
     public let name: String
@@ -393,8 +393,14 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         return s
     }
 
+    /// A UDP association from the link's address (lwIP udp pcb over the link); refused while
+    /// the link is down. Datagrams to names or IPv6 are dropped.
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
-        counts.streamRefused &+= 1
-        return nil
+        guard state == .up, let l = link, let ls = linkStack, let a = ls.openAssociation(from: l.address, events: events) else {
+            counts.streamRefused &+= 1
+            return nil
+        }
+        counts.streamsOpened &+= 1
+        return a
     }
 }

@@ -14,7 +14,13 @@ final class RecordingEvents: ByteStreamEvents {
     func streamWritable() { writable += 1 }
 }
 
-/// TCP that loft opens itself over a packet outbound's link (`NetstackLink`: SOCKS5 and bridge
+/// Datagrams an association's driver was given.
+final class RecordingDatagrams: DatagramEvents {
+    var got: [([UInt8], Endpoint)] = []
+    func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint) { got.append((Array(payload), from)) }
+}
+
+/// TCP (and UDP) that loft opens itself over a packet outbound's link (`NetstackLink`: SOCKS5 and bridge
 /// streams routed to sstp, docs/sstp.md). The server's side is played with hand-made segments.
 final class LinkTCPTests: XCTestCase {
     let linkAddress = IPAddress("198.19.1.2")!
@@ -166,5 +172,39 @@ final class LinkTCPTests: XCTestCase {
         XCTAssertEqual(events.map(\.failures), Array(repeating: [FlowFailure.networkUnreachable], count: 3))
         XCTAssertTrue(keep.allSatisfy { ($0 as! LwipStream).pcb == nil })
         keep.removeAll()
+    }
+
+    func testUDPAssociationOverLink() throws {
+        let (h, p, link) = harness()
+        defer { h.shutdown() }
+        let ev = RecordingDatagrams()
+        link.nextPort = 62000
+        let a = try XCTUnwrap(link.openAssociation(from: linkAddress, events: ev))
+        XCTAssertTrue(Array("ping".utf8).withUnsafeBytes { a.send($0, to: .ip(server)) })
+        let d = try XCTUnwrap(Datagram.parse(p.packets.last!))
+        XCTAssertEqual(d.source, Endpoint(linkAddress, 62000), "from the link's address and the association's port")
+        XCTAssertEqual(d.destination, server)
+        XCTAssertEqual(d.payload, Array("ping".utf8))
+        XCTAssertTrue(h.takePackets().isEmpty, "nothing goes to the TUN")
+        // Replies from any remote (full cone) reach the driver; another port is the TUN's.
+        let other = Endpoint(IPAddress("198.19.1.9")!, 53)
+        XCTAssertTrue(take(link, udpPacket(from: server, to: d.source, payload: Array("pong".utf8))))
+        XCTAssertTrue(take(link, udpPacket(from: other, to: d.source, payload: Array("dns".utf8))))
+        XCTAssertFalse(take(link, udpPacket(from: server, to: Endpoint(linkAddress, 62001), payload: [1])))
+        h.turn()
+        XCTAssertEqual(ev.got.map(\.0), [Array("pong".utf8), Array("dns".utf8)])
+        XCTAssertEqual(ev.got.map(\.1), [server, other])
+        XCTAssertEqual(link.connectionCount, 1)
+        // The port is taken while it is open; the link going down closes it.
+        link.nextPort = 62000
+        let b = try XCTUnwrap(link.openAssociation(from: linkAddress, events: ev))
+        XCTAssertTrue([UInt8(1)].withUnsafeBytes { b.send($0, to: .ip(server)) })
+        XCTAssertEqual(Datagram.parse(p.packets.last!)?.source.port, 62001)
+        link.linkDown()
+        XCTAssertFalse([UInt8(1)].withUnsafeBytes { a.send($0, to: .ip(server)) })
+        XCTAssertFalse(take(link, udpPacket(from: server, to: d.source, payload: [2])))
+        XCTAssertEqual(link.connectionCount, 0)
+        XCTAssertEqual(Netstack.lwipResources().udpPCBs, 0)
+        withExtendedLifetime(b) {}
     }
 }

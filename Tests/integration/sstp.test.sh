@@ -23,9 +23,24 @@ head -c $((4 * 1024 * 1024 + 12345)) /dev/urandom >"$T_DIR/www/s5"
 # socks.py MODE HOST PORT [FILE]: through loft's SOCKS5 listener (python-socks): dl prints the
 # SHA-256 of what arrives until EOF; ul sends FILE, half-closes, prints the reply.
 cat >"$T_DIR/socks.py" <<'PYEOF'
-import sys, hashlib
+import sys, hashlib, socket, struct
 from python_socks.sync import Proxy
 mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "udp":   # UDP ASSOCIATE by hand (RFC 1928): 5 datagrams to host:port and back
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[5])), timeout=5)
+    c.sendall(b"\x05\x01\x00"); assert c.recv(2) == b"\x05\x00"
+    c.sendall(b"\x05\x03\x00\x01" + bytes(4) + bytes(2))
+    r = c.recv(10)
+    if r[1] != 0:
+        print("udp associate reply", r[1]); sys.exit(0)
+    relay = (socket.inet_ntoa(r[4:8]), struct.unpack("!H", r[8:10])[0])
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+    ok, srcs = 0, set()
+    for i in range(5):
+        u.sendto(b"\x00\x00\x00\x01" + socket.inet_aton(host) + struct.pack("!H", port) + b"dgram %d" % i, relay)
+        d, _ = u.recvfrom(2000)
+        ok += d[10:] == b"dgram %d" % i and d[4:8] == socket.inet_aton(host) and d[8:10] == struct.pack("!H", port)
+    print(ok); sys.exit(0)
 proxy = Proxy.from_url("socks5://127.0.0.1:%s" % sys.argv[5])
 try:
     s = proxy.connect(dest_host=host, dest_port=port, timeout=10)
@@ -96,7 +111,7 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 start_responder mschapv2
 start_services
 CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode
-socks5-download socks5-upload socks5-refused socks5-counted server-killed redial-new-address path-changed stop-clean"
+socks5-download socks5-upload socks5-refused socks5-udp socks5-counted server-killed redial-new-address path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -173,6 +188,9 @@ print(ok)" 2>&1)
     t1=$(now_ms)
     if echo "$got" | grep -qi 'refused' && [ $((t1 - t0)) -lt 5000 ]; then pass socks5-refused
     else fail socks5-refused "$got in $((t1 - t0)) ms"; fi
+    # UDP ASSOCIATE routed to sstp: an lwIP udp pcb over the link, to the echo service.
+    got=$(timeout 20 python3 "$T_DIR/socks.py" udp "$PPP_LOCAL" 9101 - "$S5_PORT" 2>&1)
+    if [ "$got" = 5 ]; then pass socks5-udp; else fail socks5-udp "$got"; fi
     st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 || true)
     n=$(echo "$st" | sed -n 's/.*link-connections-opened \([0-9]*\).*/\1/p')
     sv=$(echo "$st" | sed -n 's/.* streams \([0-9]*\).*/\1/p')
