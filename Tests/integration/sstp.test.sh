@@ -8,7 +8,7 @@
 # a wrong password: one log line, redials with backoff, loft still running. SOCKS5 CONNECT
 # routed to sstp (python-socks as the client): TCP that loft opens itself over the PPP link
 # (lwIP's active open from the IPCP address), a download and an upload with SHA-256, a refused
-# port reported as refused.
+# port reported as refused, UDP ASSOCIATE; a bridge peer's TCP and UDP routed to sstp the same way.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/sstp-lib.sh"
 
@@ -16,6 +16,30 @@ topo_up
 sstp_pki
 S5_PORT=$((20000 + T_ID % 20000))
 while ss -Htuln "sport = :$S5_PORT" 2>/dev/null | grep -q .; do S5_PORT=$((S5_PORT + 1)); done
+# A bridge peer (as in bridge.test.sh): socat turns a TUN in its own namespace into a bridge
+# client, whose flows loft routes to sstp like any others.
+PEER_NS=loft-peer-$T_ID
+PEER_TUN=lpeer$((T_ID % 100000))
+EXT_PORT=$((S5_PORT + 1))      # after the SOCKS5 port (its UDP relay takes the same number)
+while ss -Htuln "sport = :$EXT_PORT" 2>/dev/null | grep -q .; do EXT_PORT=$((EXT_PORT + 1)); done
+PEER_PORT=$((EXT_PORT + 1))
+while ss -Htuln "sport = :$PEER_PORT" 2>/dev/null | grep -q .; do PEER_PORT=$((PEER_PORT + 1)); done
+SOCAT_PID=
+ip netns add "$PEER_NS" && T_NETNS+=("$PEER_NS") && register netns "$PEER_NS"
+ip -n "$PEER_NS" link set lo up
+peer_up() {
+    socat "TUN:198.18.2.1/24,tun-type=tun,iff-no-pi,tun-name=$PEER_TUN" \
+        "UDP:127.0.0.1:$EXT_PORT,bind=127.0.0.1:$PEER_PORT" >"$T_DIR/socat.log" 2>&1 &
+    SOCAT_PID=$!
+    T_PIDS+=("$SOCAT_PID"); register_pid "$SOCAT_PID"
+    local i
+    for i in $(seq 50); do ip link show "$PEER_TUN" >/dev/null 2>&1 && break; sleep 0.1; done
+    ip link set "$PEER_TUN" netns "$PEER_NS" || return 1
+    ip -n "$PEER_NS" addr add 198.18.2.1/24 dev "$PEER_TUN"
+    ip -n "$PEER_NS" link set "$PEER_TUN" up
+    ip -n "$PEER_NS" route add default dev "$PEER_TUN"
+}
+peer_down() { [ -n "$SOCAT_PID" ] && kill_pid "$SOCAT_PID"; SOCAT_PID=; }
 
 # Services behind the PPP link, in srv, on the responder's TUN address.
 make_files 50
@@ -85,7 +109,7 @@ tun:
   ipv6: fd00:18::1/126
   route-all: true
 socks5: { listen: 127.0.0.1:$S5_PORT }
-bridge: off
+bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }
 outbounds:
   - name: corp
     type: sstp
@@ -111,7 +135,7 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 start_responder mschapv2
 start_services
 CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode
-socks5-download socks5-upload socks5-refused socks5-udp socks5-counted server-killed redial-new-address path-changed stop-clean"
+socks5-download socks5-upload socks5-refused socks5-udp socks5-counted bridge-tcp bridge-udp server-killed redial-new-address path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -196,6 +220,26 @@ print(ok)" 2>&1)
     sv=$(echo "$st" | sed -n 's/.* streams \([0-9]*\).*/\1/p')
     if [ "${n:-0}" -ge 3 ] && [ "${sv:-0}" -ge 3 ] && grep -q "$PPP_CLIENT:6[1-5][0-9][0-9][0-9]" "$SINK_LOG" 2>/dev/null; then pass socks5-counted
     else fail socks5-counted "link-connections-opened ${n:-?}, streams ${sv:-?}: $(echo "$st" | grep -E 'link-conn|streams' | tr '\n' '|'); sink: $(tail -2 "$SINK_LOG" 2>&1 | tr '\n' '|')"; fi
+    # The bridge's flows routed to sstp: lwIP terminates them on the bridge and loft opens them
+    # again over the link (TCP and UDP).
+    if peer_up; then
+        want=$(sha_of "$T_DIR/www/s5")
+        got=$(ip netns exec "$PEER_NS" timeout 30 socat -u "TCP4:$PPP_LOCAL:9103" - | sha256sum | cut -d' ' -f1)
+        if [ "$got" = "$want" ]; then pass bridge-tcp; else fail bridge-tcp "sha256 $got, want $want"; fi
+        r=$(ip netns exec "$PEER_NS" python3 -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+ok = 0
+for i in range(5):
+    s.sendto(b'bridge %d' % i, ('$PPP_LOCAL', 9101))
+    d, a = s.recvfrom(100)
+    ok += d == b'bridge %d' % i and a == ('$PPP_LOCAL', 9101)
+print(ok)" 2>&1)
+        if [ "$r" = 5 ]; then pass bridge-udp; else fail bridge-udp "$r"; fi
+    else
+        fail bridge-tcp "socat peer did not come up: $(cat "$T_DIR/socat.log")"; fail bridge-udp "no peer"
+    fi
+    peer_down
     # The server dies in the middle of a transfer: the link is down (one log line), loft
     # redials with backoff, and the address the new server hands out goes on the TUN.
     # A SOCKS5 download over the link at the same time ends too (its connection fails with
