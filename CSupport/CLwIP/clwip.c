@@ -223,6 +223,13 @@ static void on_err(void *arg, err_t err) {
     if (arg) cb.failed((uintptr_t)arg, err);
 }
 
+static err_t on_connected(void *arg, struct tcp_pcb *pcb, err_t err) {
+    (void)pcb;
+    (void)err;  // lwIP 2.1 always passes ERR_OK
+    if (arg) cb.connected((uintptr_t)arg);
+    return ERR_OK;
+}
+
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     (void)arg;
     int idx = current_input;
@@ -356,6 +363,34 @@ void clwip_tcp_close(clwip_tcp *c) {
     if (tcp_close(pcb) != ERR_OK) tcp_abort(pcb);
 }
 
+clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_endpoint *to, uintptr_t token, int *err) {
+    *err = ERR_OK;
+    if (idx < 0 || idx >= slot_count || from->is_v6 != to->is_v6) { *err = ERR_ARG; return NULL; }
+    struct tcp_pcb *pcb = tcp_new_ip_type(from->is_v6 ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
+    if (!pcb) { *err = ERR_MEM; return NULL; }
+    ip_addr_t src, dst;
+    ip_from_endpoint(&src, from);
+    ip_from_endpoint(&dst, to);
+    // Bound to the link's netif: its segments leave by it, and only segments fed to that
+    // netif reach it (tcp_input skips pcbs bound to another one).
+    tcp_bind_netif(pcb, &slots[idx].netif);
+    err_t e = tcp_bind(pcb, &src, from->port);   // ERR_USE: another pcb has the port
+    if (e != ERR_OK) { tcp_close(pcb); *err = e; return NULL; }
+    tcp_nagle_disable(pcb);
+    tcp_arg(pcb, (void *)token);
+    tcp_recv(pcb, on_recv);
+    tcp_sent(pcb, on_sent);
+    tcp_err(pcb, on_err);
+    e = tcp_connect(pcb, &dst, to->port, on_connected);
+    if (e != ERR_OK) {
+        detach(pcb);
+        tcp_abort(pcb);
+        *err = e;
+        return NULL;
+    }
+    return (clwip_tcp *)pcb;
+}
+
 void clwip_tcp_abort(clwip_tcp *c) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
     detach(pcb);
@@ -397,6 +432,47 @@ int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to
     pbuf_free(p);
     return e;
 }
+
+// ---- UDP over a link (active side) ------------------------------------------------------------
+
+static void on_link_udp(void *arg, struct udp_pcb *pcb, struct pbuf *p, const ip_addr_t *addr, u16_t port) {
+    (void)pcb;
+    if (!arg) { pbuf_free(p); return; }
+    clwip_endpoint src;
+    endpoint_from(&src, addr, port);
+    cb.link_udp((uintptr_t)arg, &src, (clwip_pbuf *)p);
+}
+
+clwip_udp *clwip_udp_open(int idx, const clwip_endpoint *from, uintptr_t token, int *err) {
+    *err = ERR_OK;
+    if (idx < 0 || idx >= slot_count || from->is_v6) { *err = ERR_ARG; return NULL; }
+    struct udp_pcb *pcb = udp_new_ip_type(IPADDR_TYPE_V4);
+    if (!pcb) { *err = ERR_MEM; return NULL; }
+    ip_addr_t src;
+    ip_from_endpoint(&src, from);
+    udp_bind_netif(pcb, &slots[idx].netif);
+    err_t e = udp_bind(pcb, &src, from->port);   // ERR_USE: a pcb has the port
+    if (e != ERR_OK) { udp_remove(pcb); *err = e; return NULL; }
+    udp_recv(pcb, on_link_udp, (void *)token);
+    return (clwip_udp *)pcb;
+}
+
+int clwip_udp_sendto(clwip_udp *c, const clwip_endpoint *to, const void *data, uint16_t len) {
+    struct udp_pcb *pcb = (struct udp_pcb *)c;
+    struct pbuf *p = pbuf_alloc(PBUF_TRANSPORT, len, PBUF_RAM);
+    if (!p) return ERR_MEM;
+    memcpy(p->payload, data, len);
+    ip_addr_t dst;
+    ip_from_endpoint(&dst, to);
+    // udp_sendto would compare the pcb's address with the netif's (a dummy here): the source
+    // is given explicitly, the netif is the one the pcb is bound to.
+    struct netif *n = netif_get_by_index(pcb->netif_idx);
+    err_t e = n ? udp_sendto_if_src(pcb, p, &dst, to->port, n, &pcb->local_ip) : ERR_RTE;
+    pbuf_free(p);
+    return e;
+}
+
+void clwip_udp_close(clwip_udp *c) { udp_remove((struct udp_pcb *)c); }
 
 // ---- input --------------------------------------------------------------------------------
 

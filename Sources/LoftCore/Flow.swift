@@ -151,6 +151,27 @@ public protocol PacketOutbound: Outbound {
     func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool
 }
 
+/// TCP connections loft opens itself over a packet outbound's link, so that streams routed to
+/// it (SOCKS5 CONNECT, the bridge's TCP) work too: the netstack's side (`NetstackLink`), held
+/// by the outbound (docs/sstp.md).
+public protocol PacketLinkStack: AnyObject {
+    /// Opens a TCP connection from `address` (the link's own) to `destination`; its packets go
+    /// to the outbound's `sendPacket`. nil when it cannot be opened (IPv6, no free port).
+    func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream?
+    /// A UDP association from `address` and a local port of its own: datagrams to any remote,
+    /// replies from any remote (full cone). nil when it cannot be opened.
+    func openAssociation(from address: IPAddress, events: DatagramEvents) -> DatagramAssociation?
+    /// A packet from the link for the link's address: true when it belongs to a connection
+    /// opened here (then it is taken), false when it is the TUN's.
+    func takePacket(_ packet: UnsafeRawBufferPointer) -> Bool
+    /// The link is gone (or has another address): every open connection fails.
+    func linkDown()
+    /// The link's MTU (the server's MRU) for connections opened from now on.
+    func setMTU(_ mtu: Int)
+    /// Connections open now.
+    var connectionCount: Int { get }
+}
+
 public struct FlowRequest: Sendable {
     public var network: FlowNetwork
     public var source: Endpoint

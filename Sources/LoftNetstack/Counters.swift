@@ -9,6 +9,8 @@ public struct NetstackCounters: Sendable {
     public var drops = [UInt64](repeating: 0, count: PacketDropReason.allCases.count)
     public var tcpFlowsOpened: UInt64 = 0
     public var tcpFlowsFailed: UInt64 = 0
+    /// TCP connections loft opened itself over a packet outbound's link (NetstackLink).
+    public var linkConnectionsOpened: UInt64 = 0
     public var udpAssociationsOpened: UInt64 = 0
     public var flowsEvicted: UInt64 = 0
     /// Flows the app reset before its handshake with lwIP completed (their outbound

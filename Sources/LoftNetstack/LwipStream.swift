@@ -2,7 +2,8 @@ import CLwIP
 import Glibc
 import LoftCore
 
-/// The app's side of one TCP flow, terminated in lwIP, as a `ByteStream`.
+/// The app's side of one TCP flow, terminated in lwIP, as a `ByteStream`; or (`NetstackLink`)
+/// a connection lwIP opened itself over a packet outbound's link (an active open).
 ///
 /// - Reads are zero-copy: the pbufs lwIP delivered stay here until the other side has taken
 ///   their bytes (`peek` describes them as iovecs, `consume` frees them); only then does
@@ -14,7 +15,7 @@ import LoftCore
 final class LwipStream: ByteStream {
     weak var events: ByteStreamEvents?
     unowned let stack: Netstack
-    private(set) var pcb: OpaquePointer?
+    var pcb: OpaquePointer?
     /// App → remote bytes lwIP delivered that the driver has not consumed yet.
     private var pending: [OpaquePointer] = []
     /// The app's FIN arrived (after `pending`).
@@ -26,13 +27,26 @@ final class LwipStream: ByteStream {
     var readableQueued = false
     var writableQueued = false
     var outputQueued = false
+    /// An active open whose handshake has not completed (`streamConnected` follows it).
+    var connecting = false
+    private var connectedPending = false
+    /// The link an active open belongs to (told when the stream lets go of its pcb).
+    weak var link: NetstackLink?
+    var linkKey: LinkKey?
 
-    init(stack: Netstack, pcb: OpaquePointer) {
+    init(stack: Netstack, pcb: OpaquePointer?) {
         self.stack = stack
         self.pcb = pcb
     }
 
-    deinit { releasePending() }
+    deinit {
+        releasePending()
+        // Never left with callbacks pointing at a freed stream.
+        if let pcb {
+            clwip_tcp_abort(pcb)
+            if let link, let linkKey { link.released(linkKey, pcbGone: true) }
+        }
+    }
 
     // MARK: lwIP callbacks
 
@@ -52,9 +66,37 @@ final class LwipStream: ByteStream {
     /// the driver learns from the EOF it reads; anything else is a reset.
     func lwipFailed(_ err: Int32) {
         pcb = nil
-        if err == -15 /* ERR_CLSD */ { return }
+        if let link, let linkKey { link.released(linkKey, pcbGone: true) }
+        if err == -15 /* ERR_CLSD */ && !connecting { return }
         releasePending()
-        let f = FlowFailure.other(ECONNRESET)
+        // An active open: reset by the server (ERR_RST) is a refusal; lwIP giving up on its
+        // SYN retransmissions (ERR_ABRT) a timeout.
+        let f: FlowFailure = !connecting ? .other(ECONNRESET) : err == -14 ? .refused : err == -13 ? .timedOut : .other(ECONNRESET)
+        connecting = false
+        failure = f
+        events?.streamFailed(f)
+    }
+
+    /// The active open's handshake completed (inside lwIP: reported after the batch).
+    func connected() {
+        guard connecting else { return }
+        connecting = false
+        connectedPending = true
+        if !writableQueued {
+            writableQueued = true
+            stack.writableStreams.append(self)
+        }
+    }
+
+    /// The link went away under an active open: its pcb is aborted, the driver told once.
+    func linkLost(_ f: FlowFailure) {
+        guard failure == nil else { return }
+        releasePending()
+        if let pcb {
+            self.pcb = nil
+            clwip_tcp_abort(pcb)
+        }
+        connecting = false
         failure = f
         events?.streamFailed(f)
     }
@@ -73,6 +115,10 @@ final class LwipStream: ByteStream {
 
     func deliverWritable() {
         writableQueued = false
+        if connectedPending {
+            connectedPending = false
+            if failure == nil { events?.streamConnected() }
+        }
         guard wantWritable else { return }
         wantWritable = false
         events?.streamWritable()
@@ -174,6 +220,8 @@ final class LwipStream: ByteStream {
         if let pcb {
             self.pcb = nil
             clwip_tcp_close(pcb)
+            // lwIP finishes the FIN exchange: the link keeps feeding it the server's segments.
+            if let link, let linkKey { link.released(linkKey, pcbGone: false) }
         }
     }
 
@@ -182,6 +230,7 @@ final class LwipStream: ByteStream {
         if let pcb {
             self.pcb = nil
             clwip_tcp_abort(pcb)
+            if let link, let linkKey { link.released(linkKey, pcbGone: true) }
         }
     }
 

@@ -83,7 +83,7 @@ public final class Netstack {
         self.settings = settings
         activeNetstack = self
         var cb = clwip_callbacks(output: lwipOutput, accepted: lwipAccepted, received: lwipReceived,
-                                 sent: lwipSent, failed: lwipError, udp: lwipUDP)
+                                 sent: lwipSent, failed: lwipError, connected: lwipConnected, udp: lwipUDP, link_udp: lwipLinkUDP)
         _ = clwip_init(&cb)
     }
 
@@ -193,7 +193,7 @@ public final class Netstack {
         if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
     }
 
-    private static func dropReason(_ verdict: Int32) -> PacketDropReason {
+    static func dropReason(_ verdict: Int32) -> PacketDropReason {
         switch verdict {
         case Int32(CLWIP_SEGMENT_BAD_ACK): return .tcpBadAck
         case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .tcpOutOfWindow
@@ -295,7 +295,7 @@ public final class Netstack {
     /// outbound is one. Only that input's packets look at the packet-flow table first (no cost
     /// otherwise): a packet outbound's replies go back to that input alone, and its address is
     /// the one the link gave. Other inputs' flows routed to it reach it through lwIP as streams
-    /// (which it refuses).
+    /// (TCP it opens again over the link, `NetstackLink`; UDP it refuses).
     public var packetModeInput: Int?
     /// Where a large segment is cut for a packet outbound (made on first use).
     private var segmentScratch: UnsafeMutableRawBufferPointer?
@@ -806,6 +806,17 @@ private let lwipError: @convention(c) (UInt, Int32) -> Void = { token, err in
     // The failure can end the flow that holds the stream: keep it alive for the call.
     let s = stream(token)
     withExtendedLifetime(s) { s.lwipFailed(err) }
+}
+
+private let lwipConnected: @convention(c) (UInt) -> Void = { token in
+    stream(token).connected()
+}
+
+private let lwipLinkUDP: @convention(c) (UInt, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { token, src, p in
+    guard let p else { return }
+    guard let src else { clwip_pbuf_free(p); return }
+    let a = Unmanaged<LinkAssociation>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
+    withExtendedLifetime(a) { a.received(from: src.pointee.endpoint, p) }
 }
 
 private let lwipUDP: @convention(c) (Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { netif, src, dst, p in

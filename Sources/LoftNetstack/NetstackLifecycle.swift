@@ -41,6 +41,9 @@ extension Netstack {
         tcpFlows.removeAll()
         for association in Array(udpAssociations.values) { closeAssociation(association) }
         udpAssociations.removeAll()
+        // Connections opened over links fail (their pcbs are aborted before lwIP is emptied,
+        // so no stream keeps a pointer to a freed pcb).
+        for case let link as NetstackLink in inputs.map({ $0.writer }) { link.linkDown() }
         udpConversations.removeAll()
         acceptedFlows.removeAll()
         readableStreams.removeAll()
@@ -67,6 +70,7 @@ extension Netstack {
             association.outboundSide?.close()
             association.outboundSide = nil
         }
+        for case let link as NetstackLink in inputs.map({ $0.writer }) { link.linkDown() }
         clwip_shutdown()
         activeNetstack = nil
         isShutDown = true

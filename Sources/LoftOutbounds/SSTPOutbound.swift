@@ -30,8 +30,9 @@ public struct SSTPOptions: Sendable {
 /// One SSTP connection to a server (TLS, then `SSTPClient`): the link IPCP gives goes to
 /// `onLink` (the TUN takes the address and DNS), IP packets go both ways (`sendPacket`,
 /// `onPacket`). A lost connection is redialled with backoff (0.5 s doubling to 30 s, ±25 %).
-/// Only IP packets travel: TCP streams and UDP associations (SOCKS5, or lwIP-terminated flows)
-/// are refused, counted as `stream-refused` (docs/sstp.md says what is not built).
+/// TCP streams and UDP associations (SOCKS5, the bridge) are connections and lwIP udp pcbs
+/// loft opens itself over the link from its address (`linkStack`); what cannot be carried is
+/// counted as `stream-refused` (docs/sstp.md says what is built).
 public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDelegate {
     public let name: String
     let loop: EventLoop
@@ -60,11 +61,14 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     /// An IPv4 packet from the server for the app (valid during the call).
     public var onPacket: ((UnsafeRawBufferPointer) -> Void)?
     public private(set) var link: SSTPClient.Link?
+    /// Where streams routed here are opened (the netstack's link netif); nil: refused.
+    public var linkStack: PacketLinkStack?
 
     struct Counts {
         var dials: UInt64 = 0, ups: UInt64 = 0, authFailures: UInt64 = 0, losses: UInt64 = 0
         var packetsUp: UInt64 = 0, packetsDown: UInt64 = 0, bytesUp: UInt64 = 0, bytesDown: UInt64 = 0
         var dropsDown: UInt64 = 0, dropsFull: UInt64 = 0, foreignDrops: UInt64 = 0, streamRefused: UInt64 = 0, pathChanges: UInt64 = 0
+        var streamsOpened: UInt64 = 0
         var lastError = ""
     }
     private var counts = Counts()
@@ -93,7 +97,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         default: state.rawValue
         }
         var s = OutboundStatus(name: name, type: "sstp", state: st)
-        s.flows = 0
+        s.flows = UInt64(linkStack?.connectionCount ?? 0)
         s.bytesUp = counts.bytesUp
         s.bytesDown = counts.bytesDown
         let server = options.host.contains(":") ? "[\(options.host)]:\(options.port)" : "\(options.host):\(options.port)"
@@ -109,7 +113,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                    ("link-losses", counts.losses), ("path-changes", counts.pathChanges),
                    ("packets-up", counts.packetsUp), ("packets-down", counts.packetsDown),
                    (options.hold ? OutboundStatus.holdDrops : "down-drops", counts.dropsDown),
-                   ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("stream-refused", counts.streamRefused)]
+                   ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
+                   ("stream-refused", counts.streamRefused)]
         return s
     }
 
@@ -134,6 +139,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         client = nil
         stream?.close()
         stream = nil
+        linkStack?.linkDown()
     }
 
     /// The host's path changed: drop the connection and dial again at once.
@@ -178,6 +184,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         stream?.reset()
         stream = nil
         if wasUp { counts.losses += 1 }
+        // Connections opened over the link end with it (a redial may bring another address).
+        linkStack?.linkDown()
         if authFailure { counts.authFailures += 1 }
         counts.lastError = why
         state = .waiting
@@ -311,7 +319,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         logged.removeAll()
         counts.ups += 1
         counts.lastError = ""
+        if let old = link, old.address != l.address { linkStack?.linkDown() }
         link = l
+        linkStack?.setMTU(max(576, min(l.peerMRU, 1500)))
         Log.info("sstp.up", ["outbound": name, "address": l.address, "dns": l.dns.map(\.description).joined(separator: ","),
                              "auth": l.auth?.rawValue ?? "none", "mru": l.peerMRU, "tls": stream?.tlsDetails ?? ""])
         onLink?(l)
@@ -326,6 +336,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         }
         counts.packetsDown &+= 1
         counts.bytesDown &+= UInt64(packet.count)
+        // A segment of a connection loft opened over the link goes to lwIP; the rest is the TUN's.
+        if let ls = linkStack, ls.takePacket(packet) { return }
         onPacket?(packet)
     }
 
@@ -358,15 +370,37 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         return true
     }
 
+    /// A TCP connection from the link's address, opened by lwIP over the link (an IPv4
+    /// address; a name that is an address literal counts). Refused (`stream-refused`) while
+    /// the link is down, for IPv6 and for names (docs/sstp.md).
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
+        switch destination {
+        case .ip(let e):
+            if let s = openLinkStream(to: e, events: events) { return s }
+        case .domain(let name, let port):
+            if let a = IPAddress(name), let s = openLinkStream(to: Endpoint(a, port), events: events) { return s }
+        }
         counts.streamRefused &+= 1
         let s = SocketStream(loop: loop, events: events, meter: nil)
         s.failSoon(.networkUnreachable)
         return s
     }
 
+    private func openLinkStream(to e: Endpoint, events: ByteStreamEvents) -> ByteStream? {
+        guard state == .up, let l = link, let ls = linkStack,
+              let s = ls.openStream(from: l.address, to: e, events: events) else { return nil }
+        counts.streamsOpened &+= 1
+        return s
+    }
+
+    /// A UDP association from the link's address (lwIP udp pcb over the link); refused while
+    /// the link is down. Datagrams to names or IPv6 are dropped.
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
-        counts.streamRefused &+= 1
-        return nil
+        guard state == .up, let l = link, let ls = linkStack, let a = ls.openAssociation(from: l.address, events: events) else {
+            counts.streamRefused &+= 1
+            return nil
+        }
+        counts.streamsOpened &+= 1
+        return a
     }
 }

@@ -209,6 +209,9 @@ enum Application {
                 }
                 sstp.onPacket = { [unowned tun] packet in tun.writePacket(packet, segmentSize: 0) }
             }
+            // Streams routed to it (SOCKS5, the bridge) are connections lwIP opens over the link.
+            sstp.linkStack = netstack.addLink(for: sstp, mtu: 1500)
+            if sstp.linkStack == nil { Log.warn("sstp.no-link-netif", ["outbound": sstp.name]) }
             sstp.start()
         }
 
@@ -419,6 +422,7 @@ final class Runtime {
             r.maxFlows = ns.settings.maxFlows
             let c = ns.counters
             r.totals = [("tcp-flows-opened", c.tcpFlowsOpened), ("tcp-connect-failures", c.tcpFlowsFailed),
+                        ("link-connections-opened", c.linkConnectionsOpened),
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
                         ("handshakes-reset-by-app", c.handshakesReset), ("udp-port-unreachable-sent", c.portUnreachableSent),

@@ -5,18 +5,91 @@
 # the app namespace through loft's TUN: the IPCP address on the TUN and the IPCP DNS in the
 # namespace's resolv.conf, 50 MiB down and up with SHA-256, UDP, ping, a DNS lookup, 100
 # concurrent flows, all as IP packets over PPP (packet mode, not lwIP); MS-CHAPv2 and PAP;
-# a wrong password: one log line, redials with backoff, loft still running.
+# a wrong password: one log line, redials with backoff, loft still running. SOCKS5 CONNECT
+# routed to sstp (python-socks as the client): TCP that loft opens itself over the PPP link
+# (lwIP's active open from the IPCP address), a download and an upload with SHA-256, a refused
+# port reported as refused, UDP ASSOCIATE; a bridge peer's TCP and UDP routed to sstp the same way.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/sstp-lib.sh"
 
 topo_up
 sstp_pki
+S5_PORT=$((20000 + T_ID % 20000))
+while ss -Htuln "sport = :$S5_PORT" 2>/dev/null | grep -q .; do S5_PORT=$((S5_PORT + 1)); done
+# A bridge peer (as in bridge.test.sh): socat turns a TUN in its own namespace into a bridge
+# client, whose flows loft routes to sstp like any others.
+PEER_NS=loft-peer-$T_ID
+PEER_TUN=lpeer$((T_ID % 100000))
+EXT_PORT=$((S5_PORT + 1))      # after the SOCKS5 port (its UDP relay takes the same number)
+while ss -Htuln "sport = :$EXT_PORT" 2>/dev/null | grep -q .; do EXT_PORT=$((EXT_PORT + 1)); done
+PEER_PORT=$((EXT_PORT + 1))
+while ss -Htuln "sport = :$PEER_PORT" 2>/dev/null | grep -q .; do PEER_PORT=$((PEER_PORT + 1)); done
+SOCAT_PID=
+ip netns add "$PEER_NS" && T_NETNS+=("$PEER_NS") && register netns "$PEER_NS"
+ip -n "$PEER_NS" link set lo up
+peer_up() {
+    socat "TUN:198.18.2.1/24,tun-type=tun,iff-no-pi,tun-name=$PEER_TUN" \
+        "UDP:127.0.0.1:$EXT_PORT,bind=127.0.0.1:$PEER_PORT" >"$T_DIR/socat.log" 2>&1 &
+    SOCAT_PID=$!
+    T_PIDS+=("$SOCAT_PID"); register_pid "$SOCAT_PID"
+    local i
+    for i in $(seq 50); do ip link show "$PEER_TUN" >/dev/null 2>&1 && break; sleep 0.1; done
+    ip link set "$PEER_TUN" netns "$PEER_NS" || return 1
+    ip -n "$PEER_NS" addr add 198.18.2.1/24 dev "$PEER_TUN"
+    ip -n "$PEER_NS" link set "$PEER_TUN" up
+    ip -n "$PEER_NS" route add default dev "$PEER_TUN"
+}
+peer_down() { [ -n "$SOCAT_PID" ] && kill_pid "$SOCAT_PID"; SOCAT_PID=; }
 
 # Services behind the PPP link, in srv, on the responder's TUN address.
 make_files 50
+head -c $((4 * 1024 * 1024 + 12345)) /dev/urandom >"$T_DIR/www/s5"
+# socks.py MODE HOST PORT [FILE]: through loft's SOCKS5 listener (python-socks): dl prints the
+# SHA-256 of what arrives until EOF; ul sends FILE, half-closes, prints the reply.
+cat >"$T_DIR/socks.py" <<'PYEOF'
+import sys, hashlib, socket, struct
+from python_socks.sync import Proxy
+mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "udp":   # UDP ASSOCIATE by hand (RFC 1928): 5 datagrams to host:port and back
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[5])), timeout=5)
+    c.sendall(b"\x05\x01\x00"); assert c.recv(2) == b"\x05\x00"
+    c.sendall(b"\x05\x03\x00\x01" + bytes(4) + bytes(2))
+    r = c.recv(10)
+    if r[1] != 0:
+        print("udp associate reply", r[1]); sys.exit(0)
+    relay = (socket.inet_ntoa(r[4:8]), struct.unpack("!H", r[8:10])[0])
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+    ok, srcs = 0, set()
+    for i in range(5):
+        u.sendto(b"\x00\x00\x00\x01" + socket.inet_aton(host) + struct.pack("!H", port) + b"dgram %d" % i, relay)
+        d, _ = u.recvfrom(2000)
+        ok += d[10:] == b"dgram %d" % i and d[4:8] == socket.inet_aton(host) and d[8:10] == struct.pack("!H", port)
+    print(ok); sys.exit(0)
+proxy = Proxy.from_url("socks5://127.0.0.1:%s" % sys.argv[5])
+try:
+    s = proxy.connect(dest_host=host, dest_port=port, timeout=10)
+except Exception as e:
+    print("error", type(e).__name__, e)
+    sys.exit(0)
+s.settimeout(30)
+if mode == "ul":
+    s.sendall(open(sys.argv[4], "rb").read())
+    import socket
+    s.shutdown(socket.SHUT_WR)
+h, out = hashlib.sha256(), b""
+while True:
+    c = s.recv(65536)
+    if not c:
+        break
+    h.update(c)
+    out += c if mode == "ul" else b""
+print(h.hexdigest() if mode == "dl" else out.decode().split()[0])
+PYEOF
 start_services() {
     bg_in "$SRV_NS" dl socat "TCP4-LISTEN:9100,bind=$PPP_LOCAL,fork,reuseaddr" "OPEN:$T_DIR/www/big,rdonly"
-    bg_in "$SRV_NS" sink socat -t 30 "TCP4-LISTEN:9000,bind=$PPP_LOCAL,fork,reuseaddr" EXEC:sha256sum
+    bg_in "$SRV_NS" sink socat -d -d -t 30 "TCP4-LISTEN:9000,bind=$PPP_LOCAL,fork,reuseaddr" EXEC:sha256sum
+    SINK_LOG=$T_DIR/sink.log
+    bg_in "$SRV_NS" s5dl socat "TCP4-LISTEN:9103,bind=$PPP_LOCAL,fork,reuseaddr" "OPEN:$T_DIR/www/s5,rdonly"
     bg_in "$SRV_NS" small socat "TCP4-LISTEN:9102,bind=$PPP_LOCAL,fork,reuseaddr,backlog=256" "OPEN:$T_DIR/www/f0,rdonly"
     bg_in "$SRV_NS" uecho socat "UDP4-RECVFROM:9101,bind=$PPP_LOCAL,fork" PIPE
     bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
@@ -35,8 +108,8 @@ tun:
   ipv4: 198.18.0.1/30
   ipv6: fd00:18::1/126
   route-all: true
-socks5: off
-bridge: off
+socks5: { listen: 127.0.0.1:$S5_PORT }
+bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }
 outbounds:
   - name: corp
     type: sstp
@@ -61,7 +134,8 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
 start_responder mschapv2
 start_services
-CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode server-killed redial-new-address path-changed stop-clean"
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode
+socks5-download socks5-upload socks5-refused socks5-udp socks5-counted bridge-tcp bridge-udp server-killed redial-new-address path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -118,15 +192,73 @@ print(ok)" 2>&1)
     up=$(echo "$st" | sed -n 's/.*packets-up \([0-9]*\).*/\1/p')
     if echo "$st" | grep -q 'tcp-flows-opened - ' && [ "${up:-0}" -gt 36000 ]; then pass packet-mode
     else fail packet-mode "packets-up ${up:-?}: $(echo "$st" | grep -E 'TOTALS|packets-up' | tr '\n' '|')"; fi
+    # SOCKS5 CONNECT routed to sstp: loft opens the connection itself over the link (from the
+    # IPCP address, a port in 61000-65535); the services see it as any client of the link.
+    want=$(sha_of "$T_DIR/www/s5")
+    t0=$(now_ms)
+    got=$(timeout 60 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9103 - "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if [ "$got" = "$want" ]; then pass socks5-download; note "SOCKS5 over sstp: 4 MiB down in $((t1 - t0)) ms"
+    else fail socks5-download "sha256 $got, want $want; loft: $(grep -v 'event=ready' "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    t0=$(now_ms)
+    got=$(timeout 60 python3 "$T_DIR/socks.py" ul "$PPP_LOCAL" 9000 "$T_DIR/www/s5" "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if [ "$got" = "$want" ]; then pass socks5-upload; note "SOCKS5 over sstp: 4 MiB up in $((t1 - t0)) ms"
+    else fail socks5-upload "sha256 $got, want $want; loft: $(grep -v 'event=ready' "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    # Nothing listens on 9199 behind the link: the server's RST makes a SOCKS5 "connection
+    # refused" (reply 5) at once.
+    t0=$(now_ms)
+    got=$(timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9199 - "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if echo "$got" | grep -qi 'refused' && [ $((t1 - t0)) -lt 5000 ]; then pass socks5-refused
+    else fail socks5-refused "$got in $((t1 - t0)) ms"; fi
+    # UDP ASSOCIATE routed to sstp: an lwIP udp pcb over the link, to the echo service.
+    got=$(timeout 20 python3 "$T_DIR/socks.py" udp "$PPP_LOCAL" 9101 - "$S5_PORT" 2>&1)
+    if [ "$got" = 5 ]; then pass socks5-udp; else fail socks5-udp "$got"; fi
+    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 || true)
+    n=$(echo "$st" | sed -n 's/.*link-connections-opened \([0-9]*\).*/\1/p')
+    sv=$(echo "$st" | sed -n 's/.* streams \([0-9]*\).*/\1/p')
+    if [ "${n:-0}" -ge 3 ] && [ "${sv:-0}" -ge 3 ] && grep -q "$PPP_CLIENT:6[1-5][0-9][0-9][0-9]" "$SINK_LOG" 2>/dev/null; then pass socks5-counted
+    else fail socks5-counted "link-connections-opened ${n:-?}, streams ${sv:-?}: $(echo "$st" | grep -E 'link-conn|streams' | tr '\n' '|'); sink: $(tail -2 "$SINK_LOG" 2>&1 | tr '\n' '|')"; fi
+    # The bridge's flows routed to sstp: lwIP terminates them on the bridge and loft opens them
+    # again over the link (TCP and UDP).
+    if peer_up; then
+        want=$(sha_of "$T_DIR/www/s5")
+        got=$(ip netns exec "$PEER_NS" timeout 30 socat -u "TCP4:$PPP_LOCAL:9103" - | sha256sum | cut -d' ' -f1)
+        if [ "$got" = "$want" ]; then pass bridge-tcp; else fail bridge-tcp "sha256 $got, want $want"; fi
+        r=$(ip netns exec "$PEER_NS" python3 -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+ok = 0
+for i in range(5):
+    s.sendto(b'bridge %d' % i, ('$PPP_LOCAL', 9101))
+    d, a = s.recvfrom(100)
+    ok += d == b'bridge %d' % i and a == ('$PPP_LOCAL', 9101)
+print(ok)" 2>&1)
+        if [ "$r" = 5 ]; then pass bridge-udp; else fail bridge-udp "$r"; fi
+    else
+        fail bridge-tcp "socat peer did not come up: $(cat "$T_DIR/socat.log")"; fail bridge-udp "no peer"
+    fi
+    peer_down
     # The server dies in the middle of a transfer: the link is down (one log line), loft
     # redials with backoff, and the address the new server hands out goes on the TUN.
+    # A SOCKS5 download over the link at the same time ends too (its connection fails with
+    # the link), well before its 20 s timeout.
+    t0=$(now_ms)
+    (timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9100 - "$S5_PORT" >"$T_DIR/s5cut.out" 2>&1) &
+    s5=$!
+    sleep 0.2
     (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
     dl=$!
     sleep 0.3
     stop_responder
+    wait "$s5"
+    s5ms=$(($(now_ms) - t0))
     wait "$dl"
-    if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died; then pass server-killed
-    else fail server-killed "$(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+    if wait_log "$LOFT_LOG" 'event=sstp.down' 10 && ! loft_died && [ $s5ms -lt 15000 ] \
+        && ! grep -qx "$(sha_of "$T_DIR/www/big")" "$T_DIR/s5cut.out"; then pass server-killed
+        note "the SOCKS5 download over the link ended $s5ms ms after it started: $(tail -1 "$T_DIR/s5cut.out" | cut -c1-80)"
+    else fail server-killed "socks5 ${s5ms} ms: $(tail -1 "$T_DIR/s5cut.out"); $(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
     CLIENT_ADDRESS=198.19.$NET.3 start_responder mschapv2
     for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
     sleep 0.5

@@ -12,6 +12,7 @@
 
 typedef struct clwip_tcp clwip_tcp;     // struct tcp_pcb
 typedef struct clwip_pbuf clwip_pbuf;   // struct pbuf
+typedef struct clwip_udp clwip_udp;     // struct udp_pcb (one opened over a link)
 
 /// An IP endpoint in network byte order; for IPv4 only ip[0..3] is used.
 typedef struct {
@@ -33,8 +34,12 @@ typedef struct {
     void (*sent)(uintptr_t token, uint16_t len);
     /// The connection is gone (reset by the peer or aborted by lwIP); the pcb is already freed.
     void (*failed)(uintptr_t token, int err);
+    /// An active open (clwip_tcp_connect) completed its handshake.
+    void (*connected)(uintptr_t token);
     /// A UDP datagram; ownership of p passes to Swift.
     void (*udp)(int netif, const clwip_endpoint *src, const clwip_endpoint *dst, clwip_pbuf *p);
+    /// A datagram for a pcb opened with clwip_udp_open; ownership of p passes to Swift.
+    void (*link_udp)(uintptr_t token, const clwip_endpoint *src, clwip_pbuf *p);
 } clwip_callbacks;
 
 /// Installs the callbacks; initialises lwIP on the first call only. Returns 0.
@@ -100,6 +105,12 @@ int clwip_tcp_shutdown_write(clwip_tcp *pcb);
 /// Detaches Swift and closes gracefully (lwIP finishes the FIN exchange on its own); falls back
 /// to an abort if lwIP has no memory. Never call from inside this pcb's callbacks.
 void clwip_tcp_close(clwip_tcp *pcb);
+/// Opens a TCP connection from `from` (an address and port of the link behind netif `idx`)
+/// to `to`, bound to that netif: its SYN leaves at once through the netif's output, and
+/// `token` gets received/sent/failed like an accepted pcb's, plus `connected` when the
+/// handshake completes. Returns NULL with *err set (ERR_USE = -8: the port is taken here;
+/// ERR_MEM = -1; ERR_ARG = -16).
+clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_endpoint *to, uintptr_t token, int *err);
 /// Detaches Swift and sends RST. Inside tcp_received return 1 afterwards.
 void clwip_tcp_abort(clwip_tcp *pcb);
 
@@ -117,6 +128,14 @@ int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, i
 /// Sends a datagram from `from` (a remote endpoint, used as source) to `to` (the app) on netif.
 /// Returns 0 or a negative lwIP error.
 int clwip_udp_send(int netif, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len);
+
+/// A UDP pcb on netif `idx` bound to `from` (the link's address and a port): datagrams fed
+/// to that netif for it reach `link_udp` with `token`. NULL with *err (ERR_USE = -8: the port
+/// is taken here). IPv4 only.
+clwip_udp *clwip_udp_open(int idx, const clwip_endpoint *from, uintptr_t token, int *err);
+/// Sends a datagram from the pcb's address to `to` through its netif. 0 or a negative lwIP error.
+int clwip_udp_sendto(clwip_udp *pcb, const clwip_endpoint *to, const void *data, uint16_t len);
+void clwip_udp_close(clwip_udp *pcb);
 
 /// Frees every connection lwIP holds in TIME_WAIT. The app side is the local kernel over a
 /// lossless TUN, so TIME_WAIT protects nothing here, while it would keep a pcb per closed
