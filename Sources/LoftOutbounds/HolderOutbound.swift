@@ -535,24 +535,20 @@ extension HolderOutbound: CarrierDelegate {
 
     public func carrier(_ c: Carrier, received bytes: UnsafeRawBufferPointer) {
         guard c === carrier else { return }
-        do {
-            try session.receive(bytes)
-        } catch {
-            // The session queued GOAWAY (protocol error): send it, then drop the carrier.
-            Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
-            flushOutput()
-            c.close()
-            carrierLost("protocol error: \(error.description)")
-            return
-        }
-        flushOutput()
+        feed(c) { () throws(ProtocolError) in try session.receive(bytes) }
     }
 
     public func carrier(_ c: Carrier, datagram bytes: UnsafeRawBufferPointer) {
         guard c === carrier else { return }
         counts.datagramFramesIn += 1
+        feed(c) { () throws(ProtocolError) in try session.receiveDatagram(bytes) }
+    }
+
+    /// Hands the carrier's bytes to the session and sends what it answers. A protocol error
+    /// has queued GOAWAY: it is sent, then the carrier is dropped.
+    private func feed(_ c: Carrier, _ receive: () throws(ProtocolError) -> Void) {
         do {
-            try session.receiveDatagram(bytes)
+            try receive()
         } catch {
             Log.error("holder.protocol-error", ["outbound": name, "error": error.description])
             flushOutput()

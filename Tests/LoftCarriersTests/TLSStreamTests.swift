@@ -5,20 +5,19 @@ import LoftTestSupport
 import XCTest
 @testable import LoftCarriers
 
-/// A TLS server on 127.0.0.1 for one client: sends `toSend` (never reading, so the client's
-/// close_notify stays unread), then closes gracefully.
-final class OneShotTLSServer: IOHandler, TLSConnectionOwner {
+/// A TLS server on 127.0.0.1 that takes one client connection (later ones are closed), with
+/// the given buffer sizes; subclasses are its owner.
+class OneClientTLSServer: IOHandler, TLSConnectionOwner {
     let runtime: CarrierRuntime
     let context: TLSContext
     let listenFD: Int32
     let port: UInt16
+    let inputBytes: Int
     var conn: TLSConnection?
-    var toSend: [UInt8] = []
-    var sent = 0
-    var closing = false
 
-    init(runtime: CarrierRuntime) throws {
+    init(runtime: CarrierRuntime, inputBytes: Int) throws {
         self.runtime = runtime
+        self.inputBytes = inputBytes
         context = try TLSContext(server: TestPKI.shared.server, alpn: [])
         let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
         SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
@@ -39,17 +38,30 @@ final class OneShotTLSServer: IOHandler, TLSConnectionOwner {
         guard fd >= 0, conn == nil else { if fd >= 0 { close(fd) }; return }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         conn = TLSConnection.accepted(runtime: runtime, context: context, fd: fd, peer: nil,
-                                      inputBytes: 16 * 1024, outputBytes: 16 * 1024)
+                                      inputBytes: inputBytes, outputBytes: 16 * 1024)
         conn?.owner = self
     }
 
-    func tlsReady(_ c: TLSConnection) {
+    func tlsReady(_ c: TLSConnection) {}
+    func tlsReceived(_ c: TLSConnection) {}
+    func tlsFlushed(_ c: TLSConnection) {}
+    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {}
+}
+
+/// Sends `toSend` (never reading, so the client's close_notify stays unread), then closes
+/// gracefully.
+final class OneShotTLSServer: OneClientTLSServer {
+    var toSend: [UInt8] = []
+    var sent = 0
+    var closing = false
+
+    init(runtime: CarrierRuntime) throws { try super.init(runtime: runtime, inputBytes: 16 * 1024) }
+
+    override func tlsReady(_ c: TLSConnection) {
         c.setReading(false)
         pump()
     }
-    func tlsReceived(_ c: TLSConnection) {}
-    func tlsFlushed(_ c: TLSConnection) { pump() }
-    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {}
+    override func tlsFlushed(_ c: TLSConnection) { pump() }
 
     private func pump() {
         guard let c = conn, !closing else { return }
@@ -66,48 +78,16 @@ final class OneShotTLSServer: IOHandler, TLSConnectionOwner {
     }
 }
 
-/// A TLS server on 127.0.0.1 for one client that reads and counts everything it gets.
-final class SinkTLSServer: IOHandler, TLSConnectionOwner {
-    let runtime: CarrierRuntime
-    let context: TLSContext
-    let listenFD: Int32
-    let port: UInt16
-    var conn: TLSConnection?
+/// Reads and counts everything it gets.
+final class SinkTLSServer: OneClientTLSServer {
     var received = 0
 
-    init(runtime: CarrierRuntime) throws {
-        self.runtime = runtime
-        context = try TLSContext(server: TestPKI.shared.server, alpn: [])
-        let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
-        SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
-        listen(fd, 8)
-        listenFD = fd
-        port = Sockets.localEndpoint(fd)!.port
-        runtime.loop.register(fd, IOEvents.readable, self)
-    }
+    init(runtime: CarrierRuntime) throws { try super.init(runtime: runtime, inputBytes: 64 * 1024) }
 
-    deinit {
-        runtime.loop.unregister(listenFD)
-        close(listenFD)
-        conn?.abort()
-    }
-
-    func handleIO(_ events: UInt32) {
-        let fd = accept(listenFD, nil, nil)
-        guard fd >= 0, conn == nil else { if fd >= 0 { close(fd) }; return }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        conn = TLSConnection.accepted(runtime: runtime, context: context, fd: fd, peer: nil,
-                                      inputBytes: 64 * 1024, outputBytes: 16 * 1024)
-        conn?.owner = self
-    }
-
-    func tlsReady(_ c: TLSConnection) {}
-    func tlsReceived(_ c: TLSConnection) {
+    override func tlsReceived(_ c: TLSConnection) {
         received += c.inEnd - c.inStart
         c.inStart = c.inEnd
     }
-    func tlsFlushed(_ c: TLSConnection) {}
-    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {}
 }
 
 /// Writes `data` into a stream the way the splice does: one iovec per `chunk` bytes, until a
