@@ -159,3 +159,37 @@ dns() {             # dns NAME SERVER TYPE WANT
     if [ "$got" = "$4" ]; then pass "$1"; else fail "$1" "dig @$2 $DNS_NAME $3: '$got' (want $4)"; fi
 }
 
+# hold_checks CARRIER [PREFIX]: `hold: true` fails closed while the session is down. The front
+# is killed; the app's TCP connects and a DNS query are dropped inside loft (hold-drops counted,
+# no flow on direct, no packet reaches srv in a capture), and traffic flows again once the front
+# is back. Cases PREFIXhold-no-leak-counters, -no-leak-capture, -traffic-back, -exit-clean.
+hold_checks() {
+    local carrier=$1 p=${2:-} drops direct seen cases
+    LOFT_CFG=$(holder_config "holder-${p}hold" "$carrier" "hold: true")
+    cases="${p}hold-no-leak-counters ${p}hold-no-leak-capture ${p}hold-traffic-back ${p}hold-exit-clean"
+    require_loft "$LOFT_CFG" $cases || return 0
+    wait_state up 15
+    front_kill
+    # A carrier over TCP sees the connection end; quic notices the dead front by keepalive
+    # (2 s intervals) or QUIC's idle timeout, whichever comes first.
+    wait_state held 10 || note "state after kill: $(field 'o["state"]')"
+    in_srv timeout 8 tcpdump -ni "$VETH_SRV" -w "$T_DIR/${p}hold.pcap" "tcp port 80 or udp port 53" >/dev/null 2>&1 &
+    local dump=$!
+    sleep 1
+    in_app curl -gs --max-time 3 -o /dev/null "http://$SRV4/index.html"; in_app curl -gs --max-time 3 -o /dev/null "http://[$SRV6]/index.html"
+    in_app dig +short +time=1 +tries=1 "@$SRV4" "$DNS_NAME" >/dev/null 2>&1
+    sleep 1
+    kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null
+    drops=$(field 'c["hold-drops"]')
+    direct=$("$LOFT_BIN" status --json -c "$LOFT_CFG" | python3 -c '
+import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"] if x["name"] == "direct")["flows_total"])')
+    if [ "${drops:-0}" -ge 2 ] && [ "$direct" = 0 ]; then pass "${p}hold-no-leak-counters"; note "${p}hold: $drops flows/datagrams dropped"
+    else fail "${p}hold-no-leak-counters" "hold-drops $drops, direct flows $direct, state $(field 'o["state"]')"; fi
+    seen=$(tcpdump -nr "$T_DIR/${p}hold.pcap" 2>/dev/null | wc -l)
+    if [ -s "$T_DIR/${p}hold.pcap" ] && [ "$seen" -eq 0 ]; then pass "${p}hold-no-leak-capture"
+    else fail "${p}hold-no-leak-capture" "$seen packets reached srv while the session was down"; fi
+    front_start
+    if wait_state up 20 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html"; then pass "${p}hold-traffic-back"
+    else fail "${p}hold-traffic-back" "state $(field 'o["state"]'), curl failed"; fi
+    loft_stop_clean "${p}hold-exit-clean"
+}

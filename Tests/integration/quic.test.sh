@@ -106,35 +106,8 @@ PYEOF
     loft_stop_clean quic-exit-clean
 fi
 
-# --- hold: fail-closed while the quic session is down -------------------------------------
-LOFT_CFG=$(holder_config holder-quic-hold quic "hold: true")
-CASES="quic-hold-no-leak-counters quic-hold-no-leak-capture quic-hold-traffic-back quic-hold-exit-clean"
-if require_loft "$LOFT_CFG" $CASES; then
-    wait_state up 15
-    front_kill
-    # The QUIC connection has no FIN to lose: the holder notices the dead front by keepalive
-    # (2 s intervals) or QUIC's idle timeout, whichever comes first.
-    wait_state held 10 || note "state after kill: $(field 'o["state"]')"
-    in_srv timeout 8 tcpdump -ni "$VETH_SRV" -w "$T_DIR/qhold.pcap" "tcp port 80 or udp port 53" >/dev/null 2>&1 &
-    DUMP=$!
-    sleep 1
-    in_app curl -gs --max-time 3 -o /dev/null "http://$SRV4/index.html"; in_app curl -gs --max-time 3 -o /dev/null "http://[$SRV6]/index.html"
-    in_app dig +short +time=1 +tries=1 "@$SRV4" "$DNS_NAME" >/dev/null 2>&1
-    sleep 1
-    kill -INT "$DUMP" 2>/dev/null; wait "$DUMP" 2>/dev/null
-    drops=$(field 'c["hold-drops"]')
-    direct=$("$LOFT_BIN" status --json -c "$LOFT_CFG" | python3 -c '
-import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"] if x["name"] == "direct")["flows_total"])')
-    if [ "${drops:-0}" -ge 2 ] && [ "$direct" = 0 ]; then pass quic-hold-no-leak-counters; note "quic hold: $drops flows/datagrams dropped"
-    else fail quic-hold-no-leak-counters "hold-drops $drops, direct flows $direct, state $(field 'o["state"]')"; fi
-    seen=$(tcpdump -nr "$T_DIR/qhold.pcap" 2>/dev/null | wc -l)
-    if [ -s "$T_DIR/qhold.pcap" ] && [ "$seen" -eq 0 ]; then pass quic-hold-no-leak-capture
-    else fail quic-hold-no-leak-capture "$seen packets reached srv while the session was down"; fi
-    front_start
-    if wait_state up 20 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html"; then pass quic-hold-traffic-back
-    else fail quic-hold-traffic-back "state $(field 'o["state"]'), curl failed"; fi
-    loft_stop_clean quic-hold-exit-clean
-fi
+# --- hold: fail-closed while the quic session is down (holder-lib.sh) ----------------------
+hold_checks quic quic-
 
 # --- the same port number serves h2 over TCP beside quic ------------------------------------
 LOFT_CFG=$(holder_config holder-h2 h2)
