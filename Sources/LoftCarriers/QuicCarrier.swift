@@ -304,7 +304,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             flows.removeValue(forKey: stream)?.failed(.other(ECONNRESET))
             return
         }
-        endWithError(.io("session stream reset by the peer (code \(code))"))
+        fail(.io("session stream reset by the peer (code \(code))"))
     }
 
     func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {
@@ -394,14 +394,6 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         guard let q = quic, !q.closed else { connectionFinished(); return }
         closingSelf = self
         if graceful { q.close() } else { q.abort() }
-    }
-
-    private func endWithError(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        let old = state
-        state = .closed
-        closeConnection(graceful: false)
-        if old != .closing { notifyClosed(reason) }
     }
 
     private func fail(_ reason: CarrierCloseReason) {
