@@ -131,6 +131,17 @@ public protocol Carrier: AnyObject {
 }
 
 extension Carrier {
+    /// Tells the delegate that the carrier closed, once: the delegate is let go first, so
+    /// nothing reaches it afterwards. Logged as `carrier.<kind>.closed` at debug level.
+    func notifyClosed(_ reason: CarrierCloseReason, logging extra: [(String, Any)] = []) {
+        let d = delegate
+        delegate = nil
+        Log.emit(.debug, "carrier.\(kind.rawValue).closed", [("peer", peer.map { "\($0)" } ?? "")] + extra + [("reason", reason)])
+        d?.carrier(self, closed: reason)
+    }
+}
+
+extension Carrier {
     public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
     public var maxDatagram: Int { 0 }
     public func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool { false }

@@ -306,13 +306,6 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         up = nil
         if !wasClosing { notifyClosed(reason) }
     }
-
-    private func notifyClosed(_ reason: CarrierCloseReason) {
-        let d = delegate
-        delegate = nil
-        Log.debug("carrier.get.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
-        d?.carrier(self, closed: reason)
-    }
 }
 
 /// The `get` carrier, front side: made when the first of the two requests arrives, handed to
@@ -561,10 +554,5 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         notifyClosed(reason)
     }
 
-    private func notifyClosed(_ reason: CarrierCloseReason) {
-        let d = delegate
-        delegate = nil
-        Log.debug("carrier.get.closed", ["peer": peer.map { "\($0)" } ?? "", "session": sessionID, "reason": reason])
-        d?.carrier(self, closed: reason)
-    }
+    private func notifyClosed(_ reason: CarrierCloseReason) { notifyClosed(reason, logging: [("session", sessionID)]) }
 }

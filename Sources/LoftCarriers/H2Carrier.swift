@@ -392,11 +392,4 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         conn = nil
         if !wasClosing { notifyClosed(reason) }
     }
-
-    private func notifyClosed(_ reason: CarrierCloseReason) {
-        let d = delegate
-        delegate = nil
-        Log.debug("carrier.h2.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
-        d?.carrier(self, closed: reason)
-    }
 }

@@ -403,13 +403,6 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         closeConnection(graceful: false)
         if !wasClosing { notifyClosed(reason) }
     }
-
-    private func notifyClosed(_ reason: CarrierCloseReason) {
-        let d = delegate
-        delegate = nil
-        Log.debug("carrier.quic.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
-        d?.carrier(self, closed: reason)
-    }
 }
 
 /// Reads the socket a client migrated away from, for its carrier.

@@ -318,11 +318,4 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         conn = nil
         if !wasClosing { notifyClosed(reason) }
     }
-
-    private func notifyClosed(_ reason: CarrierCloseReason) {
-        let d = delegate
-        delegate = nil
-        Log.debug("carrier.ws.closed", ["peer": peer.map { "\($0)" } ?? "", "reason": reason])
-        d?.carrier(self, closed: reason)
-    }
 }
