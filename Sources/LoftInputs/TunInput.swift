@@ -344,19 +344,26 @@ public final class TunInput: IOHandler, PacketWriter {
 
     private func writeNow(_ packet: UnsafeRawBufferPointer) {
         guard fd >= 0 else { return }
-        let r: Int
-        if offload.isOn {
-            var iov = (iovec(iov_base: plainHeader.baseAddress, iov_len: VirtioNetHeader.size),
-                       iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress), iov_len: packet.count))
-            r = withUnsafeMutablePointer(to: &iov) { $0.withMemoryRebound(to: iovec.self, capacity: 2) { writev(fd, $0, 2) } }
-        } else {
-            r = write(fd, packet.baseAddress, packet.count)
+        send(offload.isOn ? UnsafeRawBufferPointer(plainHeader) : UnsafeRawBufferPointer(start: nil, count: 0), packet)
+    }
+
+    /// One packet to the device from two pieces (an offload header or copied headers, then the
+    /// rest; `head` may be empty), in one system call; counted, a failure dropped.
+    @discardableResult
+    private func send(_ head: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Bool {
+        var iov = (iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
+                   iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count))
+        let r = withUnsafeMutablePointer(to: &iov) {
+            $0.withMemoryRebound(to: iovec.self, capacity: 2) { v in
+                head.isEmpty ? Syscall.writev(fd, v + 1, 1) : Syscall.writev(fd, v, 2)
+            }
         }
-        if r < 0 {
+        guard case .success = r else {
             writeDrops &+= 1
-        } else {
-            packetsWritten &+= 1
+            return false
         }
+        packetsWritten &+= 1
+        return true
     }
 
     /// A TCP segment larger than the MTU: the kernel cuts it into `segmentSize` pieces. Its
@@ -376,13 +383,8 @@ public final class TunInput: IOHandler, PacketWriter {
         let field = Int(header.checksumStart) + Int(header.checksumOffset)
         copy[field] = UInt8(seed >> 8)
         copy[field + 1] = UInt8(truncatingIfNeeded: seed)
-        var iov = (iovec(iov_base: segmentHeaders.baseAddress, iov_len: VirtioNetHeader.size + h),
-                   iovec(iov_base: UnsafeMutableRawPointer(mutating: packet.baseAddress! + h), iov_len: packet.count - h))
-        let r = withUnsafeMutablePointer(to: &iov) { $0.withMemoryRebound(to: iovec.self, capacity: 2) { writev(fd, $0, 2) } }
-        if r < 0 {
-            writeDrops &+= 1
-        } else {
-            packetsWritten &+= 1
+        if send(UnsafeRawBufferPointer(rebasing: segmentHeaders[0 ..< VirtioNetHeader.size + h]),
+                UnsafeRawBufferPointer(rebasing: packet[h...])) {
             largeSegmentsWritten &+= 1
         }
     }
