@@ -72,10 +72,17 @@ public struct InternetChecksum {
     /// The checksum of a TCP/UDP/ICMPv6 segment including its pseudo-header.
     public static func transport(source: IPAddress, destination: IPAddress, proto: UInt8,
                                  segment: UnsafeRawBufferPointer) -> UInt16 {
+        var c = pseudoHeader(source: source, destination: destination, proto: proto, length: segment.count)
+        c.add(segment)
+        return c.value
+    }
+
+    /// The sum of a transport segment's pseudo-header (RFC 768/793, RFC 8200 section 8.1).
+    public static func pseudoHeader(source: IPAddress, destination: IPAddress, proto: UInt8, length: Int) -> InternetChecksum {
         var c = InternetChecksum()
         c.add(source)
         c.add(destination)
-        let len = UInt32(segment.count)
+        let len = UInt32(length)
         if source.isIPv4 {
             c.add(UInt16(proto))
             c.add(UInt16(truncatingIfNeeded: len))
@@ -83,7 +90,6 @@ public struct InternetChecksum {
             c.add(UInt16(len >> 16)); c.add(UInt16(truncatingIfNeeded: len))
             c.add(UInt16(proto))
         }
-        c.add(segment)
-        return c.value
+        return c
     }
 }

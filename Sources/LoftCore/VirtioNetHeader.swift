@@ -95,17 +95,13 @@ public struct VirtioNetHeader: Equatable, Sendable {
         guard tcpHeader >= 20, packet.count >= t + tcpHeader, packet.count - t - tcpHeader > segmentSize,
               segmentSize <= 0xFFFF
         else { return nil }
-        var pseudo = InternetChecksum()
-        let length = packet.count - t
-        if v4 {
-            pseudo.add(UnsafeRawBufferPointer(rebasing: packet[12..<20]))
-            pseudo.add(UInt16(IPProtocol.tcp))
-            pseudo.add(UInt16(length))
-        } else {
-            pseudo.add(UnsafeRawBufferPointer(rebasing: packet[8..<40]))
-            pseudo.add(UInt16(length >> 16)); pseudo.add(UInt16(truncatingIfNeeded: length))
-            pseudo.add(UInt16(IPProtocol.tcp))
-        }
+        let pseudo = v4
+            ? InternetChecksum.pseudoHeader(source: IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: packet[12..<16])),
+                                            destination: IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: packet[16..<20])),
+                                            proto: IPProtocol.tcp, length: packet.count - t)
+            : InternetChecksum.pseudoHeader(source: IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[8..<24])),
+                                            destination: IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[24..<40])),
+                                            proto: IPProtocol.tcp, length: packet.count - t)
         let header = VirtioNetHeader(flags: needsChecksum, gsoType: v4 ? gsoTCPv4 : gsoTCPv6,
                                      headerLength: UInt16(t + tcpHeader), gsoSize: UInt16(segmentSize),
                                      checksumStart: UInt16(t), checksumOffset: 16)
