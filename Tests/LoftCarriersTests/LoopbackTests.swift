@@ -22,20 +22,7 @@ final class LoopbackTests: XCTestCase {
         let peer = StreamPeer(total: size, expectReceive: size)
         let carrier = client.dial(delegate: peer)
         peer.carrier = carrier
-        let start = monotonicMilliseconds()
-        var elapsed: UInt64 = 0
-        var closing = false
-        var tlsDescription = ""
-        let ok = h.run(seconds: 180) {
-            if tlsDescription.isEmpty && carrier.isOpen { tlsDescription = carrier.tlsDescription }
-            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
-            if !closing && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
-                elapsed = monotonicMilliseconds() - start
-                closing = true
-                carrier.close()
-            }
-            return closing && server.closedReason != nil || peer.closedReason != nil
-        }
+        let (ok, elapsed, tlsDescription) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 180)
         XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
         XCTAssertNil(peer.closedReason)
         guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }

@@ -20,20 +20,7 @@ final class QuicCarrierTests: XCTestCase {
         let peer = StreamPeer(total: size, expectReceive: size)
         let carrier = client.dial(delegate: peer)
         peer.carrier = carrier
-        var closing = false
-        var tls = ""
-        let start = monotonicMilliseconds()
-        var elapsed: UInt64 = 0
-        let ok = h.run(seconds: 120) {
-            if tls.isEmpty && carrier.isOpen { tls = carrier.tlsDescription }
-            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
-            if !closing && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
-                elapsed = monotonicMilliseconds() - start
-                closing = true
-                carrier.close()
-            }
-            return closing && server.closedReason != nil || peer.closedReason != nil
-        }
+        let (ok, elapsed, tls) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 120)
         XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
         XCTAssertNil(peer.closedReason)
         guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }

@@ -200,3 +200,26 @@ func withMutableBytes<R>(_ bytes: [UInt8], _ body: (UnsafeMutableRawBufferPointe
     var b = bytes
     return b.withUnsafeMutableBytes(body)
 }
+
+/// Runs the loop until both ends have sent and received everything, then closes the client's
+/// carrier and waits for the server's end to see it (or for either end to fail, or `seconds`).
+/// Returns whether that happened in time, how long the exchange took (ms) and the client's
+/// TLS description once open.
+func exchangeAndClose(_ h: Harness, _ carrier: Carrier, _ peer: StreamPeer, _ acceptor: Acceptor,
+                      seconds: Double) -> (ok: Bool, elapsedMs: UInt64, tls: String) {
+    let start = monotonicMilliseconds()
+    var elapsed: UInt64 = 0
+    var closing = false
+    var tls = ""
+    let ok = h.run(seconds: seconds) {
+        if tls.isEmpty && carrier.isOpen { tls = carrier.tlsDescription }
+        guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
+        if !closing && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
+            elapsed = monotonicMilliseconds() - start
+            closing = true
+            carrier.close()
+        }
+        return closing && server.closedReason != nil || peer.closedReason != nil
+    }
+    return (ok, elapsed, tls)
+}
