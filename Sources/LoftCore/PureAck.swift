@@ -48,3 +48,99 @@ public enum PureAck {
         return later[a.tcp + 14] != earlier[a.tcp + 14] || later[a.tcp + 15] != earlier[a.tcp + 15]
     }
 }
+
+extension PureAck {
+    /// True when `p` is a TCP segment (IPv4 not fragmented, or IPv6 without extension headers)
+    /// of the same connection and direction as `ack`, a bare ACK.
+    static func sameConnection(_ p: UnsafeRawBufferPointer, as ack: UnsafeRawBufferPointer) -> Bool {
+        guard let a = layout(ack), p.count >= a.tcp + 4, p[0] == ack[0] else { return false }
+        if p[0] >> 4 == 4 {
+            guard p[9] == IPProtocol.tcp, p[6] & 0x3F == 0, p[7] == 0 else { return false }
+        } else {
+            guard p[6] == IPProtocol.tcp else { return false }
+        }
+        for i in a.addresses where p[i] != ack[i] { return false }
+        for i in a.tcp..<(a.tcp + 4) where p[i] != ack[i] { return false }
+        return true
+    }
+}
+
+/// Bare ACKs held back until the end of a batch of events, at most one per connection: of the
+/// ACKs a stack sends for one connection during a batch only the last is needed (see
+/// `PureAck.supersedes`), also when the batch interleaves several connections. A connection's
+/// other segments never overtake its held ACK, which leaves just before them; across
+/// connections order does not matter. Fixed storage: `slots` connections at once (a full
+/// table is written out before holding another), no allocation after init.
+public final class AckCoalescer {
+    public static let slots = 8
+    public static let slotSize = 128
+    private let storage: UnsafeMutableRawBufferPointer
+    private var lengths = [Int](repeating: 0, count: AckCoalescer.slots)
+    /// Slots 0..<held are in use.
+    public private(set) var held = 0
+    /// ACKs not written because a later one of the same connection replaced them.
+    public private(set) var coalesced: UInt64 = 0
+    private let emit: (UnsafeRawBufferPointer) -> Void
+
+    /// `emit` writes a held ACK out (called from `pass`, `release` and `flush`).
+    public init(emit: @escaping (UnsafeRawBufferPointer) -> Void) {
+        self.emit = emit
+        storage = .allocate(byteCount: Self.slots * Self.slotSize, alignment: 16)
+    }
+
+    deinit { storage.deallocate() }
+
+    private func slot(_ i: Int) -> UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: storage[i * Self.slotSize ..< i * Self.slotSize + lengths[i]])
+    }
+
+    private func store(_ p: UnsafeRawBufferPointer, at i: Int) {
+        (storage.baseAddress! + i * Self.slotSize).copyMemory(from: p.baseAddress!, byteCount: p.count)
+        lengths[i] = p.count
+    }
+
+    private func remove(_ i: Int) {
+        held -= 1
+        if i != held { store(UnsafeRawBufferPointer(slot(held)), at: i) }
+    }
+
+    /// A packet about to be written. A bare ACK is held (true: the caller writes nothing);
+    /// anything else releases its connection's held ACK first (false: the caller writes it).
+    public func pass(_ p: UnsafeRawBufferPointer) -> Bool {
+        guard p.count <= Self.slotSize, PureAck.matches(p) else {
+            release(before: p)
+            return false
+        }
+        for i in 0..<held where PureAck.sameConnection(p, as: UnsafeRawBufferPointer(slot(i))) {
+            if PureAck.supersedes(p, UnsafeRawBufferPointer(slot(i))) {
+                coalesced &+= 1
+            } else {
+                // A duplicate (or an older) ACK: both go, in order.
+                emit(UnsafeRawBufferPointer(slot(i)))
+            }
+            store(p, at: i)
+            return true
+        }
+        if held == Self.slots { flush() }
+        store(p, at: held)
+        held += 1
+        return true
+    }
+
+    /// `p` (a packet that is not held) is about to be written: its connection's held ACK
+    /// leaves first.
+    public func release(before p: UnsafeRawBufferPointer) {
+        guard held > 0 else { return }
+        for i in 0..<held where PureAck.sameConnection(p, as: UnsafeRawBufferPointer(slot(i))) {
+            emit(UnsafeRawBufferPointer(slot(i)))
+            remove(i)
+            return
+        }
+    }
+
+    /// The end of a batch: every held ACK is written.
+    public func flush() {
+        for i in 0..<held { emit(UnsafeRawBufferPointer(slot(i))) }
+        held = 0
+    }
+}

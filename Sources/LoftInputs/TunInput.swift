@@ -47,12 +47,11 @@ public final class TunInput: IOHandler, PacketWriter {
     public private(set) var packetsRead: UInt64 = 0
     public private(set) var packetsWritten: UInt64 = 0
     /// Bare ACKs not written because a later ACK of the same connection replaced them.
-    public private(set) var acksCoalesced: UInt64 = 0
-    /// One bare ACK held back until the end of the batch of events (or until another packet
-    /// must leave first): an upload makes the stack ACK every second segment, and of ACKs of
-    /// one connection in a row only the last is needed. One write(2) saved per ACK replaced.
-    private let heldAck = UnsafeMutableRawBufferPointer.allocate(byteCount: 128, alignment: 16)
-    private var heldAckLength = 0
+    public var acksCoalesced: UInt64 { acks.coalesced }
+    /// Bare ACKs held back until the end of the batch of events, one per connection: an upload
+    /// makes the stack ACK every second segment, and of one connection's ACKs in a batch only
+    /// the last is needed. One write(2) saved per ACK replaced.
+    private lazy var acks = AckCoalescer { [unowned self] in self.writeNow($0) }
 
     static let stateDir = "/run/loft"
 
@@ -76,7 +75,6 @@ public final class TunInput: IOHandler, PacketWriter {
 
     deinit {
         buffer.deallocate()
-        heldAck.deallocate()
         segmentHeaders.deallocate()
         plainHeader.deallocate()
     }
@@ -314,33 +312,16 @@ public final class TunInput: IOHandler, PacketWriter {
     public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
         guard fd >= 0 else { return }
         if segmentSize > 0 {
-            writeHeldAck()
+            acks.release(before: packet)
             writeLargeSegment(packet, segmentSize: segmentSize)
             return
         }
-        if heldAckLength > 0 {
-            if PureAck.supersedes(packet, UnsafeRawBufferPointer(rebasing: heldAck[0..<heldAckLength])) {
-                heldAck.baseAddress!.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
-                acksCoalesced &+= 1
-                return
-            }
-            writeHeldAck()
-        }
-        if packet.count <= heldAck.count && PureAck.matches(packet) {
-            heldAck.baseAddress!.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
-            heldAckLength = packet.count
-            return
-        }
+        if acks.pass(packet) { return }
         writeNow(packet)
     }
 
-    /// After each batch of events (and before any other packet): the ACK held back.
-    func writeHeldAck() {
-        guard heldAckLength > 0 else { return }
-        let n = heldAckLength
-        heldAckLength = 0
-        writeNow(UnsafeRawBufferPointer(rebasing: heldAck[0..<n]))
-    }
+    /// After each batch of events: the ACKs held back.
+    func writeHeldAck() { acks.flush() }
 
     private func writeNow(_ packet: UnsafeRawBufferPointer) {
         guard fd >= 0 else { return }

@@ -54,4 +54,87 @@ final class PureAckTests: XCTestCase {
         XCTAssertFalse(supersedes(fragment, earlier))
         XCTAssertFalse(supersedes([UInt8](repeating: 0, count: 40), [UInt8](repeating: 0, count: 40)))
     }
+
+    // MARK: AckCoalescer
+
+    /// What the coalescer wrote, each packet's acknowledgment number and source port.
+    final class Wire {
+        var packets: [[UInt8]] = []
+        lazy var coalescer = AckCoalescer { [unowned self] in self.packets.append(Array($0)) }
+        /// Passes `p`; the packet as the caller writes it when not held.
+        func send(_ p: [UInt8]) {
+            let held = p.withUnsafeBytes { coalescer.pass($0) }
+            if !held { packets.append(p) }
+        }
+        var summary: [String] {
+            packets.map { p in
+                let tcp = p[0] >> 4 == 4 ? 20 : 40
+                let port = Int(p[tcp]) << 8 | Int(p[tcp + 1])
+                let ack = p[tcp + 8..<tcp + 12].reduce(0) { $0 << 8 | Int($1) }
+                return "\(port):\(ack)\(p[tcp + 13] == 0x10 ? "" : "+")"
+            }
+        }
+    }
+
+    func testInterleavedConnectionsKeepOneAckEachUntilTheBatchEnds() {
+        let w = Wire()
+        for n in 1...4 {
+            w.send(ack(UInt32(n * 1000), srcPort: 80))
+            w.send(ack(UInt32(n * 1000), srcPort: 81))
+            w.send(ack(UInt32(n * 1000), v6: true, srcPort: 80))
+        }
+        XCTAssertEqual(w.packets.count, 0)
+        XCTAssertEqual(w.coalescer.held, 3)
+        w.coalescer.flush()
+        XCTAssertEqual(w.summary, ["80:4000", "81:4000", "80:4000"])
+        XCTAssertEqual(w.coalescer.coalesced, 9)
+        XCTAssertEqual(w.coalescer.held, 0)
+    }
+
+    func testAConnectionsOtherSegmentsNeverOvertakeItsHeldAck() {
+        let w = Wire()
+        w.send(ack(1000, srcPort: 80))
+        w.send(ack(1000, srcPort: 81))
+        w.send(ack(2000, srcPort: 81, flags: 0x18, payload: 10))  // data on 81: its ACK goes first
+        XCTAssertEqual(w.summary, ["81:1000", "81:2000+"])
+        w.send(ack(3000, srcPort: 80, flags: 0x11))                // FIN on 80
+        XCTAssertEqual(w.summary, ["81:1000", "81:2000+", "80:1000", "80:3000+"])
+        XCTAssertEqual(w.coalescer.held, 0)
+        // A large segment (written by the caller) releases the same way.
+        w.send(ack(4000, srcPort: 82))
+        let big = ack(5000, srcPort: 82, flags: 0x10, payload: 200)
+        big.withUnsafeBytes { w.coalescer.release(before: $0) }
+        XCTAssertEqual(w.summary.last, "82:4000")
+    }
+
+    func testDuplicateAcksBothLeaveInOrder() {
+        let w = Wire()
+        w.send(ack(1000))
+        w.send(ack(1000))
+        w.send(ack(1000))
+        w.coalescer.flush()
+        XCTAssertEqual(w.summary, ["80:1000", "80:1000", "80:1000"])
+        XCTAssertEqual(w.coalescer.coalesced, 0)
+    }
+
+    func testAFullTableIsWrittenBeforeAnotherConnectionIsHeld() {
+        let w = Wire()
+        for port in 0..<AckCoalescer.slots { w.send(ack(1000, srcPort: UInt16(100 + port))) }
+        XCTAssertEqual(w.packets.count, 0)
+        w.send(ack(1000, srcPort: 999))
+        XCTAssertEqual(w.packets.count, AckCoalescer.slots)
+        XCTAssertEqual(w.coalescer.held, 1)
+        w.coalescer.flush()
+        XCTAssertEqual(w.summary.last, "999:1000")
+    }
+
+    func testOtherProtocolsPassUntouched() {
+        let w = Wire()
+        w.send(ack(1000))
+        var udp = ack(1000, payload: 8)
+        udp[9] = 17
+        w.send(udp)
+        XCTAssertEqual(w.packets.count, 1, "a UDP packet does not release a TCP connection's ACK")
+        XCTAssertEqual(w.coalescer.held, 1)
+    }
 }
