@@ -20,8 +20,8 @@ public final class BridgeInput: IOHandler, PacketWriter {
         public var peerMissing: UInt64 = 0
         /// Replies that could not be sent (socket buffer full, peer missing).
         public var sendDrops: UInt64 = 0
-        /// Bare ACKs not sent because a later ACK of the same connection, queued right after
-        /// them in the same batch, said the same and more.
+        /// Bare ACKs not sent because a later ACK of the same connection in the same batch
+        /// said the same and more (`AckCoalescer`).
         public var acksCoalesced: UInt64 = 0
     }
 
@@ -34,7 +34,16 @@ public final class BridgeInput: IOHandler, PacketWriter {
     unowned let netstack: Netstack
     private var fd: Int32 = -1
     private var netif = 0
-    public private(set) var counters = Counters()
+    private var tally = Counters()
+    public var counters: Counters {
+        var c = tally
+        c.acksCoalesced = acks.coalesced
+        return c
+    }
+    /// Bare ACKs held until the batch is sent, one per connection: the peer handles every
+    /// datagram one by one (socat: a wake-up each), and an upload makes the stack ACK every
+    /// second segment; a batch needs only each connection's last ACK.
+    private lazy var acks = AckCoalescer { [unowned self] in self.enqueue($0) }
     public var inputIndex: Int { netif }
 
     private static let batch = 64
@@ -112,14 +121,14 @@ public final class BridgeInput: IOHandler, PacketWriter {
                 clinux_recv_batch(fd, rx.baseAddress!.assumingMemoryBound(to: UInt8.self), slot, Int32(Self.batch), lens.baseAddress)
             }
             if n < 0 {
-                if -n == ECONNREFUSED { counters.peerMissing &+= 1; continue }
+                if -n == ECONNREFUSED { tally.peerMissing &+= 1; continue }
                 return
             }
             for i in 0..<Int(n) {
-                counters.datagramsIn &+= 1
+                tally.datagramsIn &+= 1
                 let len = Int(rxLens[i])
                 if len < 0 || len > settings.mtu {
-                    counters.oversize &+= 1
+                    tally.oversize &+= 1
                     netstack.countDrop(.tooLarge, input: netif)
                     continue
                 }
@@ -133,28 +142,29 @@ public final class BridgeInput: IOHandler, PacketWriter {
     public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
         guard fd >= 0 else { return }
         guard packet.count <= settings.mtu else {
-            counters.sendDrops &+= 1
+            tally.sendDrops &+= 1
             return
         }
-        // The peer handles every datagram one by one (socat: a wake-up each), and an upload
-        // makes the stack ACK every second segment; a batch needs only the last ACK.
-        if txCount > 0 {
-            let last = tx.baseAddress! + (txCount - 1) * slot
-            if PureAck.supersedes(packet, UnsafeRawBufferPointer(start: last, count: Int(txLens[txCount - 1]))) {
-                last.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
-                counters.acksCoalesced &+= 1
-                return
-            }
-        }
-        if txCount == Self.batch { flush() }
+        if acks.pass(packet) { return }
+        enqueue(packet)
+    }
+
+    private func enqueue(_ packet: UnsafeRawBufferPointer) {
+        if txCount == Self.batch { send() }
         let dst = tx.baseAddress! + txCount * slot
         dst.copyMemory(from: packet.baseAddress!, byteCount: packet.count)
         txLens[txCount] = Int32(packet.count)
         txCount += 1
     }
 
-    /// Sends the queued replies in one sendmmsg.
+    /// The end of a batch: the held ACKs join the queued replies, all sent.
     func flush() {
+        acks.flush()
+        send()
+    }
+
+    /// Sends the queued replies in one sendmmsg.
+    private func send() {
         guard txCount > 0, fd >= 0 else { return }
         var sent = 0
         while sent < txCount {
@@ -163,12 +173,12 @@ public final class BridgeInput: IOHandler, PacketWriter {
                                   lens.baseAddress! + sent, Int32(txCount - sent))
             }
             if n <= 0 {
-                if -n == ECONNREFUSED { counters.peerMissing &+= 1 }
+                if -n == ECONNREFUSED { tally.peerMissing &+= 1 }
                 // The peer is gone or its buffer is full: these replies are lost (TCP retransmits).
-                counters.sendDrops &+= UInt64(txCount - sent)
+                tally.sendDrops &+= UInt64(txCount - sent)
                 break
             }
-            counters.datagramsOut &+= UInt64(n)
+            tally.datagramsOut &+= UInt64(n)
             sent += Int(n)
         }
         txCount = 0
