@@ -465,7 +465,43 @@ public final class Netstack {
     }
 
     /// Bytes moved on `f` (a live flow): it becomes the newest.
-    func touch(_ f: TCPFlow) { flowActivity.touch(f) }
+    func touch(_ f: TCPFlow) {
+        flowActivity.touch(f)
+        if calmTimer == nil { armCalmCheck() }
+    }
+
+    /// The TCP bytes moved (both ways) when memory was last given back after a burst.
+    private var trimmedAtBytes: UInt64 = 0
+    private var calmTimer: TimerHandle?
+    /// A burst of at least this many bytes, followed by `calmMs` with less than `calmBytes`
+    /// moved, gives the heap back (malloc_trim): transfers keep up to `heapKept` of freed
+    /// memory with malloc (no brk shrink and regrow per segment), and a calm stack does not.
+    static let burstBytes: UInt64 = 16 << 20
+    static let calmMs: UInt64 = 5_000
+    static let calmBytes: UInt64 = 64 << 10
+    /// What malloc keeps of freed memory at the top of the heap (`Syscall.keepFreedMemory`,
+    /// set at start-up): enough for several flows' 512 KiB windows of 64 KiB segments.
+    public static let heapKept = 16 << 20
+
+    /// While bytes move: a check every `calmMs`, which stops once a calm period has come
+    /// (trimming first if a burst came before it); the next bytes moved arm it again.
+    private func armCalmCheck() {
+        let mark = meter.bytesUp &+ meter.bytesDown
+        calmTimer = loop.schedule(after: Self.calmMs) { [weak self] in
+            guard let self else { return }
+            self.calmTimer = nil
+            let moved = self.meter.bytesUp &+ self.meter.bytesDown
+            guard moved &- mark < Self.calmBytes else {
+                self.armCalmCheck()
+                return
+            }
+            if moved &- self.trimmedAtBytes >= Self.burstBytes {
+                self.trimmedAtBytes = moved
+                Syscall.trimHeap()
+                self.tally.memoryTrims &+= 1
+            }
+        }
+    }
 
     public struct RuleUsage: Sendable {
         public var flows: UInt64 = 0

@@ -41,7 +41,7 @@ enum Application {
         Log.threshold = config.log.threshold
         let nofile = clinux_raise_nofile()
         let loop: EventLoop
-        Syscall.keepFreedMemory(upTo: 2 << 20)
+        Syscall.keepFreedMemory(upTo: Netstack.heapKept)
         do { loop = try EventLoop() } catch { Log.error("start.failed", ["error": error]); return 1 }
         let signals = SignalWatcher(loop: loop)
         let runtime = Runtime(config: config, configPath: configPath, loop: loop)

@@ -40,12 +40,14 @@ sys.stdout.write(reply.decode(errors="replace"))
 EOF
 
 CASES="download-v4-50MiB download-v6-50MiB upload-v4-50MiB upload-v6-50MiB half-close-v4
-half-close-v6 concurrent-200 udp-8000-each-way offload-state loft-exit-clean"
+half-close-v6 concurrent-200 udp-8000-each-way offload-state memory-back-when-calm loft-exit-clean"
 [ "$MTU" -gt 1500 ] && CASES+=" large-mss-v4 large-mss-v6"
 CFG=$(loft_config transfer mtu="$MTU")
 echo "control: $T_DIR/control.sock" >>"$CFG"
 require_loft "$CFG" $CASES || finish
 
+rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$LOFT_PID/status"; }
+IDLE_RSS=$(rss_kib)
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 UP_SHA=$(sha_of "$T_DIR/up")
 
@@ -162,6 +164,23 @@ if [ $bad -eq 0 ]; then
     pass concurrent-200; note "concurrent-200: $(( $(now_ms) - t0 )) ms"
 else
     fail concurrent-200 "$bad of 200 transfers wrong or failed; first: $first"
+fi
+
+# Transfers keep freed memory with malloc (no heap shrink and regrow per segment); once the
+# stack has been calm for 5 s after a burst it is given back (memory-trims).
+peak=$(awk '/^VmHWM/{print $2}' "/proc/$LOFT_PID/status")
+trims=0
+for _ in $(seq 1 24); do
+    trims=$("$LOFT_BIN" status -c "$CFG" --json | python3 -c 'import json,sys; print(dict(json.load(sys.stdin)["totals"]).get("memory-trims", 0))')
+    [ "$trims" -gt 0 ] && break
+    sleep 0.5
+done
+final=$(rss_kib)
+note "memory: RSS idle $IDLE_RSS KiB, peak $peak KiB, after the calm $final KiB, memory-trims $trims"
+if [ "$trims" -gt 0 ] && [ $((final - IDLE_RSS)) -lt 8192 ]; then
+    pass memory-back-when-calm
+else
+    fail memory-back-when-calm "memory-trims $trims, RSS idle $IDLE_RSS KiB, now $final KiB"
 fi
 
 loft_stop_clean loft-exit-clean
