@@ -82,9 +82,14 @@ static inline uint64_t add_carry(uint64_t a, uint64_t b) {
     return s + (s < b);
 }
 
+// Set only inside clwip_tcp_write for a connection whose segments leave with a partial checksum
+// (a TUN with offload: the kernel completes it): lwIP's sum of the payload as it copies it
+// (CHECKSUM_ON_COPY) would be thrown away, so it is not computed.
+static int payload_unsummed;
+
 u16_t lwip_standard_chksum(const void *dataptr, int len) {
     const unsigned char *p = dataptr;
-    if (len <= 0) return 0;
+    if (len <= 0 || payload_unsummed) return 0;
     size_t n = (size_t)len;
     uint64_t a = 0, b = 0, w, v;
     while (n >= 32) {
@@ -283,10 +288,15 @@ uint32_t clwip_tcp_sndbuf(clwip_tcp *c) {
     return pcb->snd_buf < by_queue ? pcb->snd_buf : by_queue;
 }
 
-int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len) {
+int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len, int summed) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
     if (len > 0xFFFF) len = 0xFFFF;
-    return tcp_write(pcb, data, (u16_t)len, TCP_WRITE_FLAG_COPY);
+    // tcp_write only copies payload (headers are summed by tcp_output): every sum it asks for
+    // is the payload's.
+    payload_unsummed = !summed;
+    err_t e = tcp_write(pcb, data, (u16_t)len, TCP_WRITE_FLAG_COPY);
+    payload_unsummed = 0;
+    return e;
 }
 
 void clwip_tcp_output(clwip_tcp *c) { tcp_output((struct tcp_pcb *)c); }

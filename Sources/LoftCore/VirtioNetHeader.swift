@@ -86,14 +86,26 @@ public struct VirtioNetHeader: Equatable, Sendable {
     /// IPv4/IPv6 TCP segment with its TCP header in the first bytes, or carries no more than
     /// `segmentSize` payload bytes.
     public static func forLargeTCP(_ packet: UnsafeRawBufferPointer, segmentSize: Int) -> (header: VirtioNetHeader, checksumSeed: UInt16)? {
-        guard packet.count >= 40, segmentSize > 0 else { return nil }
+        guard segmentSize > 0 && segmentSize <= 0xFFFF else { return nil }
+        return forTCP(packet, segmentSize: segmentSize)
+    }
+
+    /// For a TCP segment with payload whose checksum the kernel is to complete (lwIP did not
+    /// sum its payload): `NEEDS_CSUM` without segmentation, and the checksum field's value
+    /// meanwhile (as `forLargeTCP`). nil when `packet` is not an IPv4/IPv6 TCP segment with a
+    /// payload.
+    public static func forPartialTCP(_ packet: UnsafeRawBufferPointer) -> (header: VirtioNetHeader, checksumSeed: UInt16)? {
+        forTCP(packet, segmentSize: 0)
+    }
+
+    private static func forTCP(_ packet: UnsafeRawBufferPointer, segmentSize: Int) -> (header: VirtioNetHeader, checksumSeed: UInt16)? {
+        guard packet.count >= 40 else { return nil }
         let v4 = packet[0] >> 4 == 4
         guard v4 || packet[0] >> 4 == 6 else { return nil }
         let t = v4 ? Int(packet[0] & 0x0F) * 4 : 40
         guard (v4 ? packet[9] : packet[6]) == IPProtocol.tcp, t >= 20, packet.count >= t + 20 else { return nil }
         let tcpHeader = Int(packet[t + 12] >> 4) * 4
-        guard tcpHeader >= 20, packet.count >= t + tcpHeader, packet.count - t - tcpHeader > segmentSize,
-              segmentSize <= 0xFFFF
+        guard tcpHeader >= 20, packet.count >= t + tcpHeader, packet.count - t - tcpHeader > max(segmentSize, 0)
         else { return nil }
         let pseudo = v4
             ? InternetChecksum.pseudoHeader(source: IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: packet[12..<16])),
@@ -102,7 +114,7 @@ public struct VirtioNetHeader: Equatable, Sendable {
             : InternetChecksum.pseudoHeader(source: IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[8..<24])),
                                             destination: IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[24..<40])),
                                             proto: IPProtocol.tcp, length: packet.count - t)
-        let header = VirtioNetHeader(flags: needsChecksum, gsoType: v4 ? gsoTCPv4 : gsoTCPv6,
+        let header = VirtioNetHeader(flags: needsChecksum, gsoType: segmentSize == 0 ? gsoNone : v4 ? gsoTCPv4 : gsoTCPv6,
                                      headerLength: UInt16(t + tcpHeader), gsoSize: UInt16(segmentSize),
                                      checksumStart: UInt16(t), checksumOffset: 16)
         return (header, ~pseudo.value)

@@ -313,10 +313,22 @@ public final class TunInput: IOHandler, PacketWriter {
         guard fd >= 0 else { return }
         if segmentSize > 0 {
             acks.release(before: packet)
-            writeLargeSegment(packet, segmentSize: segmentSize)
+            writeTCP(packet, VirtioNetHeader.forLargeTCP(packet, segmentSize: segmentSize))
             return
         }
         if acks.pass(packet) { return }
+        // With offload lwIP left the payload unsummed (see PacketWriter): the kernel sums it.
+        if offload.isOn, let partial = VirtioNetHeader.forPartialTCP(packet) {
+            writeTCP(packet, partial)
+            return
+        }
+        writeNow(packet)
+    }
+
+    /// A packet that did not come from lwIP (a packet outbound's, with its sender's checksums),
+    /// written as it is.
+    public func writeForwarded(_ packet: UnsafeRawBufferPointer) {
+        guard fd >= 0 else { return }
         writeNow(packet)
     }
 
@@ -347,11 +359,11 @@ public final class TunInput: IOHandler, PacketWriter {
         return true
     }
 
-    /// A TCP segment larger than the MTU: the kernel cuts it into `segmentSize` pieces. Its
-    /// headers go from a copy whose checksum field holds the pseudo-header's sum; the payload
-    /// goes from lwIP's segment as it is.
-    private func writeLargeSegment(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
-        guard let (header, seed) = VirtioNetHeader.forLargeTCP(packet, segmentSize: segmentSize),
+    /// A TCP segment whose checksum the kernel completes (and, when the header says so, that
+    /// it cuts into pieces): its headers go from a copy whose checksum field holds the
+    /// pseudo-header's sum; the payload goes from lwIP's segment as it is.
+    private func writeTCP(_ packet: UnsafeRawBufferPointer, _ offload: (header: VirtioNetHeader, checksumSeed: UInt16)?) {
+        guard let (header, seed) = offload,
               Int(header.headerLength) + VirtioNetHeader.size <= segmentHeaders.count
         else {
             writeDrops &+= 1
@@ -365,7 +377,7 @@ public final class TunInput: IOHandler, PacketWriter {
         copy[field] = UInt8(seed >> 8)
         copy[field + 1] = UInt8(truncatingIfNeeded: seed)
         if send(UnsafeRawBufferPointer(rebasing: segmentHeaders[0 ..< VirtioNetHeader.size + h]),
-                UnsafeRawBufferPointer(rebasing: packet[h...])) {
+                UnsafeRawBufferPointer(rebasing: packet[h...])), header.gsoType != VirtioNetHeader.gsoNone {
             largeSegmentsWritten &+= 1
         }
     }

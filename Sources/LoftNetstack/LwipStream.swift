@@ -27,6 +27,9 @@ final class LwipStream: ByteStream {
     var readableQueued = false
     var writableQueued = false
     var outputQueued = false
+    /// false on an input with offload: lwIP does not sum the payload it copies (the TUN sends
+    /// every segment with a partial checksum that the kernel completes).
+    var payloadSummed = true
     /// An active open whose handshake has not completed (`streamConnected` follows it).
     var connecting = false
     private var connectedPending = false
@@ -153,7 +156,7 @@ final class LwipStream: ByteStream {
             while left > 0 {
                 let room = Int(clwip_tcp_sndbuf(pcb))
                 let n = min(left, room, 0xFFFF)
-                if n == 0 || clwip_tcp_write(pcb, base, UInt32(n)) != 0 {
+                if n == 0 || clwip_tcp_write(pcb, base, UInt32(n), payloadSummed ? 1 : 0) != 0 {
                     wantWritable = true
                     break outer
                 }

@@ -8,6 +8,9 @@ public protocol PacketWriter: AnyObject {
     /// `segmentSize` > 0 only on an input added with `offload`: `packet` is a TCP segment
     /// larger than the input's MTU, to be cut into pieces of `segmentSize` payload bytes (the
     /// app's MSS) by whoever delivers it (the kernel, told so in the TUN's offload header).
+    /// On such an input lwIP does not sum the payload of the TCP segments of its flows
+    /// (`LwipStream.payloadSummed`): every TCP segment with payload, of any size, leaves with
+    /// a partial checksum that its receiver completes (`VirtioNetHeader.forPartialTCP`).
     func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int)
 }
 

@@ -108,6 +108,7 @@ final class TCPFlow: SpliceOwner, ActivityListed {
         let mss = stack.inputs[key.netif].offload ? limit : min(appMSS, limit)
         if mss > 1460 { clwip_tcp_raise_mss(pcb, mss) }
         let s = LwipStream(stack: stack, pcb: pcb)
+        s.payloadSummed = !stack.inputs[key.netif].offload
         stream = s
         state = .open
         stack.acceptedFlows.append(self)

@@ -207,7 +207,7 @@ enum Application {
                                          mtu: max(1280, min(link.peerMRU, 65535)), dns: link.dns)
                     }
                 }
-                sstp.onPacket = { [unowned tun] packet in tun.writePacket(packet, segmentSize: 0) }
+                sstp.onPacket = { [unowned tun] packet in tun.writeForwarded(packet) }
             }
             // Streams routed to it (SOCKS5, the bridge) are connections lwIP opens over the link.
             sstp.linkStack = netstack.addLink(for: sstp, mtu: 1500)

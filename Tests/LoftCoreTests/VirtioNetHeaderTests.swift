@@ -159,6 +159,27 @@ final class VirtioNetHeaderTests: XCTestCase {
         }
     }
 
+    /// A segment that fits the MTU but whose payload lwIP did not sum: NEEDS_CSUM without
+    /// segmentation, and completing the seed gives the full checksum back.
+    func testPartialChecksumHeaderAndSeed() throws {
+        for (src, dst, options, payload) in [(v4a, v4b, 0, 1460), (v4a, v4b, 12, 1), (v6a, v6b, 0, 1440), (v6a, v6b, 8, 333)] {
+            let good = tcp(src, dst, options: options, payload: payload)
+            let (h, seed) = try XCTUnwrap(good.withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) })
+            let ipLen = src.isIPv4 ? 20 : 40
+            XCTAssertEqual(h.flags, VirtioNetHeader.needsChecksum)
+            XCTAssertEqual(h.gsoType, VirtioNetHeader.gsoNone)
+            XCTAssertEqual(h.gsoSize, 0)
+            XCTAssertEqual(Int(h.checksumStart), ipLen)
+            XCTAssertEqual(h.checksumOffset, 16)
+            var p = good
+            p[ipLen + 16] = UInt8(seed >> 8); p[ipLen + 17] = UInt8(truncatingIfNeeded: seed)
+            XCTAssertNil(p.withUnsafeMutableBytes { h.complete($0) })
+            XCTAssertEqual(checksum(p, at: ipLen + 16), checksum(good, at: ipLen + 16))
+        }
+        XCTAssertNil(tcp(v4a, v4b, payload: 0).withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) }, "no payload: lwIP summed it whole")
+        XCTAssertNil(udp(v4a, v4b, payload: 100).withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) })
+    }
+
     func testNoLargeSegmentHeaderForOthers() {
         let small = tcp(v4a, v4b, payload: 1460)
         XCTAssertNil(small.withUnsafeBytes { VirtioNetHeader.forLargeTCP($0, segmentSize: 1460) }, "fits one piece")

@@ -4,14 +4,24 @@ import LoftIO
 import LoftNetstack
 import XCTest
 
-/// Collects every packet the stack emits towards the input.
+/// Collects every packet the stack emits towards the input. With `offload` it completes the
+/// TCP checksums lwIP left partial, as the kernel does behind a TUN with offload (see
+/// PacketWriter), through the same `VirtioNetHeader` code the TUN uses.
 final class TestWriter: PacketWriter {
     var packets: [[UInt8]] = []
     /// Every packet's length and the `segmentSize` it was written with (0: a plain packet);
     /// kept when `packets` are taken.
     var writes: [(length: Int, segmentSize: Int)] = []
+    var offload = false
     func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
-        packets.append(Array(packet))
+        var p = Array(packet)
+        if offload, let (h, seed) = VirtioNetHeader.forPartialTCP(packet) {
+            let field = Int(h.checksumStart) + Int(h.checksumOffset)
+            p[field] = UInt8(seed >> 8)
+            p[field + 1] = UInt8(truncatingIfNeeded: seed)
+            if let refused = p.withUnsafeMutableBytes({ h.complete($0) }) { XCTFail("partial checksum refused: \(refused)") }
+        }
+        packets.append(p)
         writes.append((packet.count, segmentSize))
     }
 }
@@ -246,6 +256,7 @@ final class Harness {
         router.decision = .outbound(outbound)
         let ns = Netstack(loop: loop, router: router, settings: settings)
         netstack = ns
+        writer.offload = offload
         input = ns.addInput(mtu: mtu, writer: writer, receiveWindow: offload ? Netstack.maxWindow : 0, offload: offload)
         loop.timerHook = { [weak ns] in ns?.runTimers() ?? 1000 }
         loop.addAfterEvents { [weak ns] in ns?.afterEvents() }

@@ -36,18 +36,21 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     }
     let segment = Int(header.gsoSize)
     packet.withUnsafeBytes { p in
-        guard let (h, seed) = VirtioNetHeader.forLargeTCP(p, segmentSize: segment) else { return }
-        guard Int(h.headerLength) <= p.count, h.gsoSize == header.gsoSize,
-              Int(h.checksumStart) + 18 <= p.count else { fatalError("header outside the packet: \(h)") }
-        var seeded = Array(p)
-        let field = Int(h.checksumStart) + Int(h.checksumOffset)
-        seeded[field] = UInt8(seed >> 8)
-        seeded[field + 1] = UInt8(truncatingIfNeeded: seed)
-        if seeded.withUnsafeMutableBytes({ h.complete($0) }) != nil { fatalError("its own header refused") }
-        seeded.withUnsafeBytes { q in
-            if case .success(let s) = PacketSummary.parse(q, maxLength: 65535), !s.isLaterFragment,
-               s.proto == IPProtocol.tcp, s.transportOffset == Int(h.checksumStart), !s.transportChecksumIsValid(q) {
-                fatalError("seeded and completed, the checksum is not valid")
+        // The large-segment header and the partial-checksum one (no segmentation).
+        for made in [VirtioNetHeader.forLargeTCP(p, segmentSize: segment), VirtioNetHeader.forPartialTCP(p)] {
+            guard let (h, seed) = made else { continue }
+            guard Int(h.headerLength) <= p.count, h.gsoSize == 0 || h.gsoSize == header.gsoSize,
+                  Int(h.checksumStart) + 18 <= p.count else { fatalError("header outside the packet: \(h)") }
+            var seeded = Array(p)
+            let field = Int(h.checksumStart) + Int(h.checksumOffset)
+            seeded[field] = UInt8(seed >> 8)
+            seeded[field + 1] = UInt8(truncatingIfNeeded: seed)
+            if seeded.withUnsafeMutableBytes({ h.complete($0) }) != nil { fatalError("its own header refused") }
+            seeded.withUnsafeBytes { q in
+                if case .success(let s) = PacketSummary.parse(q, maxLength: 65535), !s.isLaterFragment,
+                   s.proto == IPProtocol.tcp, s.transportOffset == Int(h.checksumStart), !s.transportChecksumIsValid(q) {
+                    fatalError("seeded and completed, the checksum is not valid")
+                }
             }
         }
     }

@@ -85,7 +85,10 @@ uint32_t clwip_check_timeouts(void);
 /// Bytes that fit in the send buffer right now (0 also when the segment queue is full).
 uint32_t clwip_tcp_sndbuf(clwip_tcp *pcb);
 /// Copies data into the send buffer. Returns 0, or a negative lwIP error (ERR_MEM = -1).
-int clwip_tcp_write(clwip_tcp *pcb, const void *data, uint32_t len);
+/// `summed` 0: the payload is not checksummed as it is copied, for connections whose segments
+/// leave with a partial checksum the kernel completes (the TUN's offload); the segments'
+/// checksum fields are then wrong until the writer sets them.
+int clwip_tcp_write(clwip_tcp *pcb, const void *data, uint32_t len, int summed);
 /// Sends what is queued.
 void clwip_tcp_output(clwip_tcp *pcb);
 /// The largest window scale an input may announce (lwIP's own is 1), and the most bytes a
