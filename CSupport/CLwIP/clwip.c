@@ -87,9 +87,21 @@ static inline uint64_t add_carry(uint64_t a, uint64_t b) {
 // (CHECKSUM_ON_COPY) would be thrown away, so it is not computed.
 static int payload_unsummed;
 
+// Set only inside clwip_input for a TCP segment whose checksum the sending kernel left partial
+// (NEEDS_CSUM: a local app's segment, never on a wire): lwIP's verification sums the segment
+// (from its TCP header, in one call: the pbuf is contiguous) and the answer for exactly that
+// call is the value that makes the segment verify, so neither loft nor lwIP sums its payload.
+static const void *answered_ptr;
+static int answered_len;
+static u16_t answered_sum;
+
 u16_t lwip_standard_chksum(const void *dataptr, int len) {
     const unsigned char *p = dataptr;
     if (len <= 0 || payload_unsummed) return 0;
+    if (dataptr == answered_ptr && len == answered_len) {
+        answered_ptr = NULL;
+        return answered_sum;
+    }
     size_t n = (size_t)len;
     uint64_t a = 0, b = 0, w, v;
     while (n >= 32) {
@@ -555,7 +567,22 @@ static int segment_verdict(int idx, const uint8_t *packet, size_t len, int off) 
     return CLWIP_SEGMENT_OK;
 }
 
-int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset) {
+// The sum lwIP's TCP verification must get for the segment at `off` (see answered_ptr):
+// the one's complement of the pseudo-header's sum as lwIP adds it (addresses as 16-bit words in
+// memory order, then the protocol and the TCP length in network order), so that the total
+// folds to 0xFFFF.
+static u16_t verifying_sum(const uint8_t *packet, size_t len, int off) {
+    int v6 = (packet[0] >> 4) == 6;
+    uint32_t acc = lwip_standard_chksum(packet + (v6 ? 8 : 12), v6 ? 32 : 8);
+    acc += lwip_htons(IP_PROTO_TCP);
+    acc += lwip_htons((u16_t)(len - (size_t)off));
+    acc = (acc & 0xFFFF) + (acc >> 16);
+    acc = (acc & 0xFFFF) + (acc >> 16);
+    return (u16_t)~acc;
+}
+
+int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
+                int partial_checksum) {
     if (idx < 0 || idx >= slot_count || len < 20 || len > 0xFFFF) return -1;
     input_slot *s = &slots[idx];
     if (tcp_offset > 0) {
@@ -574,6 +601,11 @@ int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int ud
         if (i != idx) ip_2_ip4(&slots[i].netif.ip_addr)->addr = 0;
     }
     struct tcp_pcb *head_before = tcp_active_pcbs;
+    if (partial_checksum && tcp_offset > 0) {
+        answered_sum = verifying_sum(packet, len, tcp_offset);
+        answered_len = (int)(len - (size_t)tcp_offset);
+        answered_ptr = (const uint8_t *)p->payload + tcp_offset;
+    }
     int v6 = (packet[0] >> 4) == 6;
     if (v6) {
         ip6_addr_t *slot = ip_2_ip6(&s->netif.ip6_addr[1]);
@@ -586,6 +618,7 @@ int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int ud
         ip_input(p, &s->netif);
     }
     for (int i = 0; i < slot_count; i++) ip_2_ip4(&slots[i].netif.ip_addr)->addr = DUMMY_V4;
+    answered_ptr = NULL;
     // A SYN that created a connection: bind it to this input now, so its SYN-ACK
     // retransmissions (sent later from timers) also leave by the input it came from.
     if (syn_port >= 0 && tcp_active_pcbs != head_before && tcp_active_pcbs &&

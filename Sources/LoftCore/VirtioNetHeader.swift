@@ -55,6 +55,33 @@ public struct VirtioNetHeader: Equatable, Sendable {
         put(headerLength, 2); put(gsoSize, 4); put(checksumStart, 6); put(checksumOffset, 8)
     }
 
+    /// True when this header leaves the checksum of `packet`, a TCP segment with payload and
+    /// not a SYN, partial at its TCP header's checksum field (and asks no UDP segmentation):
+    /// the stack can then take it unsummed (`Netstack.input(partialChecksum:)`) instead of
+    /// `complete` summing it.
+    public func leavesTCPChecksumPartial(_ packet: UnsafeRawBufferPointer) -> Bool {
+        guard flags & Self.needsChecksum != 0, checksumOffset == 16, packet.count >= 40 else { return false }
+        switch gsoType & ~Self.gsoECN {
+        case Self.gsoNone, Self.gsoTCPv4, Self.gsoTCPv6: break
+        default: return false
+        }
+        let t: Int
+        switch packet[0] >> 4 {
+        case 4:
+            // Not a fragment (MF clear, offset zero).
+            guard packet[9] == IPProtocol.tcp, packet[6] & 0x3F == 0, packet[7] == 0 else { return false }
+            t = Int(packet[0] & 0x0F) * 4
+        case 6:
+            guard packet[6] == IPProtocol.tcp else { return false }
+            t = 40
+        default:
+            return false
+        }
+        guard t >= 20, Int(checksumStart) == t, packet.count >= t + 20 else { return false }
+        let tcpHeader = Int(packet[t + 12] >> 4) * 4
+        return tcpHeader >= 20 && packet.count > t + tcpHeader && packet[t + 13] & 0x02 == 0
+    }
+
     /// Makes a packet read with this header one the stack can take as it is: a partial
     /// checksum is completed in place; a TCP GSO segment stays whole (the stack takes segments
     /// of any length within its window). A header the stack cannot honour is refused:

@@ -140,8 +140,12 @@ public final class Netstack {
     /// Per input (index from addInput): packets and drops by reason.
     public internal(set) var inputCounters: [InputCounters] = []
 
-    /// The hot path: one packet from an input.
-    public func input(_ packet: UnsafeRawBufferPointer, from netif: Int) {
+    /// The hot path: one packet from an input. `partialChecksum`: a TCP segment with payload,
+    /// not a SYN, whose checksum field holds only the pseudo-header's sum (the TUN's offload
+    /// header said NEEDS_CSUM at its TCP checksum: a local app's segment, never on a wire);
+    /// lwIP then takes it without summing it. Never on the packet-mode input (its packets may
+    /// be forwarded as they are).
+    public func input(_ packet: UnsafeRawBufferPointer, from netif: Int, partialChecksum: Bool = false) {
         tally.packetsIn &+= 1
         tally.bytesIn &+= UInt64(packet.count)
         inputCounters[netif].packetsIn &+= 1
@@ -154,7 +158,7 @@ public final class Netstack {
         case .success(let s):
             summary = s
         }
-        if inputs[netif].verifyChecksums && !summary.transportChecksumIsValid(packet) {
+        if inputs[netif].verifyChecksums && !partialChecksum && !summary.transportChecksumIsValid(packet) {
             drop(.badChecksum, netif)
             return
         }
@@ -188,7 +192,7 @@ public final class Netstack {
         let udpPort = summary.proto == IPProtocol.udp && transport ? Int32(summary.destinationPort) : -1
         let tcpOffset = summary.proto == IPProtocol.tcp && transport ? Int32(summary.transportOffset) : 0
         let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                  -1, udpPort, tcpOffset)
+                                  -1, udpPort, tcpOffset, partialChecksum && tcpOffset > 0 ? 1 : 0)
         if verdict != 0 {
             drop(Netstack.dropReason(verdict), netif)
             return
@@ -221,7 +225,7 @@ public final class Netstack {
     /// Hands a held SYN to lwIP once the outbound is connected.
     func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
         packet.withUnsafeBufferPointer { b in
-            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0) != 0 { drop(.stackMemory, netif) }
+            if clwip_input(Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0, 0) != 0 { drop(.stackMemory, netif) }
         }
     }
 
@@ -403,7 +407,7 @@ public final class Netstack {
             // A retransmitted SYN: held ones wait for the outbound; lwIP answers the others.
             if existing.state != .connecting {
                 _ = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                Int32(s.destinationPort), -1, 0)
+                                Int32(s.destinationPort), -1, 0, 0)
             }
             return
         }

@@ -251,7 +251,7 @@ extension Netstack {
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
         let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                  -1, -1, Int32(tcpOffset))
+                                  -1, -1, Int32(tcpOffset), 0)
         if verdict != 0 { drop(Netstack.dropReason(verdict), netif) }
     }
 }

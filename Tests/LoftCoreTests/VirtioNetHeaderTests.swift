@@ -180,6 +180,29 @@ final class VirtioNetHeaderTests: XCTestCase {
         XCTAssertNil(udp(v4a, v4b, payload: 100).withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) })
     }
 
+    /// Which read packets the stack may take with their checksum still partial.
+    func testLeavesTCPChecksumPartialOnlyForTCPSegmentsWithPayload() {
+        func header(start: Int, offset: Int = 16, gso: UInt8 = VirtioNetHeader.gsoNone, flags: UInt8 = VirtioNetHeader.needsChecksum) -> VirtioNetHeader {
+            VirtioNetHeader(flags: flags, gsoType: gso, headerLength: 0, gsoSize: 0, checksumStart: UInt16(start), checksumOffset: UInt16(offset))
+        }
+        func leaves(_ h: VirtioNetHeader, _ p: [UInt8]) -> Bool { p.withUnsafeBytes { h.leavesTCPChecksumPartial($0) } }
+        XCTAssertTrue(leaves(header(start: 20), tcp(v4a, v4b, payload: 1)))
+        XCTAssertTrue(leaves(header(start: 20, gso: VirtioNetHeader.gsoTCPv4), tcp(v4a, v4b, options: 12, payload: 60_000)))
+        XCTAssertTrue(leaves(header(start: 40, gso: VirtioNetHeader.gsoTCPv6 | VirtioNetHeader.gsoECN), tcp(v6a, v6b, payload: 3000)))
+        XCTAssertFalse(leaves(header(start: 20), tcp(v4a, v4b, payload: 0)), "no payload: completing costs nothing")
+        XCTAssertFalse(leaves(header(start: 20, flags: 0), tcp(v4a, v4b, payload: 100)), "checksum already complete")
+        XCTAssertFalse(leaves(header(start: 24), tcp(v4a, v4b, payload: 100)), "not at the TCP header")
+        XCTAssertFalse(leaves(header(start: 20, offset: 6), tcp(v4a, v4b, payload: 100)), "not the TCP checksum field")
+        XCTAssertFalse(leaves(header(start: 20, gso: VirtioNetHeader.gsoUDP), tcp(v4a, v4b, payload: 100)))
+        XCTAssertFalse(leaves(header(start: 20, offset: 6), udp(v4a, v4b, payload: 100)))
+        var syn = tcp(v4a, v4b, payload: 10)
+        syn[33] = 0x02
+        XCTAssertFalse(leaves(header(start: 20), syn), "a SYN is held and injected later: completed")
+        var fragment = tcp(v4a, v4b, payload: 100)
+        fragment[6] = 0x20
+        XCTAssertFalse(leaves(header(start: 20), fragment))
+    }
+
     func testNoLargeSegmentHeaderForOthers() {
         let small = tcp(v4a, v4b, payload: 1460)
         XCTAssertNil(small.withUnsafeBytes { VirtioNetHeader.forLargeTCP($0, segmentSize: 1460) }, "fits one piece")

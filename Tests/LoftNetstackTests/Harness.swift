@@ -281,6 +281,19 @@ final class Harness {
         turn()
     }
 
+    /// Feeds TCP segments whose checksum field holds only the pseudo-header's sum, as a TUN
+    /// with offload reads a local app's segments (NEEDS_CSUM), then runs one loop turn.
+    func sendPartial(_ packets: [UInt8]...) {
+        for var p in packets {
+            let t = p[0] >> 4 == 4 ? Int(p[0] & 0x0F) * 4 : 40
+            let (_, seed) = p.withUnsafeBytes { VirtioNetHeader.forPartialTCP($0)! }
+            p[t + 16] = UInt8(seed >> 8)
+            p[t + 17] = UInt8(truncatingIfNeeded: seed)
+            p.withUnsafeBytes { netstack.input($0, from: input, partialChecksum: true) }
+        }
+        turn()
+    }
+
     /// One loop iteration.
     func turn() {
         for s in outbound.streams { s.deliverReadiness() }

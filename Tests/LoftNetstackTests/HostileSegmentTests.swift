@@ -257,6 +257,40 @@ final class LargeSegmentTests: XCTestCase {
         XCTAssertEqual(h.netstack.counters.dropped(.tooLarge), 0)
     }
 
+    /// The app's segments with partial checksums (as the TUN reads them with offload) are
+    /// taken unsummed, of odd and even lengths, IPv4 and IPv6, large and small; a segment with
+    /// a wrong full checksum is still dropped by lwIP's verification.
+    func testPartialChecksumSegmentsAreTakenWithoutSumming() {
+        for (local, remote) in [(appV4, remoteV4), (appV6, remoteV6)] {
+            let h = Harness(mtu: 1500, offload: true)
+            defer { h.shutdown() }
+            var app = AppTCP(local: local, remote: remote)
+            _ = app.syn()
+            h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
+                             window: 65535, mss: 1460))
+            let stream = h.outbound.streams[0]
+            stream.connect()
+            h.turn()
+            h.deliver(to: &app)
+            h.send(app.ackPacket())
+            var sent: [UInt8] = []
+            for (i, size) in [40_001, 1, 1460, 30_000].enumerated() {
+                let chunk = pattern(size, seed: UInt8(10 + i))
+                sent += chunk
+                h.sendPartial(app.data(chunk))
+                h.turns(2)
+                h.deliver(to: &app)
+            }
+            assertBytes(stream.written, sent)
+            // A full checksum that is wrong: dropped, nothing more written.
+            var bad = app.data(pattern(100, seed: 99))
+            bad[bad.count - 1] ^= 0xFF
+            h.send(bad)
+            h.turns(2)
+            XCTAssertEqual(stream.written.count, sent.count, "a corrupt segment was taken")
+        }
+    }
+
     /// An input with a 512 KiB receive window: lwIP's SYN-ACK leaves announcing window scale 3
     /// (not its compiled 1, checksum still valid), its later windows are shifted by 3, and the
     /// app may have 512 KiB in flight: eight 64 KiB segments sent back to back are all taken.

@@ -1,4 +1,5 @@
 // The TUN offload header (VirtioNetHeader): any 10 bytes as a header over any packet.
+// A header that leaves a TCP checksum partial for the stack names a parsed TCP segment's own checksum.
 // Completing a partial checksum either refuses the header or leaves the region from the
 // checksum's start summing to what the seed stood for; a large TCP segment's header and seed,
 // completed the way the kernel does, give a segment whose checksum is valid; a TCP segment cut
@@ -12,6 +13,17 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let input = UnsafeRawBufferPointer(start: data, count: size)
     guard let header = VirtioNetHeader(input) else { return 0 }
     var packet = Array(input[VirtioNetHeader.size...])
+    // A header that leaves a TCP checksum partial for the stack: if the packet parses (the
+    // stack drops it otherwise), the field is at the TCP header its IP header points to, the
+    // segment carries payload, and completing would have accepted the header.
+    if packet.withUnsafeBytes({ header.leavesTCPChecksumPartial($0) }),
+       case .success(let s) = packet.withUnsafeBytes({ PacketSummary.parse($0, maxLength: 65535) }) {
+        guard s.proto == IPProtocol.tcp, s.transportOffset == Int(header.checksumStart),
+              Int(header.checksumStart) + 20 < packet.count,
+              (packet.withUnsafeMutableBytes { header.complete($0) }) == nil
+        else { fatalError("left partial, but not a TCP segment with payload at its checksum start: \(header)") }
+        packet = Array(input[VirtioNetHeader.size...])
+    }
     let field = Int(header.checksumStart) + Int(header.checksumOffset)
     let seedBefore = field + 2 <= packet.count ? UInt16(packet[field]) << 8 | UInt16(packet[field + 1]) : 0
     let refused = packet.withUnsafeMutableBytes { header.complete($0) }

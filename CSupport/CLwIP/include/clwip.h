@@ -74,9 +74,12 @@ enum {
 /// Feeds one IP packet (copied). `syn_port` >= 0 makes sure a listener for that TCP port exists
 /// on this netif first; `udp_port` >= 0 the same for a UDP port. `tcp_offset` > 0 (where the TCP
 /// header starts, for a TCP packet other than a SYN) has the segment checked against its
-/// connection first. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no pbuf could be
-/// allocated, or why the segment was dropped unseen.
-int clwip_input(int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset);
+/// connection first. `partial_checksum` (with `tcp_offset` > 0): the TCP checksum field holds
+/// only the pseudo-header's sum (a local sender's NEEDS_CSUM segment): lwIP's verification is
+/// answered without summing the payload. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no
+/// pbuf could be allocated, or why the segment was dropped unseen.
+int clwip_input(int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
+                int partial_checksum);
 
 /// Runs due lwIP timers; returns milliseconds until the next one (capped at 1000).
 uint32_t clwip_check_timeouts(void);
