@@ -581,6 +581,19 @@ static u16_t verifying_sum(const uint8_t *packet, size_t len, int off) {
     return (u16_t)~acc;
 }
 
+// The buffer an input reads its next packet into (clwip_rx_buffer): a pbuf lwIP can take as it
+// is. A large TCP segment read into it goes to lwIP in it (no copy) and a new one is made for
+// the next read; anything else is copied into a pbuf of its own size and the buffer is reused.
+// (With MEM_LIBC_MALLOC, pbuf_realloc does not shrink the allocation: a segment handed over
+// keeps the whole buffer, so only segments of at least half of it are.)
+static struct pbuf *rx_spare;
+#define RX_TAKEN_MIN 0x8000
+
+uint8_t *clwip_rx_buffer(void) {
+    if (rx_spare == NULL) rx_spare = pbuf_alloc(PBUF_RAW, CLWIP_RX_BUFFER_SIZE, PBUF_RAM);
+    return rx_spare ? (uint8_t *)rx_spare->payload : NULL;
+}
+
 int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
                 int partial_checksum) {
     if (idx < 0 || idx >= slot_count || len < 20 || len > 0xFFFF) return -1;
@@ -591,9 +604,19 @@ int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int ud
     }
     if (syn_port >= 0) ensure_listener((u16_t)syn_port);
     if (udp_port >= 0) ensure_udp((u16_t)udp_port);
-    struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
-    if (!p) return -1;
-    memcpy(p->payload, packet, len);
+    struct pbuf *p;
+    // Taken in place: a TCP segment (not a SYN, not an RST: the caller reads those again after
+    // lwIP has them) that fills at least half of the read buffer it is in.
+    if (rx_spare != NULL && packet == (const uint8_t *)rx_spare->payload && len >= RX_TAKEN_MIN &&
+        tcp_offset > 0 && (size_t)tcp_offset + 14 <= len && !(packet[tcp_offset + 13] & (TCP_SYN | TCP_RST))) {
+        p = rx_spare;
+        rx_spare = NULL;
+        pbuf_realloc(p, (u16_t)len);
+    } else {
+        p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
+        if (!p) return -1;
+        memcpy(p->payload, packet, len);
+    }
     current_input = idx;
     // While this packet is processed, only its own input may look like a route for IPv4
     // (lwIP's ip4_route takes the first netif whose address/mask matches; all masks are 0).
@@ -683,6 +706,10 @@ uint32_t clwip_reap_timewait(void) {
 // ---- teardown -----------------------------------------------------------------------------
 
 void clwip_shutdown(void) {
+    if (rx_spare != NULL) {
+        pbuf_free(rx_spare);
+        rx_spare = NULL;
+    }
     // Connections first, while their input still exists: each is detached (no callback reaches
     // Swift) and aborted, which sends an RST to the app unless it is in TIME_WAIT.
     while (tcp_active_pcbs != NULL) {

@@ -50,6 +50,14 @@ public enum Syscall {
         }
     }
 
+    public static func readv(_ fd: Int32, _ vectors: UnsafePointer<iovec>, _ count: Int32) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.readv(fd, vectors, count)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
     public static func write(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Result<Int, Errno> {
         while true {
             let n = Glibc.write(fd, buffer, count)

@@ -33,7 +33,10 @@ public final class TunInput: IOHandler, PacketWriter {
     private var currentIPv6: IPPrefix?
     public private(set) var currentMTU = 0
     private var currentDNS: [IPAddress] = []
+    /// Where packets are read when lwIP has no memory for its receive buffer.
     private let buffer: UnsafeMutableRawBufferPointer
+    /// The offload header of the packet read.
+    private let vnetHeader = UnsafeMutableRawBufferPointer.allocate(byteCount: VirtioNetHeader.size, alignment: 16)
     /// What the kernel agreed to: with offload every packet read or written carries a
     /// VirtioNetHeader, TCP segments of up to 64 KiB pass whole and checksums may be partial.
     public private(set) var offload = OffloadState.off(reason: "config")
@@ -63,9 +66,9 @@ public final class TunInput: IOHandler, PacketWriter {
         self.hostRoutes = settings.netns == nil ? hostPlan.map(HostRoutes.init) : nil
         self.loop = loop
         self.netstack = netstack
-        // Room for the largest MTU a STATUS may set later (and for a 64 KiB segment after its
-        // offload header), so the read buffer never changes.
-        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: VirtioNetHeader.size + 65_535 + 64, alignment: 16)
+        // Room for the largest IP packet (the largest MTU a STATUS may set later, a 64 KiB
+        // segment), as in lwIP's receive buffer.
+        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_535, alignment: 16)
         plainHeader.initializeMemory(as: UInt8.self, repeating: 0)
         currentIPv4 = settings.ipv4
         currentIPv6 = settings.ipv6
@@ -75,6 +78,7 @@ public final class TunInput: IOHandler, PacketWriter {
 
     deinit {
         buffer.deallocate()
+        vnetHeader.deallocate()
         segmentHeaders.deallocate()
         plainHeader.deallocate()
     }
@@ -288,18 +292,27 @@ public final class TunInput: IOHandler, PacketWriter {
         let vnet = offload.isOn
         // Bounded batch per wake-up so other descriptors get their turn.
         for _ in 0..<64 {
-            let n = read(fd, buffer.baseAddress, buffer.count)
-            if n <= 0 { return }
+            // The packet is read where lwIP can take it without a copy (into loft's own buffer
+            // when lwIP has no memory); the offload header apart.
+            let rx = netstack.receiveBuffer() ?? buffer
+            var iov = (iovec(iov_base: vnetHeader.baseAddress, iov_len: vnetHeader.count),
+                       iovec(iov_base: rx.baseAddress, iov_len: rx.count))
+            let r = withUnsafeMutablePointer(to: &iov) {
+                $0.withMemoryRebound(to: iovec.self, capacity: 2) { v in
+                    vnet ? Syscall.readv(fd, v, 2) : Syscall.readv(fd, v + 1, 1)
+                }
+            }
+            guard case .success(let n) = r, n > 0 else { return }
             packetsRead &+= 1
             guard vnet else {
-                netstack.input(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), from: netif)
+                netstack.input(UnsafeRawBufferPointer(rebasing: rx[0..<n]), from: netif)
                 continue
             }
-            guard n > VirtioNetHeader.size, let header = VirtioNetHeader(UnsafeRawBufferPointer(buffer)) else {
+            guard n > VirtioNetHeader.size, let header = VirtioNetHeader(UnsafeRawBufferPointer(vnetHeader)) else {
                 netstack.countDrop(.truncated, input: netif)
                 continue
             }
-            let packet = UnsafeMutableRawBufferPointer(rebasing: buffer[VirtioNetHeader.size..<n])
+            let packet = UnsafeMutableRawBufferPointer(rebasing: rx[0..<(n - VirtioNetHeader.size)])
             // A local app's TCP segment with its checksum left partial: lwIP takes it as it is
             // (nothing sums its payload), unless packet mode may forward it.
             if netif != netstack.packetModeInput && header.leavesTCPChecksumPartial(UnsafeRawBufferPointer(packet)) {

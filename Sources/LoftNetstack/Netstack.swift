@@ -140,6 +140,13 @@ public final class Netstack {
     /// Per input (index from addInput): packets and drops by reason.
     public internal(set) var inputCounters: [InputCounters] = []
 
+    /// Where an input reads its next packet before `input` (the largest IP packet fits; nil
+    /// when lwIP has no memory): a large TCP segment read there goes to lwIP without a copy.
+    /// Valid until the next `input` of a packet in it.
+    public func receiveBuffer() -> UnsafeMutableRawBufferPointer? {
+        clwip_rx_buffer().map { UnsafeMutableRawBufferPointer(start: $0, count: Int(CLWIP_RX_BUFFER_SIZE)) }
+    }
+
     /// The hot path: one packet from an input. `partialChecksum`: a TCP segment with payload,
     /// not a SYN, whose checksum field holds only the pseudo-header's sum (the TUN's offload
     /// header said NEEDS_CSUM at its TCP checksum: a local app's segment, never on a wire);

@@ -291,6 +291,37 @@ final class LargeSegmentTests: XCTestCase {
         }
     }
 
+    /// Packets read into the stack's receive buffer: a large segment is taken in it (the next
+    /// read gets another buffer), a small one is copied (the buffer is read into again); the
+    /// bytes arrive either way, in order.
+    func testLargeSegmentsReadIntoTheReceiveBufferAreTakenWithoutACopy() throws {
+        let h = Harness(mtu: 1500, offload: true)
+        defer { h.shutdown() }
+        var app = AppTCP(local: appV4, remote: remoteV4)
+        _ = app.syn()
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
+                         window: 65535, mss: 1460))
+        let stream = h.outbound.streams[0]
+        stream.connect()
+        h.turn()
+        h.deliver(to: &app)
+        h.send(app.ackPacket())
+        var sent: [UInt8] = []
+        for (i, (size, taken)) in [(60_000, true), (1000, false), (40_000, true), (20_000, false)].enumerated() {
+            let chunk = pattern(size, seed: UInt8(30 + i))
+            sent += chunk
+            let packet = app.data(chunk)
+            let rx = try XCTUnwrap(h.netstack.receiveBuffer())
+            rx.copyMemory(from: UnsafeRawBufferPointer(start: packet, count: packet.count))
+            h.netstack.input(UnsafeRawBufferPointer(rebasing: rx[0..<packet.count]), from: h.input)
+            let next = try XCTUnwrap(h.netstack.receiveBuffer())
+            XCTAssertEqual(next.baseAddress != rx.baseAddress, taken, "segment of \(size) bytes")
+            h.turns(2)
+            h.deliver(to: &app)
+        }
+        assertBytes(stream.written, sent)
+    }
+
     /// An input with a 512 KiB receive window: lwIP's SYN-ACK leaves announcing window scale 3
     /// (not its compiled 1, checksum still valid), its later windows are shifted by 3, and the
     /// app may have 512 KiB in flight: eight 64 KiB segments sent back to back are all taken.

@@ -71,7 +71,15 @@ enum {
 #define CLWIP_OOSEQ_MAX_SEGMENTS 128
 #define CLWIP_OOSEQ_MAX_BYTES 0x20000
 
-/// Feeds one IP packet (copied). `syn_port` >= 0 makes sure a listener for that TCP port exists
+/// The size of the buffer clwip_rx_buffer returns (the largest IP packet).
+#define CLWIP_RX_BUFFER_SIZE 0xFFFF
+/// Where an input reads its next packet to give to clwip_input (CLWIP_RX_BUFFER_SIZE bytes;
+/// NULL when no memory): a large TCP segment read there is handed to lwIP without a copy, and
+/// the next call returns a new buffer; otherwise the same one. Valid until the next
+/// clwip_input of a packet in it.
+uint8_t *clwip_rx_buffer(void);
+
+/// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer). `syn_port` >= 0 makes sure a listener for that TCP port exists
 /// on this netif first; `udp_port` >= 0 the same for a UDP port. `tcp_offset` > 0 (where the TCP
 /// header starts, for a TCP packet other than a SYN) has the segment checked against its
 /// connection first. `partial_checksum` (with `tcp_offset` > 0): the TCP checksum field holds
