@@ -459,9 +459,10 @@ final class End: ByteStreamEvents {
     /// Unowned (the splice owns its ends); a callback holds the splice for its duration even
     /// if its owner lets go of it.
     unowned var splice: Splice?
-    let inbound: Bool
     var stream: ByteStream?
     var pending = SpliceBuffer()
+    // The flags last, together (one per flow per side: no padding between them).
+    let inbound: Bool
     /// EOF was read from this stream.
     var readEOF = false
     /// shutdownWrite was sent to this stream.

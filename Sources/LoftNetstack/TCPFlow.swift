@@ -12,17 +12,22 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     unowned let stack: Netstack
     let key: FlowKey
     var state = State.connecting
-    private(set) var splice: Splice!
-    var stream: LwipStream?
-    var outboundName = ""
-    var ruleIndex = -1
-    /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
-    private var heldSYN: [UInt8]
-    private let synSummary: PacketSummary
+    /// The rule that decided the flow (-1: the default). Small fields together, after the key:
+    /// the object is one allocation per flow, and padding counts at 10k flows.
+    private var rule: Int32 = -1
+    var ruleIndex: Int {
+        get { Int(rule) }
+        set { rule = Int32(clamping: newValue) }
+    }
     /// The app's initial sequence number.
     let synSequence: UInt32
     /// The MSS the app announced (RFC 9293's default when it announced none).
     let appMSS: UInt16
+    var outboundName = ""
+    private(set) var splice: Splice!
+    var stream: LwipStream?
+    /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
+    private var heldSYN: [UInt8]
     let createdAt: UInt64
     /// Neighbours in the netstack's activity list (least recently active first).
     unowned(unsafe) var older: TCPFlow?
@@ -37,7 +42,6 @@ final class TCPFlow: SpliceOwner, ActivityListed {
         self.stack = stack
         self.key = key
         self.heldSYN = syn
-        self.synSummary = summary
         (synSequence, appMSS) = syn.withUnsafeBytes { p in
             (summary.tcpSequence(p),
              TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: p[summary.transportOffset...]))
@@ -82,6 +86,8 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     /// Tells the app why its connect failed.
     private func answerSYN(_ failure: FlowFailure) {
         heldSYN.withUnsafeBytes { syn in
+            // Parsed again (it parsed when it came): no summary kept per flow for this rare path.
+            guard case .success(let synSummary) = PacketSummary.parse(syn, maxLength: 65535) else { return }
             let reply: [UInt8]
             switch failure {
             case .hostUnreachable:
