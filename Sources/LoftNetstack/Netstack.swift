@@ -336,7 +336,7 @@ public final class Netstack {
             break
         }
         let match = router.route(FlowRequest(network: network, source: key.source, destination: .ip(key.destination)))
-        guard case .outbound(let o) = match.decision, let po = o as? PacketOutbound else { return .lwip(match) }
+        guard case .outbound(let o) = match.decision, let po = o as? PacketOutbound, po.takesNewFlows else { return .lwip(match) }
         ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
         let f = PacketFlow(outbound: po, rule: match.rule, now: loop.now)
         if network != .icmp {

@@ -12,7 +12,8 @@ public struct SSTPOptions: Sendable {
     public var user: String
     public var password: String
     public var auth: [SSTPClient.AuthMethod]
-    /// Fail-closed: while the link is down, its packets are dropped (never another path).
+    /// Fail-closed: while the link is down, its flows and packets are dropped and counted
+    /// (`hold-drops`), never sent another way. Without it they go to the fallback (direct).
     public var hold: Bool
     public var connectTimeoutMs: UInt64
     public var minBackoffMs: UInt64 = 500
@@ -40,6 +41,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     let context: TLSContext
     let options: SSTPOptions
     let serverName: String
+    /// Where new flows go while the link is down and `hold` is off (nil with `hold`).
+    let fallback: Outbound?
 
     enum State: String { case idle, dialing, handshaking, up, waiting, stopped }
     private(set) var state = State.idle
@@ -68,7 +71,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         var dials: UInt64 = 0, ups: UInt64 = 0, authFailures: UInt64 = 0, losses: UInt64 = 0
         var packetsUp: UInt64 = 0, packetsDown: UInt64 = 0, bytesUp: UInt64 = 0, bytesDown: UInt64 = 0
         var dropsDown: UInt64 = 0, dropsFull: UInt64 = 0, foreignDrops: UInt64 = 0, streamRefused: UInt64 = 0, pathChanges: UInt64 = 0
-        var streamsOpened: UInt64 = 0
+        var streamsOpened: UInt64 = 0, fallbackFlows: UInt64 = 0
         var lastError = ""
     }
     private var counts = Counts()
@@ -79,8 +82,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     /// (counted `full`): TCP inside the tunnel backs off as on any full link.
     static let outputLimit = 256 * 1024
 
-    public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: SSTPOptions) throws {
+    public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: SSTPOptions, fallback: Outbound? = nil) throws {
         self.name = name
+        self.fallback = options.hold ? nil : fallback
         self.loop = loop
         self.runtime = runtime
         self.options = options
@@ -113,7 +117,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                    ("link-losses", counts.losses), ("path-changes", counts.pathChanges),
                    ("packets-up", counts.packetsUp), ("packets-down", counts.packetsDown),
                    (options.hold ? OutboundStatus.holdDrops : "down-drops", counts.dropsDown),
-                   ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
+                   ("fallback-flows", counts.fallbackFlows), ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
                    ("stream-refused", counts.streamRefused)]
         return s
     }
@@ -352,6 +356,20 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
 
     // MARK: Outbound
 
+    /// Up: new TUN flows pass as packets. Down without `hold`: they go through lwIP to
+    /// `openStream`/`openAssociation`, which hand them to the fallback. Down with `hold`: their
+    /// packets are refused by `sendPacket` (`hold-drops`).
+    public var takesNewFlows: Bool { state == .up || fallback == nil }
+
+    /// While the link is down: the fallback when there is one (counted `fallback-flows`), else
+    /// nil and the refusal counted in `hold-drops` (`down-drops` without `hold` and without a
+    /// fallback, as in unit tests).
+    private func whileDown() -> Outbound? {
+        if let fallback { counts.fallbackFlows &+= 1; return fallback }
+        counts.dropsDown &+= 1
+        return nil
+    }
+
     public func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool {
         // IPv4 only: IPV6CP is not negotiated (docs/sstp.md).
         guard packet.count >= 20, packet[0] >> 4 == 4 else { counts.dropsFull &+= 1; return false }
@@ -371,9 +389,15 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     }
 
     /// A TCP connection from the link's address, opened by lwIP over the link (an IPv4
-    /// address; a name that is an address literal counts). Refused (`stream-refused`) while
-    /// the link is down, for IPv6 and for names (docs/sstp.md).
+    /// address; a name that is an address literal counts). While the link is down: the
+    /// fallback's, or refused (`hold-drops`); IPv6 and names are refused (`stream-refused`).
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
+        if state != .up {
+            if let fb = whileDown() { return fb.openStream(to: destination, events: events) }
+            let s = SocketStream(loop: loop, events: events, meter: nil)
+            s.failSoon(.networkUnreachable)
+            return s
+        }
         switch destination {
         case .ip(let e):
             if let s = openLinkStream(to: e, events: events) { return s }
@@ -393,9 +417,10 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         return s
     }
 
-    /// A UDP association from the link's address (lwIP udp pcb over the link); refused while
-    /// the link is down. Datagrams to names or IPv6 are dropped.
+    /// A UDP association from the link's address (lwIP udp pcb over the link); while the link
+    /// is down the fallback's, or refused (`hold-drops`). Datagrams to names or IPv6 are dropped.
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        if state != .up { return whileDown()?.openAssociation(events: events) }
         guard state == .up, let l = link, let ls = linkStack, let a = ls.openAssociation(from: l.address, events: events) else {
             counts.streamRefused &+= 1
             return nil

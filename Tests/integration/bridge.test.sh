@@ -28,7 +28,10 @@ peer_up() {
     SOCAT_PID=$!
     T_PIDS+=("$SOCAT_PID"); register_pid "$SOCAT_PID"
     local i
-    for i in $(seq 50); do ip link show "$PEER_TUN" >/dev/null 2>&1 && break; sleep 0.1; done
+    # Until socat has given the device its address, and a moment for its flags ioctls that
+    # follow (moving it earlier fails them: "SIOCGIFFLAGS ... No such device").
+    for i in $(seq 50); do ip -4 addr show dev "$PEER_TUN" 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+    sleep 0.2
     ip link set "$PEER_TUN" netns "$PEER_NS" || return 1
     ip -n "$PEER_NS" addr add 198.18.2.1/24 dev "$PEER_TUN"
     ip -n "$PEER_NS" -6 addr add fd00:2::1/64 dev "$PEER_TUN" nodad

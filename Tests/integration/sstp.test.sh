@@ -33,7 +33,10 @@ peer_up() {
     SOCAT_PID=$!
     T_PIDS+=("$SOCAT_PID"); register_pid "$SOCAT_PID"
     local i
-    for i in $(seq 50); do ip link show "$PEER_TUN" >/dev/null 2>&1 && break; sleep 0.1; done
+    # Until socat has given the device its address, and a moment for its flags ioctls that
+    # follow (moving it earlier fails them: "SIOCGIFFLAGS ... No such device").
+    for i in $(seq 50); do ip -4 addr show dev "$PEER_TUN" 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+    sleep 0.2
     ip link set "$PEER_TUN" netns "$PEER_NS" || return 1
     ip -n "$PEER_NS" addr add 198.18.2.1/24 dev "$PEER_TUN"
     ip -n "$PEER_NS" link set "$PEER_TUN" up
@@ -98,7 +101,7 @@ start_services() {
     wait_listen "$SRV_NS" tcp 9100 && wait_listen "$SRV_NS" udp 53 || die "services behind the link did not start"
 }
 
-# sstp_config NAME AUTH-LIST PASSWORD
+# sstp_config NAME AUTH-LIST PASSWORD [OUTBOUND-LINE [TOP-LINE]]
 sstp_config() {
     cat >"$T_DIR/$1.yaml" <<EOF
 log: info
@@ -118,12 +121,28 @@ outbounds:
     password: "$3"
     tls: { server-name: sstp.loft.test, ca: $PKI/ca.pem }
     auth: $2
+${4:+    $4}
 limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: 2h, udp-idle-timeout: 60s }
 default: corp
 control: $T_DIR/$1.sock
+${5:-}
 EOF
     echo "$T_DIR/$1.yaml"
 }
+
+# sfield CFG EXPR: one value from `loft status --json` (o = the outbound corp, c = its counters,
+# d = the outbound direct).
+sfield() {
+    "$LOFT_BIN" status --json -c "$1" 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+o = next(x for x in s["outbounds"] if x["name"] == "corp")
+d = next(x for x in s["outbounds"] if x["name"] == "direct")
+c = o.get("counters", {})
+print(eval(sys.argv[1]))' "$2" 2>/dev/null
+}
+# echo_direct: one line through the echo service on srv's own address (the direct path).
+echo_direct() { in_app timeout 3 socat -t 1 - "TCP4:$SRV4:9001,connect-timeout=1" <<<"direct-$1" 2>/dev/null; }
 
 wait_log() {    # wait_log FILE PATTERN SECONDS
     local i
@@ -134,8 +153,10 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
 start_responder mschapv2
 start_services
+start_echo          # on srv's own address: reached by the direct path only
 CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode
-socks5-download socks5-upload socks5-refused socks5-udp socks5-counted bridge-tcp bridge-udp server-killed redial-new-address path-changed stop-clean"
+socks5-download socks5-upload socks5-refused socks5-udp socks5-counted bridge-tcp bridge-udp server-killed fallback-direct
+redial-new-address socks5-after-redial path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
     else fail mschapv2-up "no sstp.up: $(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
@@ -259,6 +280,12 @@ print(ok)" 2>&1)
         && ! grep -qx "$(sha_of "$T_DIR/www/big")" "$T_DIR/s5cut.out"; then pass server-killed
         note "the SOCKS5 download over the link ended $s5ms ms after it started: $(tail -1 "$T_DIR/s5cut.out" | cut -c1-80)"
     else fail server-killed "socks5 ${s5ms} ms: $(tail -1 "$T_DIR/s5cut.out"); $(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+    # Without `hold`, a flow routed to sstp while its link is down goes direct (the fallback),
+    # through lwIP like any stream outbound's, counted fallback-flows.
+    r=$(echo_direct fb)
+    fb=$(sfield "$T_DIR/chap.yaml" 'c["fallback-flows"]')
+    if [ "$r" = direct-fb ] && [ "${fb:-0}" -ge 1 ] && [ "$(sfield "$T_DIR/chap.yaml" 'o["state"]')" = down ]; then pass fallback-direct
+    else fail fallback-direct "echo '$r', fallback-flows ${fb:-?}, state $(sfield "$T_DIR/chap.yaml" 'o["state"]')"; fi
     CLIENT_ADDRESS=198.19.$NET.3 start_responder mschapv2
     for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
     sleep 0.5
@@ -266,6 +293,12 @@ print(ok)" 2>&1)
     if echo "$a" | grep -q "inet 198.19.$NET.3/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
         && in_app ping -c 2 -i 0.2 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then pass redial-new-address
     else fail redial-new-address "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(echo "$a" | grep inet | tr '\n' '|')"; fi
+    # Connections loft opens over the link work again after the redial, from the new address
+    # (the responder routes only the address it handed out back to the link).
+    want=$(sha_of "$T_DIR/www/s5")
+    got=$(timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9103 - "$S5_PORT" 2>&1)
+    if [ "$got" = "$want" ]; then pass socks5-after-redial
+    else fail socks5-after-redial "sha256 $got, want $want; $(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
     # A path change (here asked for with `loft path-changed`): the connection is dropped and
     # dialled again at once.
     out=$("$LOFT_BIN" path-changed -c "$T_DIR/chap.yaml" 2>&1)
@@ -278,16 +311,65 @@ print(ok)" 2>&1)
 fi
 stop_responder
 
-# --- PAP ---------------------------------------------------------------------------------------
+# --- PAP, the keepalive, hold -----------------------------------------------------------------
+# keepalive 1 s: an SSTP Echo Request after 1 s of silence, down after 2 s. `hold: true`: while
+# the link is down nothing routed to it goes anywhere else.
 start_responder pap
-if require_loft "$(sstp_config pap '[pap]' "$PASSWORD")" pap-up pap-data; then
+HCFG=$T_DIR/pap.yaml
+HCASES="pap-up pap-data keepalive-expiry hold-held hold-no-leak-counters hold-no-leak-capture hold-redial-address hold-exit-clean"
+if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: true')" $HCASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up.*auth=pap' 15 && grep -q '^binding-ok' "$RESP_LOG"; then pass pap-up
     else fail pap-up "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
     want=$(sha_of "$T_DIR/www/f0")
     got=$(in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9102" - | sha256sum | cut -d' ' -f1)
     if [ "$got" = "$want" ] && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then pass pap-data
     else fail pap-data "sha256 $got, want $want"; fi
-    loft_stop TERM
+    # The responder goes silent (SIGUSR1: no echo answers, nothing at all) with the TCP
+    # connection open: loft's keepalive notices within 2 s and redials (the next session answers).
+    t0=$(now_ms)
+    kill -USR1 "$RESP_PID"
+    if wait_log "$LOFT_LOG" 'event=sstp.down.*timeout: nothing from the server for 2 s' 6; then
+        t1=$(now_ms)
+        for i in $(seq 60); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
+    fi
+    if [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then
+        pass keepalive-expiry; note "keepalive: down $((t1 - t0)) ms after the responder went silent, up again"
+    else fail keepalive-expiry "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
+    # The server gone with `hold: true`: the state is held; TCP, UDP (DNS), ping from the app and
+    # a SOCKS5 CONNECT to srv's own address (which the direct path would reach) are dropped
+    # inside loft (hold-drops), no flow goes direct, and a capture on srv sees none of it.
+    stop_responder
+    st=
+    for i in $(seq 50); do st=$(sfield "$HCFG" 'o["state"]'); [ "$st" = held ] && break; sleep 0.1; done
+    if [ "$st" = held ] && "$LOFT_BIN" status -c "$HCFG" 2>/dev/null | grep -q '^corp .*held'; then pass hold-held
+    else fail hold-held "state $st: $("$LOFT_BIN" status -c "$HCFG" 2>&1 | grep -A1 '^corp' | tr '\n' '|')"; fi
+    in_srv timeout 8 tcpdump -ni "$VETH_SRV" -w "$T_DIR/hold.pcap" "not tcp port $SPORT and not arp and not icmp6" >/dev/null 2>&1 &
+    dump=$!
+    sleep 1
+    in_app dig +short +time=1 +tries=1 "@$SRV4" probe.loft.test >/dev/null 2>&1 &
+    in_app ping -c 1 -W 1 "$SRV4" >/dev/null 2>&1 &
+    r2=$(timeout 10 python3 "$T_DIR/socks.py" dl "$SRV4" 9001 - "$S5_PORT" 2>&1)
+    r1=$(echo_direct held)
+    wait %1 %2 2>/dev/null
+    kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null
+    drops=$(sfield "$HCFG" 'c["hold-drops"]')
+    direct=$(sfield "$HCFG" 'd["flows_total"]')
+    if [ -z "$r1" ] && [ "${r2%% *}" = error ] && [ "${drops:-0}" -ge 4 ] && [ "$direct" = 0 ]; then
+        pass hold-no-leak-counters; note "hold: $drops packets and flows dropped; SOCKS5: $r2"
+    else fail hold-no-leak-counters "echo '$r1', socks5 '$r2', hold-drops ${drops:-?}, direct flows ${direct:-?}"; fi
+    seen=$(tcpdump -nr "$T_DIR/hold.pcap" 2>/dev/null | wc -l)
+    if [ -s "$T_DIR/hold.pcap" ] && [ "$seen" -eq 0 ]; then pass hold-no-leak-capture
+    else fail hold-no-leak-capture "$seen packets reached srv while the link was held: $(tcpdump -nr "$T_DIR/hold.pcap" 2>/dev/null | head -3 | tr '\n' '|')"; fi
+    # The server back, handing out another address: the link is up again, the TUN takes it.
+    n=$(grep -c 'event=sstp.up' "$LOFT_LOG")
+    CLIENT_ADDRESS=198.19.$NET.4 start_responder pap
+    for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -gt "$n" ] && break; sleep 0.1; done
+    sleep 0.3
+    a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
+    if echo "$a" | grep -q "inet 198.19.$NET.4/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
+        && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1 && [ "$(sfield "$HCFG" 'o["state"]')" = up ]; then pass hold-redial-address
+    else fail hold-redial-address "$(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|') / $(echo "$a" | grep inet | tr '\n' '|')"; fi
+    loft_stop_clean hold-exit-clean
 fi
 stop_responder
 

@@ -8,9 +8,11 @@ from pycryptodome, HMAC/SHA from Python's hashlib: an implementation independent
                    --tun NAME --local A --client-address B --dns D [--mru N]
 
 The TUN gets A peer B (point-to-point); the client is given B by IPCP and D as its DNS.
-Prints one line per event (ready, auth-ok, auth-failed, binding-ok, binding-bad, up, closed)."""
+Prints one line per event (ready, auth-ok, auth-failed, binding-ok, binding-bad, up, closed).
+SIGUSR1 mutes the current session (it keeps the connection and reads, but sends nothing more:
+no echo answers, no packets), for the client's keepalive; the next session is not muted."""
 
-import argparse, asyncio, fcntl, hashlib, hmac, os, ssl, struct, subprocess, sys
+import argparse, asyncio, fcntl, hashlib, hmac, os, signal, ssl, struct, subprocess, sys
 
 from Crypto.Cipher import DES
 from Crypto.Hash import MD4
@@ -108,13 +110,15 @@ class Session:
         self.hlak = bytes(32)
         self.challenge = os.urandom(16)
         self.up = False
+        self.muted = False
 
     def next_id(self):
         self.ident = (self.ident + 1) & 0xFF
         return self.ident
 
     def send(self, b):
-        self.w.write(b)
+        if not self.muted:
+            self.w.write(b)
 
     def lcp_request(self):
         auth = b"\xc2\x23\x81" if self.auth == "mschapv2" else b"\xc0\x23"
@@ -290,6 +294,12 @@ async def main():
     subprocess.run(["ip", "link", "set", a.tun, "up", "mtu", str(a.mru)], check=True)
     loop = asyncio.get_running_loop()
     current = {}
+
+    def mute():
+        if current.get("s"):
+            current["s"].muted = True
+            log("muted")
+    loop.add_signal_handler(signal.SIGUSR1, mute)
 
     async def handle(reader, writer):
         old = current.get("s")
