@@ -347,10 +347,12 @@ if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: tr
     dump=$!
     sleep 1
     in_app dig +short +time=1 +tries=1 "@$SRV4" probe.loft.test >/dev/null 2>&1 &
+    q1=$!
     in_app ping -c 1 -W 1 "$SRV4" >/dev/null 2>&1 &
+    q2=$!
     r2=$(timeout 10 python3 "$T_DIR/socks.py" dl "$SRV4" 9001 - "$S5_PORT" 2>&1)
     r1=$(echo_direct held)
-    wait %1 %2 2>/dev/null
+    wait "$q1" "$q2" 2>/dev/null
     kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null
     drops=$(sfield "$HCFG" 'c["hold-drops"]')
     direct=$(sfield "$HCFG" 'd["flows_total"]')
