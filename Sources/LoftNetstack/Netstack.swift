@@ -144,7 +144,7 @@ public final class Netstack {
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
         let summary: PacketSummary
-        switch PacketSummary.parse(packet, maxLength: inputs[netif].packetLimit) {
+        switch PacketSummary.parse(packet, maxLength: inputs[netif].packetLimit, linkLocal: netif == packetModeInput) {
         case .failure(let reason):
             drop(reason, netif)
             return
@@ -159,7 +159,10 @@ public final class Netstack {
         if netif == packetModeInput {
             switch packetPath(packet, summary, netif: netif) {
             case .handled: return
-            case .lwip(let match): decided = match
+            case .lwip(let match):
+                // Link-local traffic only a packet link carries (sstp's IPV6CP); never lwIP.
+                if summary.isLinkLocal { drop(.martian, netif); return }
+                decided = match
             }
         }
         if summary.isTCPOpen {

@@ -108,6 +108,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         var d = ["server \(server)"]
         if let l = link, state == .up {
             d.append("address \(l.address)")
+            if let v6 = l.ipv6 { d.append("ipv6 \(v6)") }
             if !l.dns.isEmpty { d.append("dns " + l.dns.map(\.description).joined(separator: " ")) }
             if let a = l.auth { d.append("auth \(a.rawValue)") }
         }
@@ -318,6 +319,15 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     public func sstpOutputReady(_ c: SSTPClient) {}
 
     public func sstpUp(_ c: SSTPClient, link l: SSTPClient.Link) {
+        if state == .up, let old = link, old.address == l.address {
+            // The same connection's link changed (IPV6CP opened or closed, IPCP again with the
+            // same address): applied again, not a new link.
+            link = l
+            Log.info("sstp.link-updated", ["outbound": name, "address": l.address, "ipv6": l.ipv6?.description ?? "-",
+                                           "peer-ipv6": l.peerIPv6?.description ?? "-"])
+            onLink?(l)
+            return
+        }
         state = .up
         failures = 0
         logged.removeAll()
@@ -326,14 +336,26 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         if let old = link, old.address != l.address { linkStack?.linkDown() }
         link = l
         linkStack?.setMTU(max(576, min(l.peerMRU, 1500)))
-        Log.info("sstp.up", ["outbound": name, "address": l.address, "dns": l.dns.map(\.description).joined(separator: ","),
+        Log.info("sstp.up", ["outbound": name, "address": l.address, "ipv6": l.ipv6?.description ?? "-",
+                             "dns": l.dns.map(\.description).joined(separator: ","),
                              "auth": l.auth?.rawValue ?? "none", "mru": l.peerMRU, "tls": stream?.tlsDetails ?? ""])
         onLink?(l)
     }
 
     public func sstpPacket(_ c: SSTPClient, _ packet: UnsafeRawBufferPointer) {
-        // Only packets for the address IPCP gave reach the TUN.
-        guard packet.count >= 20, packet[0] >> 4 == 4, let l = link,
+        // Only packets for the address IPCP gave (or the link-local one IPV6CP made) reach the TUN.
+        guard let l = link else { counts.foreignDrops &+= 1; return }
+        if packet.count >= 40, packet[0] >> 4 == 6 {
+            guard let v6 = l.ipv6, IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[24..<40])) == v6 else {
+                counts.foreignDrops &+= 1
+                return
+            }
+            counts.packetsDown &+= 1
+            counts.bytesDown &+= UInt64(packet.count)
+            onPacket?(packet)
+            return
+        }
+        guard packet.count >= 20, packet[0] >> 4 == 4,
               IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: packet[16..<20])) == l.address else {
             counts.foreignDrops &+= 1
             return
@@ -371,12 +393,13 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     }
 
     public func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool {
-        // IPv4 only: IPV6CP is not negotiated (docs/sstp.md).
-        guard packet.count >= 20, packet[0] >> 4 == 4 else { counts.dropsFull &+= 1; return false }
+        guard packet.count >= 20, packet[0] >> 4 == 4 || packet[0] >> 4 == 6 else { counts.dropsFull &+= 1; return false }
         guard state == .up, let c = client else {
             counts.dropsDown &+= 1
             return false
         }
+        // IPv6 only once IPV6CP has opened (docs/sstp.md).
+        guard packet[0] >> 4 == 4 || link?.ipv6 != nil else { counts.dropsFull &+= 1; return false }
         guard c.output.count < Self.outputLimit else {
             counts.dropsFull &+= 1
             return false

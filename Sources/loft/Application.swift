@@ -207,6 +207,7 @@ enum Application {
                         guard let prefix = IPPrefix(link.address, 32) else { return }
                         tun.applyOverlay(ipv4: prefix, gateway4: nil, ipv6: nil, gateway6: nil,
                                          mtu: max(1280, min(link.peerMRU, 65535)), dns: link.dns)
+                        tun.setLinkLocal(link.ipv6)
                     }
                 }
                 sstp.onPacket = { [unowned tun] packet in tun.writePacket(packet, segmentSize: 0) }

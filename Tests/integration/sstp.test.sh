@@ -94,6 +94,8 @@ start_services() {
     SINK_LOG=$T_DIR/sink.log
     bg_in "$SRV_NS" s5dl socat "TCP4-LISTEN:9103,bind=$PPP_LOCAL,fork,reuseaddr" "OPEN:$T_DIR/www/s5,rdonly"
     bg_in "$SRV_NS" small socat "TCP4-LISTEN:9102,bind=$PPP_LOCAL,fork,reuseaddr,backlog=256" "OPEN:$T_DIR/www/f0,rdonly"
+    # IPv6 over the link (IPV6CP): the responder's link-local end, fe80::1 on its TUN.
+    bg_in "$SRV_NS" v6dl socat "TCP6-LISTEN:9104,ipv6only=1,fork,reuseaddr" "OPEN:$T_DIR/www/f0,rdonly"
     bg_in "$SRV_NS" uecho socat "UDP4-RECVFROM:9101,bind=$PPP_LOCAL,fork" PIPE
     bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
         --bind-interfaces --listen-address="$PPP_LOCAL" --port=53 --pid-file= --user=root \
@@ -151,10 +153,10 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 }
 
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
-start_responder mschapv2
+IPV6CP=1 start_responder mschapv2
 start_services
 start_echo          # on srv's own address: reached by the direct path only
-CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns flows-100 packet-mode
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns ipv6-link-local ipv6-ping ipv6-tcp flows-100 packet-mode
 socks5-download socks5-upload socks5-refused socks5-udp socks5-counted bridge-tcp bridge-udp server-killed fallback-direct
 redial-new-address socks5-after-redial path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
@@ -193,6 +195,19 @@ print(ok)" 2>&1)
     else fail ping "$(tail -2 "$T_DIR/ping.out" | tr '\n' '|')"; fi
     r=$(in_app getent hosts probe.loft.test 2>&1)
     if echo "$r" | grep -q "^198.19.$NET.77 "; then pass dns; else fail dns "getent: $r"; fi
+    # IPV6CP: the responder Naks loft's first interface identifier with ::2, so loft's
+    # link-local is fe80::2 (on the TUN beside its other addresses); IPv6 packets to the
+    # responder's fe80::1 pass over PPP (protocol 0x0057): ping, and a TCP download.
+    for i in $(seq 30); do grep -q '^up6' "$RESP_LOG" && break; sleep 0.1; done
+    sleep 0.3
+    a=$(ip -n "$APP_NS" -6 addr show dev "$TUN_NAME")
+    if echo "$a" | grep -q "inet6 fe80::2/64" && grep -q 'ipv6=fe80::2' "$LOFT_LOG"; then pass ipv6-link-local
+    else fail ipv6-link-local "$(echo "$a" | grep inet6 | tr '\n' '|') / $(grep -E 'sstp.(up|link)' "$LOFT_LOG" | tail -2 | tr '\n' '|') / $(tail -2 "$RESP_LOG" | tr '\n' '|')"; fi
+    if in_app ping -6 -c 2 -i 0.2 -W 2 "fe80::1%$TUN_NAME" >"$T_DIR/ping6.out" 2>&1 && grep -q 'from fe80::1' "$T_DIR/ping6.out"; then pass ipv6-ping
+    else fail ipv6-ping "$(tail -2 "$T_DIR/ping6.out" | tr '\n' '|')"; fi
+    want=$(sha_of "$T_DIR/www/f0")
+    got=$(in_app timeout 10 socat -u "TCP6:[fe80::1%$TUN_NAME]:9104" - | sha256sum | cut -d' ' -f1)
+    if [ "$got" = "$want" ]; then pass ipv6-tcp; else fail ipv6-tcp "sha256 $got, want $want"; fi
 
     want=$(sha_of "$T_DIR/www/f0")
     t0=$(now_ms)
@@ -286,7 +301,7 @@ print(ok)" 2>&1)
     fb=$(sfield "$T_DIR/chap.yaml" 'c["fallback-flows"]')
     if [ "$r" = direct-fb ] && [ "${fb:-0}" -ge 1 ] && [ "$(sfield "$T_DIR/chap.yaml" 'o["state"]')" = down ]; then pass fallback-direct
     else fail fallback-direct "echo '$r', fallback-flows ${fb:-?}, state $(sfield "$T_DIR/chap.yaml" 'o["state"]')"; fi
-    CLIENT_ADDRESS=198.19.$NET.3 start_responder mschapv2
+    CLIENT_ADDRESS=198.19.$NET.3 IPV6CP=1 start_responder mschapv2
     for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
     sleep 0.5
     a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
