@@ -71,7 +71,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         var dials: UInt64 = 0, ups: UInt64 = 0, authFailures: UInt64 = 0, losses: UInt64 = 0
         var packetsUp: UInt64 = 0, packetsDown: UInt64 = 0, bytesUp: UInt64 = 0, bytesDown: UInt64 = 0
         var dropsDown: UInt64 = 0, dropsFull: UInt64 = 0, foreignDrops: UInt64 = 0, streamRefused: UInt64 = 0, pathChanges: UInt64 = 0
-        var streamsOpened: UInt64 = 0, fallbackFlows: UInt64 = 0
+        var streamsOpened: UInt64 = 0, fallbackFlows: UInt64 = 0, lookups: UInt64 = 0, lookupFailures: UInt64 = 0
         var lastError = ""
     }
     private var counts = Counts()
@@ -119,7 +119,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                    ("packets-up", counts.packetsUp), ("packets-down", counts.packetsDown),
                    (options.hold ? OutboundStatus.holdDrops : "down-drops", counts.dropsDown),
                    ("fallback-flows", counts.fallbackFlows), ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
-                   ("stream-refused", counts.streamRefused)]
+                   ("stream-refused", counts.streamRefused), ("lookups", counts.lookups), ("lookup-failures", counts.lookupFailures)]
         return s
     }
 
@@ -425,12 +425,48 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         case .ip(let e):
             if let s = openLinkStream(to: e, events: events) { return s }
         case .domain(let name, let port):
-            if let a = IPAddress(name), let s = openLinkStream(to: Endpoint(a, port), events: events) { return s }
+            if let a = IPAddress(name) {
+                if let s = openLinkStream(to: Endpoint(a, port), events: events) { return s }
+            } else if let s = lookUpAndOpen(name, port: port, events: events) {
+                return s
+            }
         }
         counts.streamRefused &+= 1
         let s = SocketStream(loop: loop, events: events, meter: nil)
         s.failSoon(.networkUnreachable)
         return s
+    }
+
+    /// A name: looked up through the link's DNS servers over the link (`LinkLookup`), then
+    /// opened over the link to its first IPv4 address. nil (refused) without DNS servers or a
+    /// name DNS cannot carry. A name that does not resolve fails the stream `hostUnreachable`,
+    /// no answer within 4 s `timedOut` (both `lookup-failures`).
+    private func lookUpAndOpen(_ name: String, port: UInt16, events: ByteStreamEvents) -> ByteStream? {
+        guard state == .up, let l = link, let ls = linkStack, !l.dns.isEmpty else { return nil }
+        let pending = PendingLinkStream(events: events)
+        guard let assoc = ls.openAssociation(from: l.address, events: pending.nothing),
+              let lookup = LinkLookup(loop: loop, name: name, servers: l.dns, association: assoc, completion: { [weak self, weak pending] answer in
+                  guard let self, let pending else { return }
+                  guard case .addresses(let all, _) = answer, let a = all.first(where: \.isIPv4) else {
+                      self.counts.lookupFailures &+= 1
+                      Log.info("sstp.lookup-failed", ["outbound": self.name, "name": name,
+                                                      "answer": answer.map { "\($0)" } ?? "none in time"])
+                      pending.fail(answer == nil ? .timedOut : .hostUnreachable)
+                      return
+                  }
+                  if let s = self.openLinkStream(to: Endpoint(a, port), events: pending) {
+                      pending.attach(s)
+                  } else {
+                      self.counts.streamRefused &+= 1
+                      pending.fail(.networkUnreachable)
+                  }
+              }) else {
+            return nil
+        }
+        pending.lookup = lookup
+        guard lookup.start() else { lookup.cancel(); return nil }
+        counts.lookups &+= 1
+        return pending
     }
 
     private func openLinkStream(to e: Endpoint, events: ByteStreamEvents) -> ByteStream? {

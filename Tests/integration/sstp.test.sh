@@ -68,7 +68,7 @@ if mode == "udp":   # UDP ASSOCIATE by hand (RFC 1928): 5 datagrams to host:port
         d, _ = u.recvfrom(2000)
         ok += d[10:] == b"dgram %d" % i and d[4:8] == socket.inet_aton(host) and d[8:10] == struct.pack("!H", port)
     print(ok); sys.exit(0)
-proxy = Proxy.from_url("socks5://127.0.0.1:%s" % sys.argv[5])
+proxy = Proxy.from_url("socks5://127.0.0.1:%s" % sys.argv[5], rdns=True)   # names go to loft as names
 try:
     s = proxy.connect(dest_host=host, dest_port=port, timeout=10)
 except Exception as e:
@@ -99,7 +99,7 @@ start_services() {
     bg_in "$SRV_NS" uecho socat "UDP4-RECVFROM:9101,bind=$PPP_LOCAL,fork" PIPE
     bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
         --bind-interfaces --listen-address="$PPP_LOCAL" --port=53 --pid-file= --user=root \
-        --host-record="probe.loft.test,198.19.$NET.77" --log-facility=-
+        --host-record="probe.loft.test,198.19.$NET.77" --host-record="svc.loft.test,$PPP_LOCAL" --log-queries --log-facility=-
     wait_listen "$SRV_NS" tcp 9100 && wait_listen "$SRV_NS" udp 53 || die "services behind the link did not start"
 }
 
@@ -157,7 +157,7 @@ IPV6CP=1 start_responder mschapv2
 start_services
 start_echo          # on srv's own address: reached by the direct path only
 CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns ipv6-link-local ipv6-ping ipv6-tcp flows-100 packet-mode
-socks5-download socks5-upload socks5-refused socks5-udp socks5-counted bridge-tcp bridge-udp server-killed fallback-direct
+socks5-download socks5-upload socks5-refused socks5-name socks5-name-unknown socks5-udp socks5-counted bridge-tcp bridge-udp server-killed fallback-direct
 redial-new-address socks5-after-redial path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if wait_log "$LOFT_LOG" 'event=sstp.up' 15; then pass mschapv2-up
@@ -248,6 +248,17 @@ print(ok)" 2>&1)
     t1=$(now_ms)
     if echo "$got" | grep -qi 'refused' && [ $((t1 - t0)) -lt 5000 ]; then pass socks5-refused
     else fail socks5-refused "$got in $((t1 - t0)) ms"; fi
+    # A name in the CONNECT (ATYP 3): loft asks the IPCP DNS server (dnsmasq behind the link)
+    # over the link and connects to the answer; a name it does not know fails at once.
+    want=$(sha_of "$T_DIR/www/s5")
+    got=$(timeout 20 python3 "$T_DIR/socks.py" dl svc.loft.test 9103 - "$S5_PORT" 2>&1)
+    if [ "$got" = "$want" ] && grep -q 'query\[A\] svc.loft.test from '"$PPP_CLIENT" "$T_DIR/dnsmasq.log"; then pass socks5-name
+    else fail socks5-name "sha256 $got, want $want; dnsmasq: $(grep svc "$T_DIR/dnsmasq.log" | tail -2 | tr '\n' '|')"; fi
+    t0=$(now_ms)
+    got=$(timeout 20 python3 "$T_DIR/socks.py" dl nosuch.loft.test 9103 - "$S5_PORT" 2>&1)
+    t1=$(now_ms)
+    if echo "$got" | grep -qi 'error' && [ $((t1 - t0)) -lt 3000 ] && grep -q 'event=sstp.lookup-failed.*nosuch.loft.test' "$LOFT_LOG"; then pass socks5-name-unknown
+    else fail socks5-name-unknown "$got in $((t1 - t0)) ms: $(grep lookup "$LOFT_LOG" | tail -1)"; fi
     # UDP ASSOCIATE routed to sstp: an lwIP udp pcb over the link, to the echo service.
     got=$(timeout 20 python3 "$T_DIR/socks.py" udp "$PPP_LOCAL" 9101 - "$S5_PORT" 2>&1)
     if [ "$got" = 5 ]; then pass socks5-udp; else fail socks5-udp "$got"; fi
