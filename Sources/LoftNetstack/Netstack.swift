@@ -303,6 +303,9 @@ public final class Netstack {
     /// Where a large segment is cut for a packet outbound (made on first use).
     private var segmentScratch: UnsafeMutableRawBufferPointer?
     var packetFlows: [PacketFlowKey: PacketFlow] = [:]
+    /// Source ports of the TUN's UDP packet flows (how many flows each), so that a UDP
+    /// association over a link never takes a port an app uses (`NetstackLink`).
+    var udpPacketSourcePorts: [UInt16: Int] = [:]
     private var packetSweep: TimerHandle?
     public var packetFlowCount: Int { packetFlows.count }
 
@@ -345,6 +348,7 @@ public final class Netstack {
         if network != .icmp {
             guard packetFlows.count < settings.maxFlows else { drop(.flowCap, netif); return .handled }
             packetFlows[key] = f
+            if network == .udp { udpPacketSourcePorts[key.source.port, default: 0] += 1 }
             armPacketSweep()
         }
         forward(packet, s, f, netif: netif)
@@ -385,11 +389,18 @@ public final class Netstack {
             guard let self else { return }
             self.packetSweep = nil
             let now = self.loop.now
+            var udpPorts: [UInt16: Int] = [:]
             self.packetFlows = self.packetFlows.filter { key, f in
+                if key.proto == IPProtocol.udp {
+                    let keep = now - f.lastSeen < self.settings.udpIdleTimeoutMs
+                    if keep { udpPorts[key.source.port, default: 0] += 1 }
+                    return keep
+                }
                 let idle = now - f.lastSeen
                 if key.proto != IPProtocol.tcp { return idle < self.settings.udpIdleTimeoutMs }
                 return f.closing ? idle < 10_000 : idle < self.settings.tcpIdleTimeoutMs
             }
+            self.udpPacketSourcePorts = udpPorts
             if !self.packetFlows.isEmpty { self.armPacketSweep() }
         }
     }
