@@ -337,6 +337,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         link = l
         linkStack?.setMTU(max(576, min(l.peerMRU, 1500)))
         Log.info("sstp.up", ["outbound": name, "address": l.address, "ipv6": l.ipv6?.description ?? "-",
+                             "peer-ipv6": l.peerIPv6?.description ?? "-",
                              "dns": l.dns.map(\.description).joined(separator: ","),
                              "auth": l.auth?.rawValue ?? "none", "mru": l.peerMRU, "tls": stream?.tlsDetails ?? ""])
         onLink?(l)

@@ -437,6 +437,8 @@ public final class SSTPClient {
         case .protocolReject:
             if p.data.count >= 2, UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == PPP.ipcp {
                 fail(.protocolError("the server rejects IPCP (no IPv4 over this link)"))
+            } else if p.data.count >= 2, UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == PPP.ipv6cp {
+                ipv6cp.deadline = nil   // no IPv6 on this link; nothing more is asked
             }
         case .terminateAck, .echoReply, .discardRequest, .codeReject:
             break
@@ -590,6 +592,9 @@ public final class SSTPClient {
         ipcp = Negotiation()
         ipcp.options = [.u32(PPP.IPCPOption.address, 0), .u32(PPP.IPCPOption.primaryDNS, 0), .u32(PPP.IPCPOption.secondaryDNS, 0)]
         sendRequest(&ipcp, PPP.ipcp, now: now)
+        // IPV6CP is asked for too (servers such as SoftEther only answer a client's request); a
+        // server without it Protocol-Rejects it or stays silent, and IPv4 carries on.
+        if settings.ipv6 { startIPV6CP(now: now) }
     }
 
     // MARK: IPCP
@@ -694,16 +699,20 @@ public final class SSTPClient {
         return iid
     }
 
+    private func startIPV6CP(now: UInt64) {
+        ipv6cpStarted = true
+        ipv6cp = Negotiation()
+        ipv6cp.options = [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: newIID(avoid: peerIID))]
+        sendRequest(&ipv6cp, PPP.ipv6cp, now: now)
+    }
+
     private func ipv6cpPacket(_ p: PPP.Packet, now: UInt64) {
         switch PPP.Code(rawValue: p.code) {
         case .configureRequest:
             guard let options = PPP.parseOptions(p.data) else { counters.droppedIn += 1; return }
             if !ipv6cpStarted || ipv6cp.opened {
-                // The server offers IPv6 (or starts IPV6CP again): loft asks for its identifier.
-                ipv6cpStarted = true
-                ipv6cp = Negotiation()
-                ipv6cp.options = [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: newIID(avoid: peerIID))]
-                sendRequest(&ipv6cp, PPP.ipv6cp, now: now)
+                // The server starts IPV6CP (again): loft asks for its identifier anew.
+                startIPV6CP(now: now)
             }
             let ours = ipv6cp.options.first?.data ?? []
             let (code, reply, peer) = Self.evaluateIPV6CP(options, ours: ours, suggestion: newIID(avoid: ours))

@@ -23,6 +23,8 @@ struct ScriptedServer {
     var certHash = (sha1: [UInt8](repeating: 0x11, count: 20), sha256: [UInt8](repeating: 0x22, count: 32))
     static let nonce = [UInt8](repeating: 0x5A, count: 32)
     var counter: UInt8 = 0
+    /// Every IPV6CP packet the client sent, as `take` saw them.
+    var ipv6cpSeen: [PPP.Packet] = []
 
     init(auth: [SSTPClient.AuthMethod] = [.mschapv2, .pap], password: String = "clientPass", oneByteAtATime: Bool = false,
          ipv6: Bool = true) {
@@ -56,6 +58,7 @@ struct ScriptedServer {
                 let (proto, off) = frame.withUnsafeBytes { PPP.parseFrame($0) }!
                 let info = Array(frame[off...])
                 ppp.append((proto, info.withUnsafeBytes { PPP.Packet($0) }, info))
+                if proto == PPP.ipv6cp, let p = ppp.last?.1 { ipv6cpSeen.append(p) }
                 at += n
             default: Issue.record("client sent bad SSTP: \(r)"); return (http, control, ppp)
             }
@@ -340,7 +343,7 @@ struct ScriptedServer {
     }
 
     @Test func keepalive() {
-        var s = ScriptedServer(auth: [.pap])
+        var s = ScriptedServer(auth: [.pap], ipv6: false)
         let pap = s.upToAuth(authOption: [0xC0, 0x23]).first { $0.0 == PPP.pap }!.1!
         s.send(PPP.pap, PPP.Packet(code: 2, id: pap.id, data: [0]))
         s.ipcp()
@@ -459,12 +462,13 @@ struct ScriptedServer {
         var s = Self.upWithIPv4()
         #expect(s.rec.ups.count == 1 && s.rec.ups[0].ipv6 == nil)
         #expect(!Self.v6packet.withUnsafeBytes { s.client.send($0) }, "no IPv6 before IPV6CP")
-        // The server offers IPV6CP with an identifier of zero: loft Naks it with one of its own
-        // making, and asks for its own identifier.
+        // loft asked for IPV6CP with IPCP, at authentication.
+        guard let req = s.ipv6cpSeen.first(where: { $0.code == 1 }) else { Issue.record("no IPV6CP request"); return }
+        // The server's request has an identifier of zero: loft Naks it with one of its own making.
         s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 30, data: PPP.encodeOptions([PPP.Option(type: 1, data: Self.zeroIID)])!))
         var out = s.take().ppp.filter { $0.0 == PPP.ipv6cp }
-        guard let req = out.first(where: { $0.1?.code == 1 })?.1, let nak = out.first(where: { $0.1?.code == 3 })?.1 else {
-            Issue.record("no IPV6CP request and Nak: \(out)"); return
+        guard let nak = out.first(where: { $0.1?.code == 3 })?.1, out.count == 1 else {
+            Issue.record("not one Nak: \(out)"); return
         }
         #expect(nak.id == 30)
         let suggested = PPP.parseOptions(nak.data)?.first
@@ -506,13 +510,19 @@ struct ScriptedServer {
     @Test func ipv6cpRejectedOrUnansweredLeavesIPv4Alone() {
         // The server rejects loft's identifier: no IPv6, no retransmission, IPv4 carries on.
         var s = Self.upWithIPv4()
-        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 40, data: PPP.encodeOptions([Self.iid(1)])!))
-        let req = s.take().ppp.first { $0.0 == PPP.ipv6cp && $0.1?.code == 1 }!.1!
+        guard let req = s.ipv6cpSeen.first(where: { $0.code == 1 }) else { Issue.record("no IPV6CP request"); return }
         s.send(PPP.ipv6cp, PPP.Packet(.configureReject, id: req.id, data: req.data))
         s.now += 3_000
         s.client.tick(now: s.now)
         #expect(!s.take().ppp.contains { $0.0 == PPP.ipv6cp })
         #expect(s.rec.ups.count == 1 && s.rec.ends.isEmpty)
+        // A server without IPV6CP: its LCP Protocol-Reject ends the asking; IPv4 carries on.
+        s = Self.upWithIPv4()
+        s.send(PPP.lcp, PPP.Packet(.protocolReject, id: 50, data: [0x80, 0x57] + (s.ipv6cpSeen.first?.bytes ?? [])))
+        s.now += 3_000
+        s.client.tick(now: s.now)
+        #expect(!s.take().ppp.contains { $0.0 == PPP.ipv6cp })
+        #expect(s.rec.ups.count == 1 && s.rec.ends.isEmpty && s.client.phase == .up)
         // No answer at all: retransmitted on the restart timer, given up after Max-Configure.
         s = Self.upWithIPv4()
         s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 41, data: PPP.encodeOptions([Self.iid(1)])!))
