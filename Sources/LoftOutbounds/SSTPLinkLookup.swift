@@ -9,7 +9,7 @@ import LoftSSTP
 /// query's id from one of the servers decides. IPv4 only (streams over the link are IPv4).
 final class LinkLookup: DatagramEvents {
     static let tries = 4
-    static let retryMs: UInt64 = 1000
+    private let retryMs: UInt64
 
     private let loop: EventLoop
     private let name: String
@@ -21,10 +21,11 @@ final class LinkLookup: DatagramEvents {
     private var completion: ((DNSWire.Answer?) -> Void)?
 
     /// `completion` runs once, later on the loop: the answer, or nil when none came in time.
-    init?(loop: EventLoop, name: String, servers: [IPAddress], association: DatagramAssociation,
+    init?(loop: EventLoop, name: String, servers: [IPAddress], association: DatagramAssociation, retryMs: UInt64 = 1000,
           completion: @escaping (DNSWire.Answer?) -> Void) {
         guard !servers.isEmpty else { return nil }
         self.loop = loop
+        self.retryMs = retryMs
         self.name = name
         self.servers = servers.map { Endpoint($0, 53) }
         self.association = association
@@ -46,7 +47,7 @@ final class LinkLookup: DatagramEvents {
         let server = servers[sent % servers.count]
         sent += 1
         _ = q.withUnsafeBytes { a.send($0, to: .ip(server)) }
-        timer = loop.schedule(after: Self.retryMs) { [weak self] in
+        timer = loop.schedule(after: retryMs) { [weak self] in
             guard let self else { return }
             self.timer = nil
             if self.sent >= Self.tries { self.finish(nil) } else { self.send() }

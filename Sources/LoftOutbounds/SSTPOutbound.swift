@@ -445,8 +445,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     private func lookUpAndOpen(_ name: String, port: UInt16, events: ByteStreamEvents) -> ByteStream? {
         guard state == .up, let l = link, let ls = linkStack, !l.dns.isEmpty else { return nil }
         let pending = PendingLinkStream(events: events)
-        guard let assoc = ls.openAssociation(from: l.address, events: pending.nothing),
-              let lookup = LinkLookup(loop: loop, name: name, servers: l.dns, association: assoc, completion: { [weak self, weak pending] answer in
+        guard let assoc = ls.openAssociation(from: l.address, events: pending.nothing) else { return nil }
+        guard let lookup = LinkLookup(loop: loop, name: name, servers: l.dns, association: assoc, completion: { [weak self, weak pending] answer in
                   guard let self, let pending else { return }
                   guard case .addresses(let all, _) = answer, let a = all.first(where: \.isIPv4) else {
                       self.counts.lookupFailures &+= 1
@@ -462,6 +462,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                       pending.fail(.networkUnreachable)
                   }
               }) else {
+            assoc.close()
             return nil
         }
         pending.lookup = lookup
