@@ -365,10 +365,15 @@ if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: tr
     # a SOCKS5 CONNECT to srv's own address (which the direct path would reach) are dropped
     # inside loft (hold-drops), no flow goes direct, and a capture on srv sees none of it.
     stop_responder
+    # (Between redial attempts: a refused dial shows `dialing` for a moment.)
     st=
-    for i in $(seq 50); do st=$(sfield "$HCFG" 'o["state"]'); [ "$st" = held ] && break; sleep 0.1; done
-    if [ "$st" = held ] && "$LOFT_BIN" status -c "$HCFG" 2>/dev/null | grep -q '^corp .*held'; then pass hold-held
-    else fail hold-held "state $st: $("$LOFT_BIN" status -c "$HCFG" 2>&1 | grep -A1 '^corp' | tr '\n' '|')"; fi
+    for i in $(seq 50); do
+        st=$(sfield "$HCFG" 'o["state"]')
+        [ "$st" = held ] && "$LOFT_BIN" status -c "$HCFG" 2>/dev/null | grep -q '^corp .*held' && break
+        st=; sleep 0.1
+    done
+    if [ -n "$st" ]; then pass hold-held
+    else fail hold-held "state $(sfield "$HCFG" 'o["state"]'): $("$LOFT_BIN" status -c "$HCFG" 2>&1 | grep -A1 '^corp' | tr '\n' '|')"; fi
     in_srv timeout 8 tcpdump -ni "$VETH_SRV" -w "$T_DIR/hold.pcap" "not tcp port $SPORT and not arp and not icmp6" >/dev/null 2>&1 &
     dump=$!
     sleep 1
