@@ -189,3 +189,47 @@ int64_t cares_timeout_ms(cares_channel *channel) {
 const char *cares_error_text(int status) {
     return ares_strerror(status);
 }
+
+int cares_make_query(const char *name, int type, uint16_t id, uint8_t *out, int cap) {
+    unsigned char *buf = NULL;
+    int len = 0;
+    if (type != 1 && type != 28) return -1;
+    if (ares_create_query(name, 1 /* C_IN */, type, id, 1, &buf, &len, 0) != ARES_SUCCESS || !buf) return -1;
+    int n = len <= cap ? len : -1;
+    if (n > 0) memcpy(out, buf, (size_t)len);
+    ares_free_string(buf);
+    return n;
+}
+
+int cares_parse_answer(const uint8_t *buf, int len, int type, cares_address *out, int cap, int *ttl) {
+    int n = cap > 32 ? 32 : cap;
+    int status;
+    *ttl = -1;
+    if (len < 12 || n <= 0) return -CARES_RESULT_FAILED;
+    if (type == 1) {
+        struct ares_addrttl a[32];
+        status = ares_parse_a_reply(buf, len, NULL, a, &n);
+        if (status == ARES_SUCCESS) {
+            for (int i = 0; i < n; i++) {
+                out[i].family = 4;
+                memcpy(out[i].bytes, &a[i].ipaddr, 4);
+                if (*ttl < 0 || a[i].ttl < *ttl) *ttl = a[i].ttl;
+            }
+        }
+    } else if (type == 28) {
+        struct ares_addr6ttl a[32];
+        status = ares_parse_aaaa_reply(buf, len, NULL, a, &n);
+        if (status == ARES_SUCCESS) {
+            for (int i = 0; i < n; i++) {
+                out[i].family = 6;
+                memcpy(out[i].bytes, &a[i].ip6addr, 16);
+                if (*ttl < 0 || a[i].ttl < *ttl) *ttl = a[i].ttl;
+            }
+        }
+    } else {
+        return -CARES_RESULT_FAILED;
+    }
+    if (status == ARES_ENODATA || status == ARES_ENOTFOUND) return -CARES_RESULT_NOT_FOUND;
+    if (status != ARES_SUCCESS) return -CARES_RESULT_FAILED;
+    return n > 0 ? n : -CARES_RESULT_NOT_FOUND;
+}

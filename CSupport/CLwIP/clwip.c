@@ -18,7 +18,7 @@
 #include "lwip/udp.h"
 #include "lwip/priv/tcp_priv.h"
 
-#define MAX_NETIFS 4
+#define MAX_NETIFS 8   // the TUN, the bridge and up to six packet links (sstp outbounds)
 
 typedef struct {
     struct netif netif;

@@ -97,13 +97,13 @@ struct ConfigDecoder {
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
     static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "uuid", "alpn",
-                               "user", "password", "password-file", "auth"]
+                               "user", "password", "password-file", "auth", "keepalive"]
     /// The keys each outbound type takes besides name and type.
     static let typeKeys: [String: [String]] = [
         "direct": [], "drop": [],
         "loft": ["server", "carrier", "token", "tls", "state-file"],
         "vless": ["server", "uuid", "tls", "alpn"],
-        "sstp": ["server", "user", "password", "password-file", "tls", "auth"],
+        "sstp": ["server", "user", "password", "password-file", "tls", "auth", "keepalive"],
     ]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
     static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
@@ -113,6 +113,7 @@ struct ConfigDecoder {
     static let maxClientsRange = 128...65536
     static let maxFlowsRange = 16...1_000_000
     static let connectTimeoutRange = Duration.milliseconds(100)...Duration.seconds(300)
+    static let sstpKeepaliveRange = Duration.seconds(1)...Duration.seconds(300)
     static let tcpIdleRange = Duration.seconds(1)...Duration.seconds(7 * 86_400)
     static let udpIdleRange = Duration.seconds(1)...Duration.seconds(86_400)
 
@@ -362,6 +363,7 @@ struct ConfigDecoder {
         var user: String?
         var password: (String, YAMLNode)?
         var auth: [SSTPAuthMethod] = [.mschapv2, .pap]
+        var keepalive: Duration?
         var typedKeys: [(String, YAMLNode)] = []
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
@@ -408,6 +410,8 @@ struct ConfigDecoder {
                 password = (text, pair.key)
             case "auth":
                 auth = try sstpAuth(value, path: keyPath)
+            case "keepalive":
+                keepalive = try v.duration(value, path: keyPath, in: ConfigDecoder.sstpKeepaliveRange)
             default: break
             }
         }
@@ -437,10 +441,12 @@ struct ConfigDecoder {
         case "sstp":
             try require([("server", server != nil), ("user", user != nil), ("password (or password-file)", password != nil),
                          ("tls", tls != nil)])
-            return OutboundSettings(
+            var o = OutboundSettings(
                 name: name,
                 kind: .sstp(server: server!, user: user!, password: password!.0, tls: tls!.0, serverName: tls!.1, auth: auth),
                 position: item.position)
+            o.keepalive = keepalive
+            return o
         default:
             try require([("server", server != nil), ("carrier", carrier != nil), ("token", token != nil), ("tls", tls != nil)])
             return OutboundSettings(

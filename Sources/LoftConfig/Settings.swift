@@ -159,6 +159,9 @@ public struct OutboundSettings: Sendable, Equatable {
     /// Type loft, key `state-file`: where the session's instance is kept, so a restarted loft
     /// resumes it (same overlay address). Resolved against the config file's folder.
     public var stateFile: String?
+    /// Type sstp, key `keepalive`: an SSTP Echo Request after this long without a byte from the
+    /// server, the link down after twice as long (default 30 s).
+    public var keepalive: Duration?
     /// Where the outbound's entry starts in the config file.
     public var position: SourcePosition
 

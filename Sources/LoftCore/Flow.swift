@@ -149,6 +149,15 @@ public protocol PacketOutbound: Outbound {
     /// One IP packet from the app; false when it was not taken (the link is down or full, the
     /// packet too large), which the outbound counts.
     func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool
+    /// Whether a new flow routed here passes as packets now. False while the link is down and
+    /// `hold` is off: the flow then goes through lwIP like any stream outbound's, and the
+    /// outbound's `openStream`/`openAssociation` hand it to its fallback (direct). With `hold`
+    /// it stays true: the flow's packets are refused (and counted) by `sendPacket`.
+    var takesNewFlows: Bool { get }
+}
+
+extension PacketOutbound {
+    public var takesNewFlows: Bool { true }
 }
 
 /// TCP connections loft opens itself over a packet outbound's link, so that streams routed to

@@ -81,12 +81,20 @@ public struct PacketSummary: Sendable {
     }
 
     /// An ICMP or ICMPv6 echo request.
+    /// An IPv6 link-local destination (fe80::/10): only a packet link can carry it.
+    public var isLinkLocal: Bool {
+        if case .v6(let hi, _) = destination { return hi >> 54 == 0x3FA }
+        return false
+    }
+
     public var isEchoRequest: Bool {
         (proto == IPProtocol.icmp && icmpType == 8) || (proto == IPProtocol.icmpv6 && icmpType == 128)
     }
 
-    /// Parses and checks the headers. `maxLength` is the input's MTU.
-    public static func parse(_ p: UnsafeRawBufferPointer, maxLength: Int) -> Result<PacketSummary, PacketDropReason> {
+    /// Parses and checks the headers. `maxLength` is the input's MTU. `linkLocal`: an IPv6
+    /// packet from a link-local address to another is not martian (the packet-mode input, where
+    /// a packet link such as sstp's IPV6CP may carry it; lwIP must still never get one).
+    public static func parse(_ p: UnsafeRawBufferPointer, maxLength: Int, linkLocal: Bool = false) -> Result<PacketSummary, PacketDropReason> {
         guard p.count >= 1 else { return .failure(.truncated) }
         if p.count > maxLength { return .failure(.tooLarge) }
         let version = p[0] >> 4
@@ -140,7 +148,7 @@ public struct PacketSummary: Sendable {
         default:
             return .failure(.badVersion)
         }
-        if let reason = addressProblem(source: s.source, destination: s.destination) { return .failure(reason) }
+        if let reason = addressProblem(source: s.source, destination: s.destination, linkLocal: linkLocal) { return .failure(reason) }
         if !s.isLaterFragment {
             let t = s.transportOffset
             switch s.proto {
@@ -191,7 +199,7 @@ public struct PacketSummary: Sendable {
     }
 
     /// Addresses lwIP must never see (loopback aborts it) or that cannot be served.
-    public static func addressProblem(source: IPAddress, destination: IPAddress) -> PacketDropReason? {
+    public static func addressProblem(source: IPAddress, destination: IPAddress, linkLocal: Bool = false) -> PacketDropReason? {
         if source.isLoopback || destination.isLoopback { return .loopback }
         if source == destination { return .sameAddress }
         if destination.isMulticast { return .multicast }
@@ -202,8 +210,8 @@ public struct PacketSummary: Sendable {
         case (.v6(let sh, _), .v6(let dh, _)):
             if source.isUnspecified || destination.isUnspecified || sh >> 56 == 0xFF { return .martian }
             // Link-local: scoped to the namespace's own link, nothing to dial from the host.
-            if sh >> 54 == 0x3FA && dh >> 54 == 0x3FA { return .martian }
-            if dh >> 54 == 0x3FA { return .martian }
+            if sh >> 54 == 0x3FA && dh >> 54 == 0x3FA && !linkLocal { return .martian }
+            if dh >> 54 == 0x3FA && sh >> 54 != 0x3FA { return .martian }
             // IPv4-mapped addresses on the wire are invalid (RFC 4291 2.5.5.2).
             if dh == 0 { return .martian }
         default:

@@ -231,6 +231,24 @@ public final class TunInput: IOHandler, PacketWriter {
         }
     }
 
+    private var currentLinkLocal: IPPrefix?
+
+    /// A link-local address a packet link negotiated (sstp's IPV6CP), as fe80::IID/64 beside the
+    /// device's other addresses (the configured or overlay IPv6 stays); nil takes it off again.
+    public func setLinkLocal(_ address: IPAddress?) {
+        guard fd >= 0, let nl = rtnl else { return }
+        let prefix = address.flatMap { IPPrefix($0, 64) }
+        guard prefix != currentLinkLocal else { return }
+        do {
+            if let p = prefix { try nl.replaceAddress(p, index: ifindex, name: settings.name) }
+            if let old = currentLinkLocal { try? nl.deleteAddress(old, index: ifindex, name: settings.name) }
+            currentLinkLocal = prefix
+            Log.info("tun.link-local", ["name": settings.name, "address": address?.description ?? "-"])
+        } catch {
+            Log.error("tun.link-local.failed", ["name": settings.name, "error": "\(error)"])
+        }
+    }
+
     /// The namespace's resolv.conf gets `currentDNS`; in host mode it is only logged (loft does
     /// not rewrite the host's resolver configuration).
     private func publishDNS() throws {

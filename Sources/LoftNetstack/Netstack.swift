@@ -158,7 +158,7 @@ public final class Netstack {
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
         let summary: PacketSummary
-        switch PacketSummary.parse(packet, maxLength: inputs[netif].packetLimit) {
+        switch PacketSummary.parse(packet, maxLength: inputs[netif].packetLimit, linkLocal: netif == packetModeInput) {
         case .failure(let reason):
             drop(reason, netif)
             return
@@ -173,7 +173,10 @@ public final class Netstack {
         if netif == packetModeInput {
             switch packetPath(packet, summary, netif: netif) {
             case .handled: return
-            case .lwip(let match): decided = match
+            case .lwip(let match):
+                // Link-local traffic only a packet link carries (sstp's IPV6CP); never lwIP.
+                if summary.isLinkLocal { drop(.martian, netif); return }
+                decided = match
             }
         }
         if summary.isTCPOpen {
@@ -314,6 +317,9 @@ public final class Netstack {
     /// Where a large segment is cut for a packet outbound (made on first use).
     private var segmentScratch: UnsafeMutableRawBufferPointer?
     var packetFlows: [PacketFlowKey: PacketFlow] = [:]
+    /// Source ports of the TUN's UDP packet flows (how many flows each), so that a UDP
+    /// association over a link never takes a port an app uses (`NetstackLink`).
+    var udpPacketSourcePorts: [UInt16: Int] = [:]
     private var packetSweep: TimerHandle?
     public var packetFlowCount: Int { packetFlows.count }
 
@@ -350,12 +356,13 @@ public final class Netstack {
             break
         }
         let match = router.route(FlowRequest(network: network, source: key.source, destination: .ip(key.destination)))
-        guard case .outbound(let o) = match.decision, let po = o as? PacketOutbound else { return .lwip(match) }
+        guard case .outbound(let o) = match.decision, let po = o as? PacketOutbound, po.takesNewFlows else { return .lwip(match) }
         ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
         let f = PacketFlow(outbound: po, rule: match.rule, now: loop.now)
         if network != .icmp {
             guard packetFlows.count < settings.maxFlows else { drop(.flowCap, netif); return .handled }
             packetFlows[key] = f
+            if network == .udp { udpPacketSourcePorts[key.source.port, default: 0] += 1 }
             armPacketSweep()
         }
         forward(packet, s, f, netif: netif)
@@ -396,11 +403,18 @@ public final class Netstack {
             guard let self else { return }
             self.packetSweep = nil
             let now = self.loop.now
+            var udpPorts: [UInt16: Int] = [:]
             self.packetFlows = self.packetFlows.filter { key, f in
+                if key.proto == IPProtocol.udp {
+                    let keep = now - f.lastSeen < self.settings.udpIdleTimeoutMs
+                    if keep { udpPorts[key.source.port, default: 0] += 1 }
+                    return keep
+                }
                 let idle = now - f.lastSeen
                 if key.proto != IPProtocol.tcp { return idle < self.settings.udpIdleTimeoutMs }
                 return f.closing ? idle < 10_000 : idle < self.settings.tcpIdleTimeoutMs
             }
+            self.udpPacketSourcePorts = udpPorts
             if !self.packetFlows.isEmpty { self.armPacketSweep() }
         }
     }

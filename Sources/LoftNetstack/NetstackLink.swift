@@ -111,7 +111,9 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
         for _ in 0..<Self.ports.count {
             let port = nextPort
             nextPort = port == Self.ports.upperBound ? Self.ports.lowerBound : port + 1
-            guard associations[port] == nil else { continue }
+            // A port a TUN app's UDP packet flow uses from the same address is skipped: the
+            // association is full cone, so it would take that flow's replies.
+            guard associations[port] == nil, !stack.hasUDPPacketFlow(fromPort: port) else { continue }
             var from = clwip_endpoint(Endpoint(address, port))
             var err: Int32 = 0
             guard let pcb = clwip_udp_open(Int32(netif), &from, token, &err) else {
@@ -130,8 +132,12 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
 
     public func takePacket(_ p: UnsafeRawBufferPointer) -> Bool {
         if !associations.isEmpty, p.count >= 28, p[0] >> 4 == 4, p[9] == IPProtocol.udp {
+            // A TUN app that took the same port later (its own UDP packet flow to this remote)
+            // keeps its replies: the association gives up that remote.
             guard case .success(let s) = PacketSummary.parse(p, maxLength: 65535), !s.isLaterFragment,
-                  associations[s.destinationPort] != nil else { return false }
+                  associations[s.destinationPort] != nil,
+                  !stack.hasUDPPacketFlow(from: Endpoint(s.destination, s.destinationPort), to: Endpoint(s.source, s.sourcePort))
+            else { return false }
             stack.linkInput(p, netif: netif, tcpOffset: 0)
             return true
         }
@@ -236,6 +242,16 @@ extension Netstack {
         inputCounters.append(InputCounters())
         link.netif = idx
         return link
+    }
+
+    /// Whether some UDP packet flow of the TUN's is from this port (any address: the TUN's
+    /// apps have the link's address once it is up).
+    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { udpPacketSourcePorts[port] != nil }
+
+    /// Whether the TUN's packet flows have this UDP 2-tuple pair (from the app's side).
+    func hasUDPPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
+        guard let tun = packetModeInput, udpPacketSourcePorts[source.port] != nil else { return false }
+        return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.udp, source: source, destination: destination)] != nil
     }
 
     /// Whether the TUN's packet flows have this 4-tuple (TCP, from the app's side).

@@ -12,7 +12,8 @@ public struct SSTPOptions: Sendable {
     public var user: String
     public var password: String
     public var auth: [SSTPClient.AuthMethod]
-    /// Fail-closed: while the link is down, its packets are dropped (never another path).
+    /// Fail-closed: while the link is down, its flows and packets are dropped and counted
+    /// (`hold-drops`), never sent another way. Without it they go to the fallback (direct).
     public var hold: Bool
     public var connectTimeoutMs: UInt64
     public var minBackoffMs: UInt64 = 500
@@ -40,6 +41,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     let context: TLSContext
     let options: SSTPOptions
     let serverName: String
+    /// Where new flows go while the link is down and `hold` is off (nil with `hold`).
+    let fallback: Outbound?
 
     enum State: String { case idle, dialing, handshaking, up, waiting, stopped }
     private(set) var state = State.idle
@@ -68,7 +71,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         var dials: UInt64 = 0, ups: UInt64 = 0, authFailures: UInt64 = 0, losses: UInt64 = 0
         var packetsUp: UInt64 = 0, packetsDown: UInt64 = 0, bytesUp: UInt64 = 0, bytesDown: UInt64 = 0
         var dropsDown: UInt64 = 0, dropsFull: UInt64 = 0, foreignDrops: UInt64 = 0, streamRefused: UInt64 = 0, pathChanges: UInt64 = 0
-        var streamsOpened: UInt64 = 0
+        var streamsOpened: UInt64 = 0, fallbackFlows: UInt64 = 0, lookups: UInt64 = 0, lookupFailures: UInt64 = 0
         var lastError = ""
     }
     private var counts = Counts()
@@ -79,8 +82,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     /// (counted `full`): TCP inside the tunnel backs off as on any full link.
     static let outputLimit = 256 * 1024
 
-    public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: SSTPOptions) throws {
+    public init(name: String, loop: EventLoop, runtime: CarrierRuntime, options: SSTPOptions, fallback: Outbound? = nil) throws {
         self.name = name
+        self.fallback = options.hold ? nil : fallback
         self.loop = loop
         self.runtime = runtime
         self.options = options
@@ -104,6 +108,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         var d = ["server \(server)"]
         if let l = link, state == .up {
             d.append("address \(l.address)")
+            if let v6 = l.ipv6 { d.append("ipv6 \(v6)") }
             if !l.dns.isEmpty { d.append("dns " + l.dns.map(\.description).joined(separator: " ")) }
             if let a = l.auth { d.append("auth \(a.rawValue)") }
         }
@@ -113,8 +118,8 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                    ("link-losses", counts.losses), ("path-changes", counts.pathChanges),
                    ("packets-up", counts.packetsUp), ("packets-down", counts.packetsDown),
                    (options.hold ? OutboundStatus.holdDrops : "down-drops", counts.dropsDown),
-                   ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
-                   ("stream-refused", counts.streamRefused)]
+                   ("fallback-flows", counts.fallbackFlows), ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
+                   ("stream-refused", counts.streamRefused), ("lookups", counts.lookups), ("lookup-failures", counts.lookupFailures)]
         return s
     }
 
@@ -314,6 +319,15 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     public func sstpOutputReady(_ c: SSTPClient) {}
 
     public func sstpUp(_ c: SSTPClient, link l: SSTPClient.Link) {
+        if state == .up, let old = link, old.address == l.address {
+            // The same connection's link changed (IPV6CP opened or closed, IPCP again with the
+            // same address): applied again, not a new link.
+            link = l
+            Log.info("sstp.link-updated", ["outbound": name, "address": l.address, "ipv6": l.ipv6?.description ?? "-",
+                                           "peer-ipv6": l.peerIPv6?.description ?? "-"])
+            onLink?(l)
+            return
+        }
         state = .up
         failures = 0
         logged.removeAll()
@@ -322,14 +336,27 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         if let old = link, old.address != l.address { linkStack?.linkDown() }
         link = l
         linkStack?.setMTU(max(576, min(l.peerMRU, 1500)))
-        Log.info("sstp.up", ["outbound": name, "address": l.address, "dns": l.dns.map(\.description).joined(separator: ","),
+        Log.info("sstp.up", ["outbound": name, "address": l.address, "ipv6": l.ipv6?.description ?? "-",
+                             "peer-ipv6": l.peerIPv6?.description ?? "-",
+                             "dns": l.dns.map(\.description).joined(separator: ","),
                              "auth": l.auth?.rawValue ?? "none", "mru": l.peerMRU, "tls": stream?.tlsDetails ?? ""])
         onLink?(l)
     }
 
     public func sstpPacket(_ c: SSTPClient, _ packet: UnsafeRawBufferPointer) {
-        // Only packets for the address IPCP gave reach the TUN.
-        guard packet.count >= 20, packet[0] >> 4 == 4, let l = link,
+        // Only packets for the address IPCP gave (or the link-local one IPV6CP made) reach the TUN.
+        guard let l = link else { counts.foreignDrops &+= 1; return }
+        if packet.count >= 40, packet[0] >> 4 == 6 {
+            guard let v6 = l.ipv6, IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[24..<40])) == v6 else {
+                counts.foreignDrops &+= 1
+                return
+            }
+            counts.packetsDown &+= 1
+            counts.bytesDown &+= UInt64(packet.count)
+            onPacket?(packet)
+            return
+        }
+        guard packet.count >= 20, packet[0] >> 4 == 4,
               IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: packet[16..<20])) == l.address else {
             counts.foreignDrops &+= 1
             return
@@ -352,13 +379,28 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
 
     // MARK: Outbound
 
+    /// Up: new TUN flows pass as packets. Down without `hold`: they go through lwIP to
+    /// `openStream`/`openAssociation`, which hand them to the fallback. Down with `hold`: their
+    /// packets are refused by `sendPacket` (`hold-drops`).
+    public var takesNewFlows: Bool { state == .up || fallback == nil }
+
+    /// While the link is down: the fallback when there is one (counted `fallback-flows`), else
+    /// nil and the refusal counted in `hold-drops` (`down-drops` without `hold` and without a
+    /// fallback, as in unit tests).
+    private func whileDown() -> Outbound? {
+        if let fallback { counts.fallbackFlows &+= 1; return fallback }
+        counts.dropsDown &+= 1
+        return nil
+    }
+
     public func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool {
-        // IPv4 only: IPV6CP is not negotiated (docs/sstp.md).
-        guard packet.count >= 20, packet[0] >> 4 == 4 else { counts.dropsFull &+= 1; return false }
+        guard packet.count >= 20, packet[0] >> 4 == 4 || packet[0] >> 4 == 6 else { counts.dropsFull &+= 1; return false }
         guard state == .up, let c = client else {
             counts.dropsDown &+= 1
             return false
         }
+        // IPv6 only once IPV6CP has opened (docs/sstp.md).
+        guard packet[0] >> 4 == 4 || link?.ipv6 != nil else { counts.dropsFull &+= 1; return false }
         guard c.output.count < Self.outputLimit else {
             counts.dropsFull &+= 1
             return false
@@ -371,19 +413,62 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     }
 
     /// A TCP connection from the link's address, opened by lwIP over the link (an IPv4
-    /// address; a name that is an address literal counts). Refused (`stream-refused`) while
-    /// the link is down, for IPv6 and for names (docs/sstp.md).
+    /// address; a name that is an address literal counts). While the link is down: the
+    /// fallback's, or refused (`hold-drops`); IPv6 and names are refused (`stream-refused`).
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
+        if state != .up {
+            if let fb = whileDown() { return fb.openStream(to: destination, events: events) }
+            let s = SocketStream(loop: loop, events: events, meter: nil)
+            s.failSoon(.networkUnreachable)
+            return s
+        }
         switch destination {
         case .ip(let e):
             if let s = openLinkStream(to: e, events: events) { return s }
         case .domain(let name, let port):
-            if let a = IPAddress(name), let s = openLinkStream(to: Endpoint(a, port), events: events) { return s }
+            if let a = IPAddress(name) {
+                if let s = openLinkStream(to: Endpoint(a, port), events: events) { return s }
+            } else if let s = lookUpAndOpen(name, port: port, events: events) {
+                return s
+            }
         }
         counts.streamRefused &+= 1
         let s = SocketStream(loop: loop, events: events, meter: nil)
         s.failSoon(.networkUnreachable)
         return s
+    }
+
+    /// A name: looked up through the link's DNS servers over the link (`LinkLookup`), then
+    /// opened over the link to its first IPv4 address. nil (refused) without DNS servers or a
+    /// name DNS cannot carry. A name that does not resolve fails the stream `hostUnreachable`,
+    /// no answer within 4 s `timedOut` (both `lookup-failures`).
+    private func lookUpAndOpen(_ name: String, port: UInt16, events: ByteStreamEvents) -> ByteStream? {
+        guard state == .up, let l = link, let ls = linkStack, !l.dns.isEmpty else { return nil }
+        let pending = PendingLinkStream(events: events)
+        guard let assoc = ls.openAssociation(from: l.address, events: pending.nothing) else { return nil }
+        guard let lookup = LinkLookup(loop: loop, name: name, servers: l.dns, association: assoc, completion: { [weak self, weak pending] answer in
+                  guard let self, let pending else { return }
+                  guard case .addresses(let all, _) = answer, let a = all.first(where: \.isIPv4) else {
+                      self.counts.lookupFailures &+= 1
+                      Log.info("sstp.lookup-failed", ["outbound": self.name, "name": name,
+                                                      "answer": answer.map { "\($0)" } ?? "none in time"])
+                      pending.fail(answer == nil ? .timedOut : .hostUnreachable)
+                      return
+                  }
+                  if let s = self.openLinkStream(to: Endpoint(a, port), events: pending) {
+                      pending.attach(s)
+                  } else {
+                      self.counts.streamRefused &+= 1
+                      pending.fail(.networkUnreachable)
+                  }
+              }) else {
+            assoc.close()
+            return nil
+        }
+        pending.lookup = lookup
+        guard lookup.start() else { lookup.cancel(); return nil }
+        counts.lookups &+= 1
+        return pending
     }
 
     private func openLinkStream(to e: Endpoint, events: ByteStreamEvents) -> ByteStream? {
@@ -393,9 +478,10 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         return s
     }
 
-    /// A UDP association from the link's address (lwIP udp pcb over the link); refused while
-    /// the link is down. Datagrams to names or IPv6 are dropped.
+    /// A UDP association from the link's address (lwIP udp pcb over the link); while the link
+    /// is down the fallback's, or refused (`hold-drops`). Datagrams to names or IPv6 are dropped.
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
+        if state != .up { return whileDown()?.openAssociation(events: events) }
         guard state == .up, let l = link, let ls = linkStack, let a = ls.openAssociation(from: l.address, events: events) else {
             counts.streamRefused &+= 1
             return nil

@@ -35,11 +35,13 @@ public final class SSTPClient {
         /// PPP's restart timer and its Max-Configure (RFC 1661 4.6).
         public var restartMilliseconds: UInt64
         public var maxConfigure: Int
+        /// Negotiate IPV6CP when the server offers it (its Configure-Request); false: Protocol-Reject.
+        public var ipv6: Bool
 
         public init(host: String, user: String, password: String, auth: [AuthMethod] = [.mschapv2, .pap],
                     mru: Int = 1500, keepaliveMilliseconds: UInt64 = 30_000, handshakeMilliseconds: UInt64 = 30_000,
-                    restartMilliseconds: UInt64 = 3_000, maxConfigure: Int = 10) {
-            self.host = host; self.user = user; self.password = password; self.auth = auth; self.mru = mru
+                    restartMilliseconds: UInt64 = 3_000, maxConfigure: Int = 10, ipv6: Bool = true) {
+            self.host = host; self.user = user; self.password = password; self.auth = auth; self.mru = mru; self.ipv6 = ipv6
             self.keepaliveMilliseconds = keepaliveMilliseconds; self.handshakeMilliseconds = handshakeMilliseconds
             self.restartMilliseconds = restartMilliseconds; self.maxConfigure = maxConfigure
         }
@@ -52,6 +54,10 @@ public final class SSTPClient {
         /// The server's MRU: the largest IP packet loft may send.
         public var peerMRU: Int
         public var auth: AuthMethod?
+        /// IPV6CP opened: loft's link-local address (fe80:: and its interface identifier) and
+        /// the server's; nil when the server offers no IPV6CP (or it did not converge).
+        public var ipv6: IPAddress? = nil
+        public var peerIPv6: IPAddress? = nil
     }
 
     public enum End: Sendable, Equatable, CustomStringConvertible {
@@ -135,6 +141,9 @@ public final class SSTPClient {
     }
     private var lcp = Negotiation()
     private var ipcp = Negotiation()
+    private var ipv6cp = Negotiation()
+    private var ipv6cpStarted = false
+    private var peerIID: [UInt8]?
     private var magic: UInt32 = 0
     private var peerMRU = 1500
     private var authMethod: AuthMethod?
@@ -184,6 +193,7 @@ public final class SSTPClient {
             if phase != .up { d.append(handshakeDeadline) }
             if let t = lcp.deadline { d.append(t) }
             if let t = ipcp.deadline { d.append(t) }
+            if let t = ipv6cp.deadline { d.append(t) }
             if let t = papDeadline { d.append(t) }
             d.append(lastHeard + settings.keepaliveMilliseconds * (echoOutstanding ? 2 : 1))
             return d.min()
@@ -215,6 +225,13 @@ public final class SSTPClient {
             if ipcp.sent >= settings.maxConfigure { return fail(.timeout("IPCP: no answer to \(settings.maxConfigure) Configure-Requests")) }
             sendRequest(&ipcp, PPP.ipcp, now: now, fresh: false)
         }
+        if let t = ipv6cp.deadline, now >= t {
+            if ipv6cp.sent >= settings.maxConfigure {
+                ipv6cp.deadline = nil   // no IPv6 on this link; IPv4 carries on
+            } else {
+                sendRequest(&ipv6cp, PPP.ipv6cp, now: now, fresh: false)
+            }
+        }
         if let t = papDeadline, now >= t {
             if papSent >= settings.maxConfigure { return fail(.timeout("no answer to PAP's Authenticate-Request")) }
             sendPAP(now: now)
@@ -237,16 +254,18 @@ public final class SSTPClient {
         }
     }
 
-    /// Queues one IPv4 packet for the server; false (and counted) when the link is not up or the
-    /// packet is larger than the server's MRU.
+    /// Queues one IP packet for the server (IPv6 once IPV6CP is open); false (and counted) when
+    /// the link is not up, the packet's version is not negotiated, or it is larger than the
+    /// server's MRU.
     @discardableResult
     public func send(_ packet: UnsafeRawBufferPointer) -> Bool {
-        guard phase == .up, packet.count <= peerMRU, packet.count + 8 <= SSTP.maxPacket else {
+        let v6 = packet.count > 0 && packet[0] >> 4 == 6
+        guard phase == .up, packet.count <= peerMRU, packet.count + 8 <= SSTP.maxPacket, !v6 || link?.ipv6 != nil else {
             counters.droppedOut += 1
             return false
         }
         let h = SSTP.dataHeader(payloadLength: packet.count + 4)
-        let p = PPP.header(PPP.ipv4)
+        let p = PPP.header(v6 ? PPP.ipv6 : PPP.ipv4)
         output.append(contentsOf: [h.0, h.1, h.2, h.3, p.0, p.1, p.2, p.3])
         output.append(contentsOf: packet)
         counters.packetsOut += 1
@@ -324,7 +343,7 @@ public final class SSTPClient {
     private func frame(_ f: UnsafeRawBufferPointer, now: UInt64) {
         guard let (proto, offset) = PPP.parseFrame(f) else { counters.droppedIn += 1; return }
         let info = UnsafeRawBufferPointer(rebasing: f[offset...])
-        if proto == PPP.ipv4 {
+        if proto == PPP.ipv4 || (proto == PPP.ipv6 && link?.ipv6 != nil) {
             guard phase == .up else { counters.droppedIn += 1; return }
             counters.packetsIn += 1
             counters.bytesIn += info.count
@@ -345,6 +364,10 @@ public final class SSTPClient {
         case PPP.ipcp:
             guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
             ipcpPacket(p, now: now)
+        case PPP.ipv6cp where settings.ipv6:
+            guard authDone else { return }   // before authentication NCPs are not negotiated
+            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
+            ipv6cpPacket(p, now: now)
         default:
             // IPv6, IPV6CP and anything else: Protocol-Reject (RFC 1661 5.7) once LCP is open.
             guard lcp.opened else { counters.droppedIn += 1; return }
@@ -414,6 +437,8 @@ public final class SSTPClient {
         case .protocolReject:
             if p.data.count >= 2, UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == PPP.ipcp {
                 fail(.protocolError("the server rejects IPCP (no IPv4 over this link)"))
+            } else if p.data.count >= 2, UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == PPP.ipv6cp {
+                ipv6cp.deadline = nil   // no IPv6 on this link; nothing more is asked
             }
         case .terminateAck, .echoReply, .discardRequest, .codeReject:
             break
@@ -567,6 +592,9 @@ public final class SSTPClient {
         ipcp = Negotiation()
         ipcp.options = [.u32(PPP.IPCPOption.address, 0), .u32(PPP.IPCPOption.primaryDNS, 0), .u32(PPP.IPCPOption.secondaryDNS, 0)]
         sendRequest(&ipcp, PPP.ipcp, now: now)
+        // IPV6CP is asked for too (servers such as SoftEther only answer a client's request); a
+        // server without it Protocol-Rejects it or stays silent, and IPv4 carries on.
+        if settings.ipv6 { startIPV6CP(now: now) }
     }
 
     // MARK: IPCP
@@ -630,8 +658,117 @@ public final class SSTPClient {
         }
         guard let a = address(PPP.IPCPOption.address) else { return }
         phase = .up
-        let l = Link(address: a, dns: [address(PPP.IPCPOption.primaryDNS), address(PPP.IPCPOption.secondaryDNS)].compactMap { $0 },
+        var l = Link(address: a, dns: [address(PPP.IPCPOption.primaryDNS), address(PPP.IPCPOption.secondaryDNS)].compactMap { $0 },
                      peerMRU: peerMRU, auth: authMethod)
+        if ipv6cp.opened, let ours = ipv6cp.options.first?.data, let theirs = peerIID {
+            l.ipv6 = Self.linkLocal(ours)
+            l.peerIPv6 = Self.linkLocal(theirs)
+        }
+        link = l
+        delegate?.sstpUp(self, link: l)
+    }
+
+    // MARK: IPV6CP (RFC 5072)
+
+    /// fe80:: with an interface identifier.
+    public static func linkLocal(_ iid: [UInt8]) -> IPAddress {
+        let lo = iid.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        return .v6(0xFE80_0000_0000_0000, lo)
+    }
+
+    /// The answer to the server's IPV6CP Configure-Request: options other than an 8-byte
+    /// Interface-Identifier are Rejected; an identifier of zero or equal to loft's is Nak'ed
+    /// with `suggestion`; else Ack, and the server's identifier.
+    public static func evaluateIPV6CP(_ options: [PPP.Option], ours: [UInt8], suggestion: [UInt8])
+        -> (code: PPP.Code, reply: [PPP.Option], peer: [UInt8]?) {
+        let reject = options.filter { $0.type != PPP.IPV6CPOption.interfaceID || $0.data.count != 8 }
+        if !reject.isEmpty { return (.configureReject, reject, nil) }
+        guard let iid = options.first?.data else { return (.configureAck, options, nil) }
+        if iid.allSatisfy({ $0 == 0 }) || iid == ours {
+            return (.configureNak, [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: suggestion)], nil)
+        }
+        return (.configureAck, options, iid)
+    }
+
+    /// A random interface identifier, never zero, never `avoid`.
+    private func newIID(avoid: [UInt8]?) -> [UInt8] {
+        var iid = random(8)
+        iid[0] &= 0xFD   // the universal/local bit clear: a locally made identifier (RFC 4291 2.5.1)
+        if iid.allSatisfy({ $0 == 0 }) || iid == avoid { iid[7] = iid[7] &+ 1 }
+        if iid.allSatisfy({ $0 == 0 }) { iid[7] = 1 }
+        return iid
+    }
+
+    private func startIPV6CP(now: UInt64) {
+        ipv6cpStarted = true
+        ipv6cp = Negotiation()
+        ipv6cp.options = [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: newIID(avoid: peerIID))]
+        sendRequest(&ipv6cp, PPP.ipv6cp, now: now)
+    }
+
+    private func ipv6cpPacket(_ p: PPP.Packet, now: UInt64) {
+        switch PPP.Code(rawValue: p.code) {
+        case .configureRequest:
+            guard let options = PPP.parseOptions(p.data) else { counters.droppedIn += 1; return }
+            if !ipv6cpStarted || ipv6cp.opened {
+                // The server starts IPV6CP (again): loft asks for its identifier anew.
+                startIPV6CP(now: now)
+            }
+            let ours = ipv6cp.options.first?.data ?? []
+            let (code, reply, peer) = Self.evaluateIPV6CP(options, ours: ours, suggestion: newIID(avoid: ours))
+            ppp(PPP.ipv6cp, PPP.Packet(code: code.rawValue, id: p.id, data: PPP.encodeOptions(reply) ?? []))
+            if code == .configureAck {
+                ipv6cp.theirs = true
+                ipv6cp.naks = 0
+                peerIID = peer
+            } else {
+                ipv6cp.naks += 1
+                if ipv6cp.naks > settings.maxConfigure { ipv6cp.deadline = nil; ipv6cpStarted = true }
+            }
+            ipv6cpMaybeOpened()
+        case .configureAck:
+            guard p.id == ipv6cp.id, ipv6cp.deadline != nil, p.data == PPP.encodeOptions(ipv6cp.options) else { return }
+            ipv6cp.ours = true
+            ipv6cp.deadline = nil
+            ipv6cpMaybeOpened()
+        case .configureNak:
+            guard p.id == ipv6cp.id, ipv6cp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
+            if let o = nak.first(where: { $0.type == PPP.IPV6CPOption.interfaceID }) {
+                // The server's suggestion, unless it is zero or its own: then another random one.
+                let usable = o.data.count == 8 && !o.data.allSatisfy { $0 == 0 } && o.data != peerIID
+                ipv6cp.options = [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: usable ? o.data : newIID(avoid: peerIID))]
+            }
+            sendRequest(&ipv6cp, PPP.ipv6cp, now: now, fresh: true)
+        case .configureReject:
+            guard p.id == ipv6cp.id, ipv6cp.deadline != nil else { return }
+            // Without an interface identifier loft has no link-local address: no IPv6 here.
+            ipv6cp.deadline = nil
+        case .terminateRequest:
+            ppp(PPP.ipv6cp, PPP.Packet(.terminateAck, id: p.id))
+            ipv6cp = Negotiation()
+            ipv6cpStarted = false
+            if var l = link, l.ipv6 != nil {
+                l.ipv6 = nil
+                l.peerIPv6 = nil
+                link = l
+                if phase == .up { delegate?.sstpUp(self, link: l) }
+            }
+        case .codeReject, .terminateAck:
+            break
+        default:
+            ppp(PPP.ipv6cp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
+        }
+    }
+
+    /// Both sides acked: the link's IPv6 addresses are known. After IPCP is up, the link is
+    /// reported again with them.
+    private func ipv6cpMaybeOpened() {
+        guard ipv6cp.opened, let ours = ipv6cp.options.first?.data, let theirs = peerIID else { return }
+        guard phase == .up, var l = link else { return }   // IPCP's opening reports them
+        let (a, b) = (Self.linkLocal(ours), Self.linkLocal(theirs))
+        guard l.ipv6 != a || l.peerIPv6 != b else { return }
+        l.ipv6 = a
+        l.peerIPv6 = b
         link = l
         delegate?.sstpUp(self, link: l)
     }
@@ -685,6 +822,7 @@ public final class SSTPClient {
         phase = .down
         lcp.deadline = nil
         ipcp.deadline = nil
+        ipv6cp.deadline = nil
         papDeadline = nil
         pending = []
         delegate?.sstpDown(self, end)

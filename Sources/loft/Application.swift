@@ -76,11 +76,13 @@ enum Application {
                 do {
                     if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
                     guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
-                    let options = SSTPOptions(host: hp.host, port: hp.port, tls: tlsOptions(verification, serverName: serverName),
+                    var options = SSTPOptions(host: hp.host, port: hp.port, tls: tlsOptions(verification, serverName: serverName),
                                               user: user, password: password,
                                               auth: auth.map { $0 == .pap ? SSTPClient.AuthMethod.pap : .mschapv2 },
                                               hold: config.hold, connectTimeoutMs: config.limits.connectTimeout.milliseconds)
-                    let sstp = try SSTPOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options)
+                    if let k = o.keepalive { options.keepaliveMs = k.milliseconds }
+                    let sstp = try SSTPOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options,
+                                                 fallback: outbounds["direct"])
                     outbounds[o.name] = sstp
                     runtime.sstps.append(sstp)
                 } catch {
@@ -205,6 +207,7 @@ enum Application {
                         guard let prefix = IPPrefix(link.address, 32) else { return }
                         tun.applyOverlay(ipv4: prefix, gateway4: nil, ipv6: nil, gateway6: nil,
                                          mtu: max(1280, min(link.peerMRU, 65535)), dns: link.dns)
+                        tun.setLinkLocal(link.ipv6)
                     }
                 }
                 sstp.onPacket = { [unowned tun] packet in tun.writeForwarded(packet) }

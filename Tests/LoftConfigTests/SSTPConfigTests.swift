@@ -21,6 +21,7 @@ final class SSTPConfigTests: XCTestCase {
                 password: x
                 tls: { insecure: true }
                 auth: [pap, mschapv2]
+                keepalive: 5s
               - { name: old, type: sstp, server: 198.18.0.9:443, user: c, password: y, tls: { insecure: true }, auth: pap }
             default: corp
             """, baseDirectory: "/etc/loft") else { return }
@@ -30,6 +31,8 @@ final class SSTPConfigTests: XCTestCase {
                                                   serverName: nil, auth: [.pap, .mschapv2]))
         XCTAssertEqual(c.outbounds[2].kind, .sstp(server: "198.18.0.9:443", user: "c", password: "y", tls: .insecure,
                                                   serverName: nil, auth: [.pap]))
+        XCTAssertNil(c.outbounds[0].keepalive)
+        XCTAssertEqual(c.outbounds[1].keepalive, .seconds(5))
     }
 
     func testPasswordFile() throws {
@@ -67,7 +70,9 @@ final class SSTPConfigTests: XCTestCase {
         assertError(head + "    auth: [pap, pap]\n", at: 4, 17, "outbounds[0].auth[1]: pap is already in the list")
         assertError(head + "    auth: []\n", at: 4, 11, "outbounds[0].auth must name at least one of mschapv2, pap")
         assertError(head + "    uuid: 27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b\n", at: 4, 5,
-                    "key \"uuid\" in outbounds[0] is not for type sstp; type sstp takes name, type, server, user, password, password-file, tls, auth")
+                    "key \"uuid\" in outbounds[0] is not for type sstp; type sstp takes name, type, server, user, password, password-file, tls, auth, keepalive")
+        assertError(head + "    keepalive: 500ms\n", at: 4, 16, "outbounds[0].keepalive")
+        assertError("outbounds:\n  - { name: a, type: loft, keepalive: 5s }\n", at: 2, 28, "key \"keepalive\" in outbounds[0] is not for type loft")
         assertError("outbounds:\n  - { name: a, type: vless, user: u }\n", at: 2, 29, "key \"user\" in outbounds[0] is not for type vless")
         assertError("outbounds:\n  - { name: a, type: loft, auth: pap }\n", at: 2, 28, "key \"auth\" in outbounds[0] is not for type loft")
         assertError("outbounds:\n  - { name: a, type: ssstp }\n", at: 2, 22, "outbounds[0].type must be")

@@ -207,4 +207,55 @@ final class LinkTCPTests: XCTestCase {
         XCTAssertEqual(Netstack.lwipResources().udpPCBs, 0)
         withExtendedLifetime(b) {}
     }
+
+    /// UDP ports of the link never clash with the TUN's UDP packet flows: an association skips
+    /// a port an app uses from the link's address, and an app that takes a port an association
+    /// has keeps the replies from the remote it talks to.
+    func testUDPAssociationPortsAvoidTheTunsPacketFlows() throws {
+        let (h, p, link) = harness()
+        defer { h.shutdown() }
+        let ev = RecordingDatagrams()
+        // An app on the TUN sends from 62000 (a UDP packet flow to the server).
+        h.send(udpPacket(from: Endpoint(linkAddress, 62000), to: server, payload: [7]))
+        XCTAssertEqual(p.packets.count, 1)
+        link.nextPort = 62000
+        let a = try XCTUnwrap(link.openAssociation(from: linkAddress, events: ev))
+        XCTAssertTrue([UInt8(1)].withUnsafeBytes { a.send($0, to: .ip(server)) })
+        XCTAssertEqual(Datagram.parse(p.packets.last!)?.source.port, 62001, "62000 is the app's")
+        XCTAssertFalse(take(link, udpPacket(from: server, to: Endpoint(linkAddress, 62000), payload: [2])), "the app's reply")
+        // Another app takes 62001 (the association's) to talk to another remote: that remote's
+        // replies are the app's; the server's stay the association's.
+        let other = Endpoint(IPAddress("198.19.1.9")!, 53)
+        h.send(udpPacket(from: Endpoint(linkAddress, 62001), to: other, payload: [8]))
+        XCTAssertFalse(take(link, udpPacket(from: other, to: Endpoint(linkAddress, 62001), payload: [3])))
+        XCTAssertTrue(take(link, udpPacket(from: server, to: Endpoint(linkAddress, 62001), payload: [4])))
+        h.turn()
+        XCTAssertEqual(ev.got.map(\.0), [[4]])
+        a.close()
+    }
+
+    /// lwIP's netif table holds eight: the harness's inputs and then packet links (one per sstp
+    /// outbound) until it is full; each link opens a connection on its own netif.
+    func testLinksUpToTheNetifTable() throws {
+        let h = Harness()
+        defer { h.shutdown() }
+        var links: [NetstackLink] = []
+        var outbounds: [TestPacketOutbound] = []
+        let ev = RecordingEvents()
+        while true {
+            let p = TestPacketOutbound()
+            guard let l = h.netstack.addLink(for: p, mtu: 1500) else { break }
+            links.append(l); outbounds.append(p)
+            XCTAssertLessThanOrEqual(links.count, 8)
+            if links.count > 8 { break }
+        }
+        XCTAssertEqual(h.netstack.inputs.count, 8)
+        XCTAssertGreaterThanOrEqual(links.count, 6, "six sstp outbounds beside the TUN and the bridge")
+        for (l, p) in zip(links, outbounds) {
+            let s = l.openStream(from: linkAddress, to: server, events: ev)
+            XCTAssertNotNil(s)
+            XCTAssertEqual(p.packets.count, 1, "the SYN goes out on its own link")
+            s?.reset()
+        }
+    }
 }

@@ -9,6 +9,8 @@ final class TestPacketOutbound: PacketOutbound {
     var status: OutboundStatus { OutboundStatus(name: name, type: "test", state: "up") }
     var packets: [[UInt8]] = []
     var accepting = true
+    var takes = true
+    var takesNewFlows: Bool { takes }
     func sendPacket(_ packet: UnsafeRawBufferPointer) -> Bool {
         guard accepting else { return false }
         packets.append(Array(packet))
@@ -92,6 +94,31 @@ final class PacketModeTests: XCTestCase {
         h.send(udpPacket(from: app, to: server, payload: [1]))
         XCTAssertTrue(p.packets.isEmpty)
         XCTAssertEqual(h.netstack.udpAssociationCount, 1, "through lwIP as before")
+    }
+
+    /// IPv6 link-local packets (sstp's IPV6CP link) pass to a packet outbound on the packet-mode
+    /// input; anywhere else, or when the outbound does not take new flows, they are martian
+    /// (lwIP never sees them).
+    func testLinkLocalIPv6OnlyToAPacketLink() {
+        let (h, p) = harness()
+        defer { h.shutdown() }
+        let ll = Endpoint(IPAddress("fe80::2")!, 40000), peer = Endpoint(IPAddress("fe80::1")!, 9104)
+        let d = udpPacket(from: ll, to: peer, payload: [1])
+        h.send(d)
+        XCTAssertEqual(p.packets, [d])
+        XCTAssertEqual(h.netstack.counters.dropped(.martian), 0)
+        p.takes = false
+        let other = Endpoint(IPAddress("fe80::1")!, 9105)
+        h.send(udpPacket(from: ll, to: other, payload: [2]))
+        XCTAssertEqual(p.packets.count, 1)
+        XCTAssertEqual(h.netstack.counters.dropped(.martian), 1)
+        XCTAssertEqual(h.netstack.udpAssociationCount, 0)
+        h.netstack.packetModeInput = h.input + 1
+        p.takes = true
+        h.send(udpPacket(from: ll, to: Endpoint(IPAddress("fe80::1")!, 9106), payload: [3]))
+        XCTAssertEqual(p.packets.count, 1)
+        XCTAssertEqual(h.netstack.counters.dropped(.martian), 2)
+        XCTAssertTrue(h.takePackets().isEmpty)
     }
 
     func testRefusedPacketsAreCountedDrops() {

@@ -23,10 +23,13 @@ struct ScriptedServer {
     var certHash = (sha1: [UInt8](repeating: 0x11, count: 20), sha256: [UInt8](repeating: 0x22, count: 32))
     static let nonce = [UInt8](repeating: 0x5A, count: 32)
     var counter: UInt8 = 0
+    /// Every IPV6CP packet the client sent, as `take` saw them.
+    var ipv6cpSeen: [PPP.Packet] = []
 
-    init(auth: [SSTPClient.AuthMethod] = [.mschapv2, .pap], password: String = "clientPass", oneByteAtATime: Bool = false) {
+    init(auth: [SSTPClient.AuthMethod] = [.mschapv2, .pap], password: String = "clientPass", oneByteAtATime: Bool = false,
+         ipv6: Bool = true) {
         var n: UInt8 = 0
-        let settings = SSTPClient.Settings(host: "vpn.example", user: "User", password: password, auth: auth)
+        let settings = SSTPClient.Settings(host: "vpn.example", user: "User", password: password, auth: auth, ipv6: ipv6)
         client = SSTPClient(settings: settings, certHash: (sha1: [UInt8](repeating: 0x11, count: 20), sha256: [UInt8](repeating: 0x22, count: 32)),
                             random: { k in (0..<k).map { _ in n &+= 1; return n } })
         client.delegate = rec
@@ -55,6 +58,7 @@ struct ScriptedServer {
                 let (proto, off) = frame.withUnsafeBytes { PPP.parseFrame($0) }!
                 let info = Array(frame[off...])
                 ppp.append((proto, info.withUnsafeBytes { PPP.Packet($0) }, info))
+                if proto == PPP.ipv6cp, let p = ppp.last?.1 { ipv6cpSeen.append(p) }
                 at += n
             default: Issue.record("client sent bad SSTP: \(r)"); return (http, control, ppp)
             }
@@ -339,7 +343,7 @@ struct ScriptedServer {
     }
 
     @Test func keepalive() {
-        var s = ScriptedServer(auth: [.pap])
+        var s = ScriptedServer(auth: [.pap], ipv6: false)
         let pap = s.upToAuth(authOption: [0xC0, 0x23]).first { $0.0 == PPP.pap }!.1!
         s.send(PPP.pap, PPP.Packet(code: 2, id: pap.id, data: [0]))
         s.ipcp()
@@ -362,7 +366,7 @@ struct ScriptedServer {
     }
 
     @Test func echoesAndProtocolReject() {
-        var s = ScriptedServer(auth: [.pap])
+        var s = ScriptedServer(auth: [.pap], ipv6: false)
         s.upToAuth(authOption: [0xC0, 0x23])
         _ = s.take()
         s.send(SSTP.ControlMessage(.echoRequest))
@@ -371,7 +375,7 @@ struct ScriptedServer {
         let reply = s.take().ppp
         #expect(reply.count == 1 && reply[0].1?.code == PPP.Code.echoReply.rawValue && reply[0].1?.id == 9)
         #expect(reply[0].1?.data.count == 5 && reply[0].1?.data.last == 0xAB)
-        // IPV6CP is not negotiated: Protocol-Reject naming it.
+        // IPV6CP turned off (Settings.ipv6 false): Protocol-Reject naming it.
         s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 1, data: [1, 10, 0, 0, 0, 0, 0, 0, 0, 1]))
         let rej = s.take().ppp
         #expect(rej.count == 1 && rej[0].1?.code == PPP.Code.protocolReject.rawValue && Array(rej[0].1!.data.prefix(2)) == [0x80, 0x57])
@@ -437,6 +441,122 @@ struct ScriptedServer {
         let req2 = s.take().ppp.first { $0.1?.code == 1 }!.1!
         s.send(PPP.ipcp, PPP.Packet(.configureAck, id: req2.id, data: req2.data))
         #expect(s.rec.ups.map(\.address) == [IPAddress("198.18.5.2")!, IPAddress("198.18.5.9")!])
+    }
+
+    /// PAP and IPCP done: the link is up with IPv4 only.
+    static func upWithIPv4() -> ScriptedServer {
+        var s = ScriptedServer(auth: [.pap])
+        let pap = s.upToAuth(authOption: [0xC0, 0x23]).first { $0.0 == PPP.pap }!.1!
+        s.send(PPP.pap, PPP.Packet(code: 2, id: pap.id, data: [0]))
+        s.ipcp()
+        _ = s.take()
+        return s
+    }
+
+    static let zeroIID = [UInt8](repeating: 0, count: 8)
+    static func iid(_ last: UInt8) -> PPP.Option { PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: [0, 0, 0, 0, 0, 0, 0, last]) }
+    /// An IPv6 packet's first 40 bytes (what the client passes on is not parsed).
+    static let v6packet: [UInt8] = [0x60, 0, 0, 0, 0, 0, 59, 64] + [UInt8](repeating: 0xFE, count: 32)
+
+    @Test func ipv6cpNegotiatesTheLinkLocalAddress() {
+        var s = Self.upWithIPv4()
+        #expect(s.rec.ups.count == 1 && s.rec.ups[0].ipv6 == nil)
+        #expect(!Self.v6packet.withUnsafeBytes { s.client.send($0) }, "no IPv6 before IPV6CP")
+        // loft asked for IPV6CP with IPCP, at authentication.
+        guard let req = s.ipv6cpSeen.first(where: { $0.code == 1 }) else { Issue.record("no IPV6CP request"); return }
+        // The server's request has an identifier of zero: loft Naks it with one of its own making.
+        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 30, data: PPP.encodeOptions([PPP.Option(type: 1, data: Self.zeroIID)])!))
+        var out = s.take().ppp.filter { $0.0 == PPP.ipv6cp }
+        guard let nak = out.first(where: { $0.1?.code == 3 })?.1, out.count == 1 else {
+            Issue.record("not one Nak: \(out)"); return
+        }
+        #expect(nak.id == 30)
+        let suggested = PPP.parseOptions(nak.data)?.first
+        let ours = PPP.parseOptions(req.data)?.first
+        #expect(suggested?.type == 1 && suggested?.data.count == 8 && suggested?.data != Self.zeroIID)
+        #expect(ours?.type == 1 && ours?.data.count == 8 && ours?.data != Self.zeroIID && ours?.data != suggested?.data)
+        #expect((ours?.data.first ?? 0xFF) & 0x02 == 0, "a locally made identifier")
+        // The server Naks loft's identifier with ::2: loft asks again with it, with a new id.
+        s.send(PPP.ipv6cp, PPP.Packet(.configureNak, id: req.id, data: PPP.encodeOptions([Self.iid(2)])!))
+        out = s.take().ppp.filter { $0.0 == PPP.ipv6cp }
+        guard let req2 = out.first(where: { $0.1?.code == 1 })?.1 else { Issue.record("no second request"); return }
+        #expect(PPP.parseOptions(req2.data) == [Self.iid(2)] && req2.id != req.id)
+        // Its next request carries a compression option: Rejected; then only ::1: Acked.
+        let compression = PPP.Option(type: 2, data: [0x00, 0x4F])
+        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 31, data: PPP.encodeOptions([Self.iid(1), compression])!))
+        #expect(s.take().ppp.map(\.1) == [PPP.Packet(.configureReject, id: 31, data: PPP.encodeOptions([compression])!)])
+        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 32, data: PPP.encodeOptions([Self.iid(1)])!))
+        #expect(s.take().ppp.map(\.1) == [PPP.Packet(.configureAck, id: 32, data: PPP.encodeOptions([Self.iid(1)])!)])
+        #expect(s.rec.ups.count == 1, "not open until loft's own request is acked")
+        s.send(PPP.ipv6cp, PPP.Packet(.configureAck, id: req2.id, data: req2.data))
+        #expect(s.rec.ups.count == 2)
+        #expect(s.rec.ups.last?.ipv6 == IPAddress("fe80::2") && s.rec.ups.last?.peerIPv6 == IPAddress("fe80::1"))
+        #expect(s.rec.ups.last?.address == s.rec.ups.first?.address)
+        // IPv6 both ways as PPP protocol 0x0057.
+        #expect(Self.v6packet.withUnsafeBytes { s.client.send($0) })
+        let sent = s.take().ppp
+        #expect(sent.count == 1 && sent.first?.0 == PPP.ipv6 && sent.first?.2 == Self.v6packet)
+        let h = SSTP.dataHeader(payloadLength: Self.v6packet.count + 4)
+        s.feed([h.0, h.1, h.2, h.3, 0xFF, 0x03, 0x00, 0x57] + Self.v6packet)
+        #expect(s.rec.packets == [Self.v6packet])
+        // Terminate-Request: acked; the link is reported again without IPv6, which is refused.
+        s.send(PPP.ipv6cp, PPP.Packet(.terminateRequest, id: 33))
+        #expect(s.take().ppp.map(\.1) == [PPP.Packet(.terminateAck, id: 33)])
+        #expect(s.rec.ups.count == 3 && s.rec.ups.last?.ipv6 == nil)
+        #expect(!Self.v6packet.withUnsafeBytes { s.client.send($0) })
+        #expect(s.rec.ends.isEmpty)
+    }
+
+    @Test func ipv6cpRejectedOrUnansweredLeavesIPv4Alone() {
+        // The server rejects loft's identifier: no IPv6, no retransmission, IPv4 carries on.
+        var s = Self.upWithIPv4()
+        guard let req = s.ipv6cpSeen.first(where: { $0.code == 1 }) else { Issue.record("no IPV6CP request"); return }
+        s.send(PPP.ipv6cp, PPP.Packet(.configureReject, id: req.id, data: req.data))
+        s.now += 3_000
+        s.client.tick(now: s.now)
+        #expect(!s.take().ppp.contains { $0.0 == PPP.ipv6cp })
+        #expect(s.rec.ups.count == 1 && s.rec.ends.isEmpty)
+        // A server without IPV6CP: its LCP Protocol-Reject ends the asking; IPv4 carries on.
+        s = Self.upWithIPv4()
+        s.send(PPP.lcp, PPP.Packet(.protocolReject, id: 50, data: [0x80, 0x57] + (s.ipv6cpSeen.first?.bytes ?? [])))
+        s.now += 3_000
+        s.client.tick(now: s.now)
+        #expect(!s.take().ppp.contains { $0.0 == PPP.ipv6cp })
+        #expect(s.rec.ups.count == 1 && s.rec.ends.isEmpty && s.client.phase == .up)
+        // No answer at all: retransmitted on the restart timer, given up after Max-Configure.
+        s = Self.upWithIPv4()
+        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 41, data: PPP.encodeOptions([Self.iid(1)])!))
+        _ = s.take()
+        var sent = 1
+        for _ in 0..<12 {
+            s.now += 3_000
+            s.client.tick(now: s.now)
+            s.send(SSTP.ControlMessage(.echoResponse))   // the server is alive
+            sent += s.take().ppp.filter { $0.0 == PPP.ipv6cp && $0.1?.code == 1 }.count
+        }
+        #expect(sent == 10)
+        #expect(s.rec.ups.count == 1 && s.rec.ends.isEmpty && s.client.phase == .up)
+        // Before authentication IPV6CP is ignored (no Protocol-Reject either).
+        s = ScriptedServer(auth: [.pap])
+        s.upToAuth(authOption: [0xC0, 0x23])
+        _ = s.take()
+        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 1, data: PPP.encodeOptions([Self.iid(1)])!))
+        #expect(s.take().ppp.isEmpty)
+    }
+
+    @Test func ipv6cpEvaluation() {
+        let ours: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 9], other: [UInt8] = [1, 2, 3, 4, 5, 6, 7, 8]
+        var r = SSTPClient.evaluateIPV6CP([Self.iid(1)], ours: ours, suggestion: other)
+        #expect(r.code == .configureAck && r.peer == Self.iid(1).data)
+        r = SSTPClient.evaluateIPV6CP([PPP.Option(type: 1, data: ours)], ours: ours, suggestion: other)
+        #expect(r.code == .configureNak && r.reply == [PPP.Option(type: 1, data: other)] && r.peer == nil)
+        r = SSTPClient.evaluateIPV6CP([PPP.Option(type: 1, data: Self.zeroIID)], ours: ours, suggestion: other)
+        #expect(r.code == .configureNak)
+        r = SSTPClient.evaluateIPV6CP([PPP.Option(type: 1, data: [1, 2, 3]), PPP.Option(type: 2, data: [0, 0x4F])], ours: ours, suggestion: other)
+        #expect(r.code == .configureReject && r.reply.count == 2)
+        r = SSTPClient.evaluateIPV6CP([], ours: ours, suggestion: other)
+        #expect(r.code == .configureAck && r.peer == nil)
+        #expect(SSTPClient.linkLocal([0x02, 0x11, 0x22, 0xFF, 0xFE, 0x33, 0x44, 0x55]) == IPAddress("fe80::211:22ff:fe33:4455"))
     }
 
     @Test func lcpEvaluation() {

@@ -28,7 +28,10 @@ peer_up() {
     SOCAT_PID=$!
     T_PIDS+=("$SOCAT_PID"); register_pid "$SOCAT_PID"
     local i
-    for i in $(seq 50); do ip link show "$PEER_TUN" >/dev/null 2>&1 && break; sleep 0.1; done
+    # Until socat has given the device its address, and a moment for its flags ioctls that
+    # follow (moving it earlier fails them: "SIOCGIFFLAGS ... No such device").
+    for i in $(seq 50); do ip -4 addr show dev "$PEER_TUN" 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+    sleep 0.2
     ip link set "$PEER_TUN" netns "$PEER_NS" || return 1
     ip -n "$PEER_NS" addr add 198.18.2.1/24 dev "$PEER_TUN"
     ip -n "$PEER_NS" -6 addr add fd00:2::1/64 dev "$PEER_TUN" nodad
@@ -43,6 +46,9 @@ cfg=$T_DIR/bridge.yaml
 loft_config bridge-base >/dev/null
 sed "s/^bridge: off/bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }/" \
     "$T_DIR/bridge-base.yaml" >"$cfg"
+# Its own control socket: `loft status -c` must reach this loft, not another one on the
+# machine that holds the default path.
+echo "control: $T_DIR/bridge.sock" >>"$cfg"
 
 CASES="bridge-download-v4 bridge-download-v6 bridge-upload-v4 bridge-acks-coalesced bridge-dns bridge-replies-stay-on-their-input
 bridge-peer-restart bridge-malformed-counted bridge-transfer-during-garbage loft-exit-clean"

@@ -5,17 +5,23 @@ and IP packets routed through a TUN device in its own namespace. One asyncio loo
 from pycryptodome, HMAC/SHA from Python's hashlib: an implementation independent of loft's.
 
     sstp_server.py --listen ADDR:PORT --cert C --key K --user U --password P --auth mschapv2|pap
-                   --tun NAME --local A --client-address B --dns D [--mru N]
+                   --tun NAME --local A --client-address B --dns D [--mru N] [--ipv6cp]
 
 The TUN gets A peer B (point-to-point); the client is given B by IPCP and D as its DNS.
-Prints one line per event (ready, auth-ok, auth-failed, binding-ok, binding-bad, up, closed)."""
+--ipv6cp: IPV6CP too (RFC 5072): the server's interface identifier is ::1 (fe80::1 on its TUN);
+the client's first identifier is Nak'ed with ::2, so the client's link-local is fe80::2; IPv6
+packets (PPP protocol 0x0057) pass through the TUN like IPv4.
+Prints one line per event (ready, auth-ok, auth-failed, binding-ok, binding-bad, up, closed).
+SIGUSR1 mutes the current session (it keeps the connection and reads, but sends nothing more:
+no echo answers, no packets), for the client's keepalive; the next session is not muted."""
 
-import argparse, asyncio, fcntl, hashlib, hmac, os, ssl, struct, subprocess, sys
+import argparse, asyncio, fcntl, hashlib, hmac, os, signal, ssl, struct, subprocess, sys
 
 from Crypto.Cipher import DES
 from Crypto.Hash import MD4
 
-LCP, PAP, CHAP, IPCP, IPV4 = 0xC021, 0xC023, 0xC223, 0x8021, 0x0021
+LCP, PAP, CHAP, IPCP, IPV4, IPV6CP, IPV6 = 0xC021, 0xC023, 0xC223, 0x8021, 0x0021, 0x8057, 0x0057
+IID_SERVER, IID_CLIENT = bytes(7) + b"\x01", bytes(7) + b"\x02"
 
 
 def log(*a):
@@ -108,13 +114,16 @@ class Session:
         self.hlak = bytes(32)
         self.challenge = os.urandom(16)
         self.up = False
+        self.muted = False
+        self.v6_ours = self.v6_theirs = self.v6_naked = self.up6 = False
 
     def next_id(self):
         self.ident = (self.ident + 1) & 0xFF
         return self.ident
 
     def send(self, b):
-        self.w.write(b)
+        if not self.muted:
+            self.w.write(b)
 
     def lcp_request(self):
         auth = b"\xc2\x23\x81" if self.auth == "mschapv2" else b"\xc0\x23"
@@ -125,6 +134,9 @@ class Session:
     def ipcp_request(self):
         self.ipcp_id = self.next_id()
         self.send(ppp(IPCP, 1, self.ipcp_id, enc([(3, bytes(map(int, self.a.local.split("."))))])))
+        if self.a.ipv6cp:
+            self.ipv6cp_id = self.next_id()
+            self.send(ppp(IPV6CP, 1, self.ipv6cp_id, enc([(1, IID_SERVER)])))
 
     async def run(self):
         head = await self.r.readuntil(b"\r\n\r\n")
@@ -176,7 +188,7 @@ class Session:
             f = f[2:]
         proto = struct.unpack("!H", f[:2])[0]
         p = f[2:]
-        if proto == IPV4:
+        if proto == IPV4 or (proto == IPV6 and self.up6):
             if self.up:
                 try:
                     os.write(self.tun, p)
@@ -202,6 +214,8 @@ class Session:
                 log("auth-failed pap")
         elif proto == IPCP:
             self.on_ipcp(code, ident, payload)
+        elif proto == IPV6CP and self.a.ipv6cp and self.authed:
+            self.on_ipv6cp(code, ident, payload)
 
     def on_lcp(self, code, ident, payload):
         if code == 1:
@@ -263,12 +277,36 @@ class Session:
             self.up = True
             log("up", self.a.client_address)
 
+    def on_ipv6cp(self, code, ident, payload):
+        if code == 1:
+            opts = options(payload) or []
+            reject = [(t, v) for t, v in opts if t != 1 or len(v) != 8]
+            if reject:
+                self.send(ppp(IPV6CP, 4, ident, enc(reject)))
+                return
+            iid = dict(opts).get(1)
+            if not self.v6_naked or iid != IID_CLIENT:       # the first one, and any other: ::2
+                self.v6_naked = True
+                self.send(ppp(IPV6CP, 3, ident, enc([(1, IID_CLIENT)])))
+                return
+            self.send(ppp(IPV6CP, 2, ident, payload))
+            self.v6_theirs = True
+        elif code == 2 and ident == self.ipv6cp_id:
+            self.v6_ours = True
+        if self.v6_ours and self.v6_theirs and not self.up6:
+            self.up6 = True
+            log("up6 fe80::2")
+
     def tun_readable(self):
         try:
             while True:
                 p = os.read(self.tun, 65536)
-                if self.up and len(p) <= 4087:
+                if not p or len(p) > 4087:
+                    continue
+                if self.up and p[0] >> 4 == 4:
                     self.send(data(b"\xff\x03\x00\x21" + p))
+                elif self.up6 and p[0] >> 4 == 6:
+                    self.send(data(b"\xff\x03\x00\x57" + p))
         except BlockingIOError:
             pass
 
@@ -280,6 +318,7 @@ async def main():
     ap.add_argument("--auth", default="mschapv2")
     ap.add_argument("--allow", default="mschapv2,pap")
     ap.add_argument("--mru", type=int, default=1500)
+    ap.add_argument("--ipv6cp", action="store_true")
     a = ap.parse_args()
     a.allow = a.allow.split(",")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -288,8 +327,16 @@ async def main():
     tun = open_tun(a.tun)
     subprocess.run(["ip", "addr", "add", a.local, "peer", a.client_address, "dev", a.tun], check=True)
     subprocess.run(["ip", "link", "set", a.tun, "up", "mtu", str(a.mru)], check=True)
+    if a.ipv6cp:
+        subprocess.run(["ip", "-6", "addr", "add", "fe80::1/64", "dev", a.tun, "nodad"], check=True)
     loop = asyncio.get_running_loop()
     current = {}
+
+    def mute():
+        if current.get("s"):
+            current["s"].muted = True
+            log("muted")
+    loop.add_signal_handler(signal.SIGUSR1, mute)
 
     async def handle(reader, writer):
         old = current.get("s")

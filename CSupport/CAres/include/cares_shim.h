@@ -66,4 +66,15 @@ int64_t cares_timeout_ms(cares_channel *channel);
 /// c-ares's text for a status (the `detail` of a result, the *error of cares_channel_new).
 const char *cares_error_text(int status);
 
+/// A DNS query for `name` (type 1: A, 28: AAAA), recursion desired, id `id`, written to `out`
+/// (at most `cap` bytes) by c-ares (ares_create_query). Returns its length, or -1 (a bad name,
+/// too long for `cap`). For lookups that loft sends itself over a link (sstp's SOCKS5 names).
+int cares_make_query(const char *name, int type, uint16_t id, uint8_t *out, int cap);
+
+/// The addresses of a DNS answer to such a query, parsed by c-ares (ares_parse_a_reply /
+/// ares_parse_aaaa_reply): up to `cap` into `out`, the smallest TTL in *ttl. Returns how many,
+/// or -CARES_RESULT_NOT_FOUND (no such name, no records of the type) / -CARES_RESULT_FAILED
+/// (malformed, truncated, not an answer). The caller checks the id (the first two bytes).
+int cares_parse_answer(const uint8_t *buf, int len, int type, cares_address *out, int cap, int *ttl);
+
 #endif
