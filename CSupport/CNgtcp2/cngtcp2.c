@@ -381,6 +381,63 @@ int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t 
     return 0;
 }
 
+// MARK: stateless answers
+
+static int check_token(const ngtcp2_pkt_hd *hd, const uint8_t *secret, const void *remote, unsigned remote_len,
+                       uint64_t now, ngtcp2_cid *odcid) {
+    if (hd->token.len == 0 || hd->token.base[0] != NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) return CQUIC_TOKEN_NONE;
+    if (ngtcp2_crypto_verify_retry_token(odcid, hd->token.base, hd->token.len, secret, 32, hd->version,
+                                         (const ngtcp2_sockaddr *)remote, remote_len, &hd->dcid,
+                                         CQUIC_RETRY_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) != 0)
+        return CQUIC_TOKEN_INVALID;
+    return CQUIC_TOKEN_RETRY;
+}
+
+int cquic_initial_token(const uint8_t *pkt, size_t len, const uint8_t *secret,
+                        const void *remote, unsigned remote_len, uint64_t now) {
+    ngtcp2_pkt_hd hd;
+    if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return CQUIC_TOKEN_INVALID;
+    ngtcp2_cid odcid;
+    return check_token(&hd, secret, remote, remote_len, now, &odcid);
+}
+
+long cquic_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, const uint8_t *secret,
+                       const void *remote, unsigned remote_len, uint64_t now) {
+    ngtcp2_pkt_hd hd;
+    if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return -1;
+    ngtcp2_cid scid;
+    scid.datalen = 18;
+    if (gnutls_rnd(GNUTLS_RND_NONCE, scid.data, scid.datalen) != 0) return -1;
+    uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
+    ngtcp2_ssize tlen = ngtcp2_crypto_generate_retry_token(token, secret, 32, hd.version, (const ngtcp2_sockaddr *)remote,
+                                                           remote_len, &scid, &hd.dcid, now);
+    if (tlen < 0) return -1;
+    // The Retry goes to the client's source id, from the new id, naming the id it first used.
+    ngtcp2_ssize n = ngtcp2_crypto_write_retry(dest, destlen, hd.version, &hd.scid, &scid, &hd.dcid, token, (size_t)tlen);
+    return n < 0 ? -1 : (long)n;
+}
+
+long cquic_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, size_t cid_len,
+                       const uint8_t *secret) {
+    // RFC 9000 §10.3: at least 5 bytes before the 16-byte token; smaller than the packet that
+    // triggered it, so two endpoints can never reset each other forever.
+    const size_t min = NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN;
+    if (len == 0 || (pkt[0] & 0x80) || cid_len > NGTCP2_MAX_CIDLEN || len < 1 + cid_len || len <= min) return 0;
+    size_t size = len - 1;
+    if (size > 43) size = 43;
+    if (size > destlen) return -1;
+    ngtcp2_cid cid;
+    cid.datalen = cid_len;
+    memcpy(cid.data, pkt + 1, cid_len);
+    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
+    if (ngtcp2_crypto_generate_stateless_reset_token(token, secret, 32, &cid) != 0) return -1;
+    uint8_t rnd[43];
+    size_t randlen = size - NGTCP2_STATELESS_RESET_TOKENLEN;
+    if (gnutls_rnd(GNUTLS_RND_NONCE, rnd, randlen) != 0) return -1;
+    ngtcp2_ssize n = ngtcp2_pkt_write_stateless_reset(dest, destlen, token, rnd, randlen);
+    return n < 0 ? -1 : (long)n;
+}
+
 cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const char *alpn,
                              const void *local, unsigned local_len,
                              const void *remote, unsigned remote_len,
@@ -402,8 +459,18 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     ngtcp2_settings s;
     ngtcp2_transport_params tp;
     fill_settings(&s, &tp, params, now);
-    s.token = hd.token;
-    tp.original_dcid = hd.dcid;
+    // Only a token that verifies marks the address validated (ngtcp2 then lifts the 3x
+    // anti-amplification limit): a Retry token names the original destination id and the id
+    // the Retry gave out; anything else is as no token.
+    ngtcp2_cid odcid;
+    if (check_token(&hd, secret, remote, remote_len, now, &odcid) == CQUIC_TOKEN_RETRY) {
+        s.token = hd.token;
+        tp.original_dcid = odcid;
+        tp.retry_scid = hd.dcid;
+        tp.retry_scid_present = 1;
+    } else {
+        tp.original_dcid = hd.dcid;
+    }
     tp.stateless_reset_token_present = 1;
     ngtcp2_crypto_generate_stateless_reset_token(tp.stateless_reset_token, c->secret, sizeof c->secret, &scid);
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);

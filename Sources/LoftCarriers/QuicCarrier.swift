@@ -432,12 +432,17 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var wantsWrite = false
     private var blocked: [QuicConnection] = []
     nonisolated(unsafe) private static let buffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+    /// A packet's connection id (first 32 bytes), then a Retry or reset being written.
+    nonisolated(unsafe) private static let scratch = UnsafeMutableRawPointer.allocate(byteCount: 32 + 256, alignment: 16)
+    let retry: QuicRetryPolicy
+    /// Stateless resets: 100 a second, bursts of 100.
+    private var resetBucket = TokenBucket(perSecond: 100, burst: 100)
     var stats = QuicListenerStats()
     let maxPendingHandshakes: Int
     let maxPendingPerSource: Int
 
     init(listen: Endpoint, tls: TLSServerOptions, runtime: CarrierRuntime, owner: CarrierListener,
-         maxPendingHandshakes: Int, maxPendingPerSource: Int) throws {
+         maxPendingHandshakes: Int, maxPendingPerSource: Int, retry: QuicRetryPolicy = .auto) throws {
         var err = [CChar](repeating: 0, count: 256)
         guard let c = cquic_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
             throw TLSError("quic: \(cText(err))")
@@ -447,6 +452,9 @@ final class QuicListener: IOHandler, QuicPacketSink {
         self.owner = owner
         self.maxPendingHandshakes = maxPendingHandshakes
         self.maxPendingPerSource = maxPendingPerSource
+        self.retry = retry
+        // One key per process start: it derives the Retry tokens' key and the stateless reset
+        // tokens (ngtcp2's HKDF with a different label for each).
         Crypto.fillRandom(&secret)
         let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { cquic_creds_free(c); throw SystemError("socket", Sockets.errno) }
@@ -505,15 +513,21 @@ final class QuicListener: IOHandler, QuicPacketSink {
     }
 
     private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress) {
-        var dcid = [UInt8](repeating: 0, count: 20)
+        // Nothing here allocates until an Initial is let in: the id goes to a scratch buffer.
+        let dcid = Self.scratch.assumingMemoryBound(to: UInt8.self)
         var len = 0
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        guard cquic_packet_dcid(base, p.count, 18, &dcid, &len) == 0 else { stats.dropped += 1; return }
-        if let key = dcid.withUnsafeBytes({ QuicCID(UnsafeRawBufferPointer(rebasing: $0[0..<len])) }), let c = routes[key] {
+        guard cquic_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
+        if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)), let c = routes[key] {
             c.quic?.receive(p, from: from, at: localAddress)
             return
         }
-        guard cquic_peek_initial(base, p.count, &dcid, &len) == 1 else { stats.dropped += 1; return }
+        guard cquic_peek_initial(base, p.count, dcid, &len) == 1 else {
+            stats.dropped += 1
+            if p.count > 0 && base[0] & 0x80 == 0 { statelessReset(p, to: from) }
+            return
+        }
+        guard admit(p, from: from) else { return }
         let source = from.endpoint?.address
         makeRoom(for: source)
         let carrier = QuicCarrier(server: self, peer: from.endpoint)
@@ -530,6 +544,47 @@ final class QuicListener: IOHandler, QuicPacketSink {
         handshakeOrder.append(carrier)
         if let source { handshakesPerSource[source, default: 0] += 1 }
         q.receive(p, from: from, at: localAddress)
+    }
+
+    /// Address validation (docs/front.md, "Retry"): true lets the Initial make a connection.
+    /// An Initial with a Retry token of ours that verifies always gets in; one whose Retry token
+    /// does not verify (forged, expired, from another address) is dropped; one without is
+    /// answered with a Retry (no state kept) when the policy says so, else let in.
+    private func admit(_ p: UnsafeRawBufferPointer, from: SocketAddress) -> Bool {
+        let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let now = quicNow()
+        let token = from.withSockaddr { a, l in cquic_initial_token(base, p.count, secret, a, UInt32(l), now) }
+        switch token {
+        case CQUIC_TOKEN_RETRY:
+            stats.validated += 1
+            return true
+        case CQUIC_TOKEN_NONE:
+            guard retry.wantsRetry(handshaking: handshaking.count) else { return true }
+            let out = Self.scratch + 32
+            let n = from.withSockaddr { a, l in
+                cquic_write_retry(out.assumingMemoryBound(to: UInt8.self), 256, base, p.count, secret, a, UInt32(l), now)
+            }
+            guard n > 0 else { stats.dropped += 1; return false }
+            stats.retries += 1
+            _ = QuicSocket.send(fd, UnsafeRawBufferPointer(start: out, count: n), segment: 0, to: from)
+            return false
+        default:
+            stats.badTokens += 1
+            return false
+        }
+    }
+
+    /// A short-header packet for no connection: a stateless reset (RFC 9000 §10.3), so a
+    /// client whose connection the front no longer has learns it at once. Smaller than the
+    /// packet, never for one of 21 bytes or less, at most `resetBucket` a second.
+    private func statelessReset(_ p: UnsafeRawBufferPointer, to: SocketAddress) {
+        guard resetBucket.take(now: quicNow() / 1_000_000) else { return }
+        let out = Self.scratch + 32
+        let n = cquic_write_reset(out.assumingMemoryBound(to: UInt8.self), 64, p.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                  p.count, 18, secret)
+        guard n > 0 else { return }
+        stats.resets += 1
+        _ = QuicSocket.send(fd, UnsafeRawBufferPointer(start: out, count: n), segment: 0, to: to)
     }
 
     func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool {
@@ -604,7 +659,35 @@ final class QuicListener: IOHandler, QuicPacketSink {
 struct QuicListenerStats {
     var packets = 0
     var dropped = 0
+    /// Retry packets sent; Initials let in with a Retry token that verified; Initials dropped
+    /// for a Retry token that did not; stateless resets sent.
+    var retries = 0
+    var validated = 0
+    var badTokens = 0
+    var resets = 0
     var accepted = 0
     var evicted = 0
     var handshakeFailed = 0
+}
+
+/// When the front answers an Initial without a token with a Retry (address validation,
+/// RFC 9000 §8.1) instead of making a connection: config key `quic-retry`.
+public enum QuicRetryPolicy: Sendable, Equatable {
+    /// Every Initial without a valid token.
+    case always
+    /// Never (a spoofed Initial costs a handshake slot until it is evicted or times out).
+    case never
+    /// Once `threshold` connections are in their handshake at once.
+    case under(threshold: Int)
+
+    /// The default: Retry once 32 handshakes are in progress (an eighth of the 256 slots).
+    public static let auto = QuicRetryPolicy.under(threshold: 32)
+
+    func wantsRetry(handshaking: Int) -> Bool {
+        switch self {
+        case .always: return true
+        case .never: return false
+        case .under(let t): return handshaking >= t
+        }
+    }
 }

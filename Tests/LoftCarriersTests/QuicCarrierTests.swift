@@ -35,6 +35,39 @@ final class QuicCarrierTests: XCTestCase {
         listener.close()
     }
 
+    /// `quic-retry: always`: the front answers the client's first Initial with a Retry, loft's
+    /// client (ngtcp2) comes back with the token, the connection is validated and carries a
+    /// transfer intact.
+    func testClientThroughRetry() throws {
+        let size = 1 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        var options = CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), kinds: [.quic], tls: TestPKI.shared.server)
+        options.quicRetry = .always
+        let listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        let (ok, _, _) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 30)
+        XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+        let v = try XCTUnwrap(listener.quicValidation)
+        XCTAssertEqual(v.retries, 1)
+        XCTAssertEqual(v.validated, 1)
+        XCTAssertEqual(v.badTokens, 0)
+        listener.close()
+    }
+
+    func testRetryPolicy() {
+        XCTAssertTrue(QuicRetryPolicy.always.wantsRetry(handshaking: 0))
+        XCTAssertFalse(QuicRetryPolicy.never.wantsRetry(handshaking: 1000))
+        XCTAssertFalse(QuicRetryPolicy.auto.wantsRetry(handshaking: 31))
+        XCTAssertTrue(QuicRetryPolicy.auto.wantsRetry(handshaking: 32))
+    }
+
     /// A migration to a new local socket in the middle of a transfer: the path is validated,
     /// the same connection (and session stream) carries on, every byte arrives.
     func testMigrationInTheMiddleOfATransfer() throws {

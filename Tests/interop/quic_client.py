@@ -229,6 +229,62 @@ async def main(args):
         report("quic-other-alpn-refused", True)
         print("  # other ALPN: %r" % e, file=sys.stderr)
 
+    # 3b. stateless resets (RFC 9000 §10.3) for short-header packets to ids the front does not
+    #     know, from a raw UDP socket: smaller than the packet (at most 43 bytes, at least 21),
+    #     a short header, the same token for the same id; none for a packet of 21 bytes; at most
+    #     about 100 a second
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.settimeout(1.0)
+    cid = os.urandom(18)
+
+    def short(n, c=None):
+        return bytes([0x40 | (os.urandom(1)[0] & 0x3F)]) + (c or cid) + os.urandom(n - 19)
+
+    def reply():
+        try:
+            return r.recvfrom(2048)[0]
+        except socket.timeout:
+            return None
+    r.sendto(short(60), ("127.0.0.1", args.port))
+    a = reply()
+    r.sendto(short(200), ("127.0.0.1", args.port))
+    b = reply()
+    r.sendto(short(200, os.urandom(18)), ("127.0.0.1", args.port))
+    c = reply()
+    ok = (a is not None and b is not None and c is not None and 21 <= len(a) < 60 and len(b) <= 43
+          and a[0] & 0xC0 == 0x40 and a[-16:] == b[-16:] and c[-16:] != a[-16:])
+    report("quic-stateless-reset", ok, "replies %r" % ([x and (len(x), x[:1].hex(), x[-16:].hex()) for x in (a, b, c)],))
+    r.sendto(short(21), ("127.0.0.1", args.port))
+    r.settimeout(0.5)
+    report("quic-no-reset-for-21-bytes", reply() is None, "a reset answered a 21-byte packet")
+    time.sleep(1.2)   # the bucket refills
+    for i in range(400):
+        r.sendto(short(100, os.urandom(18)), ("127.0.0.1", args.port))
+    r.settimeout(0.3)
+    n = 0
+    while reply() is not None:
+        n += 1
+    print("  # 400 short headers for unknown ids in a burst: %d resets" % n, file=sys.stderr)
+    report("quic-resets-rate-limited", 50 <= n <= 150, "%d resets for 400 packets" % n)
+    r.close()
+
+    # 3c. an Initial with a token that looks like the front's Retry token but is forged: no
+    #     connection (the front drops it; it counts quic_tokens_invalid)
+    forged = config(args)
+    forged.token = bytes([0xB6]) + os.urandom(90)
+    q = QuicConnection(configuration=forged)
+    q.connect(("127.0.0.1", args.port), now=time.monotonic())
+    fs = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    fs.settimeout(1.5)
+    for d, _ in q.datagrams_to_send(now=time.monotonic()):
+        fs.sendto(d, ("127.0.0.1", args.port))
+    try:
+        got = fs.recv(2048)
+    except socket.timeout:
+        got = None
+    fs.close()
+    report("quic-forged-token-dropped", got is None, "the front answered: %r" % (got and got[:8].hex(),))
+
     # 4. hostile: garbage datagrams, then an Initial flood from many source ports, then a
     #    legitimate session must still come up
     g = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -272,6 +328,20 @@ async def main(args):
     ok = await legit_session(args, "after flood")
     print("  # a session after the flood came up in %.0f ms" % ((time.monotonic() - t0) * 1000), file=sys.stderr)
     report("quic-alive-after-initial-flood", ok, "no STATUS during the flood")
+    # past the first 32 handshakes (quic-retry: auto) the flood got Retry packets, not
+    # connections: a long header of type Retry, smaller than the Initial, no state on the front
+    retries = 0
+    for sk in socks:
+        sk.setblocking(False)
+        try:
+            while True:
+                d = sk.recv(2048)
+                if d[0] & 0xF0 == 0xF0 and len(d) < 1200:
+                    retries += 1
+        except BlockingIOError:
+            pass
+    print("  # flood: %d of %d sources got a Retry" % (retries, args.flood), file=sys.stderr)
+    report("quic-flood-answered-with-retry", retries >= args.flood - 64, "%d Retry packets for %d Initials" % (retries, args.flood))
     for sk in socks:
         sk.close()
     echo_task.cancel()

@@ -149,6 +149,32 @@ const char *cquic_strerror(int err);
 /// The last TLS or setup failure text of the connection (may be empty).
 const char *cquic_last_error(cquic_conn *c);
 
+// MARK: the front's stateless answers (no connection state is made for them)
+
+/// The token of an Initial `pkt` from `remote`: CQUIC_TOKEN_NONE (none, or one loft did not
+/// issue), CQUIC_TOKEN_RETRY (a Retry token of ours, unexpired, for this address and this
+/// destination id: the address is validated), CQUIC_TOKEN_INVALID (looks like our Retry token
+/// but does not verify: forged, expired, another address). `secret` is 32 bytes.
+int cquic_initial_token(const uint8_t *pkt, size_t len, const uint8_t *secret,
+                        const void *remote, unsigned remote_len, uint64_t now_ns);
+/// A Retry answering the Initial `pkt` from `remote` (a token binding the address, the client's
+/// original destination id and the time; a fresh 18-byte id the client moves to). Returns the
+/// packet size or -1.
+long cquic_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, const uint8_t *secret,
+                       const void *remote, unsigned remote_len, uint64_t now_ns);
+/// A stateless reset for the short-header packet `pkt` (its destination id `cid_len` bytes),
+/// smaller than `pkt` and at most 43 bytes; 0 when `pkt` is too short to answer without
+/// amplification or a loop (a reset is at least 21 bytes and must be smaller than what
+/// triggered it), -1 on failure. The token is the one the connection with that id would have
+/// had (derived from `secret` and the id).
+long cquic_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, size_t cid_len,
+                       const uint8_t *secret);
+#define CQUIC_TOKEN_NONE 0
+#define CQUIC_TOKEN_RETRY 1
+#define CQUIC_TOKEN_INVALID (-1)
+/// How long a Retry token is good for (ms).
+#define CQUIC_RETRY_TOKEN_TIMEOUT_MS 10000
+
 #define CQUIC_ERR_DRAINING (-231)
 #define CQUIC_ERR_CLOSING (-230)
 #define CQUIC_ERR_STREAM_DATA_BLOCKED (-210)
