@@ -35,6 +35,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     /// The flows' streams (every stream but the session's).
     private var flows: [Int64: QuicFlow] = [:]
     nonisolated(unsafe) private static let recvBuffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+    /// Client sockets' reads (one recvmmsg of up to 8 datagrams or GRO batches), on the loop.
+    nonisolated(unsafe) private static let recvBatch = UDPReceiveBatch(slots: 8)
 
     var isOpen: Bool { state == .open }
     var peer: Endpoint? { peerAddress }
@@ -187,13 +189,18 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             quic?.socketWritable()
         }
         guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
-        for _ in 0..<64 {
-            guard fd >= 0, let q = quic else { return }
-            var segment = 0
-            var from = SocketAddress()
-            switch Syscall.recvSegments(fd, Self.recvBuffer, 65_536, segment: &segment, from: &from) {
-            case .success(let n):
-                QuicSocket.split(Self.recvBuffer, n, segment: segment) { q.receive($0, from: q.remote, at: q.local) }
+        // At most 64 reads per wakeup, 8 per recvmmsg; a short recvmmsg means the socket is drained.
+        for _ in 0..<8 {
+            guard fd >= 0, quic != nil else { return }
+            switch Syscall.recvMany(fd, Self.recvBatch) {
+            case .success(let k):
+                for i in 0..<k {
+                    guard let q = quic else { return }
+                    let r = Self.recvBatch.read(i)
+                    guard let base = r.bytes.baseAddress else { continue }
+                    QuicSocket.split(base, r.bytes.count, segment: r.segment) { q.receive($0, from: q.remote, at: q.local) }
+                }
+                if k < Self.recvBatch.slots { return }
             case .failure(let e):
                 if e == .again { return }
                 if state == .handshake && e.code == ECONNREFUSED {
@@ -431,7 +438,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var secret = [UInt8](repeating: 0, count: 32)
     private var wantsWrite = false
     private var blocked: [QuicConnection] = []
-    nonisolated(unsafe) private static let buffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+    nonisolated(unsafe) private static let batch = UDPReceiveBatch(slots: 8)
     /// A packet's connection id (first 32 bytes), then a Retry or reset being written.
     nonisolated(unsafe) private static let scratch = UnsafeMutableRawPointer.allocate(byteCount: 32 + 256, alignment: 16)
     let retry: QuicRetryPolicy
@@ -496,19 +503,18 @@ final class QuicListener: IOHandler, QuicPacketSink {
             for q in b { q.socketWritable() }
         }
         guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
-        for _ in 0..<256 {
-            guard fd >= 0 else { return }
-            var from = SocketAddress()
-            var segment = 0
-            switch Syscall.recvSegments(fd, Self.buffer, 65_536, segment: &segment, from: &from) {
-            case .success(let n):
-                QuicSocket.split(Self.buffer, n, segment: segment) { p in
+        // At most 256 reads (each a datagram or a GRO batch) per wakeup, 8 per recvmmsg; a
+        // short recvmmsg means the socket is drained.
+        for _ in 0..<32 {
+            guard fd >= 0, case .success(let k) = Syscall.recvMany(fd, Self.batch) else { return }
+            for i in 0..<k {
+                let r = Self.batch.read(i)
+                QuicSocket.split(r.bytes.baseAddress ?? UnsafeRawPointer(Self.scratch), r.bytes.count, segment: r.segment) { p in
                     stats.packets += 1
-                    packet(p, from: from)
+                    packet(p, from: r.from)
                 }
-            case .failure:
-                return
             }
+            if k < Self.batch.slots { return }
         }
     }
 

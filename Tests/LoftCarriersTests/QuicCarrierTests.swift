@@ -207,6 +207,49 @@ final class QuicCarrierTests: XCTestCase {
 /// same datagrams, through a GRO read cut back by `QuicSocket.split` (or one by one where the
 /// kernel does not coalesce or refuses GSO: the fallback sends each datagram).
 final class QuicSocketTests: XCTestCase {
+    /// recvmmsg (Syscall.recvMany): a GSO batch from one sender and a datagram from another
+    /// arrive as separate reads of one call, each with its sender and GRO segment size; a call
+    /// with less than the batch's slots means the socket is drained.
+    func testRecvManyTakesSeveralReadsWithTheirSenders() throws {
+        let rx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        let tx1 = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        let tx2 = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        defer { close(rx); close(tx1); close(tx2) }
+        let any = SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0))
+        XCTAssertEqual(any.withSockaddr { bind(rx, $0, $1) }, 0)
+        XCTAssertEqual(any.withSockaddr { bind(tx2, $0, $1) }, 0)
+        QuicCarrier.tune(rx)
+        var bound = SocketAddress()
+        _ = bound.withMutableSockaddr { getsockname(rx, $0, $1) }
+        let port2 = Sockets.localEndpoint(tx2)?.port
+        let sizes = Array(repeating: 1200, count: 5) + [77]
+        var batch = [UInt8]()
+        for (i, n) in sizes.enumerated() { batch += [UInt8](repeating: UInt8(i), count: n) }
+        XCTAssertTrue(batch.withUnsafeBytes { QuicSocket.send(tx1, $0, segment: 1200, to: bound) })
+        XCTAssertTrue([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx2, $0, segment: 0, to: bound) })
+        usleep(20_000)
+        let rb = UDPReceiveBatch(slots: 4)
+        var got: [(bytes: [UInt8], port: UInt16?)] = []
+        var calls = 0
+        let deadline = monotonicMilliseconds() + 2000
+        while got.count < sizes.count + 1 && monotonicMilliseconds() < deadline {
+            guard case .success(let k) = Syscall.recvMany(rx, rb) else { usleep(1000); continue }
+            calls += 1
+            XCTAssertLessThan(k, rb.slots)
+            for i in 0..<k {
+                let r = rb.read(i)
+                QuicSocket.split(r.bytes.baseAddress!, r.bytes.count, segment: r.segment) { got.append(([UInt8]($0), r.from.endpoint?.port)) }
+            }
+        }
+        XCTAssertEqual(calls, 1, "both senders' reads in one recvmmsg")
+        XCTAssertEqual(got.map(\.bytes.count), sizes + [99])
+        for (i, d) in got.prefix(sizes.count).enumerated() { XCTAssertTrue(d.bytes.allSatisfy { $0 == UInt8(i) }, "datagram \(i)") }
+        XCTAssertEqual(got.last?.port, port2)
+        XCTAssertNotEqual(got.first?.port, port2)
+        guard case .failure(let e) = Syscall.recvMany(rx, rb) else { return XCTFail("a drained socket read something") }
+        XCTAssertEqual(e, .again)
+    }
+
     func testBatchArrivesAsTheSameDatagrams() throws {
         let rx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
         let tx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
