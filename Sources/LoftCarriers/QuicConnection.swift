@@ -102,6 +102,10 @@ struct QuicLimits {
     var maxDatagramFrame: UInt64 = 65_535
     /// Send buffer per stream (bytes written and not yet acknowledged).
     var sendBuffer: Int = 4 << 20
+    /// All streams but the session stream together: bytes written and not yet acknowledged.
+    /// A peer that opens flows and never reads them (never extends their windows) holds at
+    /// most this much of the connection's memory, not 1 MiB per flow.
+    var sendBudget: Int = 16 << 20
 
     var params: cquic_params {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
@@ -140,6 +144,11 @@ final class QuicStreamState {
     var sendClosed = false
     var wantWritable = false
     var inSendQueue = false
+    /// Waits for the connection's send budget (QuicLimits.sendBudget) to free up.
+    var waitsBudget = false
+    /// Counts toward the send budget: every stream but 0 (the session stream, whose PING/PONG
+    /// and control frames must never wait behind flows the peer does not read).
+    var budgeted: Bool { id != 0 }
     // receive
     var recv: [UInt8] = []
     var recvStart = 0
@@ -176,6 +185,10 @@ final class QuicConnection {
     private var events = cquic_events()
     let limits: QuicLimits
     private(set) var streams: [Int64: QuicStreamState] = [:]
+    /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
+    /// for the budget to free up.
+    private(set) var heldTotal = 0
+    private var budgetWaiters: [Int64] = []
     private var sendQueue: [Int64] = []
     private var pendingReadable: [Int64] = []
     private var pendingResets: [(Int64, UInt64)] = []
@@ -352,9 +365,10 @@ final class QuicConnection {
     /// Copies up to the stream's free send buffer; returns the bytes taken.
     func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard !closed, let s = streams[id] else { return 0 }
-        let n = min(bytes.count, s.room)
+        let n = min(bytes.count, room(s))
         if n < bytes.count { s.wantWritable = true }
         guard n > 0 else { return 0 }
+        if s.budgeted { heldTotal += n }
         if s.ring == nil { s.ring = .allocate(byteCount: s.ringCap, alignment: 16) }
         let at = Int(s.end % UInt64(s.ringCap))
         let first = min(n, s.ringCap - at)
@@ -369,9 +383,46 @@ final class QuicConnection {
     /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
     func writeRoom(_ id: Int64) -> Int {
         guard let s = streams[id] else { return 0 }
-        let r = s.room
+        let r = room(s)
         if r == 0 { s.wantWritable = true }
         return r
+    }
+
+    /// The stream's free send buffer within the connection's send budget; a stream the budget
+    /// cuts short waits for it (woken with `quicWritable` once a quarter of it is free).
+    private func room(_ s: QuicStreamState) -> Int {
+        let r = s.room
+        guard s.budgeted else { return r }
+        let b = max(0, limits.sendBudget - heldTotal)
+        guard b < r else { return r }
+        if !s.waitsBudget {
+            s.waitsBudget = true
+            budgetWaiters.append(s.id)
+        }
+        return b
+    }
+
+    /// Held bytes left the budget: wake its waiters once a quarter of it is free.
+    private func budgetFreed() {
+        guard !budgetWaiters.isEmpty, limits.sendBudget - heldTotal >= limits.sendBudget / 4 else { return }
+        let ws = budgetWaiters
+        budgetWaiters.removeAll()
+        for sid in ws {
+            guard let s = streams[sid] else { continue }
+            s.waitsBudget = false
+            s.wantWritable = false
+            pendingWritable.append(sid)
+        }
+        dispatchSoon.schedule()
+    }
+
+    /// The stream's state goes (its held bytes leave the budget).
+    private func forget(_ id: Int64) {
+        guard let s = streams.removeValue(forKey: id) else { return }
+        if s.budgeted {
+            heldTotal -= s.held
+            budgetFreed()
+        }
     }
 
     /// Ends our direction of the stream after the bytes written.
@@ -388,12 +439,13 @@ final class QuicConnection {
         s.released = true
         s.recv = []
         s.recvStart = 0
-        if s.stackClosed { streams[id] = nil }
+        if s.stackClosed { forget(id) }
     }
 
     /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
     func reset(_ id: Int64, code: UInt64) {
-        guard let s = streams.removeValue(forKey: id) else { return }
+        guard let s = streams[id] else { return }
+        forget(id)
         s.sendClosed = true
         if let conn, !closed { _ = cquic_shutdown_stream(conn, id, code) }
         flushSoon.schedule()
@@ -440,7 +492,7 @@ final class QuicConnection {
     }
 
     private func maybeForget(_ s: QuicStreamState) {
-        if s.recvFinDelivered && (s.stackClosed || (s.finSent && s.acked == s.end)) { streams[s.id] = nil }
+        if s.recvFinDelivered && (s.stackClosed || (s.finSent && s.acked == s.end)) { forget(s.id) }
     }
 
     private func queueSend(_ s: QuicStreamState) {
@@ -518,6 +570,8 @@ final class QuicConnection {
         }
         if let timer { loop.cancel(timer); self.timer = nil }
         streams.removeAll()
+        heldTotal = 0
+        budgetWaiters.removeAll()
         sendQueue.removeAll()
         outDatagrams.removeAll()
         outUsed = 0
@@ -600,7 +654,7 @@ final class QuicConnection {
         if let s = streams[sid] {
             s.sendClosed = true
             s.stackClosed = true
-            if s.released || s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { streams[sid] = nil }
+            if s.released || s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { forget(sid) }
         }
         return 0
     }
@@ -620,7 +674,12 @@ final class QuicConnection {
 
     private func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
         guard let s = streams[sid] else { return 0 }
-        if upTo > s.acked { s.acked = min(upTo, s.end) }
+        if upTo > s.acked {
+            let a = min(upTo, s.end)
+            if s.budgeted { heldTotal -= Int(a - s.acked) }
+            s.acked = a
+            if s.budgeted { budgetFreed() }
+        }
         if s.wantWritable && s.room >= s.ringCap / 2 {
             s.wantWritable = false
             pendingWritable.append(sid)
@@ -680,7 +739,7 @@ final class QuicConnection {
             let rs = pendingResets
             pendingResets.removeAll()
             for (sid, code) in rs where streams[sid] != nil {
-                streams[sid] = nil
+                forget(sid)
                 delegate?.quicStreamReset(self, stream: sid, code: code)
             }
         }
