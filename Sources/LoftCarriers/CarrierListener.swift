@@ -31,6 +31,9 @@ public struct CarrierServerOptions: Sendable {
     public var quicListen: Endpoint?
     /// quic: when Initials are answered with a Retry (address validation).
     public var quicRetry: QuicRetryPolicy = .auto
+    /// quic: the session's max-streams; QUIC's bidirectional stream limit becomes min(1024,
+    /// this + 1) (nil: 1024).
+    public var quicMaxStreams: Int?
 
     public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
@@ -127,7 +130,7 @@ public final class CarrierListener: IOHandler {
                                         tls: options.tls, runtime: runtime, owner: self,
                                         maxPendingHandshakes: options.maxPendingHandshakes,
                                         maxPendingPerSource: options.maxPendingPerSource,
-                                        retry: options.quicRetry)
+                                        retry: options.quicRetry, maxStreams: options.quicMaxStreams)
             } catch {
                 runtime.loop.unregister(s)
                 Glibc.close(s)

@@ -442,6 +442,8 @@ final class QuicListener: IOHandler, QuicPacketSink {
     /// A packet's connection id (first 32 bytes), then a Retry or reset being written.
     nonisolated(unsafe) private static let scratch = UnsafeMutableRawPointer.allocate(byteCount: 32 + 256, alignment: 16)
     let retry: QuicRetryPolicy
+    /// Every accepted connection's limits.
+    private(set) var limits = QuicLimits()
     /// Stateless resets: 100 a second, bursts of 100.
     private var resetBucket = TokenBucket(perSecond: 100, burst: 100)
     var stats = QuicListenerStats()
@@ -449,7 +451,8 @@ final class QuicListener: IOHandler, QuicPacketSink {
     let maxPendingPerSource: Int
 
     init(listen: Endpoint, tls: TLSServerOptions, runtime: CarrierRuntime, owner: CarrierListener,
-         maxPendingHandshakes: Int, maxPendingPerSource: Int, retry: QuicRetryPolicy = .auto) throws {
+         maxPendingHandshakes: Int, maxPendingPerSource: Int, retry: QuicRetryPolicy = .auto,
+         maxStreams: Int? = nil) throws {
         var err = [CChar](repeating: 0, count: 256)
         guard let c = cquic_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
             throw TLSError("quic: \(cText(err))")
@@ -460,6 +463,10 @@ final class QuicListener: IOHandler, QuicPacketSink {
         self.maxPendingHandshakes = maxPendingHandshakes
         self.maxPendingPerSource = maxPendingPerSource
         self.retry = retry
+        // The session's max-streams as QUIC's own stream limit: the client cannot have more
+        // flow streams open at once than the session allows (plus the session stream), so it
+        // waits for MAX_STREAMS instead of having extra streams reset.
+        if let maxStreams { limits.maxStreamsBidi = UInt64(min(1024, maxStreams + 1)) }
         // One key per process start: it derives the Retry tokens' key and the stateless reset
         // tokens (ngtcp2's HKDF with a different label for each).
         Crypto.fillRandom(&secret)
@@ -538,7 +545,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         makeRoom(for: source)
         let carrier = QuicCarrier(server: self, peer: from.endpoint)
         guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: quicALPN, secret: secret,
-                                            local: localAddress, remote: from, packet: p, limits: QuicLimits(),
+                                            local: localAddress, remote: from, packet: p, limits: limits,
                                             delegate: carrier) else {
             stats.dropped += 1
             for id in carrier.cids { routes[id] = nil }

@@ -72,6 +72,7 @@ public final class FrontServer: CarrierListenerDelegate {
         var options = CarrierServerOptions(listen: settings.listen, path: settings.path, kinds: kinds,
                                            tls: TLSServerOptions(certificateFile: settings.certificateFile,
                                                                  keyFile: settings.keyFile))
+        options.quicMaxStreams = settings.maxStreams
         switch settings.quicRetry {
         case .always: options.quicRetry = .always
         case .never: options.quicRetry = .never

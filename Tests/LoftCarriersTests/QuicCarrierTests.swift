@@ -111,6 +111,25 @@ final class QuicCarrierTests: XCTestCase {
     /// Flows on streams of their own, one after the other, more than the 1024 streams the
     /// front allows at once: each is refused (reset) by a delegate that does not take flows,
     /// and the front raises the stream limit as they close, so the 1100th still opens.
+    /// The front's max-streams as QUIC's stream limit: with max-streams 4 the client can open
+    /// 4 flow streams besides the session stream, then no more (it waits, nothing is reset).
+    func testMaxStreamsIsTheQuicStreamLimit() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        var options = CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), kinds: [.quic], tls: TestPKI.shared.server)
+        options.quicMaxStreams = 4
+        let listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.connected })
+        var flows: [QuicFlow] = []
+        while flows.count < 10, let f = (carrier as? FlowCarrier)?.openFlow() { flows.append(f) }
+        XCTAssertEqual(flows.count, 4)
+        carrier.close()
+        listener.close()
+    }
+
     func testMoreFlowsOverTimeThanTheStreamLimit() throws {
         final class Events: ByteStreamEvents {
             var failed = 0

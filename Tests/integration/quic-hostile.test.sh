@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hostile clients over quic (PyPI aioquic, Tests/interop/quic_hostile.py) against loft-front on
-# loopback (no namespaces), keepalive 1s: 200 flows on streams of their own that are never read
+# loopback (no namespaces), keepalive 1s, max-streams 250 (QUIC's stream limit 251): 200 flows on streams of their own that are never read
 # (the client never extends a window) while a source writes 4 MiB into each: the front's RSS
 # stays within 48 MiB of where it was and a new session beside them is served; a client that
 # says HELLO and then nothing is ended after 2 keepalive intervals (dead_carriers); a QUIC
@@ -12,7 +12,7 @@ FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 INTEROP=$LOFT_REPO/Tests/interop
 TOKEN=hostile-token-$T_ID
 FRONT_LOG=$T_DIR/front.log
-CASES="quic-unread-flows-memory-bounded quic-legit-beside-unread-flows quic-keepalive-expiry quic-datagram-bad-length
+CASES="quic-max-streams-is-stream-limit quic-unread-flows-memory-bounded quic-legit-beside-unread-flows quic-keepalive-expiry quic-datagram-bad-length
 quic-alive-after-bad-datagram quic-oversize-dgram-back-on-stream"
 python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
 [ -x "$FRONT_BIN" ] || die "no loft-front binary at $FRONT_BIN"
@@ -41,6 +41,7 @@ tls: { certificate: certs/server.pem, key: certs/server.key }
 tokens: ["$TOKEN"]
 pool: { ipv4: 198.18.64.0/24 }
 keepalive: 1s
+max-streams: 250
 control: $T_DIR/front.sock
 YAMLEOF
 python3 "$INTEROP/tcp_echo.py" "$ECHO_PORT" >"$T_DIR/echo.log" 2>&1 </dev/null &

@@ -8,6 +8,8 @@
 #   the connection's flow-control window: aioquic's window updates are switched off on that
 #   connection): the front's RSS grows by at most 48 MiB (QuicLimits.sendBudget, 16 MiB per
 #   connection, not 1 MiB per flow);
+# - quic-max-streams-is-stream-limit: the front's max-streams (250) + 1 is the client's
+#   initial_max_streams_bidi;
 # - quic-legit-beside-unread-flows: meanwhile a new session comes up and echoes a flow;
 # - quic-keepalive-expiry: a client that says HELLO and then nothing: the front ends the
 #   connection after 2 keepalive intervals;
@@ -79,6 +81,10 @@ async def main(args):
         _, f = await hello(args, p)
         up = f is not None and f[0] == W.STATUS
         q = p._quic
+        # the front's max-streams (250 in the test's config) is QUIC's stream limit: 250 flow
+        # streams besides the session stream
+        report("quic-max-streams-is-stream-limit", q._remote_max_streams_bidi == 251,
+               "initial_max_streams_bidi %d" % q._remote_max_streams_bidi)
         q._write_stream_limits = lambda *a, **k: None          # never MAX_STREAM_DATA
         q._write_connection_limits = lambda *a, **k: None      # never MAX_DATA (nor MAX_STREAMS)
         for i in range(args.flows):
