@@ -9,6 +9,7 @@
 #include <gnutls/x509.h>
 #include <gnutls/abstract.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,7 @@ struct cquic_conn {
     cquic_creds *creds;
     char verify_name[256];
     uint8_t secret[32];
+    int server;
     char err[256];
 };
 
@@ -156,9 +158,22 @@ static int remove_cid_cb(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud) {
 
 #define FORWARD(call) do { if ((call) != 0) return NGTCP2_ERR_CALLBACK_FAILURE; return 0; } while (0)
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
-    (void)conn;
     cquic_conn *c = ud;
+    if (c->server) {
+        // A token for the client's next connection from this address (it skips the Retry).
+        uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+        const ngtcp2_path *p = ngtcp2_conn_get_path(conn);
+        ngtcp2_ssize n = ngtcp2_crypto_generate_regular_token(token, c->secret, sizeof c->secret, p->remote.addr,
+                                                              p->remote.addrlen, now_ns());
+        if (n > 0) (void)ngtcp2_conn_submit_new_token(conn, token, (size_t)n);
+    }
     if (!c->ev.handshake_done) return 0;
     FORWARD(c->ev.handshake_done(c->ev.ctx));
 }
@@ -230,6 +245,13 @@ static int path_validation_cb(ngtcp2_conn *conn, uint32_t flags, const ngtcp2_pa
     FORWARD(c->ev.path_validated(c->ev.ctx, res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS));
 }
 
+static int recv_new_token_cb(ngtcp2_conn *conn, const ngtcp2_vec *token, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    if (!c->ev.new_token) return 0;
+    FORWARD(c->ev.new_token(c->ev.ctx, token->base, token->len));
+}
+
 static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     memset(cb, 0, sizeof *cb);
     if (server) {
@@ -237,6 +259,7 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     } else {
         cb->client_initial = ngtcp2_crypto_client_initial_cb;
         cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
+        cb->recv_new_token = recv_new_token_cb;
     }
     cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
     cb->encrypt = ngtcp2_crypto_encrypt_cb;
@@ -346,6 +369,10 @@ cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const c
     ngtcp2_settings s;
     ngtcp2_transport_params tp;
     fill_settings(&s, &tp, params, now);
+    if (params->token && params->token_len) {
+        s.token.base = (uint8_t *)params->token;
+        s.token.len = params->token_len;
+    }
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);
     int rv = ngtcp2_conn_client_new(&c->conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &tp, NULL, c);
     if (rv != 0) {
@@ -385,7 +412,14 @@ int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t 
 
 static int check_token(const ngtcp2_pkt_hd *hd, const uint8_t *secret, const void *remote, unsigned remote_len,
                        uint64_t now, ngtcp2_cid *odcid) {
-    if (hd->token.len == 0 || hd->token.base[0] != NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) return CQUIC_TOKEN_NONE;
+    if (hd->token.len == 0) return CQUIC_TOKEN_NONE;
+    if (hd->token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR) {
+        return ngtcp2_crypto_verify_regular_token(hd->token.base, hd->token.len, secret, 32,
+                                                  (const ngtcp2_sockaddr *)remote, remote_len,
+                                                  CQUIC_REGULAR_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) == 0
+                   ? CQUIC_TOKEN_REGULAR : CQUIC_TOKEN_NONE;
+    }
+    if (hd->token.base[0] != NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) return CQUIC_TOKEN_NONE;
     if (ngtcp2_crypto_verify_retry_token(odcid, hd->token.base, hd->token.len, secret, 32, hd->version,
                                          (const ngtcp2_sockaddr *)remote, remote_len, &hd->dcid,
                                          CQUIC_RETRY_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) != 0)
@@ -451,6 +485,7 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     cquic_conn *c = conn_alloc(ev, creds);
     if (!c) return NULL;
     memcpy(c->secret, secret, sizeof c->secret);
+    c->server = 1;
     ngtcp2_cid scid;
     scid.datalen = 18;
     gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
@@ -463,12 +498,14 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     // anti-amplification limit): a Retry token names the original destination id and the id
     // the Retry gave out; anything else is as no token.
     ngtcp2_cid odcid;
-    if (check_token(&hd, secret, remote, remote_len, now, &odcid) == CQUIC_TOKEN_RETRY) {
+    int token = check_token(&hd, secret, remote, remote_len, now, &odcid);
+    if (token == CQUIC_TOKEN_RETRY) {
         s.token = hd.token;
         tp.original_dcid = odcid;
         tp.retry_scid = hd.dcid;
         tp.retry_scid_present = 1;
     } else {
+        if (token == CQUIC_TOKEN_REGULAR) s.token = hd.token;
         tp.original_dcid = hd.dcid;
     }
     tp.stateless_reset_token_present = 1;

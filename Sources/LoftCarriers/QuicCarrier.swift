@@ -31,6 +31,9 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     private var peerAddress: Endpoint?
     /// The server's ids of this connection (for the listener's table).
     var cids: [QuicCID] = []
+    /// Server: the Initial carried a token of the front's that verified (a handshake to evict
+    /// last).
+    var addressValidated = false
     let sessionStream: Int64 = 0
     /// The flows' streams (every stream but the session's).
     private var flows: [Int64: QuicFlow] = [:]
@@ -540,10 +543,11 @@ final class QuicListener: IOHandler, QuicPacketSink {
             if p.count > 0 && base[0] & 0x80 == 0 { statelessReset(p, to: from) }
             return
         }
-        guard admit(p, from: from) else { return }
+        guard let validated = admit(p, from: from) else { return }
         let source = from.endpoint?.address
         makeRoom(for: source)
         let carrier = QuicCarrier(server: self, peer: from.endpoint)
+        carrier.addressValidated = validated
         guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: quicALPN, secret: secret,
                                             local: localAddress, remote: from, packet: p, limits: limits,
                                             delegate: carrier) else {
@@ -559,31 +563,32 @@ final class QuicListener: IOHandler, QuicPacketSink {
         q.receive(p, from: from, at: localAddress)
     }
 
-    /// Address validation (docs/front.md, "Retry"): true lets the Initial make a connection.
-    /// An Initial with a Retry token of ours that verifies always gets in; one whose Retry token
+    /// Address validation (docs/front.md, "Retry"): nil keeps the Initial from making a
+    /// connection; true lets it in with its address validated, false without.
+    /// An Initial with a Retry token or a NEW_TOKEN token of ours that verifies always gets in; one whose Retry token
     /// does not verify (forged, expired, from another address) is dropped; one without is
     /// answered with a Retry (no state kept) when the policy says so, else let in.
-    private func admit(_ p: UnsafeRawBufferPointer, from: SocketAddress) -> Bool {
+    private func admit(_ p: UnsafeRawBufferPointer, from: SocketAddress) -> Bool? {
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
         let now = quicNow()
         let token = from.withSockaddr { a, l in cquic_initial_token(base, p.count, secret, a, UInt32(l), now) }
         switch token {
-        case CQUIC_TOKEN_RETRY:
+        case CQUIC_TOKEN_RETRY, CQUIC_TOKEN_REGULAR:
             stats.validated += 1
             return true
         case CQUIC_TOKEN_NONE:
-            guard retry.wantsRetry(handshaking: handshaking.count) else { return true }
+            guard retry.wantsRetry(handshaking: handshaking.count) else { return false }
             let out = Self.scratch + 32
             let n = from.withSockaddr { a, l in
                 cquic_write_retry(out.assumingMemoryBound(to: UInt8.self), 256, base, p.count, secret, a, UInt32(l), now)
             }
-            guard n > 0 else { stats.dropped += 1; return false }
+            guard n > 0 else { stats.dropped += 1; return nil }
             stats.retries += 1
             _ = QuicSocket.send(fd, UnsafeRawBufferPointer(start: out, count: n), segment: 0, to: from)
-            return false
+            return nil
         default:
             stats.badTokens += 1
-            return false
+            return nil
         }
     }
 
@@ -629,11 +634,14 @@ final class QuicListener: IOHandler, QuicPacketSink {
     /// takes the place of that address's oldest handshake, with every slot taken of the oldest
     /// of all (`evicted`); established connections never compete with handshakes.
     private func makeRoom(for source: IPAddress?) {
+        // Handshakes whose address is not validated go first (a spoofed flood cannot push
+        // out a client that came back with a token).
         var victim: QuicCarrier?
         if let source, (handshakesPerSource[source] ?? 0) >= maxPendingPerSource {
-            victim = handshakeOrder.first { $0.peer?.address == source }
+            victim = handshakeOrder.first { $0.peer?.address == source && !$0.addressValidated }
+                ?? handshakeOrder.first { $0.peer?.address == source }
         } else if handshaking.count >= maxPendingHandshakes {
-            victim = handshakeOrder.first
+            victim = handshakeOrder.first { !$0.addressValidated } ?? handshakeOrder.first
         }
         guard let v = victim, leaveHandshake(v) else { return }
         stats.evicted += 1
@@ -672,7 +680,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
 struct QuicListenerStats {
     var packets = 0
     var dropped = 0
-    /// Retry packets sent; Initials let in with a Retry token that verified; Initials dropped
+    /// Retry packets sent; Initials let in with a Retry or NEW_TOKEN token that verified; Initials dropped
     /// for a Retry token that did not; stateless resets sent.
     var retries = 0
     var validated = 0

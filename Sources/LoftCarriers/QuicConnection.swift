@@ -111,7 +111,7 @@ struct QuicLimits {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
-                     max_datagram_frame_size: maxDatagramFrame)
+                     max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0)
     }
 }
 
@@ -242,6 +242,11 @@ final class QuicConnection {
         events.datagram = { ctx, data, len in QuicConnection.from(ctx).onDatagram(data, len) }
         events.cid = { ctx, data, len, add in QuicConnection.from(ctx).onCID(data, len, add != 0) }
         events.path_validated = { ctx, ok in QuicConnection.from(ctx).onPathValidated(ok != 0) }
+        events.new_token = { ctx, data, len in
+            let q = QuicConnection.from(ctx)
+            if let data { QuicTokens.put(Array(UnsafeBufferPointer(start: data, count: len)), for: q.remote) }
+            return 0
+        }
     }
 
     private static func from(_ ctx: UnsafeMutableRawPointer?) -> QuicConnection {
@@ -254,10 +259,16 @@ final class QuicConnection {
         let q = QuicConnection(isServer: false, loop: loop, sink: sink, limits: limits, local: local, remote: remote)
         var params = limits.params
         var err = [CChar](repeating: 0, count: 256)
-        let c = local.withSockaddr { l, ll in
-            remote.withSockaddr { r, rl in
-                withUnsafePointer(to: &q.events) { ev in
-                    cquic_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+        // A NEW_TOKEN from the last connection to this server, used once (RFC 9000 §8.1.3).
+        let token = QuicTokens.take(for: remote) ?? []
+        let c = token.withUnsafeBufferPointer { t in
+            params.token = t.count > 0 ? t.baseAddress : nil
+            params.token_len = t.count
+            return local.withSockaddr { l, ll in
+                remote.withSockaddr { r, rl in
+                    withUnsafePointer(to: &q.events) { ev in
+                        cquic_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+                    }
                 }
             }
         }
@@ -947,3 +958,27 @@ final class QuicConnection {
     }
 }
 
+
+/// Client: the servers' NEW_TOKEN tokens (RFC 9000 §8.1.3), one per server address, each used
+/// for one next connection so its Initial skips a Retry. At most 64 servers (the oldest goes).
+/// On the loop only.
+enum QuicTokens {
+    nonisolated(unsafe) private static var tokens: [String: [UInt8]] = [:]
+    nonisolated(unsafe) private static var order: [String] = []
+
+    private static func key(_ a: SocketAddress) -> String? { a.endpoint.map { "\($0)" } }
+
+    static func put(_ token: [UInt8], for server: SocketAddress) {
+        guard let k = key(server), !token.isEmpty, token.count <= 512 else { return }
+        if tokens.updateValue(token, forKey: k) == nil {
+            order.append(k)
+            if order.count > 64 { tokens[order.removeFirst()] = nil }
+        }
+    }
+
+    static func take(for server: SocketAddress) -> [UInt8]? {
+        guard let k = key(server), let t = tokens.removeValue(forKey: k) else { return nil }
+        order.removeAll { $0 == k }
+        return t
+    }
+}

@@ -33,7 +33,7 @@ public struct FrontStats: Sendable, Equatable {
     /// quic: packets for no connection that were not an acceptable Initial (garbage, short
     /// headers for unknown ids, other versions).
     public var quicPacketsDropped: UInt64 = 0
-    /// quic: Retry packets sent, Initials let in with a Retry token that verified, Initials
+    /// quic: Retry packets sent, Initials let in with a Retry or NEW_TOKEN token that verified, Initials
     /// dropped for one that did not, stateless resets sent.
     public var quicRetries: UInt64 = 0
     public var quicTokensValidated: UInt64 = 0

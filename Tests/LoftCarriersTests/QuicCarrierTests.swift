@@ -58,6 +58,19 @@ final class QuicCarrierTests: XCTestCase {
         XCTAssertEqual(v.retries, 1)
         XCTAssertEqual(v.validated, 1)
         XCTAssertEqual(v.badTokens, 0)
+
+        // The front sent a NEW_TOKEN: the next connection's Initial carries it and gets in
+        // without a Retry.
+        let acceptor2 = Acceptor { _ in StreamPeer(total: 1000, expectReceive: 1000) }
+        listener.delegate = acceptor2
+        let peer2 = StreamPeer(total: 1000, expectReceive: 1000)
+        let carrier2 = client.dial(delegate: peer2)
+        peer2.carrier = carrier2
+        let (ok2, _, _) = exchangeAndClose(h, carrier2, peer2, acceptor2, seconds: 30)
+        XCTAssertTrue(ok2)
+        let v2 = try XCTUnwrap(listener.quicValidation)
+        XCTAssertEqual(v2.retries, 1, "no second Retry")
+        XCTAssertEqual(v2.validated, 2)
         listener.close()
     }
 

@@ -1,10 +1,10 @@
 // What the front answers without keeping state, fed arbitrary UDP payloads (docs/front.md,
 // "Retry" and "Stateless reset"):
-// - cquic_initial_token: an Initial's token, told apart (none, a Retry token of ours that
-//   verifies, one that does not); random bytes after the magic must never verify;
+// - cquic_initial_token: an Initial's token, told apart (none, a Retry or NEW_TOKEN token of
+//   ours that verifies, a Retry token that does not); random bytes after either magic byte
+//   (0xb6 Retry, 0x36 NEW_TOKEN) must never verify;
 // - cquic_write_retry: a Retry for an acceptable Initial, never larger than the Initial (no
-//   amplification), and the Initial carrying the token it gave out is then... not forgeable
-//   here, so only its size and that it is a long-header Retry are checked;
+//   amplification): its size and that it is a long-header Retry are checked;
 // - cquic_write_reset: a stateless reset only for a short header of more than 21 bytes, at
 //   least 21 bytes, smaller than the packet and at most 43.
 import CNgtcp2
