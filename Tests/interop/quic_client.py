@@ -346,6 +346,30 @@ async def main(args):
     # still under the flood's handshakes (quic-retry: auto answers with Retry): a connection
     # goes through a Retry and receives a NEW_TOKEN; the next one carries that token in its
     # Initial and gets in without a Retry
+    # the same from 200 source addresses (127.1.0.0/16 is this host's too): no address is past
+    # its own share, the front is past its Retry threshold, every one gets a Retry
+    many = []
+    for i in range(200):
+        q = QuicConnection(configuration=config(args))
+        q.connect(("127.0.0.1", args.port), now=time.monotonic())
+        sk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sk.bind(("127.1.%d.%d" % (i // 250, 1 + i % 250), 0))
+        for d, _ in q.datagrams_to_send(now=time.monotonic()):
+            sk.sendto(d, ("127.0.0.1", args.port))
+        many.append(sk)
+    await asyncio.sleep(0.5)
+    got = 0
+    for sk in many:
+        sk.setblocking(False)
+        try:
+            d = sk.recv(2048)
+            if d[0] & 0xF0 == 0xF0 and len(d) < 1200:
+                got += 1
+        except BlockingIOError:
+            pass
+        sk.close()
+    print("  # flood from 200 addresses: %d got a Retry" % got, file=sys.stderr)
+    report("quic-flood-many-addresses-retry", got >= 190, "%d of 200 got a Retry" % got)
     for i in range(4):   # back to 32 handshakes (the sessions since took their slots' places)
         q = QuicConnection(configuration=config(args))
         q.connect(("127.0.0.1", args.port), now=time.monotonic())
