@@ -39,6 +39,7 @@ struct cquic_conn {
     char verify_name[256];
     uint8_t secret[32];
     int server;
+    int got_reset;
     char err[256];
 };
 
@@ -252,6 +253,13 @@ static int recv_new_token_cb(ngtcp2_conn *conn, const ngtcp2_vec *token, void *u
     FORWARD(c->ev.new_token(c->ev.ctx, token->base, token->len));
 }
 
+static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless_reset *sr, void *ud) {
+    (void)conn;
+    (void)sr;
+    ((cquic_conn *)ud)->got_reset = 1;
+    return 0;
+}
+
 static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     memset(cb, 0, sizeof *cb);
     if (server) {
@@ -284,6 +292,7 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     cb->extend_max_local_streams_bidi = extend_streams_cb;
     cb->recv_datagram = recv_datagram_cb;
     cb->path_validation = path_validation_cb;
+    cb->recv_stateless_reset = recv_stateless_reset_cb;
 }
 
 static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const cquic_params *p, uint64_t now) {
@@ -677,3 +686,5 @@ int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
 
 const char *cquic_strerror(int err) { return ngtcp2_strerror(err); }
 const char *cquic_last_error(cquic_conn *c) { return c->err; }
+
+int cquic_got_stateless_reset(cquic_conn *c) { return c->got_reset; }

@@ -18,7 +18,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     let isServer: Bool
     private let runtime: CarrierRuntime
     private let client: CarrierClient?
-    private weak var listener: QuicListener?
+    private(set) weak var listener: QuicListener?
     private(set) var quic: QuicConnection?
     private var state: State
     private var fd: Int32 = -1

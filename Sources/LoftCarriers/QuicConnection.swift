@@ -617,6 +617,7 @@ final class QuicConnection {
         var code: UInt64 = 0
         var isApp: Int32 = 0
         var text = [CChar](repeating: 0, count: 128)
+        if cquic_got_stateless_reset(conn) != 0 { return .io("the peer reset the QUIC connection (stateless reset)") }
         _ = cquic_peer_close(conn, &code, &isApp, &text, text.count)
         if code == 0 { return .closed }
         let t = cText(text)

@@ -74,6 +74,30 @@ final class QuicCarrierTests: XCTestCase {
         listener.close()
     }
 
+    /// The front loses a connection without a word (its ids route nowhere): the client's next
+    /// packet is answered with a stateless reset carrying the token the connection announced,
+    /// and the client ends the carrier at once instead of after the 30 s idle timeout.
+    func testForgottenConnectionIsEndedByStatelessReset() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.connected && !acceptor.carriers.isEmpty })
+        let server = try XCTUnwrap(acceptor.carriers.first as? QuicCarrier)
+        server.listener?.forget(server)
+        XCTAssertEqual([UInt8](repeating: 7, count: 500).withUnsafeBytes { carrier.write($0) }, 500)
+        carrier.flush()
+        let t0 = monotonicMilliseconds()
+        XCTAssertTrue(h.run(seconds: 5) { r.closedReason != nil }, "the client did not notice")
+        XCTAssertLessThan(monotonicMilliseconds() - t0, 5000)
+        XCTAssertGreaterThanOrEqual(listener.quicValidation?.resets ?? 0, 1)
+        XCTAssertNotEqual(r.closedReason, .closed)
+        server.abort()
+        listener.close()
+    }
+
     func testRetryPolicy() {
         XCTAssertTrue(QuicRetryPolicy.always.wantsRetry(handshaking: 0))
         XCTAssertFalse(QuicRetryPolicy.never.wantsRetry(handshaking: 1000))

@@ -152,6 +152,8 @@ uint64_t cquic_peer_max_datagram(cquic_conn *c);
 int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
                   const void *remote, unsigned remote_len, uint64_t now_ns);
 const char *cquic_strerror(int err);
+/// The connection ended on a stateless reset from the peer (its token matched).
+int cquic_got_stateless_reset(cquic_conn *c);
 /// The last TLS or setup failure text of the connection (may be empty).
 const char *cquic_last_error(cquic_conn *c);
 
