@@ -223,6 +223,22 @@ try:
         seed("quic_datagram", b"\x00" + _d)
 except ImportError:
     pass
+# quic_stateless: a UDP payload to an id the front does not know: Initials without a token,
+# with a forged Retry token and with another token; short headers of 22, 21 and 1200 bytes.
+seed("quic_stateless", bytes([0x40]) + bytes(range(18)) + b"\x01\x02\x03")
+seed("quic_stateless", bytes([0x40]) + bytes(range(18)) + b"\x01\x02")
+seed("quic_stateless", bytes([0x5F]) + bytes(range(18)) + bytes(1181))
+try:
+    for _tok in (None, bytes([0xB6]) + bytes(range(90)), bytes([0x36]) + bytes(60)):
+        _cfg = _QC(is_client=True, alpn_protocols=["loft"], server_name="front.test")
+        if _tok:
+            _cfg.token = _tok
+        _c = _QConn(configuration=_cfg)
+        _c.connect(("127.0.0.1", 443), now=1.0)
+        for _d, _ in _c.datagrams_to_send(now=1.0):
+            seed("quic_stateless", _d)
+except NameError:
+    pass
 seed("quic_datagram", b"\x02" + frame(0x10, 1, bytes([6, 1]) + V4D + b"\x00\x50") + b"raw bytes")
 seed("quic_datagram", b"\x02" + frame(0x10, 1, bytes([6, 3, 12]) + b"example.test" + b"\x01\xbb"))
 seed("quic_datagram", b"\x03" + frame(0x11, 1) + b"raw")

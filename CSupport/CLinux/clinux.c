@@ -282,6 +282,41 @@ long clinux_udp_recv_segments(int fd, uint8_t *buf, size_t cap, int *segment, vo
     return (long)n;
 }
 
+int clinux_udp_recv_many(int fd, uint8_t *buf, size_t cap, unsigned n, int *lens, int *segs, void *addrs, unsigned *addrlens) {
+    enum { MAX = 64 };
+    if (n > MAX) n = MAX;
+    struct mmsghdr mm[MAX];
+    struct iovec iov[MAX];
+    union { char buf[CMSG_SPACE(sizeof(int)) * 2]; struct cmsghdr align; } ctl[MAX];
+    memset(mm, 0, sizeof(struct mmsghdr) * n);
+    for (unsigned i = 0; i < n; i++) {
+        iov[i].iov_base = buf + (size_t)i * cap;
+        iov[i].iov_len = cap;
+        mm[i].msg_hdr.msg_name = (char *)addrs + (size_t)i * sizeof(struct sockaddr_storage);
+        mm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_storage);
+        mm[i].msg_hdr.msg_iov = &iov[i];
+        mm[i].msg_hdr.msg_iovlen = 1;
+        mm[i].msg_hdr.msg_control = ctl[i].buf;
+        mm[i].msg_hdr.msg_controllen = sizeof ctl[i].buf;
+    }
+    int k;
+    do { k = recvmmsg(fd, mm, n, MSG_DONTWAIT, NULL); } while (k < 0 && errno == EINTR);
+    if (k < 0) return -errno;
+    for (int i = 0; i < k; i++) {
+        lens[i] = (int)mm[i].msg_len;
+        addrlens[i] = mm[i].msg_hdr.msg_namelen;
+        segs[i] = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mm[i].msg_hdr); cm; cm = CMSG_NXTHDR(&mm[i].msg_hdr, cm)) {
+            if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == UDP_GRO) {
+                int sz = 0;
+                memcpy(&sz, CMSG_DATA(cm), sizeof sz);
+                segs[i] = sz;
+            }
+        }
+    }
+    return k;
+}
+
 static int fill_unix(struct sockaddr_un *a, const char *path) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;

@@ -9,6 +9,7 @@
 #include <gnutls/x509.h>
 #include <gnutls/abstract.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,8 @@ struct cquic_conn {
     cquic_creds *creds;
     char verify_name[256];
     uint8_t secret[32];
+    int server;
+    int got_reset;
     char err[256];
 };
 
@@ -156,9 +159,22 @@ static int remove_cid_cb(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud) {
 
 #define FORWARD(call) do { if ((call) != 0) return NGTCP2_ERR_CALLBACK_FAILURE; return 0; } while (0)
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
-    (void)conn;
     cquic_conn *c = ud;
+    if (c->server) {
+        // A token for the client's next connection from this address (it skips the Retry).
+        uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+        const ngtcp2_path *p = ngtcp2_conn_get_path(conn);
+        ngtcp2_ssize n = ngtcp2_crypto_generate_regular_token(token, c->secret, sizeof c->secret, p->remote.addr,
+                                                              p->remote.addrlen, now_ns());
+        if (n > 0) (void)ngtcp2_conn_submit_new_token(conn, token, (size_t)n);
+    }
     if (!c->ev.handshake_done) return 0;
     FORWARD(c->ev.handshake_done(c->ev.ctx));
 }
@@ -230,6 +246,20 @@ static int path_validation_cb(ngtcp2_conn *conn, uint32_t flags, const ngtcp2_pa
     FORWARD(c->ev.path_validated(c->ev.ctx, res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS));
 }
 
+static int recv_new_token_cb(ngtcp2_conn *conn, const ngtcp2_vec *token, void *ud) {
+    (void)conn;
+    cquic_conn *c = ud;
+    if (!c->ev.new_token) return 0;
+    FORWARD(c->ev.new_token(c->ev.ctx, token->base, token->len));
+}
+
+static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless_reset *sr, void *ud) {
+    (void)conn;
+    (void)sr;
+    ((cquic_conn *)ud)->got_reset = 1;
+    return 0;
+}
+
 static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     memset(cb, 0, sizeof *cb);
     if (server) {
@@ -237,6 +267,7 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     } else {
         cb->client_initial = ngtcp2_crypto_client_initial_cb;
         cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
+        cb->recv_new_token = recv_new_token_cb;
     }
     cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
     cb->encrypt = ngtcp2_crypto_encrypt_cb;
@@ -261,6 +292,7 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     cb->extend_max_local_streams_bidi = extend_streams_cb;
     cb->recv_datagram = recv_datagram_cb;
     cb->path_validation = path_validation_cb;
+    cb->recv_stateless_reset = recv_stateless_reset_cb;
 }
 
 static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const cquic_params *p, uint64_t now) {
@@ -346,6 +378,10 @@ cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const c
     ngtcp2_settings s;
     ngtcp2_transport_params tp;
     fill_settings(&s, &tp, params, now);
+    if (params->token && params->token_len) {
+        s.token.base = (uint8_t *)params->token;
+        s.token.len = params->token_len;
+    }
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);
     int rv = ngtcp2_conn_client_new(&c->conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &tp, NULL, c);
     if (rv != 0) {
@@ -381,6 +417,70 @@ int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t 
     return 0;
 }
 
+// MARK: stateless answers
+
+static int check_token(const ngtcp2_pkt_hd *hd, const uint8_t *secret, const void *remote, unsigned remote_len,
+                       uint64_t now, ngtcp2_cid *odcid) {
+    if (hd->token.len == 0) return CQUIC_TOKEN_NONE;
+    if (hd->token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR) {
+        return ngtcp2_crypto_verify_regular_token(hd->token.base, hd->token.len, secret, 32,
+                                                  (const ngtcp2_sockaddr *)remote, remote_len,
+                                                  CQUIC_REGULAR_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) == 0
+                   ? CQUIC_TOKEN_REGULAR : CQUIC_TOKEN_NONE;
+    }
+    if (hd->token.base[0] != NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) return CQUIC_TOKEN_NONE;
+    if (ngtcp2_crypto_verify_retry_token(odcid, hd->token.base, hd->token.len, secret, 32, hd->version,
+                                         (const ngtcp2_sockaddr *)remote, remote_len, &hd->dcid,
+                                         CQUIC_RETRY_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) != 0)
+        return CQUIC_TOKEN_INVALID;
+    return CQUIC_TOKEN_RETRY;
+}
+
+int cquic_initial_token(const uint8_t *pkt, size_t len, const uint8_t *secret,
+                        const void *remote, unsigned remote_len, uint64_t now) {
+    ngtcp2_pkt_hd hd;
+    if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return CQUIC_TOKEN_INVALID;
+    ngtcp2_cid odcid;
+    return check_token(&hd, secret, remote, remote_len, now, &odcid);
+}
+
+long cquic_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, const uint8_t *secret,
+                       const void *remote, unsigned remote_len, uint64_t now) {
+    ngtcp2_pkt_hd hd;
+    if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return -1;
+    ngtcp2_cid scid;
+    scid.datalen = 18;
+    if (gnutls_rnd(GNUTLS_RND_NONCE, scid.data, scid.datalen) != 0) return -1;
+    uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
+    ngtcp2_ssize tlen = ngtcp2_crypto_generate_retry_token(token, secret, 32, hd.version, (const ngtcp2_sockaddr *)remote,
+                                                           remote_len, &scid, &hd.dcid, now);
+    if (tlen < 0) return -1;
+    // The Retry goes to the client's source id, from the new id, naming the id it first used.
+    ngtcp2_ssize n = ngtcp2_crypto_write_retry(dest, destlen, hd.version, &hd.scid, &scid, &hd.dcid, token, (size_t)tlen);
+    return n < 0 ? -1 : (long)n;
+}
+
+long cquic_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, size_t cid_len,
+                       const uint8_t *secret) {
+    // RFC 9000 §10.3: at least 5 bytes before the 16-byte token; smaller than the packet that
+    // triggered it, so two endpoints can never reset each other forever.
+    const size_t min = NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN;
+    if (len == 0 || (pkt[0] & 0x80) || cid_len > NGTCP2_MAX_CIDLEN || len < 1 + cid_len || len <= min) return 0;
+    size_t size = len - 1;
+    if (size > 43) size = 43;
+    if (size > destlen) return -1;
+    ngtcp2_cid cid;
+    cid.datalen = cid_len;
+    memcpy(cid.data, pkt + 1, cid_len);
+    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
+    if (ngtcp2_crypto_generate_stateless_reset_token(token, secret, 32, &cid) != 0) return -1;
+    uint8_t rnd[43];
+    size_t randlen = size - NGTCP2_STATELESS_RESET_TOKENLEN;
+    if (gnutls_rnd(GNUTLS_RND_NONCE, rnd, randlen) != 0) return -1;
+    ngtcp2_ssize n = ngtcp2_pkt_write_stateless_reset(dest, destlen, token, rnd, randlen);
+    return n < 0 ? -1 : (long)n;
+}
+
 cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const char *alpn,
                              const void *local, unsigned local_len,
                              const void *remote, unsigned remote_len,
@@ -394,6 +494,7 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     cquic_conn *c = conn_alloc(ev, creds);
     if (!c) return NULL;
     memcpy(c->secret, secret, sizeof c->secret);
+    c->server = 1;
     ngtcp2_cid scid;
     scid.datalen = 18;
     gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
@@ -402,8 +503,20 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     ngtcp2_settings s;
     ngtcp2_transport_params tp;
     fill_settings(&s, &tp, params, now);
-    s.token = hd.token;
-    tp.original_dcid = hd.dcid;
+    // Only a token that verifies marks the address validated (ngtcp2 then lifts the 3x
+    // anti-amplification limit): a Retry token names the original destination id and the id
+    // the Retry gave out; anything else is as no token.
+    ngtcp2_cid odcid;
+    int token = check_token(&hd, secret, remote, remote_len, now, &odcid);
+    if (token == CQUIC_TOKEN_RETRY) {
+        s.token = hd.token;
+        tp.original_dcid = odcid;
+        tp.retry_scid = hd.dcid;
+        tp.retry_scid_present = 1;
+    } else {
+        if (token == CQUIC_TOKEN_REGULAR) s.token = hd.token;
+        tp.original_dcid = hd.dcid;
+    }
     tp.stateless_reset_token_present = 1;
     ngtcp2_crypto_generate_stateless_reset_token(tp.stateless_reset_token, c->secret, sizeof c->secret, &scid);
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);
@@ -573,3 +686,5 @@ int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
 
 const char *cquic_strerror(int err) { return ngtcp2_strerror(err); }
 const char *cquic_last_error(cquic_conn *c) { return c->err; }
+
+int cquic_got_stateless_reset(cquic_conn *c) { return c->got_reset; }

@@ -29,6 +29,11 @@ public struct CarrierServerOptions: Sendable {
     public var outputBufferBytes: Int
     /// quic: the UDP address (nil: the TCP listener's address and port).
     public var quicListen: Endpoint?
+    /// quic: when Initials are answered with a Retry (address validation).
+    public var quicRetry: QuicRetryPolicy = .auto
+    /// quic: the session's max-streams; QUIC's bidirectional stream limit becomes min(1024,
+    /// this + 1) (nil: 1024).
+    public var quicMaxStreams: Int?
 
     public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
@@ -124,7 +129,8 @@ public final class CarrierListener: IOHandler {
                                                          options.quicListen?.port ?? localEndpoint.port),
                                         tls: options.tls, runtime: runtime, owner: self,
                                         maxPendingHandshakes: options.maxPendingHandshakes,
-                                        maxPendingPerSource: options.maxPendingPerSource)
+                                        maxPendingPerSource: options.maxPendingPerSource,
+                                        retry: options.quicRetry, maxStreams: options.quicMaxStreams)
             } catch {
                 runtime.loop.unregister(s)
                 Glibc.close(s)
@@ -380,6 +386,12 @@ public final class CarrierListener: IOHandler {
     public var quicStats: (accepted: Int, evicted: Int, dropped: Int, handshakeFailed: Int) {
         guard let s = quic?.stats else { return (0, 0, 0, 0) }
         return (s.accepted, s.evicted, s.dropped, s.handshakeFailed)
+    }
+
+    /// The quic side's address validation and reset counters.
+    public var quicValidation: (retries: Int, validated: Int, badTokens: Int, resets: Int)? {
+        guard let s = quic?.stats else { return nil }
+        return (s.retries, s.validated, s.badTokens, s.resets)
     }
 
     func forget(_ c: GetServerCarrier) {

@@ -18,7 +18,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     let isServer: Bool
     private let runtime: CarrierRuntime
     private let client: CarrierClient?
-    private weak var listener: QuicListener?
+    private(set) weak var listener: QuicListener?
     private(set) var quic: QuicConnection?
     private var state: State
     private var fd: Int32 = -1
@@ -31,10 +31,15 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     private var peerAddress: Endpoint?
     /// The server's ids of this connection (for the listener's table).
     var cids: [QuicCID] = []
+    /// Server: the Initial carried a token of the front's that verified (a handshake to evict
+    /// last).
+    var addressValidated = false
     let sessionStream: Int64 = 0
     /// The flows' streams (every stream but the session's).
     private var flows: [Int64: QuicFlow] = [:]
     nonisolated(unsafe) private static let recvBuffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+    /// Client sockets' reads (one recvmmsg of up to 8 datagrams or GRO batches), on the loop.
+    nonisolated(unsafe) private static let recvBatch = UDPReceiveBatch(slots: 8)
 
     var isOpen: Bool { state == .open }
     var peer: Endpoint? { peerAddress }
@@ -187,13 +192,18 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             quic?.socketWritable()
         }
         guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
-        for _ in 0..<64 {
-            guard fd >= 0, let q = quic else { return }
-            var segment = 0
-            var from = SocketAddress()
-            switch Syscall.recvSegments(fd, Self.recvBuffer, 65_536, segment: &segment, from: &from) {
-            case .success(let n):
-                QuicSocket.split(Self.recvBuffer, n, segment: segment) { q.receive($0, from: q.remote, at: q.local) }
+        // At most 64 reads per wakeup, 8 per recvmmsg; a short recvmmsg means the socket is drained.
+        for _ in 0..<8 {
+            guard fd >= 0, quic != nil else { return }
+            switch Syscall.recvMany(fd, Self.recvBatch) {
+            case .success(let k):
+                for i in 0..<k {
+                    guard let q = quic else { return }
+                    let r = Self.recvBatch.read(i)
+                    guard let base = r.bytes.baseAddress else { continue }
+                    QuicSocket.split(base, r.bytes.count, segment: r.segment) { q.receive($0, from: q.remote, at: q.local) }
+                }
+                if k < Self.recvBatch.slots { return }
             case .failure(let e):
                 if e == .again { return }
                 if state == .handshake && e.code == ECONNREFUSED {
@@ -431,13 +441,21 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var secret = [UInt8](repeating: 0, count: 32)
     private var wantsWrite = false
     private var blocked: [QuicConnection] = []
-    nonisolated(unsafe) private static let buffer = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
+    nonisolated(unsafe) private static let batch = UDPReceiveBatch(slots: 8)
+    /// A packet's connection id (first 32 bytes), then a Retry or reset being written.
+    nonisolated(unsafe) private static let scratch = UnsafeMutableRawPointer.allocate(byteCount: 32 + 256, alignment: 16)
+    let retry: QuicRetryPolicy
+    /// Every accepted connection's limits.
+    private(set) var limits = QuicLimits()
+    /// Stateless resets: 100 a second, bursts of 100.
+    private var resetBucket = TokenBucket(perSecond: 100, burst: 100)
     var stats = QuicListenerStats()
     let maxPendingHandshakes: Int
     let maxPendingPerSource: Int
 
     init(listen: Endpoint, tls: TLSServerOptions, runtime: CarrierRuntime, owner: CarrierListener,
-         maxPendingHandshakes: Int, maxPendingPerSource: Int) throws {
+         maxPendingHandshakes: Int, maxPendingPerSource: Int, retry: QuicRetryPolicy = .auto,
+         maxStreams: Int? = nil) throws {
         var err = [CChar](repeating: 0, count: 256)
         guard let c = cquic_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
             throw TLSError("quic: \(cText(err))")
@@ -447,6 +465,13 @@ final class QuicListener: IOHandler, QuicPacketSink {
         self.owner = owner
         self.maxPendingHandshakes = maxPendingHandshakes
         self.maxPendingPerSource = maxPendingPerSource
+        self.retry = retry
+        // The session's max-streams as QUIC's own stream limit: the client cannot have more
+        // flow streams open at once than the session allows (plus the session stream), so it
+        // waits for MAX_STREAMS instead of having extra streams reset.
+        if let maxStreams { limits.maxStreamsBidi = UInt64(min(1024, maxStreams + 1)) }
+        // One key per process start: it derives the Retry tokens' key and the stateless reset
+        // tokens (ngtcp2's HKDF with a different label for each).
         Crypto.fillRandom(&secret)
         let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { cquic_creds_free(c); throw SystemError("socket", Sockets.errno) }
@@ -488,37 +513,43 @@ final class QuicListener: IOHandler, QuicPacketSink {
             for q in b { q.socketWritable() }
         }
         guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
-        for _ in 0..<256 {
-            guard fd >= 0 else { return }
-            var from = SocketAddress()
-            var segment = 0
-            switch Syscall.recvSegments(fd, Self.buffer, 65_536, segment: &segment, from: &from) {
-            case .success(let n):
-                QuicSocket.split(Self.buffer, n, segment: segment) { p in
+        // At most 256 reads (each a datagram or a GRO batch) per wakeup, 8 per recvmmsg; a
+        // short recvmmsg means the socket is drained.
+        for _ in 0..<32 {
+            guard fd >= 0, case .success(let k) = Syscall.recvMany(fd, Self.batch) else { return }
+            for i in 0..<k {
+                let r = Self.batch.read(i)
+                QuicSocket.split(r.bytes.baseAddress ?? UnsafeRawPointer(Self.scratch), r.bytes.count, segment: r.segment) { p in
                     stats.packets += 1
-                    packet(p, from: from)
+                    packet(p, from: r.from)
                 }
-            case .failure:
-                return
             }
+            if k < Self.batch.slots { return }
         }
     }
 
     private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress) {
-        var dcid = [UInt8](repeating: 0, count: 20)
+        // Nothing here allocates until an Initial is let in: the id goes to a scratch buffer.
+        let dcid = Self.scratch.assumingMemoryBound(to: UInt8.self)
         var len = 0
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        guard cquic_packet_dcid(base, p.count, 18, &dcid, &len) == 0 else { stats.dropped += 1; return }
-        if let key = dcid.withUnsafeBytes({ QuicCID(UnsafeRawBufferPointer(rebasing: $0[0..<len])) }), let c = routes[key] {
+        guard cquic_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
+        if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)), let c = routes[key] {
             c.quic?.receive(p, from: from, at: localAddress)
             return
         }
-        guard cquic_peek_initial(base, p.count, &dcid, &len) == 1 else { stats.dropped += 1; return }
+        guard cquic_peek_initial(base, p.count, dcid, &len) == 1 else {
+            stats.dropped += 1
+            if p.count > 0 && base[0] & 0x80 == 0 { statelessReset(p, to: from) }
+            return
+        }
+        guard let validated = admit(p, from: from) else { return }
         let source = from.endpoint?.address
         makeRoom(for: source)
         let carrier = QuicCarrier(server: self, peer: from.endpoint)
+        carrier.addressValidated = validated
         guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: quicALPN, secret: secret,
-                                            local: localAddress, remote: from, packet: p, limits: QuicLimits(),
+                                            local: localAddress, remote: from, packet: p, limits: limits,
                                             delegate: carrier) else {
             stats.dropped += 1
             for id in carrier.cids { routes[id] = nil }
@@ -530,6 +561,48 @@ final class QuicListener: IOHandler, QuicPacketSink {
         handshakeOrder.append(carrier)
         if let source { handshakesPerSource[source, default: 0] += 1 }
         q.receive(p, from: from, at: localAddress)
+    }
+
+    /// Address validation (docs/front.md, "Retry"): nil keeps the Initial from making a
+    /// connection; true lets it in with its address validated, false without.
+    /// An Initial with a Retry token or a NEW_TOKEN token of ours that verifies always gets in; one whose Retry token
+    /// does not verify (forged, expired, from another address) is dropped; one without is
+    /// answered with a Retry (no state kept) when the policy says so, else let in.
+    private func admit(_ p: UnsafeRawBufferPointer, from: SocketAddress) -> Bool? {
+        let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let now = quicNow()
+        let token = from.withSockaddr { a, l in cquic_initial_token(base, p.count, secret, a, UInt32(l), now) }
+        switch token {
+        case CQUIC_TOKEN_RETRY, CQUIC_TOKEN_REGULAR:
+            stats.validated += 1
+            return true
+        case CQUIC_TOKEN_NONE:
+            guard retry.wantsRetry(handshaking: handshaking.count) else { return false }
+            let out = Self.scratch + 32
+            let n = from.withSockaddr { a, l in
+                cquic_write_retry(out.assumingMemoryBound(to: UInt8.self), 256, base, p.count, secret, a, UInt32(l), now)
+            }
+            guard n > 0 else { stats.dropped += 1; return nil }
+            stats.retries += 1
+            _ = QuicSocket.send(fd, UnsafeRawBufferPointer(start: out, count: n), segment: 0, to: from)
+            return nil
+        default:
+            stats.badTokens += 1
+            return nil
+        }
+    }
+
+    /// A short-header packet for no connection: a stateless reset (RFC 9000 §10.3), so a
+    /// client whose connection the front no longer has learns it at once. Smaller than the
+    /// packet, never for one of 21 bytes or less, at most `resetBucket` a second.
+    private func statelessReset(_ p: UnsafeRawBufferPointer, to: SocketAddress) {
+        guard resetBucket.take(now: quicNow() / 1_000_000) else { return }
+        let out = Self.scratch + 32
+        let n = cquic_write_reset(out.assumingMemoryBound(to: UInt8.self), 64, p.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                  p.count, 18, secret)
+        guard n > 0 else { return }
+        stats.resets += 1
+        _ = QuicSocket.send(fd, UnsafeRawBufferPointer(start: out, count: n), segment: 0, to: to)
     }
 
     func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool {
@@ -561,11 +634,14 @@ final class QuicListener: IOHandler, QuicPacketSink {
     /// takes the place of that address's oldest handshake, with every slot taken of the oldest
     /// of all (`evicted`); established connections never compete with handshakes.
     private func makeRoom(for source: IPAddress?) {
+        // Handshakes whose address is not validated go first (a spoofed flood cannot push
+        // out a client that came back with a token).
         var victim: QuicCarrier?
         if let source, (handshakesPerSource[source] ?? 0) >= maxPendingPerSource {
-            victim = handshakeOrder.first { $0.peer?.address == source }
+            victim = handshakeOrder.first { $0.peer?.address == source && !$0.addressValidated }
+                ?? handshakeOrder.first { $0.peer?.address == source }
         } else if handshaking.count >= maxPendingHandshakes {
-            victim = handshakeOrder.first
+            victim = handshakeOrder.first { !$0.addressValidated } ?? handshakeOrder.first
         }
         guard let v = victim, leaveHandshake(v) else { return }
         stats.evicted += 1
@@ -604,7 +680,35 @@ final class QuicListener: IOHandler, QuicPacketSink {
 struct QuicListenerStats {
     var packets = 0
     var dropped = 0
+    /// Retry packets sent; Initials let in with a Retry or NEW_TOKEN token that verified; Initials dropped
+    /// for a Retry token that did not; stateless resets sent.
+    var retries = 0
+    var validated = 0
+    var badTokens = 0
+    var resets = 0
     var accepted = 0
     var evicted = 0
     var handshakeFailed = 0
+}
+
+/// When the front answers an Initial without a token with a Retry (address validation,
+/// RFC 9000 §8.1) instead of making a connection: config key `quic-retry`.
+public enum QuicRetryPolicy: Sendable, Equatable {
+    /// Every Initial without a valid token.
+    case always
+    /// Never (a spoofed Initial costs a handshake slot until it is evicted or times out).
+    case never
+    /// Once `threshold` connections are in their handshake at once.
+    case under(threshold: Int)
+
+    /// The default: Retry once 32 handshakes are in progress (an eighth of the 256 slots).
+    public static let auto = QuicRetryPolicy.under(threshold: 32)
+
+    func wantsRetry(handshaking: Int) -> Bool {
+        switch self {
+        case .always: return true
+        case .never: return false
+        case .under(let t): return handshaking >= t
+        }
+    }
 }

@@ -102,12 +102,16 @@ struct QuicLimits {
     var maxDatagramFrame: UInt64 = 65_535
     /// Send buffer per stream (bytes written and not yet acknowledged).
     var sendBuffer: Int = 4 << 20
+    /// All streams but the session stream together: bytes written and not yet acknowledged.
+    /// A peer that opens flows and never reads them (never extends their windows) holds at
+    /// most this much of the connection's memory, not 1 MiB per flow.
+    var sendBudget: Int = 16 << 20
 
     var params: cquic_params {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
-                     max_datagram_frame_size: maxDatagramFrame)
+                     max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0)
     }
 }
 
@@ -140,6 +144,11 @@ final class QuicStreamState {
     var sendClosed = false
     var wantWritable = false
     var inSendQueue = false
+    /// Waits for the connection's send budget (QuicLimits.sendBudget) to free up.
+    var waitsBudget = false
+    /// Counts toward the send budget: every stream but 0 (the session stream, whose PING/PONG
+    /// and control frames must never wait behind flows the peer does not read).
+    var budgeted: Bool { id != 0 }
     // receive
     var recv: [UInt8] = []
     var recvStart = 0
@@ -176,6 +185,10 @@ final class QuicConnection {
     private var events = cquic_events()
     let limits: QuicLimits
     private(set) var streams: [Int64: QuicStreamState] = [:]
+    /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
+    /// for the budget to free up.
+    private(set) var heldTotal = 0
+    private var budgetWaiters: [Int64] = []
     private var sendQueue: [Int64] = []
     private var pendingReadable: [Int64] = []
     private var pendingResets: [(Int64, UInt64)] = []
@@ -229,6 +242,11 @@ final class QuicConnection {
         events.datagram = { ctx, data, len in QuicConnection.from(ctx).onDatagram(data, len) }
         events.cid = { ctx, data, len, add in QuicConnection.from(ctx).onCID(data, len, add != 0) }
         events.path_validated = { ctx, ok in QuicConnection.from(ctx).onPathValidated(ok != 0) }
+        events.new_token = { ctx, data, len in
+            let q = QuicConnection.from(ctx)
+            if let data { QuicTokens.put(Array(UnsafeBufferPointer(start: data, count: len)), for: q.remote) }
+            return 0
+        }
     }
 
     private static func from(_ ctx: UnsafeMutableRawPointer?) -> QuicConnection {
@@ -241,10 +259,16 @@ final class QuicConnection {
         let q = QuicConnection(isServer: false, loop: loop, sink: sink, limits: limits, local: local, remote: remote)
         var params = limits.params
         var err = [CChar](repeating: 0, count: 256)
-        let c = local.withSockaddr { l, ll in
-            remote.withSockaddr { r, rl in
-                withUnsafePointer(to: &q.events) { ev in
-                    cquic_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+        // A NEW_TOKEN from the last connection to this server, used once (RFC 9000 §8.1.3).
+        let token = QuicTokens.take(for: remote) ?? []
+        let c = token.withUnsafeBufferPointer { t in
+            params.token = t.count > 0 ? t.baseAddress : nil
+            params.token_len = t.count
+            return local.withSockaddr { l, ll in
+                remote.withSockaddr { r, rl in
+                    withUnsafePointer(to: &q.events) { ev in
+                        cquic_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+                    }
                 }
             }
         }
@@ -352,9 +376,10 @@ final class QuicConnection {
     /// Copies up to the stream's free send buffer; returns the bytes taken.
     func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard !closed, let s = streams[id] else { return 0 }
-        let n = min(bytes.count, s.room)
+        let n = min(bytes.count, room(s))
         if n < bytes.count { s.wantWritable = true }
         guard n > 0 else { return 0 }
+        if s.budgeted { heldTotal += n }
         if s.ring == nil { s.ring = .allocate(byteCount: s.ringCap, alignment: 16) }
         let at = Int(s.end % UInt64(s.ringCap))
         let first = min(n, s.ringCap - at)
@@ -369,9 +394,46 @@ final class QuicConnection {
     /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
     func writeRoom(_ id: Int64) -> Int {
         guard let s = streams[id] else { return 0 }
-        let r = s.room
+        let r = room(s)
         if r == 0 { s.wantWritable = true }
         return r
+    }
+
+    /// The stream's free send buffer within the connection's send budget; a stream the budget
+    /// cuts short waits for it (woken with `quicWritable` once a quarter of it is free).
+    private func room(_ s: QuicStreamState) -> Int {
+        let r = s.room
+        guard s.budgeted else { return r }
+        let b = max(0, limits.sendBudget - heldTotal)
+        guard b < r else { return r }
+        if !s.waitsBudget {
+            s.waitsBudget = true
+            budgetWaiters.append(s.id)
+        }
+        return b
+    }
+
+    /// Held bytes left the budget: wake its waiters once a quarter of it is free.
+    private func budgetFreed() {
+        guard !budgetWaiters.isEmpty, limits.sendBudget - heldTotal >= limits.sendBudget / 4 else { return }
+        let ws = budgetWaiters
+        budgetWaiters.removeAll()
+        for sid in ws {
+            guard let s = streams[sid] else { continue }
+            s.waitsBudget = false
+            s.wantWritable = false
+            pendingWritable.append(sid)
+        }
+        dispatchSoon.schedule()
+    }
+
+    /// The stream's state goes (its held bytes leave the budget).
+    private func forget(_ id: Int64) {
+        guard let s = streams.removeValue(forKey: id) else { return }
+        if s.budgeted {
+            heldTotal -= s.held
+            budgetFreed()
+        }
     }
 
     /// Ends our direction of the stream after the bytes written.
@@ -388,12 +450,13 @@ final class QuicConnection {
         s.released = true
         s.recv = []
         s.recvStart = 0
-        if s.stackClosed { streams[id] = nil }
+        if s.stackClosed { forget(id) }
     }
 
     /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
     func reset(_ id: Int64, code: UInt64) {
-        guard let s = streams.removeValue(forKey: id) else { return }
+        guard let s = streams[id] else { return }
+        forget(id)
         s.sendClosed = true
         if let conn, !closed { _ = cquic_shutdown_stream(conn, id, code) }
         flushSoon.schedule()
@@ -440,7 +503,7 @@ final class QuicConnection {
     }
 
     private func maybeForget(_ s: QuicStreamState) {
-        if s.recvFinDelivered && (s.stackClosed || (s.finSent && s.acked == s.end)) { streams[s.id] = nil }
+        if s.recvFinDelivered && (s.stackClosed || (s.finSent && s.acked == s.end)) { forget(s.id) }
     }
 
     private func queueSend(_ s: QuicStreamState) {
@@ -518,6 +581,8 @@ final class QuicConnection {
         }
         if let timer { loop.cancel(timer); self.timer = nil }
         streams.removeAll()
+        heldTotal = 0
+        budgetWaiters.removeAll()
         sendQueue.removeAll()
         outDatagrams.removeAll()
         outUsed = 0
@@ -552,6 +617,7 @@ final class QuicConnection {
         var code: UInt64 = 0
         var isApp: Int32 = 0
         var text = [CChar](repeating: 0, count: 128)
+        if cquic_got_stateless_reset(conn) != 0 { return .io("the peer reset the QUIC connection (stateless reset)") }
         _ = cquic_peer_close(conn, &code, &isApp, &text, text.count)
         if code == 0 { return .closed }
         let t = cText(text)
@@ -600,7 +666,7 @@ final class QuicConnection {
         if let s = streams[sid] {
             s.sendClosed = true
             s.stackClosed = true
-            if s.released || s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { streams[sid] = nil }
+            if s.released || s.recvFinDelivered || (s.recvAvailable == 0 && !s.recvFin) { forget(sid) }
         }
         return 0
     }
@@ -620,7 +686,12 @@ final class QuicConnection {
 
     private func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
         guard let s = streams[sid] else { return 0 }
-        if upTo > s.acked { s.acked = min(upTo, s.end) }
+        if upTo > s.acked {
+            let a = min(upTo, s.end)
+            if s.budgeted { heldTotal -= Int(a - s.acked) }
+            s.acked = a
+            if s.budgeted { budgetFreed() }
+        }
         if s.wantWritable && s.room >= s.ringCap / 2 {
             s.wantWritable = false
             pendingWritable.append(sid)
@@ -680,7 +751,7 @@ final class QuicConnection {
             let rs = pendingResets
             pendingResets.removeAll()
             for (sid, code) in rs where streams[sid] != nil {
-                streams[sid] = nil
+                forget(sid)
                 delegate?.quicStreamReset(self, stream: sid, code: code)
             }
         }
@@ -888,3 +959,27 @@ final class QuicConnection {
     }
 }
 
+
+/// Client: the servers' NEW_TOKEN tokens (RFC 9000 §8.1.3), one per server address, each used
+/// for one next connection so its Initial skips a Retry. At most 64 servers (the oldest goes).
+/// On the loop only.
+enum QuicTokens {
+    nonisolated(unsafe) private static var tokens: [String: [UInt8]] = [:]
+    nonisolated(unsafe) private static var order: [String] = []
+
+    private static func key(_ a: SocketAddress) -> String? { a.endpoint.map { "\($0)" } }
+
+    static func put(_ token: [UInt8], for server: SocketAddress) {
+        guard let k = key(server), !token.isEmpty, token.count <= 512 else { return }
+        if tokens.updateValue(token, forKey: k) == nil {
+            order.append(k)
+            if order.count > 64 { tokens[order.removeFirst()] = nil }
+        }
+    }
+
+    static func take(for server: SocketAddress) -> [UInt8]? {
+        guard let k = key(server), let t = tokens.removeValue(forKey: k) else { return nil }
+        order.removeAll { $0 == k }
+        return t
+    }
+}

@@ -46,7 +46,7 @@ struct FrontConfigDecoder {
 
     static let topKeys = ["log", "listen", "path", "carriers", "tls", "tokens", "tokens-file", "pool", "mtu", "dns",
                           "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control",
-                          "state-file", "udp-idle-timeout"]
+                          "state-file", "udp-idle-timeout", "quic-retry"]
     static let required = ["listen", "tls", "tokens (or tokens-file)", "pool"]
     static let tlsKeys = ["certificate", "key"]
     static let poolKeys = ["ipv4", "ipv6"]
@@ -64,6 +64,7 @@ struct FrontConfigDecoder {
     static let maxSessionsRange = 1...1_000_000
     static let maxStreamsRange = 1...65_536
     static let udpIdleRange = Duration.seconds(1)...Duration.seconds(3600)
+    static let quicRetryRange = 1...1_000_000
 
     func decode(_ root: YAMLNode) throws(ConfigError) -> FrontSettings {
         guard case .mapping = root.value else {
@@ -89,6 +90,7 @@ struct FrontConfigDecoder {
         var control: String?
         var stateFile: String?
         var udpIdleTimeout = Duration.seconds(60)
+        var quicRetry = FrontQuicRetry.auto
 
         func addToken(_ token: String, at position: SourcePosition, path: String) throws(ConfigError) {
             guard !token.isEmpty, token.utf8.count <= FrontConfigDecoder.maxTokenBytes else {
@@ -176,6 +178,15 @@ struct FrontConfigDecoder {
                 stateFile = try v.writableFilePath(value, path: "state-file", baseDirectory: baseDirectory)
             case "udp-idle-timeout":
                 udpIdleTimeout = try v.duration(value, path: "udp-idle-timeout", in: FrontConfigDecoder.udpIdleRange)
+            case "quic-retry":
+                if case .scalar(let text, plain: true) = value.value, let n = Int(text) {
+                    guard FrontConfigDecoder.quicRetryRange.contains(n) else {
+                        throw v.error(value, "quic-retry must be auto, always, never or a number of handshakes \(FrontConfigDecoder.quicRetryRange.lowerBound)...\(FrontConfigDecoder.quicRetryRange.upperBound), got \(n)")
+                    }
+                    quicRetry = .threshold(n)
+                } else {
+                    quicRetry = try v.keyword(value, path: "quic-retry", [("auto", FrontQuicRetry.auto), ("always", .always), ("never", .never)])
+                }
             default:
                 break // forEachField only passes known keys
             }
@@ -192,11 +203,13 @@ struct FrontConfigDecoder {
             throw ConfigError(position: mtuNode?.position ?? root.position,
                               message: "mtu must be at least \(FrontConfigDecoder.minMTUWithIPv6) with an IPv6 pool, got \(mtu)")
         }
-        return FrontSettings(log: log, listen: listen, path: path, carriers: carriers, certificateFile: tls.certificate,
+        var settings = FrontSettings(log: log, listen: listen, path: path, carriers: carriers, certificateFile: tls.certificate,
                              keyFile: tls.key, tokens: tokens, pool: pool, mtu: mtu, dns: dns, keepalive: keepalive,
                              instanceExpiry: expiry, maxSessions: maxSessions, maxStreams: maxStreams,
                              connectTimeout: connectTimeout, control: control, stateFile: stateFile,
                              udpIdleTimeout: udpIdleTimeout)
+        settings.quicRetry = quicRetry
+        return settings
     }
 
     private func missing(_ key: String, _ root: YAMLNode, example: String) -> ConfigError {

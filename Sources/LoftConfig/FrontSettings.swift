@@ -57,6 +57,9 @@ public struct FrontSettings: Sendable, Equatable {
     /// Key `udp-idle-timeout`: a UDP association with no datagram either way this long is closed.
     public var udpIdleTimeout: Duration
 
+    /// Key `quic-retry`: when the quic listener answers an Initial with a Retry (docs/front.md).
+    public var quicRetry: FrontQuicRetry = .auto
+
     public static let defaultPath = "/loft"
     public static let defaultMTU = 1400
 
@@ -85,6 +88,16 @@ public struct FrontSettings: Sendable, Equatable {
         self.stateFile = stateFile
         self.udpIdleTimeout = udpIdleTimeout
     }
+}
+
+/// Key `quic-retry`: `auto` (Retry once `autoThreshold` handshakes are in progress), `always`,
+/// `never`, or the number of handshakes in progress from which Initials get a Retry.
+public enum FrontQuicRetry: Sendable, Equatable {
+    case always, never
+    case threshold(Int)
+
+    public static let autoThreshold = 32
+    public static let auto = FrontQuicRetry.threshold(autoThreshold)
 }
 
 extension Duration {

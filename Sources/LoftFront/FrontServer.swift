@@ -69,9 +69,15 @@ public final class FrontServer: CarrierListenerDelegate {
     public func start() throws {
         loadState()
         let kinds = Set(settings.carriers.compactMap { CarrierKind(rawValue: $0.rawValue) })
-        let options = CarrierServerOptions(listen: settings.listen, path: settings.path, kinds: kinds,
+        var options = CarrierServerOptions(listen: settings.listen, path: settings.path, kinds: kinds,
                                            tls: TLSServerOptions(certificateFile: settings.certificateFile,
                                                                  keyFile: settings.keyFile))
+        options.quicMaxStreams = settings.maxStreams
+        switch settings.quicRetry {
+        case .always: options.quicRetry = .always
+        case .never: options.quicRetry = .never
+        case .threshold(let n): options.quicRetry = .under(threshold: n)
+        }
         listener = try CarrierListener(options, runtime: runtime, delegate: self)
         if let path = settings.control {
             control = try ControlServer(path: path, loop: loop) { [weak self] line in
@@ -334,6 +340,12 @@ public final class FrontServer: CarrierListenerDelegate {
             s.handshakesEvicted = UInt64(l.evicted + q.evicted)
             s.requestsRejected = UInt64(l.rejected)
             s.quicPacketsDropped = UInt64(q.dropped)
+            if let v = listener?.quicValidation {
+                s.quicRetries = UInt64(v.retries)
+                s.quicTokensValidated = UInt64(v.validated)
+                s.quicTokensInvalid = UInt64(v.badTokens)
+                s.quicResets = UInt64(v.resets)
+            }
         }
         return s
     }

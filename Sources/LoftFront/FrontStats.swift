@@ -33,6 +33,12 @@ public struct FrontStats: Sendable, Equatable {
     /// quic: packets for no connection that were not an acceptable Initial (garbage, short
     /// headers for unknown ids, other versions).
     public var quicPacketsDropped: UInt64 = 0
+    /// quic: Retry packets sent, Initials let in with a Retry or NEW_TOKEN token that verified, Initials
+    /// dropped for one that did not, stateless resets sent.
+    public var quicRetries: UInt64 = 0
+    public var quicTokensValidated: UInt64 = 0
+    public var quicTokensInvalid: UInt64 = 0
+    public var quicResets: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -58,7 +64,9 @@ public struct FrontStats: Sendable, Equatable {
          ("associations_timed_out", associationsTimedOut), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
          ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped),
          ("handshakes_failed", handshakesFailed), ("handshakes_evicted", handshakesEvicted),
-         ("requests_rejected", requestsRejected), ("quic_packets_dropped", quicPacketsDropped)]
+         ("requests_rejected", requestsRejected), ("quic_packets_dropped", quicPacketsDropped),
+         ("quic_retries", quicRetries), ("quic_tokens_validated", quicTokensValidated),
+         ("quic_tokens_invalid", quicTokensInvalid), ("quic_resets", quicResets)]
     }
 
     /// `name value` lines.

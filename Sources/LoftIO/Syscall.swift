@@ -134,6 +134,15 @@ public enum Syscall {
         return n >= 0 ? .success(n) : .failure(Errno(Int32(-n)))
     }
 
+    /// One recvmmsg of up to `batch.slots` reads (each a datagram or a UDP GRO batch) into
+    /// `batch`: how many arrived. Fewer than `batch.slots` means the socket is drained (no
+    /// further call to learn EAGAIN).
+    public static func recvMany(_ fd: Int32, _ batch: UDPReceiveBatch) -> Result<Int, Errno> {
+        let k = clinux_udp_recv_many(fd, batch.buffer.assumingMemoryBound(to: UInt8.self), batch.slotBytes, UInt32(batch.slots),
+                                     batch.lens, batch.segments, batch.addresses, batch.addressLengths)
+        return k >= 0 ? .success(Int(k)) : .failure(Errno(Int32(-k)))
+    }
+
     /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC (through CLinux): the new fd.
     public static func accept(_ fd: Int32) -> Result<Int32, Errno> {
         while true {
@@ -184,5 +193,43 @@ public enum Syscall {
                                  _ max: Int32, _ timeoutMs: Int32) -> Result<Int, Errno> {
         let n = clinux_epoll_wait(epfd, tokens, events, max, timeoutMs)
         return n >= 0 ? .success(Int(n)) : .failure(Errno(-n))
+    }
+}
+
+/// Where one recvmmsg lands: `slots` buffers of `slotBytes` (64 KiB holds a GRO batch), with
+/// each read's size, GRO segment size and sender. Allocated once; reused for every call.
+public final class UDPReceiveBatch {
+    public let slots: Int
+    public let slotBytes: Int
+    let buffer: UnsafeMutableRawPointer
+    let lens: UnsafeMutablePointer<Int32>
+    let segments: UnsafeMutablePointer<Int32>
+    let addresses: UnsafeMutablePointer<sockaddr_storage>
+    let addressLengths: UnsafeMutablePointer<UInt32>
+
+    public init(slots: Int, slotBytes: Int = 65_536) {
+        self.slots = min(64, max(1, slots))
+        self.slotBytes = slotBytes
+        buffer = UnsafeMutableRawPointer.allocate(byteCount: self.slots * slotBytes, alignment: 16)
+        lens = .allocate(capacity: self.slots)
+        segments = .allocate(capacity: self.slots)
+        addresses = .allocate(capacity: self.slots)
+        addressLengths = .allocate(capacity: self.slots)
+    }
+
+    deinit {
+        buffer.deallocate()
+        lens.deallocate()
+        segments.deallocate()
+        addresses.deallocate()
+        addressLengths.deallocate()
+    }
+
+    /// Read `i` of the last call: its bytes, the GRO segment size (0: one datagram), the sender.
+    public func read(_ i: Int) -> (bytes: UnsafeRawBufferPointer, segment: Int, from: SocketAddress) {
+        var from = SocketAddress()
+        from.storage = addresses[i]
+        from.length = socklen_t(addressLengths[i])
+        return (UnsafeRawBufferPointer(start: buffer + i * slotBytes, count: Int(lens[i])), Int(segments[i]), from)
     }
 }

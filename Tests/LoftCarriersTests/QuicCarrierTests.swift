@@ -35,6 +35,76 @@ final class QuicCarrierTests: XCTestCase {
         listener.close()
     }
 
+    /// `quic-retry: always`: the front answers the client's first Initial with a Retry, loft's
+    /// client (ngtcp2) comes back with the token, the connection is validated and carries a
+    /// transfer intact.
+    func testClientThroughRetry() throws {
+        let size = 1 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        var options = CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), kinds: [.quic], tls: TestPKI.shared.server)
+        options.quicRetry = .always
+        let listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        let (ok, _, _) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 30)
+        XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+        let v = try XCTUnwrap(listener.quicValidation)
+        XCTAssertEqual(v.retries, 1)
+        XCTAssertEqual(v.validated, 1)
+        XCTAssertEqual(v.badTokens, 0)
+
+        // The front sent a NEW_TOKEN: the next connection's Initial carries it and gets in
+        // without a Retry.
+        let acceptor2 = Acceptor { _ in StreamPeer(total: 1000, expectReceive: 1000) }
+        listener.delegate = acceptor2
+        let peer2 = StreamPeer(total: 1000, expectReceive: 1000)
+        let carrier2 = client.dial(delegate: peer2)
+        peer2.carrier = carrier2
+        let (ok2, _, _) = exchangeAndClose(h, carrier2, peer2, acceptor2, seconds: 30)
+        XCTAssertTrue(ok2)
+        let v2 = try XCTUnwrap(listener.quicValidation)
+        XCTAssertEqual(v2.retries, 1, "no second Retry")
+        XCTAssertEqual(v2.validated, 2)
+        listener.close()
+    }
+
+    /// The front loses a connection without a word (its ids route nowhere): the client's next
+    /// packet is answered with a stateless reset carrying the token the connection announced,
+    /// and the client ends the carrier at once instead of after the 30 s idle timeout.
+    func testForgottenConnectionIsEndedByStatelessReset() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.connected && !acceptor.carriers.isEmpty })
+        let server = try XCTUnwrap(acceptor.carriers.first as? QuicCarrier)
+        server.listener?.forget(server)
+        XCTAssertEqual([UInt8](repeating: 7, count: 500).withUnsafeBytes { carrier.write($0) }, 500)
+        carrier.flush()
+        let t0 = monotonicMilliseconds()
+        XCTAssertTrue(h.run(seconds: 5) { r.closedReason != nil }, "the client did not notice")
+        XCTAssertLessThan(monotonicMilliseconds() - t0, 5000)
+        XCTAssertGreaterThanOrEqual(listener.quicValidation?.resets ?? 0, 1)
+        XCTAssertNotEqual(r.closedReason, .closed)
+        server.abort()
+        listener.close()
+    }
+
+    func testRetryPolicy() {
+        XCTAssertTrue(QuicRetryPolicy.always.wantsRetry(handshaking: 0))
+        XCTAssertFalse(QuicRetryPolicy.never.wantsRetry(handshaking: 1000))
+        XCTAssertFalse(QuicRetryPolicy.auto.wantsRetry(handshaking: 31))
+        XCTAssertTrue(QuicRetryPolicy.auto.wantsRetry(handshaking: 32))
+    }
+
     /// A migration to a new local socket in the middle of a transfer: the path is validated,
     /// the same connection (and session stream) carries on, every byte arrives.
     func testMigrationInTheMiddleOfATransfer() throws {
@@ -78,6 +148,25 @@ final class QuicCarrierTests: XCTestCase {
     /// Flows on streams of their own, one after the other, more than the 1024 streams the
     /// front allows at once: each is refused (reset) by a delegate that does not take flows,
     /// and the front raises the stream limit as they close, so the 1100th still opens.
+    /// The front's max-streams as QUIC's stream limit: with max-streams 4 the client can open
+    /// 4 flow streams besides the session stream, then no more (it waits, nothing is reset).
+    func testMaxStreamsIsTheQuicStreamLimit() throws {
+        let h = try Harness()
+        let acceptor = Acceptor { _ in Recorder() }
+        var options = CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), kinds: [.quic], tls: TestPKI.shared.server)
+        options.quicMaxStreams = 4
+        let listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
+        let client = try h.client(.quic, port: listener.localEndpoint.port)
+        let r = Recorder()
+        let carrier = client.dial(delegate: r)
+        XCTAssertTrue(h.run(seconds: 10) { r.connected })
+        var flows: [QuicFlow] = []
+        while flows.count < 10, let f = (carrier as? FlowCarrier)?.openFlow() { flows.append(f) }
+        XCTAssertEqual(flows.count, 4)
+        carrier.close()
+        listener.close()
+    }
+
     func testMoreFlowsOverTimeThanTheStreamLimit() throws {
         final class Events: ByteStreamEvents {
             var failed = 0
@@ -174,6 +263,49 @@ final class QuicCarrierTests: XCTestCase {
 /// same datagrams, through a GRO read cut back by `QuicSocket.split` (or one by one where the
 /// kernel does not coalesce or refuses GSO: the fallback sends each datagram).
 final class QuicSocketTests: XCTestCase {
+    /// recvmmsg (Syscall.recvMany): a GSO batch from one sender and a datagram from another
+    /// arrive as separate reads of one call, each with its sender and GRO segment size; a call
+    /// with less than the batch's slots means the socket is drained.
+    func testRecvManyTakesSeveralReadsWithTheirSenders() throws {
+        let rx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        let tx1 = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        let tx2 = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
+        defer { close(rx); close(tx1); close(tx2) }
+        let any = SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0))
+        XCTAssertEqual(any.withSockaddr { bind(rx, $0, $1) }, 0)
+        XCTAssertEqual(any.withSockaddr { bind(tx2, $0, $1) }, 0)
+        QuicCarrier.tune(rx)
+        var bound = SocketAddress()
+        _ = bound.withMutableSockaddr { getsockname(rx, $0, $1) }
+        let port2 = Sockets.localEndpoint(tx2)?.port
+        let sizes = Array(repeating: 1200, count: 5) + [77]
+        var batch = [UInt8]()
+        for (i, n) in sizes.enumerated() { batch += [UInt8](repeating: UInt8(i), count: n) }
+        XCTAssertTrue(batch.withUnsafeBytes { QuicSocket.send(tx1, $0, segment: 1200, to: bound) })
+        XCTAssertTrue([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx2, $0, segment: 0, to: bound) })
+        usleep(20_000)
+        let rb = UDPReceiveBatch(slots: 4)
+        var got: [(bytes: [UInt8], port: UInt16?)] = []
+        var calls = 0
+        let deadline = monotonicMilliseconds() + 2000
+        while got.count < sizes.count + 1 && monotonicMilliseconds() < deadline {
+            guard case .success(let k) = Syscall.recvMany(rx, rb) else { usleep(1000); continue }
+            calls += 1
+            XCTAssertLessThan(k, rb.slots)
+            for i in 0..<k {
+                let r = rb.read(i)
+                QuicSocket.split(r.bytes.baseAddress!, r.bytes.count, segment: r.segment) { got.append(([UInt8]($0), r.from.endpoint?.port)) }
+            }
+        }
+        XCTAssertEqual(calls, 1, "both senders' reads in one recvmmsg")
+        XCTAssertEqual(got.map(\.bytes.count), sizes + [99])
+        for (i, d) in got.prefix(sizes.count).enumerated() { XCTAssertTrue(d.bytes.allSatisfy { $0 == UInt8(i) }, "datagram \(i)") }
+        XCTAssertEqual(got.last?.port, port2)
+        XCTAssertNotEqual(got.first?.port, port2)
+        guard case .failure(let e) = Syscall.recvMany(rx, rb) else { return XCTFail("a drained socket read something") }
+        XCTAssertEqual(e, .again)
+    }
+
     func testBatchArrivesAsTheSameDatagrams() throws {
         let rx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
         let tx = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))

@@ -71,6 +71,17 @@ final class FrontConfigTests: XCTestCase {
         assertError(m + "state-file: a\nstate-file: b\n", at: 6, 1, "duplicate key \"state-file\"")
     }
 
+    func testQuicRetry() throws {
+        XCTAssertEqual(try parse(Self.minimal).quicRetry, .threshold(FrontQuicRetry.autoThreshold))
+        XCTAssertEqual(try parse(Self.minimal + "quic-retry: always\n").quicRetry, .always)
+        XCTAssertEqual(try parse(Self.minimal + "quic-retry: never\n").quicRetry, .never)
+        XCTAssertEqual(try parse(Self.minimal + "quic-retry: auto\n").quicRetry, .auto)
+        XCTAssertEqual(try parse(Self.minimal + "quic-retry: 8\n").quicRetry, .threshold(8))
+        let m = Self.minimal
+        assertError(m + "quic-retry: 0\n", at: 5, 13, "quic-retry must be auto, always, never or a number of handshakes 1...1000000", "got 0")
+        assertError(m + "quic-retry: sometimes\n", at: 5, 13, "quic-retry must be")
+    }
+
     func testFullExample() throws {
         let s = try parse("""
             log: debug

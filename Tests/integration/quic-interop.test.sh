@@ -7,9 +7,15 @@
 # as one), a TCP flow on a QUIC stream of its own (OPEN, OPEN_OK, 300 KiB echoed raw, FIN) and
 # one refused (OPEN_FAIL not-allowed, FIN), GOAWAY + the stream's FIN, 40 flows of 1 MiB at
 # once beside a new session, a wrong token (GOAWAY bad-token), another
-# ALPN (handshake refused); then hostile input: 3000 garbage datagrams (empty ones among them) and an Initial flood
-# from 400 source ports that never finish their handshake: a legitimate session still comes
-# up, the front's memory stays bounded and its counters say what happened.
+# ALPN (handshake refused); stateless resets from a raw socket (short headers to unknown ids:
+# a reset smaller than the packet, the same token for the same id, none for 21 bytes, about 100
+# a second), an Initial with a forged Retry token (no answer); then hostile input: 3000 garbage
+# datagrams (empty ones among them) and an Initial flood from 400 source ports that never finish
+# their handshake, answered past the first 32 with Retry packets (quic-retry: auto), then 200
+# Initials from 200 source addresses (127.1.0.0/16), each answered with a Retry, then a client
+# that received a NEW_TOKEN comes back with it and skips the Retry: a
+# legitimate session still comes up (through a Retry), the front's memory stays bounded and its
+# counters say what happened.
 # 2. loft's holder (SOCKS5 input only) against Tests/interop/quic_session_server.py, an aioquic
 #    SERVER that speaks the session: ALPN loft, HELLO on stream 0, its STATUS taken (up), a TCP
 #    flow through SOCKS5 on a QUIC stream of its own (OPEN first, OPEN_OK, then raw bytes:
@@ -23,7 +29,8 @@ TOKEN=interop-token-$T_ID
 FRONT_LOG=$T_DIR/front.log
 CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-open-tcp-ok quic-tcp-echo-200k
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
-quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood"
+quic-stateless-reset quic-no-reset-for-21-bytes quic-resets-rate-limited quic-forged-token-dropped
+quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood quic-flood-answered-with-retry quic-flood-many-addresses-retry quic-new-token-skips-retry"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 
 python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
@@ -86,9 +93,10 @@ done
 stats=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1)
 sv() { echo "$stats" | awk -v k="$1" '$1 == k { print $2 }'; }
 if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 1 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
-    && [ "$(sv handshakes_evicted)" -ge 300 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
+    && [ "$(sv quic_retries)" -ge 500 ] && [ "$(sv quic_tokens_validated)" -ge 3 ] && [ "$(sv quic_tokens_invalid)" -ge 1 ] \
+    && [ "$(sv quic_resets)" -ge 50 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
     pass front-quic-counters
-    note "front: sessions_opened $(sv sessions_opened), quic_packets_dropped $(sv quic_packets_dropped), handshakes_evicted $(sv handshakes_evicted), handshakes_failed $(sv handshakes_failed)"
+    note "front: sessions_opened $(sv sessions_opened), quic_packets_dropped $(sv quic_packets_dropped), quic_retries $(sv quic_retries), quic_tokens_validated $(sv quic_tokens_validated), quic_tokens_invalid $(sv quic_tokens_invalid), quic_resets $(sv quic_resets), handshakes_evicted $(sv handshakes_evicted), handshakes_failed $(sv handshakes_failed)"
 else
     fail front-quic-counters "$(echo "$stats" | tr '\n' ' ')"
 fi

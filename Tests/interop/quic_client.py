@@ -229,6 +229,62 @@ async def main(args):
         report("quic-other-alpn-refused", True)
         print("  # other ALPN: %r" % e, file=sys.stderr)
 
+    # 3b. stateless resets (RFC 9000 §10.3) for short-header packets to ids the front does not
+    #     know, from a raw UDP socket: smaller than the packet (at most 43 bytes, at least 21),
+    #     a short header, the same token for the same id; none for a packet of 21 bytes; at most
+    #     about 100 a second
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.settimeout(1.0)
+    cid = os.urandom(18)
+
+    def short(n, c=None):
+        return bytes([0x40 | (os.urandom(1)[0] & 0x3F)]) + (c or cid) + os.urandom(n - 19)
+
+    def reply():
+        try:
+            return r.recvfrom(2048)[0]
+        except socket.timeout:
+            return None
+    r.sendto(short(60), ("127.0.0.1", args.port))
+    a = reply()
+    r.sendto(short(200), ("127.0.0.1", args.port))
+    b = reply()
+    r.sendto(short(200, os.urandom(18)), ("127.0.0.1", args.port))
+    c = reply()
+    ok = (a is not None and b is not None and c is not None and 21 <= len(a) < 60 and len(b) <= 43
+          and a[0] & 0xC0 == 0x40 and a[-16:] == b[-16:] and c[-16:] != a[-16:])
+    report("quic-stateless-reset", ok, "replies %r" % ([x and (len(x), x[:1].hex(), x[-16:].hex()) for x in (a, b, c)],))
+    r.sendto(short(21), ("127.0.0.1", args.port))
+    r.settimeout(0.5)
+    report("quic-no-reset-for-21-bytes", reply() is None, "a reset answered a 21-byte packet")
+    time.sleep(1.2)   # the bucket refills
+    for i in range(400):
+        r.sendto(short(100, os.urandom(18)), ("127.0.0.1", args.port))
+    r.settimeout(0.3)
+    n = 0
+    while reply() is not None:
+        n += 1
+    print("  # 400 short headers for unknown ids in a burst: %d resets" % n, file=sys.stderr)
+    report("quic-resets-rate-limited", 50 <= n <= 150, "%d resets for 400 packets" % n)
+    r.close()
+
+    # 3c. an Initial with a token that looks like the front's Retry token but is forged: no
+    #     connection (the front drops it; it counts quic_tokens_invalid)
+    forged = config(args)
+    forged.token = bytes([0xB6]) + os.urandom(90)
+    q = QuicConnection(configuration=forged)
+    q.connect(("127.0.0.1", args.port), now=time.monotonic())
+    fs = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    fs.settimeout(1.5)
+    for d, _ in q.datagrams_to_send(now=time.monotonic()):
+        fs.sendto(d, ("127.0.0.1", args.port))
+    try:
+        got = fs.recv(2048)
+    except socket.timeout:
+        got = None
+    fs.close()
+    report("quic-forged-token-dropped", got is None, "the front answered: %r" % (got and got[:8].hex(),))
+
     # 4. hostile: garbage datagrams, then an Initial flood from many source ports, then a
     #    legitimate session must still come up
     g = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -272,6 +328,70 @@ async def main(args):
     ok = await legit_session(args, "after flood")
     print("  # a session after the flood came up in %.0f ms" % ((time.monotonic() - t0) * 1000), file=sys.stderr)
     report("quic-alive-after-initial-flood", ok, "no STATUS during the flood")
+    # past the first 32 handshakes (quic-retry: auto) the flood got Retry packets, not
+    # connections: a long header of type Retry, smaller than the Initial, no state on the front
+    retries = 0
+    for sk in socks:
+        sk.setblocking(False)
+        try:
+            while True:
+                d = sk.recv(2048)
+                if d[0] & 0xF0 == 0xF0 and len(d) < 1200:
+                    retries += 1
+        except BlockingIOError:
+            pass
+    print("  # flood: %d of %d sources got a Retry" % (retries, args.flood), file=sys.stderr)
+    report("quic-flood-answered-with-retry", retries >= args.flood - 64, "%d Retry packets for %d Initials" % (retries, args.flood))
+
+    # still under the flood's handshakes (quic-retry: auto answers with Retry): a connection
+    # goes through a Retry and receives a NEW_TOKEN; the next one carries that token in its
+    # Initial and gets in without a Retry
+    # the same from 200 source addresses (127.1.0.0/16 is this host's too): no address is past
+    # its own share, the front is past its Retry threshold, every one gets a Retry
+    many = []
+    for i in range(200):
+        q = QuicConnection(configuration=config(args))
+        q.connect(("127.0.0.1", args.port), now=time.monotonic())
+        sk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sk.bind(("127.1.%d.%d" % (i // 250, 1 + i % 250), 0))
+        for d, _ in q.datagrams_to_send(now=time.monotonic()):
+            sk.sendto(d, ("127.0.0.1", args.port))
+        many.append(sk)
+    await asyncio.sleep(0.5)
+    got = 0
+    for sk in many:
+        sk.setblocking(False)
+        try:
+            d = sk.recv(2048)
+            if d[0] & 0xF0 == 0xF0 and len(d) < 1200:
+                got += 1
+        except BlockingIOError:
+            pass
+        sk.close()
+    print("  # flood from 200 addresses: %d got a Retry" % got, file=sys.stderr)
+    report("quic-flood-many-addresses-retry", got >= 190, "%d of 200 got a Retry" % got)
+    for i in range(4):   # back to 32 handshakes (the sessions since took their slots' places)
+        q = QuicConnection(configuration=config(args))
+        q.connect(("127.0.0.1", args.port), now=time.monotonic())
+        sk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for d, _ in q.datagrams_to_send(now=time.monotonic()):
+            sk.sendto(d, ("127.0.0.1", args.port))
+        socks.append(sk)
+    tokens = []
+    async with connect("127.0.0.1", args.port, configuration=config(args), create_protocol=Proto,
+                       token_handler=tokens.append) as p:
+        _, f = await hello(args, p)
+        first_retried = p._quic._retry_count
+        await p.wait(lambda: bool(tokens), 3)
+    cfg = config(args)
+    cfg.token = tokens[0] if tokens else b""
+    second_retried = None
+    async with connect("127.0.0.1", args.port, configuration=cfg, create_protocol=Proto) as p:
+        _, f2 = await hello(args, p)
+        second_retried = p._quic._retry_count
+    report("quic-new-token-skips-retry", first_retried == 1 and bool(tokens) and second_retried == 0
+           and f2 is not None and f2[0] == W.STATUS,
+           "first connection retried %r, tokens %d, second retried %r" % (first_retried, len(tokens), second_retried))
     for sk in socks:
         sk.close()
     echo_task.cancel()

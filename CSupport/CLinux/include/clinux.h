@@ -84,6 +84,10 @@ long clinux_udp_send_segments(int fd, const uint8_t *buf, size_t len, int segmen
 /// One recvmsg: `*segment` gets the size the datagrams were coalesced at (UDP_GRO), 0 when
 /// the read is one datagram; `addr`/`addrlen` (may be NULL) the sender. Bytes or -errno.
 long clinux_udp_recv_segments(int fd, uint8_t *buf, size_t cap, int *segment, void *addr, unsigned *addrlen);
+/// Up to `n` (at most 64) such reads in one recvmmsg: read i lands at `buf + i * cap`, its size
+/// in `lens[i]`, its GRO segment size in `segs[i]` (0: one datagram), its sender in
+/// `addrs + i * 128` (a sockaddr_storage) of `addrlens[i]` bytes. Returns how many reads, or -errno.
+int clinux_udp_recv_many(int fd, uint8_t *buf, size_t cap, unsigned n, int *lens, int *segs, void *addrs, unsigned *addrlens);
 
 /// A nonblocking listening AF_UNIX stream socket at `path` with mode `mode`. A stale socket
 /// file is replaced; a live one (something accepts on it) gives -EADDRINUSE.

@@ -45,6 +45,8 @@ typedef struct cquic_events {
     int (*cid)(void *ctx, const uint8_t *cid, size_t len, int add);
     /// Client: the result of a migration's path validation.
     int (*path_validated)(void *ctx, int ok);
+    /// Client: a NEW_TOKEN from the server (RFC 9000 §8.1.3), for its next connection's Initial.
+    int (*new_token)(void *ctx, const uint8_t *token, size_t len);
 } cquic_events;
 
 /// Transport limits for one connection.
@@ -57,6 +59,10 @@ typedef struct cquic_params {
     uint64_t idle_timeout_ms;
     uint64_t handshake_timeout_ms;
     uint64_t max_datagram_frame_size;  // 0: no DATAGRAM frames
+    /// Client: a token from a NEW_TOKEN of an earlier connection to the same server, sent in the
+    /// Initial (NULL: none). Server: unused.
+    const uint8_t *token;
+    size_t token_len;
 } cquic_params;
 
 typedef struct cquic_conn cquic_conn;
@@ -146,8 +152,42 @@ uint64_t cquic_peer_max_datagram(cquic_conn *c);
 int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
                   const void *remote, unsigned remote_len, uint64_t now_ns);
 const char *cquic_strerror(int err);
+/// The connection ended on a stateless reset from the peer (its token matched).
+int cquic_got_stateless_reset(cquic_conn *c);
 /// The last TLS or setup failure text of the connection (may be empty).
 const char *cquic_last_error(cquic_conn *c);
+
+// MARK: the front's stateless answers (no connection state is made for them)
+
+/// The token of an Initial `pkt` from `remote`: CQUIC_TOKEN_NONE (none, or one that is not
+/// ours or no longer good: a NEW_TOKEN token that does not verify counts as none, RFC 9000
+/// §8.1.3), CQUIC_TOKEN_RETRY (a Retry token of ours, unexpired, for this address and this
+/// destination id: the address is validated), CQUIC_TOKEN_REGULAR (a token of ours from a
+/// NEW_TOKEN frame, unexpired, for this address: validated), CQUIC_TOKEN_INVALID (looks like
+/// our Retry token but does not verify: forged, expired, another address). `secret` is 32
+/// bytes. A server connection (cquic_server_new) sends a NEW_TOKEN when its handshake completes.
+int cquic_initial_token(const uint8_t *pkt, size_t len, const uint8_t *secret,
+                        const void *remote, unsigned remote_len, uint64_t now_ns);
+/// A Retry answering the Initial `pkt` from `remote` (a token binding the address, the client's
+/// original destination id and the time; a fresh 18-byte id the client moves to). Returns the
+/// packet size or -1.
+long cquic_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, const uint8_t *secret,
+                       const void *remote, unsigned remote_len, uint64_t now_ns);
+/// A stateless reset for the short-header packet `pkt` (its destination id `cid_len` bytes),
+/// smaller than `pkt` and at most 43 bytes; 0 when `pkt` is too short to answer without
+/// amplification or a loop (a reset is at least 21 bytes and must be smaller than what
+/// triggered it), -1 on failure. The token is the one the connection with that id would have
+/// had (derived from `secret` and the id).
+long cquic_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, size_t cid_len,
+                       const uint8_t *secret);
+#define CQUIC_TOKEN_NONE 0
+#define CQUIC_TOKEN_RETRY 1
+#define CQUIC_TOKEN_INVALID (-1)
+#define CQUIC_TOKEN_REGULAR 2
+/// How long a Retry token is good for (ms).
+#define CQUIC_RETRY_TOKEN_TIMEOUT_MS 10000
+/// How long a NEW_TOKEN token is good for (ms).
+#define CQUIC_REGULAR_TOKEN_TIMEOUT_MS 3600000
 
 #define CQUIC_ERR_DRAINING (-231)
 #define CQUIC_ERR_CLOSING (-230)
