@@ -46,6 +46,10 @@ public final class TunInput: IOHandler, PacketWriter {
     private let plainHeader = UnsafeMutableRawBufferPointer.allocate(byteCount: VirtioNetHeader.size, alignment: 16)
     public private(set) var largeSegmentsWritten: UInt64 = 0
     public private(set) var largeSegmentsRead: UInt64 = 0
+    /// UDP super-datagrams read (USO) and cut into the app's datagrams.
+    public private(set) var largeDatagramsRead: UInt64 = 0
+    /// Where a UDP super-datagram's pieces are built, one at a time.
+    private let segmentScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_535, alignment: 16)
     public private(set) var writeDrops: UInt64 = 0
     public private(set) var packetsRead: UInt64 = 0
     public private(set) var packetsWritten: UInt64 = 0
@@ -79,6 +83,7 @@ public final class TunInput: IOHandler, PacketWriter {
     deinit {
         buffer.deallocate()
         vnetHeader.deallocate()
+        segmentScratch.deallocate()
         segmentHeaders.deallocate()
         plainHeader.deallocate()
     }
@@ -159,10 +164,15 @@ public final class TunInput: IOHandler, PacketWriter {
             return try open(false)
         }
         let fd = try open(true)
-        let wanted = UInt32(CLINUX_TUN_F_CSUM | CLINUX_TUN_F_TSO4 | CLINUX_TUN_F_TSO6 | CLINUX_TUN_F_TSO_ECN)
-        let r = clinux_tun_set_offload(fd, wanted)
+        let tcp = UInt32(CLINUX_TUN_F_CSUM | CLINUX_TUN_F_TSO4 | CLINUX_TUN_F_TSO6 | CLINUX_TUN_F_TSO_ECN)
+        // UDP segmentation (USO, Linux 6.2+) where the kernel has it; TCP's alone otherwise.
+        if clinux_tun_set_offload(fd, tcp | UInt32(CLINUX_TUN_F_USO4 | CLINUX_TUN_F_USO6)) == 0 {
+            offload = .on(udp: true)
+            return fd
+        }
+        let r = clinux_tun_set_offload(fd, tcp)
         if r == 0 {
-            offload = .on
+            offload = .on(udp: false)
             return fd
         }
         // The device goes with its only fd; the plain one takes its name.
@@ -331,6 +341,10 @@ public final class TunInput: IOHandler, PacketWriter {
                 continue
             }
             let packet = UnsafeMutableRawBufferPointer(rebasing: rx[0..<(n - VirtioNetHeader.size)])
+            if header.gsoType & ~VirtioNetHeader.gsoECN == VirtioNetHeader.gsoUDPL4 {
+                splitDatagrams(UnsafeRawBufferPointer(packet), segmentSize: Int(header.gsoSize))
+                continue
+            }
             // A local app's TCP segment with its checksum left partial: lwIP takes it as it is
             // (nothing sums its payload), unless packet mode may forward it.
             if netif != netstack.packetModeInput && header.leavesTCPChecksumPartial(UnsafeRawBufferPointer(packet)) {
@@ -345,6 +359,16 @@ public final class TunInput: IOHandler, PacketWriter {
             if header.gsoType != VirtioNetHeader.gsoNone { largeSegmentsRead &+= 1 }
             netstack.input(UnsafeRawBufferPointer(packet), from: netif)
         }
+    }
+
+    /// A UDP super-datagram (USO): the app's datagrams, each to the stack on its own with a
+    /// full checksum; one that cannot be cut is dropped and counted.
+    private func splitDatagrams(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
+        let t = packet.count > 0 && packet[0] >> 4 == 4 ? Int(packet[0] & 0x0F) * 4 : 40
+        let cut = UDPSegmentation.split(packet, transportOffset: t, segmentSize: segmentSize, scratch: segmentScratch) { piece in
+            netstack.input(piece, from: netif)
+        }
+        if cut { largeDatagramsRead &+= 1 } else { netstack.countDrop(.offloadHeader, input: netif) }
     }
 
     public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
@@ -421,15 +445,16 @@ public final class TunInput: IOHandler, PacketWriter {
     }
 }
 
-/// The TUN's offloads: on, or off and why (the config, or the kernel's refusal).
+/// The TUN's offloads: on (with UDP segmentation where the kernel has it), or off and why
+/// (the config, or the kernel's refusal).
 public enum OffloadState: Equatable, CustomStringConvertible {
-    case on
+    case on(udp: Bool)
     case off(reason: String)
 
-    public var isOn: Bool { self == .on }
+    public var isOn: Bool { if case .on = self { return true } else { return false } }
     public var description: String {
         switch self {
-        case .on: return "on (csum, tso4, tso6)"
+        case .on(let udp): return udp ? "on (csum, tso4, tso6, uso4, uso6)" : "on (csum, tso4, tso6)"
         case .off(let reason): return "off (\(reason))"
         }
     }

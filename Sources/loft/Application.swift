@@ -379,7 +379,8 @@ final class Runtime {
                 i.drops = drops(c)
                 i.extra = [("write-drops", tun.writeDrops), ("acks-coalesced", tun.acksCoalesced)]
                 if tun.offload.isOn {
-                    i.extra += [("large-segments-in", tun.largeSegmentsRead), ("large-segments-out", tun.largeSegmentsWritten)]
+                    i.extra += [("large-segments-in", tun.largeSegmentsRead), ("large-segments-out", tun.largeSegmentsWritten),
+                                ("large-datagrams-in", tun.largeDatagramsRead)]
                 }
             }
             r.inputs.append(i)

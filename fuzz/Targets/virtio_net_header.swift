@@ -1,4 +1,5 @@
 // The TUN offload header (VirtioNetHeader): any 10 bytes as a header over any packet.
+// A UDP super-datagram (USO) is cut into datagrams that parse with valid checksums.
 // A header that leaves a TCP checksum partial for the stack names a parsed TCP segment's own checksum.
 // Completing a partial checksum either refuses the header or leaves the region from the
 // checksum's start summing to what the seed stood for; a large TCP segment's header and seed,
@@ -13,7 +14,8 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let input = UnsafeRawBufferPointer(start: data, count: size)
     guard let header = VirtioNetHeader(input) else { return 0 }
     var packet = Array(input[VirtioNetHeader.size...])
-    // A header that leaves a TCP checksum partial for the stack: if the packet parses (the
+    // A UDP super-datagram (USO) is cut into datagrams that parse with valid checksums.
+// A header that leaves a TCP checksum partial for the stack: if the packet parses (the
     // stack drops it otherwise), the field is at the TCP header its IP header points to, the
     // segment carries payload, and completing would have accepted the header.
     if packet.withUnsafeBytes({ header.leavesTCPChecksumPartial($0) }),
@@ -44,6 +46,19 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             if piece.count > 1280 { fatalError("a piece of \(piece.count) bytes") }
             guard case .success(let s2) = PacketSummary.parse(piece, maxLength: 65535) else { fatalError("a piece does not parse") }
             if valid && !s2.transportChecksumIsValid(piece) { fatalError("a piece's checksum is wrong") }
+        }
+    }
+    // A UDP super-datagram cut as the TUN does with USO: every datagram carries at most the
+    // segment size and its lengths; those that parse (the stack's parser also judges the
+    // addresses) are UDP with a valid checksum.
+    packet.withUnsafeBytes { p in
+        guard p.count > 0, header.gsoSize > 0 else { return }
+        let t = p[0] >> 4 == 4 ? Int(p[0] & 0x0F) * 4 : 40
+        _ = UDPSegmentation.split(p, transportOffset: t, segmentSize: Int(header.gsoSize), scratch: scratch) { piece in
+            if piece.count - t - 8 > Int(header.gsoSize) { fatalError("a datagram larger than the segment size") }
+            if Int(piece[t + 4]) << 8 | Int(piece[t + 5]) != piece.count - t { fatalError("a datagram's UDP length is wrong") }
+            guard case .success(let s) = PacketSummary.parse(piece, maxLength: 65535) else { return }
+            if s.proto != IPProtocol.udp || !s.transportChecksumIsValid(piece) { fatalError("a datagram's checksum is wrong") }
         }
     }
     let segment = Int(header.gsoSize)

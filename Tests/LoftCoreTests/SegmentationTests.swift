@@ -72,3 +72,56 @@ final class TCPSegmentationTests: XCTestCase {
         XCTAssertFalse(big.withUnsafeBytes { TCPSegmentation.split($0, transportOffset: 20, maxPacket: 1500, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<1000])) { _ in XCTFail() } }, "scratch too small")
     }
 }
+
+/// Cutting a UDP super-datagram (the TUN's USO) into the app's datagrams.
+final class UDPSegmentationTests: XCTestCase {
+    func superDatagram(v6: Bool, payload: Int) -> [UInt8] {
+        let src = IPAddress(v6 ? "fd00:18::2" : "198.18.0.2")!, dst = IPAddress(v6 ? "fd00:1::2" : "198.18.1.2")!
+        var u: [UInt8] = [0x9C, 0x40, 0x23, 0x2B, 0, 0, 0x12, 0x34]   // length and checksum: the offload's, not checked
+        u += (0..<payload).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+        var p = PacketBuilder.ipPacket(source: src, destination: dst, proto: IPProtocol.udp, payload: u)
+        if !v6 { p[4] = 0xFF; p[5] = 0xFE }   // the id wraps while cut
+        return p
+    }
+
+    func testCutsIntoDatagramsWithFullChecksumsThatJoinToThePayload() throws {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+        defer { scratch.deallocate() }
+        for (v6, payload, size) in [(false, 12_000, 1200), (true, 60_001, 1452), (false, 1, 1200), (true, 2400, 1200)] {
+            let p = superDatagram(v6: v6, payload: payload)
+            let t = v6 ? 40 : 20
+            var pieces: [[UInt8]] = []
+            let cut = p.withUnsafeBytes { UDPSegmentation.split($0, transportOffset: t, segmentSize: size, scratch: scratch) { pieces.append(Array($0)) } }
+            XCTAssertTrue(cut)
+            XCTAssertEqual(pieces.count, (payload + size - 1) / size)
+            var joined: [UInt8] = []
+            for (i, piece) in pieces.enumerated() {
+                let s = try piece.withUnsafeBytes { try PacketSummary.parse($0, maxLength: 65535).get() }
+                XCTAssertEqual(s.proto, IPProtocol.udp)
+                XCTAssertTrue(piece.withUnsafeBytes { s.transportChecksumIsValid($0) }, "piece \(i) of \(payload)/\(size) v6 \(v6)")
+                XCTAssertEqual(Int(piece[t + 4]) << 8 | Int(piece[t + 5]), piece.count - t, "UDP length")
+                if !v6 {
+                    XCTAssertEqual(Int(piece[4]) << 8 | Int(piece[5]), (0xFFFE + i) & 0xFFFF, "IPv4 id")
+                    XCTAssertEqual(piece.withUnsafeBytes { InternetChecksum.of(UnsafeRawBufferPointer(rebasing: $0[0..<20])) }, 0)
+                }
+                XCTAssertLessThanOrEqual(piece.count - t - 8, size)
+                joined += piece[(t + 8)...]
+            }
+            XCTAssertEqual(joined, Array(p[(t + 8)...]))
+        }
+    }
+
+    func testRefusesWhatIsNotAUDPSuperDatagram() {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 16)
+        defer { scratch.deallocate() }
+        func cuts(_ p: [UInt8], _ size: Int) -> Bool {
+            p.withUnsafeBytes { UDPSegmentation.split($0, transportOffset: 20, segmentSize: size, scratch: scratch) { _ in } }
+        }
+        XCTAssertFalse(cuts(superDatagram(v6: false, payload: 3000), 0), "segment size 0")
+        XCTAssertFalse(cuts(superDatagram(v6: false, payload: 3000), 4000), "a piece larger than the scratch")
+        XCTAssertFalse(cuts(superDatagram(v6: false, payload: 0), 1200), "no payload")
+        var tcp = superDatagram(v6: false, payload: 3000)
+        tcp[9] = IPProtocol.tcp
+        XCTAssertFalse(cuts(tcp, 1200))
+    }
+}
