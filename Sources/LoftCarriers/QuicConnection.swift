@@ -100,6 +100,10 @@ struct QuicLimits {
     var idleTimeoutMs: UInt64 = 30_000
     var handshakeTimeoutMs: UInt64 = 10_000
     var maxDatagramFrame: UInt64 = 65_535
+    /// Unidirectional streams the peer may open and their window (h3's control and QPACK
+    /// streams; the quic carrier uses none).
+    var maxStreamsUni: UInt64 = 0
+    var maxStreamDataUni: UInt64 = 0
     /// Send buffer per stream (bytes written and not yet acknowledged).
     var sendBuffer: Int = 4 << 20
 
@@ -107,7 +111,8 @@ struct QuicLimits {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
-                     max_datagram_frame_size: maxDatagramFrame)
+                     max_datagram_frame_size: maxDatagramFrame, max_streams_uni: maxStreamsUni,
+                     max_stream_data_uni: maxStreamDataUni)
     }
 }
 
@@ -342,6 +347,15 @@ final class QuicConnection {
         var sid: Int64 = -1
         guard cquic_open_bidi(conn, &sid) == 0 else { return nil }
         streams[sid] = QuicStreamState(id: sid, ringCap: ringCap ?? limits.sendBuffer)
+        return sid
+    }
+
+    /// Opens a unidirectional stream of ours (h3's control and QPACK streams).
+    func openUniStream(ringCap: Int = 64 << 10) -> Int64? {
+        guard let conn, !closed else { return nil }
+        var sid: Int64 = -1
+        guard cquic_open_uni(conn, &sid) == 0 else { return nil }
+        streams[sid] = QuicStreamState(id: sid, ringCap: ringCap)
         return sid
     }
 
