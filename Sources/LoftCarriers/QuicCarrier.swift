@@ -233,6 +233,14 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
                 h.delegate = self
                 h3 = h
                 kind = .h3
+                // The carrier is the session's once its CONNECT is accepted (h3Accepted); a
+                // connection that sends none within the handshake timeout is closed.
+                let limit = c.limits.handshakeTimeoutMs
+                runtime.after(limit) { [weak self] in
+                    guard let self, self.state == .handshake else { return }
+                    self.fail(.timeout("no HTTP/3 CONNECT within \(limit) ms"))
+                }
+                return
             }
             state = .open
             request = CarrierRequest(kind: kind, peer: peer, path: "", query: nil, headers: HTTPHeaders(), sessionID: nil)
@@ -447,6 +455,14 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     fileprivate func streamWritableH3(_ s: Int64) { streamWritable(s) }
     fileprivate func streamResetH3(_ s: Int64, code: UInt64) { streamReset(s, code: code) }
     fileprivate func failH3(_ reason: CarrierCloseReason) { fail(reason) }
+
+    /// Server: the session's CONNECT was accepted: the carrier goes to the listener.
+    fileprivate func sessionAcceptedH3(_ stream: Int64, session: Bool) {
+        guard isServer, session, state == .handshake else { return }
+        state = .open
+        request = CarrierRequest(kind: .h3, peer: peer, path: h3?.path ?? "", query: nil, headers: HTTPHeaders(), sessionID: nil)
+        listener?.accepted(self)
+    }
 
     /// Client: the answer to a CONNECT: the session's opens the carrier; a flow's refusal
     /// fails that flow.
@@ -702,8 +718,6 @@ extension QuicCarrier {
     func h3Readable(_ stream: Int64) { streamReadableH3(stream) }
     func h3Writable(_ stream: Int64) { streamWritableH3(stream) }
     func h3Reset(_ stream: Int64, code: UInt64) { streamResetH3(stream, code: code) }
-    func h3Accepted(_ stream: Int64, session: Bool) {
-        Log.debug("carrier.h3.accepted", ["stream": stream, "session": session])
-    }
+    func h3Accepted(_ stream: Int64, session: Bool) { sessionAcceptedH3(stream, session: session) }
     func h3Failed(_ reason: CarrierCloseReason) { failH3(reason) }
 }
