@@ -22,6 +22,17 @@ extension QuicConnection: QuicStreamLayer {
     func unsent(_ id: Int64) -> Int { stream(id)?.unsent ?? 0 }
 }
 
+/// What `H3Streams` needs of the QUIC connection beneath it (QuicConnection; unit tests and
+/// the fuzz target put an in-memory pair of stream sets there).
+protocol H3Transport: QuicStreamLayer {
+    var loop: EventLoop { get }
+    var closed: Bool { get }
+    /// A unidirectional stream of ours (control, QPACK encoder, QPACK decoder).
+    func openUniStream(ringCap: Int) -> Int64?
+}
+
+extension QuicConnection: H3Transport {}
+
 /// Events of `H3Streams` for its carrier (the same shape as the QUIC ones).
 protocol H3StreamsDelegate: AnyObject {
     func h3Readable(_ stream: Int64)
@@ -68,13 +79,15 @@ final class H3Streams: QuicStreamLayer {
     }
 
     let isServer: Bool
-    unowned(unsafe) let quic: QuicConnection
+    unowned(unsafe) let quic: H3Transport
     weak var delegate: H3StreamsDelegate?
     private let loop: EventLoop
     private var h3: OpaquePointer?
     private var events = ch3_events()
     private var requests: [Int64: Request] = [:]
     private var sessionOpened = false
+    /// Server: the highest request stream id seen (streams open in order).
+    private var highestRequest: Int64 = -1
     /// Client: the session's CONNECT target.
     var path = "/loft"
     var authority = ""
@@ -86,10 +99,13 @@ final class H3Streams: QuicStreamLayer {
     /// Requests refused (server), for counters.
     private(set) var refused = 0
 
+    /// Request streams held (tests: none left once every stream ended).
+    var openRequests: Int { requests.count }
+
     static let sessionBodyCap = 4 << 20
     static let flowBodyCap = 1 << 20
 
-    init?(quic: QuicConnection, server: Bool, maxRequests: UInt64) {
+    init?(quic: H3Transport, server: Bool, maxRequests: UInt64) {
         self.quic = quic
         self.isServer = server
         self.loop = quic.loop
@@ -101,7 +117,8 @@ final class H3Streams: QuicStreamLayer {
         events.acked = { ctx, sid in H3Streams.from(ctx).onAcked(sid) }
         guard let c = withUnsafePointer(to: &events, { ch3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
         h3 = c
-        guard let ctrl = quic.openUniStream(), let enc = quic.openUniStream(), let dec = quic.openUniStream(),
+        guard let ctrl = quic.openUniStream(ringCap: 64 << 10), let enc = quic.openUniStream(ringCap: 64 << 10),
+              let dec = quic.openUniStream(ringCap: 64 << 10),
               ch3_bind(c, ctrl, enc, dec) == 0 else { return nil }
         pump()
     }
@@ -127,8 +144,11 @@ final class H3Streams: QuicStreamLayer {
         if sid & 2 != 0 { pullUni(sid); return }
         var r = requests[sid]
         if r == nil {
-            // A new request stream of the client's (server) — anything else is stray.
+            // A new request stream of the client's (server); one already done is not read
+            // again (a late wake-up), anything else is stray.
             guard isServer, sid & 3 == 0 else { quic.reset(sid, code: 0x101); return }
+            guard sid > highestRequest else { return }
+            highestRequest = sid
             let n = Request(id: sid, cap: Self.flowBodyCap)
             requests[sid] = n
             r = n
@@ -203,14 +223,8 @@ final class H3Streams: QuicStreamLayer {
             return 0
         }
         guard let h3, let s else { return 0 }
-        let status: Int
-        let sessionPath = self.path
-        if head.too_large != 0 { status = 431 }
-        else if path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) != sessionPath { status = 404 }
-        else if method != "CONNECT" { status = 405 }
-        else if proto == Self.protocolSession { status = sid == 0 && !sessionOpened ? 200 : 429 }
-        else if proto == Self.protocolFlow { status = sessionOpened ? 200 : 425 }
-        else { status = 400 }
+        let status = Self.decide(method: method, protocol: proto, path: path, tooLarge: head.too_large != 0,
+                                 sessionPath: self.path, stream: sid, sessionOpened: sessionOpened)
         if status != 200 {
             refused += 1
             r.released = true
@@ -229,6 +243,21 @@ final class H3Streams: QuicStreamLayer {
             self.pull(r)
         }
         return 0
+    }
+
+    /// The front's answer to a request (docs/protocol.md §1.3), in this order: a header section
+    /// over the limits 431; another path 404; another method 405; `:protocol loft` on the first
+    /// request stream while no session is open 200, else 429; `loft-flow` once the session's
+    /// CONNECT was accepted 200, before it 425; any other or no `:protocol` 400.
+    static func decide(method: String, protocol proto: String, path: String, tooLarge: Bool,
+                       sessionPath: String, stream: Int64, sessionOpened: Bool) -> Int {
+        if tooLarge { return 431 }
+        let bare = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        if bare != sessionPath { return 404 }
+        if method != "CONNECT" { return 405 }
+        if proto == protocolSession { return stream == 0 && !sessionOpened ? 200 : 429 }
+        if proto == protocolFlow { return sessionOpened ? 200 : 425 }
+        return 400
     }
 
     private func onData(_ sid: Int64, _ d: UnsafePointer<UInt8>?, _ n: Int) -> Int32 {
