@@ -10,6 +10,12 @@
 # ALPN (handshake refused); then hostile input: 3000 garbage datagrams (empty ones among them) and an Initial flood
 # from 400 source ports that never finish their handshake: a legitimate session still comes
 # up, the front's memory stays bounded and its counters say what happened.
+# 1b. Tests/interop/h3_client.py (aioquic's QUIC and its aioquic.h3 H3Connection) as the CLIENT
+#    of the same front's h3 carrier (ALPN h3 on the same UDP port): the session's extended
+#    CONNECT (:protocol loft) answered 200, HELLO -> STATUS and PING/PONG in its body, a TCP flow
+#    in a CONNECT loft-flow of its own (OPEN, 300 KiB echoed raw, END_STREAM), a UDP
+#    association's DGRAM echoed on the session stream, 404 and 405 refusals, the session's end,
+#    a wrong token (GOAWAY bad-token).
 # 2. loft's holder (SOCKS5 input only) against Tests/interop/quic_session_server.py, an aioquic
 #    SERVER that speaks the session: ALPN loft, HELLO on stream 0, its STATUS taken (up), a TCP
 #    flow through SOCKS5 on a QUIC stream of its own (OPEN first, OPEN_OK, then raw bytes:
@@ -23,7 +29,9 @@ TOKEN=interop-token-$T_ID
 FRONT_LOG=$T_DIR/front.log
 CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-open-tcp-ok quic-tcp-echo-200k
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
-quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood"
+quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood
+h3-handshake-alpn-h3 h3-connect-200 h3-hello-status h3-session-ping-pong h3-flow-own-stream-echo
+h3-udp-echo-on-session-stream h3-refusals-404-405 h3-session-end h3-bad-token-goaway"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 
 python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
@@ -50,7 +58,7 @@ PYEOF
 cat >"$T_DIR/front.yaml" <<EOF
 log: info
 listen: 127.0.0.1:$FRONT_PORT
-carriers: [quic]
+carriers: [quic, h3]
 tls: { certificate: certs/server.pem, key: certs/server.key }
 tokens: ["$TOKEN"]
 pool: { ipv4: 198.18.64.0/24 }
@@ -75,6 +83,12 @@ timeout -k 5 150 python3 "$INTEROP/quic_client.py" --port "$FRONT_PORT" --ca "$T
 CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
 wait "$CPID"
 note "aioquic client: $(( $(now_ms) - t0 )) ms"
+t0=$(now_ms)
+timeout -k 5 70 python3 "$INTEROP/h3_client.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \
+    --echo-port "$ECHO_PORT" --udp-echo-port "$UDP_ECHO_PORT" >>"$T_DIR/client.out" 2>>"$T_DIR/client.err" </dev/null &
+CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
+wait "$CPID"
+note "aioquic h3 client: $(( $(now_ms) - t0 )) ms"
 grep '^  #' "$T_DIR/client.err" | sed 's/^  # /client: /' | while read -r l; do note "$l"; done
 while read -r st name rest; do
     case $st in PASS) pass "$name" ;; FAIL) fail "${name%:}" "$rest" ;; esac
