@@ -288,6 +288,4 @@ void ch3_close_stream(ch3_conn *c, int64_t sid, uint64_t code) {
     }
 }
 
-int ch3_shutdown(ch3_conn *c) { return nghttp3_conn_shutdown(c->h3); }
-
 const char *ch3_strerror(int64_t rv) { return nghttp3_strerror((int)rv); }

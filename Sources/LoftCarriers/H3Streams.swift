@@ -438,11 +438,4 @@ final class H3Streams: QuicStreamLayer {
         guard let h3, let h = requests[id]?.h else { return 0 }
         return ch3_body_unsent(h3, h) + quic.unsent(id)
     }
-
-    /// The connection is going: GOAWAY, and nothing more is read.
-    func shutdown() {
-        guard let h3 else { return }
-        _ = ch3_shutdown(h3)
-        pump()
-    }
 }

@@ -65,8 +65,6 @@ size_t ch3_body_unsent(ch3_conn *c, ch3_stream *s);
 void ch3_body_end(ch3_conn *c, ch3_stream *s);
 /// nghttp3 forgets the stream (QUIC is done with it, or reset it).
 void ch3_close_stream(ch3_conn *c, int64_t sid, uint64_t code);
-/// GOAWAY (server: no new requests) — graceful end.
-int ch3_shutdown(ch3_conn *c);
 const char *ch3_strerror(int64_t rv);
 
 #endif
