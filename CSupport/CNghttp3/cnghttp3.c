@@ -133,11 +133,17 @@ static int end_stream_cb(nghttp3_conn *h, int64_t sid, void *ud, void *sud) {
     FORWARD(c->ev.end_stream(c->ev.ctx, sid));
 }
 
-// nghttp3 asks for the stream to be reset / its reading stopped.
+// nghttp3 asks for the stream's reading to stop, or for the stream to be reset.
 static int stop_cb(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud) {
     (void)h; (void)sud;
     ch3_conn *c = ud;
-    FORWARD(c->ev.reset(c->ev.ctx, sid, code));
+    FORWARD(c->ev.reset(c->ev.ctx, sid, code, 1));
+}
+
+static int reset_cb(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud) {
+    (void)h; (void)sud;
+    ch3_conn *c = ud;
+    FORWARD(c->ev.reset(c->ev.ctx, sid, code, 0));
 }
 
 static nghttp3_ssize read_data(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, size_t veccnt, uint32_t *pflags,
@@ -181,7 +187,7 @@ ch3_conn *ch3_new(int server, const ch3_events *ev, uint64_t max_bidi) {
     cb.end_headers = end_headers_cb;
     cb.end_stream = end_stream_cb;
     cb.stop_sending = stop_cb;
-    cb.reset_stream = stop_cb;
+    cb.reset_stream = reset_cb;
     nghttp3_settings st;
     nghttp3_settings_default(&st);
     st.max_field_section_size = 16384;
@@ -253,11 +259,13 @@ int ch3_respond(ch3_conn *c, ch3_stream *s, int status, size_t cap) {
 }
 
 size_t ch3_body_room(ch3_conn *c, ch3_stream *s) {
+    (void)c;
     if (!s->ring || s->eof) return 0;
     return s->cap - (size_t)(s->end - s->acked);
 }
 
 size_t ch3_body_unsent(ch3_conn *c, ch3_stream *s) {
+    (void)c;
     return (size_t)(s->end - s->sent);
 }
 

@@ -113,7 +113,7 @@ final class H3Streams: QuicStreamLayer {
         events.headers = { ctx, sid, s, head, fin in H3Streams.from(ctx).onHeaders(sid, s, head!.pointee, fin != 0) }
         events.data = { ctx, sid, d, n in H3Streams.from(ctx).onData(sid, d, n) }
         events.end_stream = { ctx, sid in H3Streams.from(ctx).onEnd(sid) }
-        events.reset = { ctx, sid, code in H3Streams.from(ctx).onResetAsked(sid, code) }
+        events.reset = { ctx, sid, code, stop in H3Streams.from(ctx).onResetAsked(sid, code, stopOnly: stop != 0) }
         events.acked = { ctx, sid in H3Streams.from(ctx).onAcked(sid) }
         guard let c = withUnsafePointer(to: &events, { ch3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
         h3 = c
@@ -272,7 +272,13 @@ final class H3Streams: QuicStreamLayer {
         return 0
     }
 
-    private func onResetAsked(_ sid: Int64, _ code: UInt64) -> Int32 {
+    private func onResetAsked(_ sid: Int64, _ code: UInt64, stopOnly: Bool) -> Int32 {
+        if stopOnly {
+            // The rest of the peer's body is not wanted (a refused request): it is read and
+            // dropped, and what we send (the refusal) is not cut off.
+            if let r = requests[sid] { r.released = true; r.body = []; r.bodyStart = 0 }
+            return 0
+        }
         loop.soon { [weak self] in
             guard let self, self.requests[sid] != nil else { return }
             self.reset(sid, code: code)

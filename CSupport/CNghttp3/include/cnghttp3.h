@@ -30,8 +30,9 @@ typedef struct ch3_events {
     int (*data)(void *ctx, int64_t sid, const uint8_t *data, size_t len);
     /// The peer ended its body (after the last `data`).
     int (*end_stream)(void *ctx, int64_t sid);
-    /// The peer reset the stream or asked us to stop sending on it.
-    int (*reset)(void *ctx, int64_t sid, uint64_t code);
+    /// nghttp3 asks for the stream to be reset (`stop_only` 0), or only for its reading to stop
+    /// (`stop_only` 1: the rest of the peer's body is not wanted).
+    int (*reset)(void *ctx, int64_t sid, uint64_t code, int stop_only);
     /// A body buffer has room again (bytes handed to QUIC).
     int (*acked)(void *ctx, int64_t sid);
 } ch3_events;
