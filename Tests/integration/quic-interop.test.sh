@@ -21,6 +21,9 @@
 #    flow through SOCKS5 on a QUIC stream of its own (OPEN first, OPEN_OK, then raw bytes:
 #    1 MiB echoed, SHA-256), UDP ASSOCIATE datagrams echoed, the holder's DGRAMs after the first
 #    arriving as QUIC DATAGRAM frames.
+# 3. loft's holder over h3 against the same aioquic server in its HTTP/3 mode (aioquic.h3): the
+#    session's extended CONNECT and HELLO, a TCP flow in a CONNECT loft-flow of its own (1 MiB
+#    echoed, SHA-256), UDP datagrams echoed on the session stream.
 . "$(dirname "$0")/lib.sh"
 
 FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
@@ -155,7 +158,9 @@ else fail holder-hello-on-stream-0 "server saw: $(head -c 300 "$RESULTS")"; fi
 if [ "$state" = up ]; then pass holder-up-on-aioquic-status
 else fail holder-up-on-aioquic-status "state $state: $(grep holder "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
 
-timeout 30 python3 - "$SOCKS_PORT" >"$T_DIR/socks.out" 2>&1 <<'PYEOF'
+# socks_run PORT OUT: 1 MiB TCP echo and 5 UDP datagrams through the holder's SOCKS5 PORT.
+socks_run() {
+timeout 30 python3 - "$1" >"$2" 2>&1 <<'PYEOF'
 import hashlib, os, socket, struct, sys, threading
 port = int(sys.argv[1])
 def greet(s):
@@ -193,6 +198,8 @@ for i in range(5):
         pass
 print("udp", code, ok)
 PYEOF
+}
+socks_run "$SOCKS_PORT" "$T_DIR/socks.out"
 read -r _ tcode tlen tsha <<<"$(grep '^tcp' "$T_DIR/socks.out")"
 read -r _ ucode uok <<<"$(grep '^udp' "$T_DIR/socks.out")"
 if [ "$tcode" = 0 ] && [ "$tlen" = 1048576 ] && [ "$tsha" = True ] && [ "$(ev event=flow-fin)" -ge 1 ]; then pass holder-tcp-echo-1mib
@@ -206,4 +213,59 @@ if [ "$(ev event=flow-open type=16 frame_stream=1 network=6)" -ge 1 ] && [ "$(ev
 else fail holder-tcp-flow-on-own-stream "flows on own streams: $(ev event=flow-open), TCP OPENs on stream 0: $(ev event=open network=6)"; fi
 if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
 else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
+# --- 3. loft's holder over h3 -> the aioquic server in its HTTP/3 mode ------------------------
+read -r H3_SERVER_PORT H3_SOCKS_PORT <<<"$(python3 - <<'PYEOF'
+import socket
+out, keep = [], []
+while len(out) < 2:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", p))
+    except OSError:
+        s.close(); u.close(); continue
+    keep += [s, u]; out.append(p)
+print(" ".join(map(str, out)))
+PYEOF
+)"
+RESULTS=$T_DIR/server-h3.jsonl
+: >"$RESULTS"
+python3 "$INTEROP/quic_session_server.py" --port "$H3_SERVER_PORT" --cert "$T_DIR/certs/server.pem" \
+    --key "$T_DIR/certs/server.key" --results "$RESULTS" --alpn h3 >"$T_DIR/server-h3.log" 2>&1 </dev/null &
+SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
+CTL=/run/loft/quic-interop-h3-$$.sock
+on_cleanup "rm -f $CTL"
+cat >"$T_DIR/loft-h3.yaml" <<EOF
+log: info
+socks5: { listen: 127.0.0.1:$H3_SOCKS_PORT }
+bridge: off
+outbounds:
+  - { name: home, type: loft, server: 127.0.0.1:$H3_SERVER_PORT, carrier: h3, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
+default: home
+control: $CTL
+EOF
+for _ in $(seq 100); do grep -q listening "$T_DIR/server-h3.log" && break; sleep 0.1; done
+LOFT_LOG=$T_DIR/loft-h3.log
+"$LOFT_BIN" run -c "$T_DIR/loft-h3.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
+LOFT_PID=$!; register_pid "$LOFT_PID"
+state=
+for _ in $(seq 100); do
+    state=$("$LOFT_BIN" status --json -c "$T_DIR/loft-h3.yaml" 2>/dev/null | python3 -c '
+import json, sys; d = json.load(sys.stdin); print(next(o for o in d["outbounds"] if o["name"] == "home")["state"])' 2>/dev/null)
+    [ "$state" = up ] && break
+    sleep 0.1
+done
+if [ "$(ev event=handshake alpn=h3)" -ge 1 ] && [ "$(ev event=connect stream=0 method=CONNECT protocol=loft path=/loft)" -ge 1 ] \
+    && [ "$(ev event=hello version=1 token=t)" -ge 1 ] && [ "$state" = up ]; then pass holder-h3-connect-hello-up
+else fail holder-h3-connect-hello-up "state $state; server saw: $(head -c 400 "$RESULTS")"; fi
+socks_run "$H3_SOCKS_PORT" "$T_DIR/socks-h3.out"
+read -r _ tcode tlen tsha <<<"$(grep '^tcp' "$T_DIR/socks-h3.out")"
+read -r _ ucode uok <<<"$(grep '^udp' "$T_DIR/socks-h3.out")"
+if [ "$tcode" = 0 ] && [ "$tlen" = 1048576 ] && [ "$tsha" = True ] && [ "$(ev event=connect protocol=loft-flow)" -ge 1 ] \
+    && [ "$(ev event=flow-fin)" -ge 1 ] && [ "$(ev event=open network=6)" = 0 ]; then pass holder-h3-tcp-flow-on-own-request-stream
+else fail holder-h3-tcp-flow-on-own-request-stream "reply $tcode, $tlen bytes back, sha $tsha, loft-flow CONNECTs $(ev event=connect protocol=loft-flow): $(tail -2 "$T_DIR/socks-h3.out" | tr '\n' '|')"; fi
+if [ "$ucode" = 0 ] && [ "$uok" = 5 ] && [ "$(ev event=dgram via=stream)" -ge 5 ]; then pass holder-h3-udp-echo-on-session-stream
+else fail holder-h3-udp-echo-on-session-stream "reply $ucode, $uok of 5 echoed, DGRAMs on the session stream: $(ev event=dgram via=stream)"; fi
+if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-h3-exit-clean
+else fail loft-h3-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
 finish
