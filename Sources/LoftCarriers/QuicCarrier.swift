@@ -476,6 +476,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             state = .open
             Log.debug("carrier.h3.open", ["peer": peer.map { "\($0)" } ?? "", "tls": tlsDescription])
             delegate?.carrierConnected(self)
+            // Body bytes that came with the 200 were announced before the carrier was open.
+            deliverSoon.schedule()
             return
         }
         guard status != 200 else { return }

@@ -35,6 +35,44 @@ final class H3CarrierTests: XCTestCase {
         listener.close()
     }
 
+    /// A migration to a new local socket in the middle of a transfer: the same QUIC connection,
+    /// its HTTP/3 streams and the session's CONNECT carry on, every byte arrives.
+    func testMigrationInTheMiddleOfATransfer() throws {
+        let size = 8 * Self.mib
+        let h = try Harness()
+        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
+        let listener = try h.listener(kinds: [.h3], delegate: acceptor)
+        let client = try h.client(.h3, port: listener.localEndpoint.port)
+        let peer = StreamPeer(total: size, expectReceive: size)
+        let carrier = client.dial(delegate: peer)
+        peer.carrier = carrier
+        var asked = false, started = false, closing = false
+        var outcome: Bool?
+        let ok = h.run(seconds: 60) {
+            if !asked && peer.received >= 2 * Self.mib {
+                asked = true
+                started = carrier.migrate { outcome = $0 }
+            }
+            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
+            if !closing && outcome != nil && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
+                closing = true
+                carrier.close()
+            }
+            return closing && server.closedReason != nil || peer.closedReason != nil
+        }
+        XCTAssertTrue(ok, "timed out: got \(peer.received), migration \(String(describing: outcome))")
+        XCTAssertTrue(started)
+        XCTAssertEqual(outcome, true)
+        XCTAssertEqual((carrier as? QuicCarrier)?.quic?.migrations, 1)
+        XCTAssertNil(peer.closedReason)
+        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        XCTAssertEqual(acceptor.peers.count, 1, "one connection: the migration did not redial")
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+        XCTAssertEqual(server.closedReason, .closed)
+        listener.close()
+    }
+
     /// A CONNECT to another path is answered 404 and the attempt ends `rejected`.
     func testWrongPathIsRejected() throws {
         let h = try Harness()
