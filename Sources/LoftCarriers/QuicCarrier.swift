@@ -451,13 +451,15 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         if graceful { q.close() } else { q.abort() }
     }
 
-    fileprivate func streamReadableH3(_ s: Int64) { streamReadable(s) }
-    fileprivate func streamWritableH3(_ s: Int64) { streamWritable(s) }
-    fileprivate func streamResetH3(_ s: Int64, code: UInt64) { streamReset(s, code: code) }
-    fileprivate func failH3(_ reason: CarrierCloseReason) { fail(reason) }
+    // MARK: h3 (H3StreamsDelegate): the request streams' events are the streams' own
+
+    func h3Readable(_ stream: Int64) { streamReadable(stream) }
+    func h3Writable(_ stream: Int64) { streamWritable(stream) }
+    func h3Reset(_ stream: Int64, code: UInt64) { streamReset(stream, code: code) }
+    func h3Failed(_ reason: CarrierCloseReason) { fail(reason) }
 
     /// Server: the session's CONNECT was accepted: the carrier goes to the listener.
-    fileprivate func sessionAcceptedH3(_ stream: Int64, session: Bool) {
+    func h3Accepted(_ stream: Int64, session: Bool) {
         guard isServer, session, state == .handshake else { return }
         state = .open
         request = CarrierRequest(kind: .h3, peer: peer, path: h3?.path ?? "", query: nil, headers: HTTPHeaders(), sessionID: nil)
@@ -714,12 +716,4 @@ extension QuicLimits {
         l.maxStreamDataUni = 64 << 10
         return l
     }
-}
-
-extension QuicCarrier {
-    func h3Readable(_ stream: Int64) { streamReadableH3(stream) }
-    func h3Writable(_ stream: Int64) { streamWritableH3(stream) }
-    func h3Reset(_ stream: Int64, code: UInt64) { streamResetH3(stream, code: code) }
-    func h3Accepted(_ stream: Int64, session: Bool) { sessionAcceptedH3(stream, session: session) }
-    func h3Failed(_ reason: CarrierCloseReason) { failH3(reason) }
 }
