@@ -29,6 +29,9 @@ protocol H3Transport: QuicStreamLayer {
     var closed: Bool { get }
     /// A unidirectional stream of ours (control, QPACK encoder, QPACK decoder).
     func openUniStream(ringCap: Int) -> Int64?
+    /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
+    /// place; true once the FIN was reached.
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
 }
 
 extension QuicConnection: H3Transport {}
@@ -95,7 +98,6 @@ final class H3Streams: QuicStreamLayer {
     private var toPull: [Int64] = []
     private var wakeWritable: [Int64] = []
     private lazy var pullSoon = SoonOnce(loop: loop) { [weak self] in self?.pullPending() }
-    nonisolated(unsafe) private static let scratch = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)
     /// Requests refused (server), for counters.
     private(set) var refused = 0
 
@@ -173,27 +175,35 @@ final class H3Streams: QuicStreamLayer {
         if r.open || !isServer { delegate?.h3Reset(sid, code: code) }
     }
 
-    private func pullUni(_ sid: Int64) {
-        guard let h3 else { return }
-        while true {
-            let (n, eof) = quic.read(sid, into: UnsafeMutableRawBufferPointer(start: Self.scratch, count: 65_536))
-            if n == 0 && !eof { return }
-            let rv = ch3_read(h3, sid, Self.scratch.assumingMemoryBound(to: UInt8.self), n, eof ? 1 : 0)
-            if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(rv)))")); return }
-            if eof { return }
+    /// Hands up to `max` bytes of a QUIC stream to nghttp3, in place (no copy); false when
+    /// nothing was there (no bytes, no FIN) or nghttp3 failed.
+    private func feed(_ sid: Int64, upTo max: Int, fin: inout Bool) -> Bool {
+        guard let h3 else { return false }
+        var rv: Int64 = 0
+        var got = 0
+        let eof = quic.drain(sid, upTo: max) { bytes in
+            got = bytes.count
+            rv = ch3_read(h3, sid, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, 0)
         }
+        if rv >= 0 && eof { rv = ch3_read(h3, sid, nil, 0, 1) }
+        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(rv)))")); return false }
+        fin = eof
+        return got > 0 || eof
+    }
+
+    private func pullUni(_ sid: Int64) {
+        var fin = false
+        while feed(sid, upTo: 65_536, fin: &fin) && !fin {}
     }
 
     /// Feeds nghttp3 from QUIC while the request's body buffer is under its cap.
     private func pull(_ r: Request) {
-        guard let h3 else { return }
+        guard h3 != nil else { return }
         while !r.quicFin && (r.released || r.available < r.cap) && failedReason == nil {
             let room = r.released ? 65_536 : min(65_536, r.cap - r.available)
-            let (n, eof) = quic.read(r.id, into: UnsafeMutableRawBufferPointer(start: Self.scratch, count: room))
-            if n == 0 && !eof { break }
-            if eof { r.quicFin = true }
-            let rv = ch3_read(h3, r.id, Self.scratch.assumingMemoryBound(to: UInt8.self), n, eof ? 1 : 0)
-            if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(rv)))")); return }
+            var fin = false
+            if !feed(r.id, upTo: room, fin: &fin) { break }
+            if fin { r.quicFin = true }
         }
         pump()
         if r.open && !r.released && (r.available > 0 || (r.peerFin && !r.peerFinRead)) { delegate?.h3Readable(r.id) }

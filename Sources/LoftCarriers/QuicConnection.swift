@@ -429,9 +429,12 @@ final class QuicConnection {
     }
 
     /// Hands every received byte of the stream to `body` (which takes them all).
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+
+    /// The same for at most `max` bytes (h3: what a request's body buffer has room for).
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let s = streams[id] else { return true }
-        let n = s.recvAvailable
+        let n = min(max, s.recvAvailable)
         if n > 0 {
             s.recv.withUnsafeBytes { src in body(UnsafeRawBufferPointer(rebasing: src[s.recvStart..<s.recvStart + n])) }
             consumed(s, n)

@@ -47,7 +47,16 @@ final class MemoryQuic: H3Transport {
         }
         return (n, (inbox[id]?.isEmpty ?? true) && inFin.contains(id))
     }
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { fatalError("H3Streams reads") }
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        let have = inbox[id] ?? []
+        let n = min(max, have.count)
+        if n > 0 {
+            have.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            inbox[id] = Array(have.dropFirst(n))
+        }
+        return (inbox[id]?.isEmpty ?? true) && inFin.contains(id)
+    }
     func finish(_ id: Int64) {
         guard let peer else { return }
         peer.inFin.insert(id)

@@ -43,7 +43,16 @@ private final class Memory: H3Transport {
         }
         return (n, (inbox[id]?.isEmpty ?? true) && inFin.contains(id))
     }
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { true }
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        let have = inbox[id] ?? []
+        let n = min(max, have.count)
+        if n > 0 {
+            have.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            inbox[id] = Array(have.dropFirst(n))
+        }
+        return (inbox[id]?.isEmpty ?? true) && inFin.contains(id)
+    }
     func finish(_ id: Int64) {}
     func release(_ id: Int64) {}
     func reset(_ id: Int64, code: UInt64) {}
