@@ -6,8 +6,9 @@
 # (UDP, the TCP listener's port number, serving quic and h3 by ALPN) → the srv namespace.
 # The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6 (SHA-256 on both
 # ends), 100 concurrent transfers each on its own request stream, DNS, then loft-front killed
-# with SIGKILL and restarted (RESUME: same instance, same overlay address), and a quic holder
-# on the same UDP port (ALPN loft) beside it.
+# with SIGKILL and restarted (RESUME: same instance, same overlay address), `loft path-changed`
+# in the middle of a 50 MiB download (migrated, intact, no RESUME), and a quic holder on the
+# same UDP port (ALPN loft) beside it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/holder-lib.sh"
 
@@ -20,7 +21,7 @@ fi
 LOFT_CFG=$(holder_config holder-h3 h3)
 CASES="h3-session-up h3-download-v4-50MiB h3-download-v6-50MiB h3-upload-v4-50MiB h3-upload-v6-50MiB
 h3-concurrent-100 h3-flows-on-own-streams h3-dns-v4 h3-dns-v6 h3-resume-after-front-kill h3-resume-same-overlay
-h3-transfer-after-resume h3-exit-clean"
+h3-transfer-after-resume h3-download-across-migration h3-path-changed-migrates h3-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
     if wait_state up 15; then
         a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default)
@@ -58,6 +59,21 @@ if require_loft "$LOFT_CFG" $CASES; then
         fail h3-resume-same-overlay "not up"
     fi
     download h3-transfer-after-resume "http://$SRV4/big"
+
+    # `loft path-changed` in the middle of a 50 MiB download: the QUIC connection under HTTP/3
+    # migrates to a new socket, the session's and the download's request streams carry on.
+    r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
+    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ) &
+    PC=$!
+    download h3-download-across-migration "http://$SRV4/big" --limit-rate 25M
+    wait "$PC" 2>/dev/null
+    m1=$(field 'c["migrations"]')
+    if [ "$m1" = $((m0 + 1)) ] && [ "$(field 'c["resumes"]')" = "$r0" ] && [ "$(field 'c["carrier-losses"]')" = "$l0" ] \
+        && [ "$(field 'o["state"]')" = up ]; then
+        pass h3-path-changed-migrates; note "path-changed: migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
+    else
+        fail h3-path-changed-migrates "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]')"
+    fi
     loft_stop_clean h3-exit-clean
 fi
 
