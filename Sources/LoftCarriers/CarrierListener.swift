@@ -334,6 +334,11 @@ public final class CarrierListener: IOHandler {
         p.h2 = carrier
     }
 
+    func refusedH3(_ c: QuicCarrier, _ status: Int, _ reason: String) {
+        stats.rejected += 1
+        Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h3", "status": status, "reason": reason])
+    }
+
     func admitH2(_ r: CarrierRequest) -> Bool {
         delegate?.carrierListener(self, admit: r) ?? true
     }

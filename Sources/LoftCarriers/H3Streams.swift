@@ -46,6 +46,8 @@ protocol H3StreamsDelegate: AnyObject {
     /// Server: a CONNECT for the session (`loft`) or a flow (`loft-flow`) was accepted.
     func h3Accepted(_ stream: Int64, session: Bool)
     func h3Failed(_ reason: CarrierCloseReason)
+    /// Server: a request was refused with `status` (END_STREAM sent).
+    func h3Refused(_ stream: Int64, status: Int, reason: String)
 }
 
 /// The h3 carrier's streams (docs/protocol.md §1.3): HTTP/3 (nghttp3) on a QuicConnection.
@@ -98,8 +100,9 @@ final class H3Streams: QuicStreamLayer {
     private var toPull: [Int64] = []
     private var wakeWritable: [Int64] = []
     private lazy var pullSoon = SoonOnce(loop: loop) { [weak self] in self?.pullPending() }
-    /// Requests refused (server), for counters.
+    /// Requests refused (server); past `maxRefused` the connection is closed.
     private(set) var refused = 0
+    static let maxRefused = 16
 
     /// Request streams held (tests: none left once every stream ended).
     var openRequests: Int { requests.count }
@@ -239,7 +242,13 @@ final class H3Streams: QuicStreamLayer {
             refused += 1
             r.released = true
             _ = ch3_respond(h3, s, Int32(status), 0)
-            Log.debug("carrier.h3.refused", ["stream": sid, "status": status, "method": method, "protocol": proto, "path": path])
+            let reason = "\(method) \(path.prefix(64))\(proto.isEmpty ? "" : " :protocol \(proto)")"
+            let count = refused
+            loop.soon { [weak self] in
+                guard let self else { return }
+                self.delegate?.h3Refused(sid, status: status, reason: reason)
+                if count > Self.maxRefused { self.fail(.protocolError("HTTP/3: more than \(Self.maxRefused) refused requests")) }
+            }
             return 0
         }
         let session = proto == Self.protocolSession

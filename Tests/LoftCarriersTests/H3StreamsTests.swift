@@ -85,6 +85,8 @@ final class H3Events: H3StreamsDelegate {
     func h3Response(_ stream: Int64, status: Int) { responses[stream] = status }
     func h3Accepted(_ stream: Int64, session: Bool) { accepted.append((stream, session)) }
     func h3Failed(_ reason: CarrierCloseReason) { failed = reason }
+    var refused: [(Int64, Int)] = []
+    func h3Refused(_ stream: Int64, status: Int, reason: String) { refused.append((stream, status)) }
 }
 
 final class H3StreamsTests: XCTestCase {
@@ -207,8 +209,21 @@ final class H3StreamsTests: XCTestCase {
         XCTAssertEqual(p.client.openStream(ringCap: nil), 0)
         XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] != nil })
         XCTAssertEqual(p.ce.responses[0], 404)
+        XCTAssertEqual(p.se.refused.first?.1, 404)
         XCTAssertTrue(p.se.accepted.isEmpty)
         XCTAssertTrue(p.se.readable.isEmpty)
+    }
+
+    /// Past 16 refused requests the front gives up on the connection.
+    func testTooManyRefusalsEndTheConnection() throws {
+        let h = try Harness()
+        let p = try pair(h, path: "/nope")
+        for _ in 0..<16 { _ = p.client.openStream(ringCap: nil) }
+        XCTAssertTrue(h.run(seconds: 5) { p.se.refused.count == 16 })
+        XCTAssertNil(p.se.failed)
+        _ = p.client.openStream(ringCap: nil)
+        XCTAssertTrue(h.run(seconds: 5) { p.se.failed != nil })
+        XCTAssertEqual(p.se.refused.count, 17)
     }
 
     /// A peer's reset of a request stream reaches the delegate and the stream is forgotten.
