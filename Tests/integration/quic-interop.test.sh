@@ -102,7 +102,7 @@ done
 
 stats=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1)
 sv() { echo "$stats" | awk -v k="$1" '$1 == k { print $2 }'; }
-if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 2 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
+if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 2 ] && [ "$(sv requests_rejected)" = 2 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
     && [ "$(sv handshakes_evicted)" -ge 300 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
     pass front-quic-counters
     note "front: sessions_opened $(sv sessions_opened), quic_packets_dropped $(sv quic_packets_dropped), handshakes_evicted $(sv handshakes_evicted), handshakes_failed $(sv handshakes_failed)"
