@@ -132,6 +132,11 @@ final class FrontConfigTests: XCTestCase {
         }
     }
 
+    func testQuicAndH3OnOnePort() throws {
+        XCTAssertEqual(try parse(Self.minimal + "carriers: [h2, quic, h3]\n").carriers, [.h2, .quic, .h3])
+        XCTAssertEqual(try parse(Self.minimal + "carriers: [h3]\n").carriers, [.h3])
+    }
+
     func testBadValues() {
         let m = Self.minimal
         assertError(m.replacingOccurrences(of: "0.0.0.0:8443", with: "localhost:8443"), at: 1, 9, "listen must be address:port")
