@@ -214,6 +214,49 @@ final class H3StreamsTests: XCTestCase {
         XCTAssertTrue(p.se.readable.isEmpty)
     }
 
+    /// A half-close: the front ends its body first, the client goes on sending on the same
+    /// flow and the front still gets every byte and the client's end.
+    func testFlowHalfCloseFrontFirst() throws {
+        let h = try Harness()
+        let p = try pair(h)
+        _ = p.client.openStream(ringCap: nil)
+        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let f = try XCTUnwrap(p.client.openStream(ringCap: nil))
+        _ = [UInt8](repeating: 7, count: 1000).withUnsafeBytes { p.client.write(f, $0) }
+        XCTAssertTrue(h.run(seconds: 5) { p.se.readable.contains(f) && p.ce.responses[f] == 200 })
+        _ = [UInt8](repeating: 9, count: 10).withUnsafeBytes { p.server.write(f, $0) }
+        p.server.finish(f)
+        var got: [UInt8] = []
+        var eofC = false
+        p.ce.onReadable = { sid in if sid == f { eofC = p.client.drain(f) { got += $0 } || eofC } }
+        XCTAssertTrue(h.run(seconds: 5) { eofC })
+        XCTAssertEqual(got, [UInt8](repeating: 9, count: 10))
+        // The client's direction is still open: 100 KiB more, then its end.
+        let more = [UInt8](repeating: 5, count: 100_000)
+        var sent = 0
+        var finished = false
+        func push() {
+            while sent < more.count {
+                let n = more.withUnsafeBytes { p.client.write(f, UnsafeRawBufferPointer(rebasing: $0[sent...])) }
+                if n == 0 { return }
+                sent += n
+            }
+            if !finished { finished = true; p.client.finish(f) }
+        }
+        p.ce.onWritable = { if $0 == f { push() } }
+        push()
+        var recv = 0
+        var eofS = false
+        p.se.onReadable = { sid in if sid == f { eofS = p.server.drain(f) { recv += $0.count } || eofS } }
+        p.se.onReadable?(f)
+        XCTAssertTrue(h.run(seconds: 10) { eofS }, "server got \(recv)")
+        XCTAssertEqual(recv, 1000 + more.count)
+        XCTAssertNil(p.se.failed)
+        XCTAssertNil(p.ce.failed)
+        XCTAssertTrue(p.se.resets.isEmpty && p.ce.resets.isEmpty)
+        XCTAssertTrue(h.run(seconds: 5) { p.client.openRequests == 1 && p.server.openRequests == 1 })
+    }
+
     /// Past 16 refused requests the front gives up on the connection.
     func testTooManyRefusalsEndTheConnection() throws {
         let h = try Harness()
