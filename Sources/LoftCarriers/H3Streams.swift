@@ -32,9 +32,14 @@ protocol H3Transport: QuicStreamLayer {
     /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
     /// place; true once the FIN was reached.
     func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
+    /// The stream is held and its owner has not let go of it (a late wake-up for a stream
+    /// already done is not a new request).
+    func isLive(_ id: Int64) -> Bool
 }
 
-extension QuicConnection: H3Transport {}
+extension QuicConnection: H3Transport {
+    func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
+}
 
 /// Events of `H3Streams` for its carrier (the same shape as the QUIC ones).
 protocol H3StreamsDelegate: AnyObject {
@@ -91,8 +96,6 @@ final class H3Streams: QuicStreamLayer {
     private var events = ch3_events()
     private var requests: [Int64: Request] = [:]
     private var sessionOpened = false
-    /// Server: the highest request stream id seen (streams open in order).
-    private var highestRequest: Int64 = -1
     /// Client: the session's CONNECT target.
     var path = "/loft"
     var authority = ""
@@ -149,11 +152,10 @@ final class H3Streams: QuicStreamLayer {
         if sid & 2 != 0 { pullUni(sid); return }
         var r = requests[sid]
         if r == nil {
-            // A new request stream of the client's (server); one already done is not read
-            // again (a late wake-up), anything else is stray.
+            // A new request stream of the client's (server; streams may arrive in any order);
+            // one already done is not read again (a late wake-up), anything else is stray.
             guard isServer, sid & 3 == 0 else { quic.reset(sid, code: 0x101); return }
-            guard sid > highestRequest else { return }
-            highestRequest = sid
+            guard quic.isLive(sid) else { return }
             let n = Request(id: sid, cap: Self.flowBodyCap)
             requests[sid] = n
             r = n

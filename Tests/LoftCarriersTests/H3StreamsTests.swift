@@ -20,6 +20,8 @@ final class MemoryQuic: H3Transport {
     var released: Set<Int64> = []
     /// Bytes a write takes at most (a small value exercises nghttp3's blocked streams).
     var writeLimit = Int.max
+    /// Streams whose bytes reach the peer without waking it (as if their packets were late).
+    var late: Set<Int64> = []
 
     init(loop: EventLoop, server: Bool) {
         self.loop = loop
@@ -34,7 +36,7 @@ final class MemoryQuic: H3Transport {
         let n = min(bytes.count, writeLimit)
         guard let peer else { return n }
         peer.inbox[id, default: []] += bytes.prefix(n)
-        loop.soon { [weak peer] in peer?.layer?.quicReadable(id) }
+        if !late.contains(id) { loop.soon { [weak peer] in peer?.layer?.quicReadable(id) } }
         if n < bytes.count { loop.soon { [weak self] in self?.layer?.quicWritable(id) } }
         return n
     }
@@ -63,6 +65,7 @@ final class MemoryQuic: H3Transport {
         loop.soon { [weak peer] in peer?.layer?.quicReadable(id) }
     }
     func release(_ id: Int64) { released.insert(id) }
+    func isLive(_ id: Int64) -> Bool { !released.contains(id) }
     func reset(_ id: Int64, code: UInt64) {
         resets.append((id, code))
         loop.soon { [weak peer] in peer?.layer?.quicReset(id, code: code) }
@@ -255,6 +258,22 @@ final class H3StreamsTests: XCTestCase {
         XCTAssertNil(p.ce.failed)
         XCTAssertTrue(p.se.resets.isEmpty && p.ce.resets.isEmpty)
         XCTAssertTrue(h.run(seconds: 5) { p.client.openRequests == 1 && p.server.openRequests == 1 })
+    }
+
+    /// Request streams arriving out of order (the later one's packets first): both are taken.
+    func testRequestStreamsOutOfOrder() throws {
+        let h = try Harness()
+        let p = try pair(h)
+        _ = p.client.openStream(ringCap: nil)
+        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        p.cq.late = [4]
+        XCTAssertEqual(p.client.openStream(ringCap: nil), 4)
+        XCTAssertEqual(p.client.openStream(ringCap: nil), 8)
+        XCTAssertTrue(h.run(seconds: 5) { p.se.accepted.contains { $0.0 == 8 } })
+        XCTAssertFalse(p.se.accepted.contains { $0.0 == 4 })
+        p.cq.late = []
+        p.server.quicReadable(4)
+        XCTAssertTrue(h.run(seconds: 5) { p.se.accepted.contains { $0.0 == 4 } && p.ce.responses[4] == 200 })
     }
 
     /// Past 16 refused requests the front gives up on the connection.

@@ -54,7 +54,9 @@ private final class Memory: H3Transport {
         return (inbox[id]?.isEmpty ?? true) && inFin.contains(id)
     }
     func finish(_ id: Int64) {}
-    func release(_ id: Int64) {}
+    var released: Set<Int64> = []
+    func release(_ id: Int64) { released.insert(id) }
+    func isLive(_ id: Int64) -> Bool { !released.contains(id) }
     func reset(_ id: Int64, code: UInt64) {}
     func unsent(_ id: Int64) -> Int { 0 }
 }
