@@ -6,9 +6,10 @@ set -eu
 
 PACKAGES=(
     # build: lwIP, libyaml, OpenSSL (the holder's TLS), c-ares (the resolver), nghttp2 (the h2
-    # carrier), ngtcp2 with its GnuTLS crypto helper (the quic carrier) and the Swift toolchain's needs
+    # carrier), ngtcp2 with its GnuTLS crypto helper (the quic carrier), nghttp3 (the h3 carrier)
+    # and the Swift toolchain's needs
     liblwip-dev libyaml-dev libssl-dev libc-ares-dev libnghttp2-dev openssl pkg-config
-    libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
+    libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libnghttp3-dev
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes

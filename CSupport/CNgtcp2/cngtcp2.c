@@ -310,9 +310,9 @@ static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const
     tp->initial_max_data = p->max_data;
     tp->initial_max_stream_data_bidi_local = p->max_stream_data;
     tp->initial_max_stream_data_bidi_remote = p->max_stream_data;
-    tp->initial_max_stream_data_uni = 0;
+    tp->initial_max_stream_data_uni = p->max_stream_data_uni;
     tp->initial_max_streams_bidi = p->max_streams_bidi;
-    tp->initial_max_streams_uni = 0;
+    tp->initial_max_streams_uni = p->max_streams_uni;
     tp->max_idle_timeout = p->idle_timeout_ms * NGTCP2_MILLISECONDS;
     tp->max_datagram_frame_size = p->max_datagram_frame_size;
     tp->active_connection_id_limit = 4;
@@ -331,8 +331,18 @@ static int setup_tls(cquic_conn *c, int server, const char *alpn, const char *sn
         set_err(err, errlen, "credentials", rv);
         return -1;
     }
-    gnutls_datum_t proto = { (unsigned char *)alpn, (unsigned)strlen(alpn) };
-    if ((rv = gnutls_alpn_set_protocols(c->tls, &proto, 1, GNUTLS_ALPN_MANDATORY)) < 0) {
+    // `alpn` may list several, comma-separated (the front: "loft,h3").
+    gnutls_datum_t proto[4];
+    unsigned nproto = 0;
+    for (const char *p = alpn; *p && nproto < 4;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        proto[nproto].data = (unsigned char *)p;
+        proto[nproto].size = (unsigned)n;
+        nproto++;
+        p += n + (e ? 1 : 0);
+    }
+    if ((rv = gnutls_alpn_set_protocols(c->tls, proto, nproto, GNUTLS_ALPN_MANDATORY)) < 0) {
         set_err(err, errlen, "alpn", rv);
         return -1;
     }
@@ -621,6 +631,7 @@ void cquic_sent(cquic_conn *c, uint64_t now) { ngtcp2_conn_update_pkt_tx_time(c-
 // MARK: streams
 
 int cquic_open_bidi(cquic_conn *c, int64_t *sid) { return ngtcp2_conn_open_bidi_stream(c->conn, sid, NULL); }
+int cquic_open_uni(cquic_conn *c, int64_t *sid) { return ngtcp2_conn_open_uni_stream(c->conn, sid, NULL); }
 uint64_t cquic_streams_bidi_left(cquic_conn *c) { return ngtcp2_conn_get_streams_bidi_left(c->conn); }
 int cquic_shutdown_stream(cquic_conn *c, int64_t sid, uint64_t code) { return ngtcp2_conn_shutdown_stream(c->conn, sid, code); }
 

@@ -8,6 +8,7 @@ public enum CarrierKind: String, Sendable, CaseIterable {
     case get
     case h2
     case quic
+    case h3
 }
 
 /// Why a carrier ended. A carrier closed with `close()` or `abort()` by its own embedder reports
@@ -202,7 +203,7 @@ public final class CarrierClient {
         self.options = options
         self.runtime = runtime
         context = try TLSContext(client: options.tls, alpn: options.kind == .h2 ? ["h2"] : ["http/1.1"])
-        if options.kind == .quic {
+        if options.kind == .quic || options.kind == .h3 {
             var err = [CChar](repeating: 0, count: 256)
             let pin = options.tls.pinSHA256
             let c = pin.withOptionalBytes { p in
@@ -233,7 +234,7 @@ public final class CarrierClient {
             let c = H2Carrier(client: self, delegate: delegate)
             c.start()
             return c
-        case .quic:
+        case .quic, .h3:
             let c = QuicCarrier(client: self, delegate: delegate)
             c.start()
             return c

@@ -123,14 +123,15 @@ public final class CarrierListener: IOHandler {
         fd = s
         localEndpoint = Sockets.localEndpoint(s) ?? options.listen
         runtime.loop.register(s, IOEvents.readable, self)
-        if options.kinds.contains(.quic) {
+        if options.kinds.contains(.quic) || options.kinds.contains(.h3) {
             do {
                 quic = try QuicListener(listen: Endpoint(options.quicListen?.address ?? localEndpoint.address,
                                                          options.quicListen?.port ?? localEndpoint.port),
                                         tls: options.tls, runtime: runtime, owner: self,
                                         maxPendingHandshakes: options.maxPendingHandshakes,
                                         maxPendingPerSource: options.maxPendingPerSource,
-                                        retry: options.quicRetry, maxStreams: options.quicMaxStreams)
+                                        retry: options.quicRetry, maxStreams: options.quicMaxStreams,
+                                        quic: options.kinds.contains(.quic), h3Path: options.kinds.contains(.h3) ? options.path : nil)
             } catch {
                 runtime.loop.unregister(s)
                 Glibc.close(s)
@@ -339,6 +340,11 @@ public final class CarrierListener: IOHandler {
         p.h2 = carrier
     }
 
+    func refusedH3(_ c: QuicCarrier, _ status: Int, _ reason: String) {
+        stats.rejected += 1
+        Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h3", "status": status, "reason": reason])
+    }
+
     func admitH2(_ r: CarrierRequest) -> Bool {
         delegate?.carrierListener(self, admit: r) ?? true
     }
@@ -373,12 +379,12 @@ public final class CarrierListener: IOHandler {
     func acceptedQuic(_ c: QuicCarrier) {
         if let r = c.request, let d = delegate, !d.carrierListener(self, admit: r) {
             stats.rejected += 1
-            Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "quic", "status": 403, "reason": "refused by the front"])
+            Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": c.kind.rawValue, "status": 403, "reason": "refused by the front"])
             c.abort()
             return
         }
         stats.carriers += 1
-        Log.debug("carrier.quic.accepted", ["peer": c.peer.map { "\($0)" } ?? ""])
+        Log.debug("carrier.\(c.kind.rawValue).accepted", ["peer": c.peer.map { "\($0)" } ?? ""])
         delegate?.carrierListener(self, accepted: c)
     }
 

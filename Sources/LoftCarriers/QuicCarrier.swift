@@ -10,10 +10,15 @@ let quicALPN = "loft"
 /// The `quic` carrier: one loft session on the first bidirectional stream (id 0, the
 /// client's) of a QUIC connection (ngtcp2 + GnuTLS, ALPN `loft`). The client owns a connected
 /// UDP socket; on the front the connection lives on the listener's socket (`QuicListener`).
-final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketSink, IOHandler {
+final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketSink, IOHandler, H3StreamsDelegate {
     enum State { case resolving, handshake, open, closing, closed }
 
-    let kind = CarrierKind.quic
+    /// quic, or h3 (the same connection with HTTP/3 on its streams: `h3`).
+    private(set) var kind = CarrierKind.quic
+    /// h3: the request streams over the connection's QUIC streams (docs/protocol.md §1.3).
+    private(set) var h3: H3Streams?
+    /// Where the session's and the flows' bytes go: the QUIC streams, or h3's request bodies.
+    var streams: QuicStreamLayer? { h3 ?? quic }
     weak var delegate: CarrierDelegate?
     let isServer: Bool
     private let runtime: CarrierRuntime
@@ -50,6 +55,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         runtime = client.runtime
         self.client = client
         self.delegate = delegate
+        kind = client.options.kind == .h3 ? .h3 : .quic
         state = .resolving
     }
 
@@ -107,7 +113,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         state = .handshake
         do {
             let q = try QuicConnection.client(loop: runtime.loop, sink: self, creds: creds, serverName: client.options.verifyName,
-                                              alpn: quicALPN, local: la, remote: ra, limits: QuicLimits())
+                                              alpn: kind == .h3 ? H3Streams.alpn : quicALPN, local: la, remote: ra,
+                                              limits: kind == .h3 ? QuicLimits.h3 : QuicLimits())
             q.delegate = self
             attach(q)
         } catch {
@@ -228,14 +235,44 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
 
     func quicHandshakeDone(_ c: QuicConnection) {
         if isServer {
+            if c.alpn == H3Streams.alpn {
+                guard let h = H3Streams(quic: c, server: true, maxRequests: c.limits.maxStreamsBidi) else {
+                    fail(.protocolError("cannot start HTTP/3")); return
+                }
+                h.path = listener?.h3Path ?? "/loft"
+                h.delegate = self
+                h3 = h
+                kind = .h3
+                // The carrier is the session's once its CONNECT is accepted (h3Accepted); a
+                // connection that sends none within the handshake timeout is closed.
+                let limit = c.limits.handshakeTimeoutMs
+                runtime.after(limit) { [weak self] in
+                    guard let self, self.state == .handshake else { return }
+                    self.fail(.timeout("no HTTP/3 CONNECT within \(limit) ms"))
+                }
+                return
+            }
             state = .open
-            request = CarrierRequest(kind: .quic, peer: peer, path: "", query: nil, headers: HTTPHeaders(), sessionID: nil)
+            request = CarrierRequest(kind: kind, peer: peer, path: "", query: nil, headers: HTTPHeaders(), sessionID: nil)
             listener?.accepted(self)
             return
         }
         guard state == .handshake else { return }
-        guard c.alpn == quicALPN else {
-            fail(.rejected(status: 0, "the front did not negotiate ALPN \(quicALPN) (got \(c.alpn.isEmpty ? "none" : c.alpn))"))
+        let want = kind == .h3 ? H3Streams.alpn : quicALPN
+        guard c.alpn == want else {
+            fail(.rejected(status: 0, "the front did not negotiate ALPN \(want) (got \(c.alpn.isEmpty ? "none" : c.alpn))"))
+            return
+        }
+        if kind == .h3 {
+            // The session's CONNECT; carrierConnected follows its 200 (h3Response).
+            guard let h = H3Streams(quic: c, server: false, maxRequests: 0), let client else {
+                fail(.protocolError("cannot start HTTP/3")); return
+            }
+            h.delegate = self
+            h.path = client.options.path
+            h.authority = client.options.port == 443 ? client.options.host : "\(client.options.host):\(client.options.port)"
+            h3 = h
+            guard h.openStream(ringCap: nil) == sessionStream else { fail(.protocolError("cannot open the session stream")); return }
             return
         }
         guard let sid = c.openStream(), sid == sessionStream else {
@@ -248,6 +285,13 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     func quicReadable(_ c: QuicConnection, stream: Int64) {
+        if let h3 { h3.quicReadable(stream); return }
+        streamReadable(stream)
+    }
+
+    /// Bytes (or the FIN) for the session or a flow (h3: in the request's body).
+    private func streamReadable(_ stream: Int64) {
+        guard let c = streams else { return }
         guard stream == sessionStream else {
             if let f = flows[stream] { f.readable(); return }
             // A new stream of the client's: one flow, for the delegate (the front) to take.
@@ -266,7 +310,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     // MARK: flows
 
     func openFlow() -> QuicFlow? {
-        guard !isServer, state == .open, let q = quic, let id = q.openStream(ringCap: Self.flowSendBuffer) else { return nil }
+        guard !isServer, state == .open, let q = streams, let id = q.openStream(ringCap: Self.flowSendBuffer) else { return nil }
         let f = QuicFlow(carrier: self, id: id)
         flows[id] = f
         return f
@@ -291,7 +335,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     private func deliver() {
-        guard state == .open, !readingPaused, let q = quic else { return }
+        guard state == .open, !readingPaused, let q = streams else { return }
         let eof = q.drain(sessionStream) { bytes in
             if bytes.count > 0 { delegate?.carrier(self, received: bytes) }
         }
@@ -305,11 +349,21 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     func quicWritable(_ c: QuicConnection, stream: Int64) {
+        if let h3 { h3.quicWritable(stream); return }
+        streamWritable(stream)
+    }
+
+    private func streamWritable(_ stream: Int64) {
         if stream == sessionStream && state == .open { delegate?.carrierWritable(self) }
         else { flows[stream]?.writable() }
     }
 
     func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) {
+        if let h3 { h3.quicReset(stream, code: code); return }
+        streamReset(stream, code: code)
+    }
+
+    private func streamReset(_ stream: Int64, code: UInt64) {
         guard stream == sessionStream else {
             flows.removeValue(forKey: stream)?.failed(.other(ECONNRESET))
             return
@@ -318,14 +372,15 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {
-        guard state == .open else { return }
+        // h3 negotiates no HTTP datagrams (nghttp3 0.8 cannot send SETTINGS_H3_DATAGRAM).
+        guard state == .open, h3 == nil else { return }
         delegate?.carrier(self, datagram: bytes)
     }
 
-    var maxDatagram: Int { state == .open ? quic?.datagramCapacity ?? 0 : 0 }
+    var maxDatagram: Int { state == .open && h3 == nil ? quic?.datagramCapacity ?? 0 : 0 }
 
     func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard state == .open, let q = quic, bytes.count <= q.datagramCapacity else { return false }
+        guard state == .open, h3 == nil, let q = quic, bytes.count <= q.datagramCapacity else { return false }
         return q.sendDatagram(bytes)
     }
 
@@ -360,16 +415,16 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     // MARK: Carrier
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
-        guard state == .open, let q = quic else { return 0 }
+        guard state == .open, let q = streams else { return 0 }
         return q.write(sessionStream, bytes)
     }
 
     var writableBytes: Int {
-        guard state == .open, let q = quic else { return 0 }
+        guard state == .open, let q = streams else { return 0 }
         return q.writeRoom(sessionStream)
     }
 
-    var bufferedBytes: Int { quic?.stream(sessionStream)?.unsent ?? 0 }
+    var bufferedBytes: Int { streams?.unsent(sessionStream) ?? 0 }
 
     func flush() { quic?.flush() }
 
@@ -383,7 +438,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         switch state {
         case .open:
             state = .closing
-            quic?.finish(sessionStream)
+            streams?.finish(sessionStream)
             closeConnection(graceful: true)
         case .resolving, .handshake:
             state = .closed
@@ -404,6 +459,43 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         guard let q = quic, !q.closed else { connectionFinished(); return }
         closingSelf = self
         if graceful { q.close() } else { q.abort() }
+    }
+
+    // MARK: h3 (H3StreamsDelegate): the request streams' events are the streams' own
+
+    func h3Readable(_ stream: Int64) { streamReadable(stream) }
+    func h3Writable(_ stream: Int64) { streamWritable(stream) }
+    func h3Reset(_ stream: Int64, code: UInt64) { streamReset(stream, code: code) }
+    func h3Failed(_ reason: CarrierCloseReason) { fail(reason) }
+    func h3Refused(_ stream: Int64, status: Int, reason: String) { listener?.refusedH3(self, status: status, reason: reason) }
+
+    /// Server: the session's CONNECT was accepted: the carrier goes to the listener.
+    func h3Accepted(_ stream: Int64, session: Bool) {
+        guard isServer, session, state == .handshake else { return }
+        state = .open
+        request = CarrierRequest(kind: .h3, peer: peer, path: h3?.path ?? "", query: nil, headers: HTTPHeaders(), sessionID: nil)
+        listener?.accepted(self)
+    }
+
+    /// Client: the answer to a CONNECT: the session's opens the carrier; a flow's refusal
+    /// fails that flow.
+    func h3Response(_ stream: Int64, status: Int) {
+        if stream == sessionStream {
+            guard state == .handshake else { return }
+            guard status == 200 else {
+                fail(.rejected(status: status, "the front answered the session's CONNECT with \(status)"))
+                return
+            }
+            state = .open
+            Log.debug("carrier.h3.open", ["peer": peer.map { "\($0)" } ?? "", "tls": tlsDescription])
+            delegate?.carrierConnected(self)
+            // Body bytes that came with the 200 were announced before the carrier was open.
+            deliverSoon.schedule()
+            return
+        }
+        guard status != 200 else { return }
+        h3?.reset(stream, code: 0x102)
+        flows.removeValue(forKey: stream)?.failed(.other(ECONNREFUSED))
     }
 
     private func fail(_ reason: CarrierCloseReason) {
@@ -446,16 +538,23 @@ final class QuicListener: IOHandler, QuicPacketSink {
     nonisolated(unsafe) private static let scratch = UnsafeMutableRawPointer.allocate(byteCount: 32 + 256, alignment: 16)
     let retry: QuicRetryPolicy
     /// Every accepted connection's limits.
-    private(set) var limits = QuicLimits()
+    private(set) var limits: QuicLimits
     /// Stateless resets: 100 a second, bursts of 100.
     private var resetBucket = TokenBucket(perSecond: 100, burst: 100)
     var stats = QuicListenerStats()
     let maxPendingHandshakes: Int
     let maxPendingPerSource: Int
+    /// The ALPNs served ("loft", "h3" or both, comma-separated) and h3's session path (nil: no h3).
+    private let alpns: String
+    let h3Path: String?
 
     init(listen: Endpoint, tls: TLSServerOptions, runtime: CarrierRuntime, owner: CarrierListener,
          maxPendingHandshakes: Int, maxPendingPerSource: Int, retry: QuicRetryPolicy = .auto,
-         maxStreams: Int? = nil) throws {
+         maxStreams: Int? = nil, quic: Bool = true, h3Path: String? = nil) throws {
+        alpns = ((quic ? [quicALPN] : []) + (h3Path != nil ? [H3Streams.alpn] : [])).joined(separator: ",")
+        self.h3Path = h3Path
+        // h3's control and QPACK streams need unidirectional streams (refused on quic's ALPN).
+        limits = h3Path != nil ? QuicLimits.h3 : QuicLimits()
         var err = [CChar](repeating: 0, count: 256)
         guard let c = cquic_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
             throw TLSError("quic: \(cText(err))")
@@ -548,7 +647,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         makeRoom(for: source)
         let carrier = QuicCarrier(server: self, peer: from.endpoint)
         carrier.addressValidated = validated
-        guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: quicALPN, secret: secret,
+        guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: alpns, secret: secret,
                                             local: localAddress, remote: from, packet: p, limits: limits,
                                             delegate: carrier) else {
             stats.dropped += 1
@@ -669,6 +768,8 @@ final class QuicListener: IOHandler, QuicPacketSink {
         Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "quic", "reason": reason])
     }
 
+    func refusedH3(_ c: QuicCarrier, status: Int, reason: String) { owner?.refusedH3(c, status, reason) }
+
     /// The connection is gone: its ids route nowhere.
     func forget(_ c: QuicCarrier) {
         _ = leaveHandshake(c)
@@ -710,5 +811,17 @@ public enum QuicRetryPolicy: Sendable, Equatable {
         case .never: return false
         case .under(let t): return handshaking >= t
         }
+    }
+}
+
+// MARK: h3
+
+extension QuicLimits {
+    /// h3: the peer's control and QPACK streams (RFC 9114 needs 3; 8 leave room for others).
+    static var h3: QuicLimits {
+        var l = QuicLimits()
+        l.maxStreamsUni = 8
+        l.maxStreamDataUni = 64 << 10
+        return l
     }
 }

@@ -100,6 +100,10 @@ struct QuicLimits {
     var idleTimeoutMs: UInt64 = 30_000
     var handshakeTimeoutMs: UInt64 = 10_000
     var maxDatagramFrame: UInt64 = 65_535
+    /// Unidirectional streams the peer may open and their window (h3's control and QPACK
+    /// streams; the quic carrier uses none).
+    var maxStreamsUni: UInt64 = 0
+    var maxStreamDataUni: UInt64 = 0
     /// Send buffer per stream (bytes written and not yet acknowledged).
     var sendBuffer: Int = 4 << 20
     /// All streams but the session stream together: bytes written and not yet acknowledged.
@@ -111,7 +115,8 @@ struct QuicLimits {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
-                     max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0)
+                     max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0,
+                     max_streams_uni: maxStreamsUni, max_stream_data_uni: maxStreamDataUni)
     }
 }
 
@@ -369,6 +374,15 @@ final class QuicConnection {
         return sid
     }
 
+    /// Opens a unidirectional stream of ours (h3's control and QPACK streams).
+    func openUniStream(ringCap: Int = 64 << 10) -> Int64? {
+        guard let conn, !closed else { return nil }
+        var sid: Int64 = -1
+        guard cquic_open_uni(conn, &sid) == 0 else { return nil }
+        streams[sid] = QuicStreamState(id: sid, ringCap: ringCap)
+        return sid
+    }
+
     var streamsLeft: UInt64 { conn.map { cquic_streams_bidi_left($0) } ?? 0 }
 
     func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
@@ -478,9 +492,12 @@ final class QuicConnection {
     }
 
     /// Hands every received byte of the stream to `body` (which takes them all).
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+
+    /// The same for at most `max` bytes (h3: what a request's body buffer has room for).
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let s = streams[id] else { return true }
-        let n = s.recvAvailable
+        let n = min(max, s.recvAvailable)
         if n > 0 {
             s.recv.withUnsafeBytes { src in body(UnsafeRawBufferPointer(rebasing: src[s.recvStart..<s.recvStart + n])) }
             consumed(s, n)

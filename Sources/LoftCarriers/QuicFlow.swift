@@ -8,7 +8,7 @@ public protocol FlowCarrier: AnyObject {
     func openFlow() -> QuicFlow?
 }
 
-/// One QUIC stream of a quic carrier as a byte stream: raw bytes both ways, FIN as the
+/// One QUIC stream of a quic carrier (h3: one request stream's body) as a byte stream: raw bytes both ways, FIN as the
 /// stream's FIN, `reset` as RESET_STREAM + STOP_SENDING. Who opens it first writes (client) or
 /// reads (front) the loft OPEN frame and its answer; the carrier knows nothing of them.
 public final class QuicFlow: ByteStream {
@@ -24,7 +24,7 @@ public final class QuicFlow: ByteStream {
         self.id = id
     }
 
-    private var quic: QuicConnection? { finished ? nil : carrier?.quic }
+    private var quic: QuicStreamLayer? { finished ? nil : carrier?.streams }
 
     // MARK: from the carrier
 

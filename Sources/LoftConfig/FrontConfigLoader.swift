@@ -120,7 +120,7 @@ struct FrontConfigDecoder {
             case "carriers":
                 carriers = []
                 let items = try v.list(value, path: "carriers")
-                guard !items.isEmpty else { throw v.error(value, "carriers is empty; list at least one of ws, get, h2, quic") }
+                guard !items.isEmpty else { throw v.error(value, "carriers is empty; list at least one of ws, get, h2, quic, h3") }
                 for (i, item) in items.enumerated() {
                     let c = try v.keyword(item, path: "carriers[\(i)]", FrontCarrier.allCases.map { ($0.rawValue, $0) })
                     guard !carriers.contains(c) else { throw v.error(item, "carriers[\(i)] repeats \(c.rawValue)") }

@@ -3,7 +3,7 @@ import LoftCore
 /// The carriers a front can serve (the names match LoftCarriers' CarrierKind, which this module
 /// does not depend on).
 public enum FrontCarrier: String, Sendable, CaseIterable {
-    case ws, get, h2, quic
+    case ws, get, h2, quic, h3
 }
 
 /// The overlay networks a front hands out. In each, the first host is the gateway and clients get

@@ -143,13 +143,18 @@ final class FrontConfigTests: XCTestCase {
         }
     }
 
+    func testQuicAndH3OnOnePort() throws {
+        XCTAssertEqual(try parse(Self.minimal + "carriers: [h2, quic, h3]\n").carriers, [.h2, .quic, .h3])
+        XCTAssertEqual(try parse(Self.minimal + "carriers: [h3]\n").carriers, [.h3])
+    }
+
     func testBadValues() {
         let m = Self.minimal
         assertError(m.replacingOccurrences(of: "0.0.0.0:8443", with: "localhost:8443"), at: 1, 9, "listen must be address:port")
         assertError(m.replacingOccurrences(of: "0.0.0.0:8443", with: "0.0.0.0:0"), at: 1, 9, "needs a port")
         assertError(m + "path: loft\n", at: 5, 7, "path must start with /")
         assertError(m + "path: \"/a?b\"\n", at: 5, 7, "path must start with /")
-        assertError(m + "carriers: [ws, h3]\n", at: 5, 16, "carriers[1] must be ws, get, h2 or quic, got h3")
+        assertError(m + "carriers: [ws, h4]\n", at: 5, 16, "carriers[1] must be ws, get, h2, quic or h3, got h4")
         assertError(m + "carriers: [ws, ws]\n", at: 5, 16, "carriers[1] repeats ws")
         assertError(m + "carriers: []\n", at: 5, 11, "carriers is empty")
         assertError(m.replacingOccurrences(of: "[\"secret-1\"]", with: "[\"a\", \"a\"]"), at: 3, 15,

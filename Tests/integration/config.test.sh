@@ -28,11 +28,11 @@ holder_yaml() {     # holder_yaml CARRIER CA: a loft outbound as the default
     printf 'outbounds:\n  - name: home\n    type: loft\n    server: 127.0.0.1:8443\n    carrier: %s\n    token: t\n    tls: { server-name: front.test, ca: %s }\ndefault: home\n' "$1" "$2"
 }
 : >ca.pem
-holder_yaml h3 ca.pem >bad-carrier.yaml
 holder_yaml ws missing-ca.pem >bad-ca.yaml
 holder_yaml ws ca.pem >good-holder.yaml
 holder_yaml h2 ca.pem >good-h2.yaml
 holder_yaml quic ca.pem >good-quic.yaml
+holder_yaml h3 ca.pem >good-h3.yaml
 sstp_yaml() {       # sstp_yaml PASSWORD-LINE: an sstp outbound as the default
     printf 'outbounds:\n  - name: corp\n    type: sstp\n    server: 127.0.0.1:8443\n    user: alice\n    %s\n    tls: { server-name: vpn.test, ca: ca.pem }\n    auth: [mschapv2, pap]\ndefault: corp\n' "$1"
 }
@@ -43,7 +43,7 @@ sstp_yaml 'password-file: missing-pw.txt' >bad-sstp.yaml
 if [ ! -x "$LOFT_BIN" ]; then
     for c in help version check-good check-unknown-key check-bad-mtu check-bad-log-level \
              check-unknown-top-key check-bad-duration check-missing-file run-bad-config \
-             check-holder-good check-holder-h2-good check-holder-quic-good check-carrier-not-built check-missing-ca \
+             check-holder-good check-holder-h2-good check-holder-quic-good check-holder-h3-good check-missing-ca \
              check-sstp-good check-sstp-missing-password-file; do
         fail $c "no loft binary at $LOFT_BIN"
     done
@@ -75,7 +75,6 @@ check_bad check-bad-mtu bad-mtu.yaml 4 8              # the value 99
 check_bad check-bad-log-level bad-log.yaml 1 6        # the value loud
 check_bad check-unknown-top-key bad-top.yaml 1 1      # the key colour
 check_bad check-bad-duration bad-duration.yaml 4 29   # the value soon
-check_bad check-carrier-not-built bad-carrier.yaml 2 5  # the outbound: h3 is not built
 check_bad check-missing-ca bad-ca.yaml 2 5             # the outbound: its tls.ca cannot be read
 out=$("$LOFT_BIN" check -c good-holder.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-holder.yaml: ok'; then pass check-holder-good; else fail check-holder-good "exit $rc: $out"; fi
@@ -83,6 +82,8 @@ out=$("$LOFT_BIN" check -c good-h2.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-h2.yaml: ok'; then pass check-holder-h2-good; else fail check-holder-h2-good "exit $rc: $out"; fi
 out=$("$LOFT_BIN" check -c good-quic.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-quic.yaml: ok'; then pass check-holder-quic-good; else fail check-holder-quic-good "exit $rc: $out"; fi
+out=$("$LOFT_BIN" check -c good-h3.yaml 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-h3.yaml: ok'; then pass check-holder-h3-good; else fail check-holder-h3-good "exit $rc: $out"; fi
 
 check_bad check-sstp-missing-password-file bad-sstp.yaml 6 20   # the password-file value
 # sstp: a valid outbound (docs/sstp.md).

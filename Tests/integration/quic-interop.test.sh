@@ -16,11 +16,20 @@
 # that received a NEW_TOKEN comes back with it and skips the Retry: a
 # legitimate session still comes up (through a Retry), the front's memory stays bounded and its
 # counters say what happened.
+# 1b. Tests/interop/h3_client.py (aioquic's QUIC and its aioquic.h3 H3Connection) as the CLIENT
+#    of the same front's h3 carrier (ALPN h3 on the same UDP port): the session's extended
+#    CONNECT (:protocol loft) answered 200, HELLO -> STATUS and PING/PONG in its body, a TCP flow
+#    in a CONNECT loft-flow of its own (OPEN, 300 KiB echoed raw, END_STREAM), a UDP
+#    association's DGRAM echoed on the session stream, 404 and 405 refusals, the session's end,
+#    a wrong token (GOAWAY bad-token).
 # 2. loft's holder (SOCKS5 input only) against Tests/interop/quic_session_server.py, an aioquic
 #    SERVER that speaks the session: ALPN loft, HELLO on stream 0, its STATUS taken (up), a TCP
 #    flow through SOCKS5 on a QUIC stream of its own (OPEN first, OPEN_OK, then raw bytes:
 #    1 MiB echoed, SHA-256), UDP ASSOCIATE datagrams echoed, the holder's DGRAMs after the first
 #    arriving as QUIC DATAGRAM frames.
+# 3. loft's holder over h3 against the same aioquic server in its HTTP/3 mode (aioquic.h3): the
+#    session's extended CONNECT and HELLO, a TCP flow in a CONNECT loft-flow of its own (1 MiB
+#    echoed, SHA-256), UDP datagrams echoed on the session stream.
 . "$(dirname "$0")/lib.sh"
 
 FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
@@ -30,7 +39,9 @@ FRONT_LOG=$T_DIR/front.log
 CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-open-tcp-ok quic-tcp-echo-200k
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
 quic-stateless-reset quic-no-reset-for-21-bytes quic-resets-rate-limited quic-forged-token-dropped
-quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood quic-flood-answered-with-retry quic-flood-many-addresses-retry quic-new-token-skips-retry"
+quic-alive-after-garbage quic-alive-beside-40-busy-flows quic-alive-after-initial-flood quic-flood-answered-with-retry quic-flood-many-addresses-retry quic-new-token-skips-retry
+h3-handshake-alpn-h3 h3-connect-200 h3-hello-status h3-session-ping-pong h3-flow-own-stream-echo
+h3-udp-echo-on-session-stream h3-refusals-404-405 h3-session-end h3-bad-token-goaway"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 
 python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
@@ -57,7 +68,7 @@ PYEOF
 cat >"$T_DIR/front.yaml" <<EOF
 log: info
 listen: 127.0.0.1:$FRONT_PORT
-carriers: [quic]
+carriers: [quic, h3]
 tls: { certificate: certs/server.pem, key: certs/server.key }
 tokens: ["$TOKEN"]
 pool: { ipv4: 198.18.64.0/24 }
@@ -82,6 +93,12 @@ timeout -k 5 150 python3 "$INTEROP/quic_client.py" --port "$FRONT_PORT" --ca "$T
 CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
 wait "$CPID"
 note "aioquic client: $(( $(now_ms) - t0 )) ms"
+t0=$(now_ms)
+timeout -k 5 70 python3 "$INTEROP/h3_client.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \
+    --echo-port "$ECHO_PORT" --udp-echo-port "$UDP_ECHO_PORT" >>"$T_DIR/client.out" 2>>"$T_DIR/client.err" </dev/null &
+CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
+wait "$CPID"
+note "aioquic h3 client: $(( $(now_ms) - t0 )) ms"
 grep '^  #' "$T_DIR/client.err" | sed 's/^  # /client: /' | while read -r l; do note "$l"; done
 while read -r st name rest; do
     case $st in PASS) pass "$name" ;; FAIL) fail "${name%:}" "$rest" ;; esac
@@ -92,7 +109,7 @@ done
 
 stats=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1)
 sv() { echo "$stats" | awk -v k="$1" '$1 == k { print $2 }'; }
-if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 1 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
+if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 2 ] && [ "$(sv requests_rejected)" = 2 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
     && [ "$(sv quic_retries)" -ge 500 ] && [ "$(sv quic_tokens_validated)" -ge 3 ] && [ "$(sv quic_tokens_invalid)" -ge 1 ] \
     && [ "$(sv quic_resets)" -ge 50 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
     pass front-quic-counters
@@ -149,7 +166,9 @@ else fail holder-hello-on-stream-0 "server saw: $(head -c 300 "$RESULTS")"; fi
 if [ "$state" = up ]; then pass holder-up-on-aioquic-status
 else fail holder-up-on-aioquic-status "state $state: $(grep holder "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
 
-timeout 30 python3 - "$SOCKS_PORT" >"$T_DIR/socks.out" 2>&1 <<'PYEOF'
+# socks_run PORT OUT: 1 MiB TCP echo and 5 UDP datagrams through the holder's SOCKS5 PORT.
+socks_run() {
+timeout 30 python3 - "$1" >"$2" 2>&1 <<'PYEOF'
 import hashlib, os, socket, struct, sys, threading
 port = int(sys.argv[1])
 def greet(s):
@@ -187,6 +206,8 @@ for i in range(5):
         pass
 print("udp", code, ok)
 PYEOF
+}
+socks_run "$SOCKS_PORT" "$T_DIR/socks.out"
 read -r _ tcode tlen tsha <<<"$(grep '^tcp' "$T_DIR/socks.out")"
 read -r _ ucode uok <<<"$(grep '^udp' "$T_DIR/socks.out")"
 if [ "$tcode" = 0 ] && [ "$tlen" = 1048576 ] && [ "$tsha" = True ] && [ "$(ev event=flow-fin)" -ge 1 ]; then pass holder-tcp-echo-1mib
@@ -200,4 +221,59 @@ if [ "$(ev event=flow-open type=16 frame_stream=1 network=6)" -ge 1 ] && [ "$(ev
 else fail holder-tcp-flow-on-own-stream "flows on own streams: $(ev event=flow-open), TCP OPENs on stream 0: $(ev event=open network=6)"; fi
 if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
 else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
+# --- 3. loft's holder over h3 -> the aioquic server in its HTTP/3 mode ------------------------
+read -r H3_SERVER_PORT H3_SOCKS_PORT <<<"$(python3 - <<'PYEOF'
+import socket
+out, keep = [], []
+while len(out) < 2:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", p))
+    except OSError:
+        s.close(); u.close(); continue
+    keep += [s, u]; out.append(p)
+print(" ".join(map(str, out)))
+PYEOF
+)"
+RESULTS=$T_DIR/server-h3.jsonl
+: >"$RESULTS"
+python3 "$INTEROP/quic_session_server.py" --port "$H3_SERVER_PORT" --cert "$T_DIR/certs/server.pem" \
+    --key "$T_DIR/certs/server.key" --results "$RESULTS" --alpn h3 >"$T_DIR/server-h3.log" 2>&1 </dev/null &
+SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
+CTL=/run/loft/quic-interop-h3-$$.sock
+on_cleanup "rm -f $CTL"
+cat >"$T_DIR/loft-h3.yaml" <<EOF
+log: info
+socks5: { listen: 127.0.0.1:$H3_SOCKS_PORT }
+bridge: off
+outbounds:
+  - { name: home, type: loft, server: 127.0.0.1:$H3_SERVER_PORT, carrier: h3, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
+default: home
+control: $CTL
+EOF
+for _ in $(seq 100); do grep -q listening "$T_DIR/server-h3.log" && break; sleep 0.1; done
+LOFT_LOG=$T_DIR/loft-h3.log
+"$LOFT_BIN" run -c "$T_DIR/loft-h3.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
+LOFT_PID=$!; register_pid "$LOFT_PID"
+state=
+for _ in $(seq 100); do
+    state=$("$LOFT_BIN" status --json -c "$T_DIR/loft-h3.yaml" 2>/dev/null | python3 -c '
+import json, sys; d = json.load(sys.stdin); print(next(o for o in d["outbounds"] if o["name"] == "home")["state"])' 2>/dev/null)
+    [ "$state" = up ] && break
+    sleep 0.1
+done
+if [ "$(ev event=handshake alpn=h3)" -ge 1 ] && [ "$(ev event=connect stream=0 method=CONNECT protocol=loft path=/loft)" -ge 1 ] \
+    && [ "$(ev event=hello version=1 token=t)" -ge 1 ] && [ "$state" = up ]; then pass holder-h3-connect-hello-up
+else fail holder-h3-connect-hello-up "state $state; server saw: $(head -c 400 "$RESULTS")"; fi
+socks_run "$H3_SOCKS_PORT" "$T_DIR/socks-h3.out"
+read -r _ tcode tlen tsha <<<"$(grep '^tcp' "$T_DIR/socks-h3.out")"
+read -r _ ucode uok <<<"$(grep '^udp' "$T_DIR/socks-h3.out")"
+if [ "$tcode" = 0 ] && [ "$tlen" = 1048576 ] && [ "$tsha" = True ] && [ "$(ev event=connect protocol=loft-flow)" -ge 1 ] \
+    && [ "$(ev event=flow-fin)" -ge 1 ] && [ "$(ev event=open network=6)" = 0 ]; then pass holder-h3-tcp-flow-on-own-request-stream
+else fail holder-h3-tcp-flow-on-own-request-stream "reply $tcode, $tlen bytes back, sha $tsha, loft-flow CONNECTs $(ev event=connect protocol=loft-flow): $(tail -2 "$T_DIR/socks-h3.out" | tr '\n' '|')"; fi
+if [ "$ucode" = 0 ] && [ "$uok" = 5 ] && [ "$(ev event=dgram via=stream)" -ge 5 ]; then pass holder-h3-udp-echo-on-session-stream
+else fail holder-h3-udp-echo-on-session-stream "reply $ucode, $uok of 5 echoed, DGRAMs on the session stream: $(ev event=dgram via=stream)"; fi
+if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-h3-exit-clean
+else fail loft-h3-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
 finish

@@ -3,7 +3,7 @@
 # namespace on 198.18.N.2 (h2-free: ws on TCP, quic on UDP, the same port), behind the veth
 # that carries only the carrier, with `tc netem` 10 ms delay and 1 % loss on each end (20 ms
 # round trip) where the kernel has netem, else nftables dropping 1 % of the carrier's packets
-# each way (no delay). For ws and then quic: 4 downloads
+# each way (no delay). For ws, quic and h3 (HTTP/3 on the same QUIC port): 4 downloads
 # of 6 MiB (2 MiB with netem's delay) at once from nginx in srv through TUN -> loft -> carrier -> front, each checked
 # with SHA-256, and the total goodput (printed: a figure, not a pass/fail). Cases: every
 # transfer intact on each carrier, and the loss really applied.
@@ -11,7 +11,7 @@
 . "$(dirname "$0")/holder-lib.sh"
 
 sed "s/^listen: .*/listen: $SRV4:$FRONT_PORT/" "$T_DIR/front.yaml" >"$T_DIR/front-srv.yaml"
-echo "carriers: [ws, quic]" >>"$T_DIR/front-srv.yaml"
+echo "carriers: [ws, quic, h3]" >>"$T_DIR/front-srv.yaml"
 in_srv "$FRONT_BIN" run -c "$T_DIR/front-srv.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
 FRONT_PID=$!; register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
 for _ in $(seq 100); do grep -q 'event=ready' "$FRONT_LOG" && break; sleep 0.1; done
@@ -48,7 +48,7 @@ for i in 0 1 2 3; do head -c $((MIB * 1048576)) /dev/urandom >"$T_DIR/www/m$i"; 
 chmod a+r "$T_DIR/www"/m*
 
 declare -A GOODPUT
-for carrier in ws quic; do
+for carrier in ws quic h3; do
     LOFT_CFG=$(FRONT_HOST=$SRV4 holder_config "holder-netem-$carrier" "$carrier")
     CASES="netem-$carrier-4-downloads-intact netem-$carrier-exit-clean"
     require_loft "$LOFT_CFG" $CASES || continue
@@ -69,7 +69,7 @@ for carrier in ws quic; do
     loft_stop_clean "netem-$carrier-exit-clean"
 done
 # Goodput is a figure, not a pass/fail (speed targets live in bench/): printed for the record.
-note "goodput under loss ($LOSS): quic ${GOODPUT[quic]:-0} Mbit/s, ws ${GOODPUT[ws]:-0} Mbit/s"
+note "goodput under loss ($LOSS): quic ${GOODPUT[quic]:-0} Mbit/s, h3 ${GOODPUT[h3]:-0} Mbit/s, ws ${GOODPUT[ws]:-0} Mbit/s"
 if [ "$LOSS" = nft ]; then
     read -r dropped all dropped_bytes all_bytes < <(in_srv nft list table inet loftloss | awk '
         /counter packets/ { for (i = 1; i < NF; i++) { if ($i == "packets") p = $(i + 1); if ($i == "bytes") b = $(i + 1) }

@@ -63,6 +63,8 @@ typedef struct cquic_params {
     /// Initial (NULL: none). Server: unused.
     const uint8_t *token;
     size_t token_len;
+    uint64_t max_streams_uni;     // unidirectional streams the peer may open (h3: 8; quic: 0)
+    uint64_t max_stream_data_uni; // per unidirectional stream receive window
 } cquic_params;
 
 typedef struct cquic_conn cquic_conn;
@@ -131,6 +133,8 @@ size_t cquic_path_max_packet(cquic_conn *c);
 void cquic_sent(cquic_conn *c, uint64_t now_ns);
 
 int cquic_open_bidi(cquic_conn *c, int64_t *stream_id);
+/// Opens a unidirectional stream of ours (h3's control and QPACK streams).
+int cquic_open_uni(cquic_conn *c, int64_t *stream_id);
 uint64_t cquic_streams_bidi_left(cquic_conn *c);
 /// RESET_STREAM and STOP_SENDING with `code`.
 int cquic_shutdown_stream(cquic_conn *c, int64_t stream_id, uint64_t code);

@@ -1,0 +1,468 @@
+import CNghttp3
+import Glibc
+import LoftCore
+import LoftIO
+
+/// What the quic carrier and its flows need of a connection's streams: QuicConnection itself
+/// (quic: raw QUIC streams) or `H3Streams` (h3: request-stream bodies over nghttp3).
+protocol QuicStreamLayer: AnyObject {
+    func openStream(ringCap: Int?) -> Int64?
+    func writeRoom(_ id: Int64) -> Int
+    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int
+    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool)
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
+    func finish(_ id: Int64)
+    func release(_ id: Int64)
+    func reset(_ id: Int64, code: UInt64)
+    /// Bytes written and not yet handed to the wire's packets.
+    func unsent(_ id: Int64) -> Int
+}
+
+extension QuicConnection: QuicStreamLayer {
+    func unsent(_ id: Int64) -> Int { stream(id)?.unsent ?? 0 }
+}
+
+/// What `H3Streams` needs of the QUIC connection beneath it (QuicConnection; unit tests and
+/// the fuzz target put an in-memory pair of stream sets there).
+protocol H3Transport: QuicStreamLayer {
+    var loop: EventLoop { get }
+    var closed: Bool { get }
+    /// A unidirectional stream of ours (control, QPACK encoder, QPACK decoder).
+    func openUniStream(ringCap: Int) -> Int64?
+    /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
+    /// place; true once the FIN was reached.
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
+    /// The stream is held and its owner has not let go of it (a late wake-up for a stream
+    /// already done is not a new request).
+    func isLive(_ id: Int64) -> Bool
+}
+
+extension QuicConnection: H3Transport {
+    func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
+}
+
+/// Events of `H3Streams` for its carrier (the same shape as the QUIC ones).
+protocol H3StreamsDelegate: AnyObject {
+    func h3Readable(_ stream: Int64)
+    func h3Writable(_ stream: Int64)
+    func h3Reset(_ stream: Int64, code: UInt64)
+    /// Client: the response to a CONNECT (the session's or a flow's).
+    func h3Response(_ stream: Int64, status: Int)
+    /// Server: a CONNECT for the session (`loft`) or a flow (`loft-flow`) was accepted.
+    func h3Accepted(_ stream: Int64, session: Bool)
+    func h3Failed(_ reason: CarrierCloseReason)
+    /// Server: a request was refused with `status` (END_STREAM sent).
+    func h3Refused(_ stream: Int64, status: Int, reason: String)
+}
+
+/// The h3 carrier's streams (docs/protocol.md §1.3): HTTP/3 (nghttp3) on a QuicConnection.
+/// The session is the body of an extended CONNECT (`:protocol loft`) on the client's first
+/// request stream, each flow the body of an extended CONNECT `loft-flow` on a request stream
+/// of its own. Bodies are bounded both ways: a request stream's received body waits here up to
+/// `bodyCap` bytes (QUIC is read no further, so its window holds the peer back), and a body
+/// written waits in nghttp3's buffer (`ch3_body_write`) until QUIC's stream takes it.
+final class H3Streams: QuicStreamLayer {
+    static let protocolSession = "loft"
+    static let protocolFlow = "loft-flow"
+    static let alpn = "h3"
+
+    final class Request {
+        let id: Int64
+        var h: OpaquePointer?
+        var session = false
+        /// Server: the CONNECT was answered 200; client: the 200 arrived.
+        var open = false
+        var body: [UInt8] = []
+        var bodyStart = 0
+        var peerFin = false
+        var peerFinRead = false
+        /// QUIC's FIN of the stream was read and handed to nghttp3.
+        var quicFin = false
+        var ourFin = false
+        var ourFinSent = false
+        var released = false
+        var wantWritable = false
+        var blocked = false
+        let cap: Int
+        init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
+        var available: Int { body.count - bodyStart }
+    }
+
+    let isServer: Bool
+    unowned(unsafe) let quic: H3Transport
+    weak var delegate: H3StreamsDelegate?
+    private let loop: EventLoop
+    private var h3: OpaquePointer?
+    private var events = ch3_events()
+    private var requests: [Int64: Request] = [:]
+    private var sessionOpened = false
+    /// Client: the session's CONNECT target.
+    var path = "/loft"
+    var authority = ""
+    private(set) var failedReason: CarrierCloseReason?
+    private var toPull: [Int64] = []
+    private var wakeWritable: [Int64] = []
+    private lazy var pullSoon = SoonOnce(loop: loop) { [weak self] in self?.pullPending() }
+    /// Requests refused (server); past `maxRefused` the connection is closed.
+    private(set) var refused = 0
+    static let maxRefused = 16
+
+    /// Request streams held (tests: none left once every stream ended).
+    var openRequests: Int { requests.count }
+
+    static let sessionBodyCap = 4 << 20
+    static let flowBodyCap = 1 << 20
+
+    init?(quic: H3Transport, server: Bool, maxRequests: UInt64) {
+        self.quic = quic
+        self.isServer = server
+        self.loop = quic.loop
+        events.ctx = Unmanaged.passUnretained(self).toOpaque()
+        events.headers = { ctx, sid, s, head, fin in H3Streams.from(ctx).onHeaders(sid, s, head!.pointee, fin != 0) }
+        events.data = { ctx, sid, d, n in H3Streams.from(ctx).onData(sid, d, n) }
+        events.end_stream = { ctx, sid in H3Streams.from(ctx).onEnd(sid) }
+        events.reset = { ctx, sid, code, stop in H3Streams.from(ctx).onResetAsked(sid, code, stopOnly: stop != 0) }
+        events.acked = { ctx, sid in H3Streams.from(ctx).onAcked(sid) }
+        guard let c = withUnsafePointer(to: &events, { ch3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
+        h3 = c
+        guard let ctrl = quic.openUniStream(ringCap: 64 << 10), let enc = quic.openUniStream(ringCap: 64 << 10),
+              let dec = quic.openUniStream(ringCap: 64 << 10),
+              ch3_bind(c, ctrl, enc, dec) == 0 else { return nil }
+        pump()
+    }
+
+    deinit { if let h3 { ch3_free(h3) } }
+
+    private static func from(_ ctx: UnsafeMutableRawPointer?) -> H3Streams {
+        Unmanaged<H3Streams>.fromOpaque(ctx!).takeUnretainedValue()
+    }
+
+    private func fail(_ reason: CarrierCloseReason) {
+        guard failedReason == nil else { return }
+        failedReason = reason
+        delegate?.h3Failed(reason)
+    }
+
+    // MARK: from the QUIC connection
+
+    /// Bytes (or a FIN) on a QUIC stream: the peer's control/QPACK streams are read whole; a
+    /// request stream as far as its body buffer allows.
+    func quicReadable(_ sid: Int64) {
+        guard h3 != nil, failedReason == nil else { return }
+        if sid & 2 != 0 { pullUni(sid); return }
+        var r = requests[sid]
+        if r == nil {
+            // A new request stream of the client's (server; streams may arrive in any order);
+            // one already done is not read again (a late wake-up), anything else is stray.
+            guard isServer, sid & 3 == 0 else { quic.reset(sid, code: 0x101); return }
+            guard quic.isLive(sid) else { return }
+            let n = Request(id: sid, cap: Self.flowBodyCap)
+            requests[sid] = n
+            r = n
+        }
+        pull(r!)
+    }
+
+    func quicWritable(_ sid: Int64) {
+        if let h3, let r = requests[sid], r.blocked {
+            r.blocked = false
+            _ = ch3_unblock(h3, sid)
+        } else if let h3, sid & 2 != 0 {
+            _ = ch3_unblock(h3, sid)
+        }
+        pump()
+    }
+
+    func quicReset(_ sid: Int64, code: UInt64) {
+        guard let r = requests.removeValue(forKey: sid) else { return }
+        if let h3 { ch3_close_stream(h3, sid, code) }
+        r.h = nil
+        if r.open || !isServer { delegate?.h3Reset(sid, code: code) }
+    }
+
+    /// Hands up to `max` bytes of a QUIC stream to nghttp3, in place (no copy); false when
+    /// nothing was there (no bytes, no FIN) or nghttp3 failed.
+    private func feed(_ sid: Int64, upTo max: Int, fin: inout Bool) -> Bool {
+        guard let h3 else { return false }
+        var rv: Int64 = 0
+        var got = 0
+        let eof = quic.drain(sid, upTo: max) { bytes in
+            got = bytes.count
+            rv = ch3_read(h3, sid, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, 0)
+        }
+        if rv >= 0 && eof { rv = ch3_read(h3, sid, nil, 0, 1) }
+        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(rv)))")); return false }
+        fin = eof
+        return got > 0 || eof
+    }
+
+    private func pullUni(_ sid: Int64) {
+        var fin = false
+        while feed(sid, upTo: 65_536, fin: &fin) && !fin {}
+    }
+
+    /// Feeds nghttp3 from QUIC while the request's body buffer is under its cap.
+    private func pull(_ r: Request) {
+        guard h3 != nil else { return }
+        while !r.quicFin && (r.released || r.available < r.cap) && failedReason == nil {
+            let room = r.released ? 65_536 : min(65_536, r.cap - r.available)
+            var fin = false
+            if !feed(r.id, upTo: room, fin: &fin) { break }
+            if fin { r.quicFin = true }
+        }
+        pump()
+        if r.open && !r.released && (r.available > 0 || (r.peerFin && !r.peerFinRead)) { delegate?.h3Readable(r.id) }
+        maybeDone(r)
+    }
+
+    private func pullPending() {
+        let ids = toPull
+        toPull.removeAll()
+        for id in ids { if let r = requests[id] { pull(r) } }
+    }
+
+    // MARK: nghttp3 callbacks (inside nghttp3: record, act after)
+
+    private func onHeaders(_ sid: Int64, _ s: OpaquePointer?, _ head: ch3_head, _ fin: Bool) -> Int32 {
+        guard let r = requests[sid] else { return 0 }
+        r.h = s
+        var h = head
+        let method = withUnsafeBytes(of: &h.method) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        let proto = withUnsafeBytes(of: &h.protocol) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        let path = withUnsafeBytes(of: &h.path) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        if !isServer {
+            // The response to our CONNECT.
+            let status = Int(head.status)
+            if (200..<300).contains(status) && !fin { r.open = true }
+            loop.soon { [weak self] in self?.delegate?.h3Response(sid, status: fin && status < 300 ? 0 : status) }
+            return 0
+        }
+        guard let h3, let s else { return 0 }
+        let status = Self.decide(method: method, protocol: proto, path: path, tooLarge: head.too_large != 0,
+                                 sessionPath: self.path, stream: sid, sessionOpened: sessionOpened)
+        if status != 200 {
+            refused += 1
+            r.released = true
+            _ = ch3_respond(h3, s, Int32(status), 0)
+            let reason = "\(method) \(path.prefix(64))\(proto.isEmpty ? "" : " :protocol \(proto)")"
+            let count = refused
+            loop.soon { [weak self] in
+                guard let self else { return }
+                self.delegate?.h3Refused(sid, status: status, reason: reason)
+                if count > Self.maxRefused { self.fail(.protocolError("HTTP/3: more than \(Self.maxRefused) refused requests")) }
+            }
+            return 0
+        }
+        let session = proto == Self.protocolSession
+        if session { sessionOpened = true }
+        _ = ch3_respond(h3, s, 200, session ? Self.sessionBodyCap : Self.flowBodyCap)
+        r.session = session
+        r.open = true
+        loop.soon { [weak self] in
+            guard let self, self.requests[sid] === r else { return }
+            self.delegate?.h3Accepted(sid, session: session)
+            self.pull(r)
+        }
+        return 0
+    }
+
+    /// The front's answer to a request (docs/protocol.md §1.3), in this order: a header section
+    /// over the limits 431; another path 404; another method 405; `:protocol loft` on the first
+    /// request stream while no session is open 200, else 429; `loft-flow` once the session's
+    /// CONNECT was accepted 200, before it 425; any other or no `:protocol` 400.
+    static func decide(method: String, protocol proto: String, path: String, tooLarge: Bool,
+                       sessionPath: String, stream: Int64, sessionOpened: Bool) -> Int {
+        if tooLarge { return 431 }
+        let bare = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        if bare != sessionPath { return 404 }
+        if method != "CONNECT" { return 405 }
+        if proto == protocolSession { return stream == 0 && !sessionOpened ? 200 : 429 }
+        if proto == protocolFlow { return sessionOpened ? 200 : 425 }
+        return 400
+    }
+
+    private func onData(_ sid: Int64, _ d: UnsafePointer<UInt8>?, _ n: Int) -> Int32 {
+        guard let r = requests[sid], !r.released, let d, n > 0 else { return 0 }
+        if r.bodyStart > 0 && r.bodyStart == r.body.count { r.body.removeAll(keepingCapacity: true); r.bodyStart = 0 }
+        r.body.append(contentsOf: UnsafeBufferPointer(start: d, count: n))
+        return 0
+    }
+
+    private func onEnd(_ sid: Int64) -> Int32 {
+        requests[sid]?.peerFin = true
+        return 0
+    }
+
+    private func onResetAsked(_ sid: Int64, _ code: UInt64, stopOnly: Bool) -> Int32 {
+        if stopOnly {
+            // The rest of the peer's body is not wanted (a refused request): it is read and
+            // dropped, and what we send (the refusal) is not cut off.
+            if let r = requests[sid] { r.released = true; r.body = []; r.bodyStart = 0 }
+            return 0
+        }
+        loop.soon { [weak self] in
+            guard let self, self.requests[sid] != nil else { return }
+            self.reset(sid, code: code)
+            self.delegate?.h3Reset(sid, code: code)
+        }
+        return 0
+    }
+
+    private func onAcked(_ sid: Int64) -> Int32 {
+        if let r = requests[sid], r.wantWritable { wakeWritable.append(sid) }
+        return 0
+    }
+
+    // MARK: bytes out
+
+    nonisolated(unsafe) private static let vecs = UnsafeMutablePointer<ch3_vec>.allocate(capacity: 16)
+
+    /// Moves what nghttp3 has (frames, headers, bodies) into QUIC's streams, as far as they
+    /// take it.
+    func pump() {
+        guard let h3, failedReason == nil, !quic.closed else { return }
+        for _ in 0..<4096 {
+            var sid: Int64 = -1
+            var fin: Int32 = 0
+            let n = ch3_writev(h3, &sid, &fin, Self.vecs, 16)
+            if n < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(n)))")); return }
+            if sid < 0 { break }
+            var total = 0
+            var taken = 0
+            for i in 0..<Int(n) {
+                let v = Self.vecs[i]
+                total += v.len
+                guard v.len > 0 else { continue }
+                let w = quic.write(sid, UnsafeRawBufferPointer(start: v.base, count: v.len))
+                taken += w
+                if w < v.len { break }
+            }
+            _ = ch3_written(h3, sid, taken)
+            if taken < total {
+                ch3_block(h3, sid)
+                requests[sid]?.blocked = true
+                continue
+            }
+            if fin != 0 {
+                quic.finish(sid)
+                if let r = requests[sid] { r.ourFinSent = true; maybeDone(r) }
+            }
+        }
+        if !wakeWritable.isEmpty {
+            let ws = wakeWritable
+            wakeWritable.removeAll()
+            for sid in ws {
+                guard let r = requests[sid], r.wantWritable, let h = r.h, ch3_body_room(h3, h) >= r.cap / 2 else { continue }
+                r.wantWritable = false
+                loop.soon { [weak self] in self?.delegate?.h3Writable(sid) }
+            }
+        }
+    }
+
+    /// Both directions are over: nghttp3 and QUIC forget the stream.
+    private func maybeDone(_ r: Request) {
+        guard let h3, r.quicFin, r.ourFinSent, r.released || r.peerFinRead else { return }
+        requests[r.id] = nil
+        ch3_close_stream(h3, r.id, 0x100)
+        r.h = nil
+        quic.release(r.id)
+    }
+
+    // MARK: QuicStreamLayer
+
+    /// Client: the session's CONNECT (the first stream) or a flow's.
+    func openStream(ringCap: Int?) -> Int64? {
+        guard let h3, !isServer, failedReason == nil, let sid = quic.openStream(ringCap: ringCap) else { return nil }
+        let session = !sessionOpened
+        let r = Request(id: sid, cap: session ? Self.sessionBodyCap : Self.flowBodyCap)
+        guard let s = ch3_connect(h3, sid, session ? Self.protocolSession : Self.protocolFlow, path, authority, r.cap) else {
+            quic.reset(sid, code: 0x102)
+            return nil
+        }
+        sessionOpened = true
+        r.session = session
+        r.h = s
+        requests[sid] = r
+        pump()
+        return sid
+    }
+
+    func writeRoom(_ id: Int64) -> Int {
+        guard let h3, let r = requests[id], let h = r.h else { return 0 }
+        let n = ch3_body_room(h3, h)
+        if n == 0 { r.wantWritable = true }
+        return n
+    }
+
+    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let h3, let r = requests[id], let h = r.h, let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
+        let n = ch3_body_write(h3, h, base.assumingMemoryBound(to: UInt8.self), bytes.count)
+        if n < bytes.count { r.wantWritable = true }
+        if n > 0 { pump() }
+        return n
+    }
+
+    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
+        guard let r = requests[id] else { return (0, true) }
+        let n = min(into.count, r.available)
+        if n > 0 {
+            r.body.withUnsafeBytes { into.baseAddress!.copyMemory(from: $0.baseAddress! + r.bodyStart, byteCount: n) }
+            took(r, n)
+        }
+        let eof = r.available == 0 && r.peerFin
+        if eof { r.peerFinRead = true; maybeDone(r) }
+        return (n, eof)
+    }
+
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        guard let r = requests[id] else { return true }
+        let n = r.available
+        if n > 0 {
+            r.body.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[r.bodyStart..<r.bodyStart + n])) }
+            took(r, n)
+        }
+        let eof = r.available == 0 && r.peerFin
+        if eof { r.peerFinRead = true; maybeDone(r) }
+        return eof
+    }
+
+    private func took(_ r: Request, _ n: Int) {
+        r.bodyStart += n
+        if r.bodyStart == r.body.count {
+            r.body.removeAll(keepingCapacity: r.body.capacity <= 256 * 1024)
+            r.bodyStart = 0
+        }
+        if !r.quicFin && r.available < r.cap / 2 {
+            toPull.append(r.id)
+            pullSoon.schedule()
+        }
+    }
+
+    func finish(_ id: Int64) {
+        guard let h3, let r = requests[id], let h = r.h, !r.ourFin else { return }
+        r.ourFin = true
+        ch3_body_end(h3, h)
+        pump()
+    }
+
+    func release(_ id: Int64) {
+        guard let r = requests[id] else { return }
+        r.released = true
+        r.body = []
+        r.bodyStart = 0
+        if !r.quicFin { toPull.append(id); pullSoon.schedule() }
+        maybeDone(r)
+    }
+
+    func reset(_ id: Int64, code: UInt64) {
+        guard let r = requests.removeValue(forKey: id) else { return }
+        if let h3 { ch3_close_stream(h3, id, code) }
+        r.h = nil
+        quic.reset(id, code: code)
+    }
+
+    func unsent(_ id: Int64) -> Int {
+        guard let h3, let h = requests[id]?.h else { return 0 }
+        return ch3_body_unsent(h3, h) + quic.unsent(id)
+    }
+}
