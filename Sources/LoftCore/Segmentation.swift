@@ -18,20 +18,10 @@ public enum TCPSegmentation {
         let h = t + Int(packet[t + 12] >> 4) * 4
         guard h >= t + 20, h <= packet.count, maxPacket > h, scratch.count >= maxPacket else { return false }
         let step = maxPacket - h
-        let payload = packet.count - h
         let seq0 = UInt32(packet[t + 4]) << 24 | UInt32(packet[t + 5]) << 16 | UInt32(packet[t + 6]) << 8 | UInt32(packet[t + 7])
         let flags = packet[t + 13]
-        let id0 = v4 ? UInt16(packet[4]) << 8 | UInt16(packet[5]) : 0
         let (source, destination) = addresses(of: packet)
-        var offset = 0
-        var index: UInt16 = 0
-        while offset < payload {
-            let n = min(step, payload - offset)
-            let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0 ..< h + n])
-            out.copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[0..<h]))
-            UnsafeMutableRawBufferPointer(rebasing: out[h...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[h + offset ..< h + offset + n]))
-            let last = offset + n == payload
-            setIPLengthAndID(out, transportOffset: t, id: id0 &+ index)
+        cut(packet, headerLength: h, pieceSize: step, scratch: scratch, { out, offset, last in
             let seq = seq0 &+ UInt32(offset)
             out[t + 4] = UInt8(seq >> 24); out[t + 5] = UInt8(seq >> 16 & 0xFF)
             out[t + 6] = UInt8(seq >> 8 & 0xFF); out[t + 7] = UInt8(seq & 0xFF)
@@ -42,10 +32,7 @@ public enum TCPSegmentation {
             put16(out, t + 16, 0)
             put16(out, t + 16, InternetChecksum.transport(source: source, destination: destination, proto: IPProtocol.tcp,
                                                           segment: UnsafeRawBufferPointer(rebasing: out[t...])))
-            body(UnsafeRawBufferPointer(out))
-            offset += n
-            index &+= 1
-        }
+        }, body)
         return true
     }
 
@@ -69,27 +56,15 @@ public enum UDPSegmentation {
         guard v4 || packet[0] >> 4 == 6, t >= (v4 ? 20 : 40), (v4 ? packet[9] : packet[6]) == IPProtocol.udp else { return false }
         let h = t + 8
         guard h < packet.count, h + min(segmentSize, packet.count - h) <= scratch.count else { return false }
-        let payload = packet.count - h
-        let id0 = v4 ? UInt16(packet[4]) << 8 | UInt16(packet[5]) : 0
         let (source, destination) = addresses(of: packet)
-        var offset = 0
-        var index: UInt16 = 0
-        while offset < payload {
-            let n = min(segmentSize, payload - offset)
-            let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0 ..< h + n])
-            out.copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[0..<h]))
-            UnsafeMutableRawBufferPointer(rebasing: out[h...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[h + offset ..< h + offset + n]))
-            setIPLengthAndID(out, transportOffset: t, id: id0 &+ index)
-            put16(out, t + 4, UInt16(8 + n))
+        cut(packet, headerLength: h, pieceSize: segmentSize, scratch: scratch, { out, _, _ in
+            put16(out, t + 4, UInt16(out.count - t))
             put16(out, t + 6, 0)
             let sum = InternetChecksum.transport(source: source, destination: destination, proto: IPProtocol.udp,
                                                  segment: UnsafeRawBufferPointer(rebasing: out[t...]))
             // 0 means "no checksum" in UDP: an all-ones sum is sent as 0xFFFF.
             put16(out, t + 6, sum == 0 ? 0xFFFF : sum)
-            body(UnsafeRawBufferPointer(out))
-            offset += n
-            index &+= 1
-        }
+        }, body)
         return true
     }
 
@@ -111,15 +86,36 @@ private func addresses(of packet: UnsafeRawBufferPointer) -> (IPAddress, IPAddre
            IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: packet[24..<40])))
 }
 
-/// A piece's IP header: its length (IPv4 total, IPv6 payload) and, for IPv4, its id and
-/// header checksum.
-private func setIPLengthAndID(_ out: UnsafeMutableRawBufferPointer, transportOffset t: Int, id: UInt16) {
-    if out[0] >> 4 == 4 {
-        put16(out, 2, UInt16(out.count))
-        put16(out, 4, id)
-        put16(out, 10, 0)
-        put16(out, 10, InternetChecksum.of(UnsafeRawBufferPointer(rebasing: out[0..<t])))
-    } else {
-        put16(out, 4, UInt16(out.count - 40))
+/// Builds each piece of `packet` in `scratch`: its first `h` bytes (the IP and transport
+/// headers), then the next at most `pieceSize` payload bytes; the IP header gets the piece's
+/// length and, for IPv4, the next id and its checksum; `transport(piece, payload offset, last)`
+/// fixes the transport header; then `body` has the piece.
+private func cut(_ packet: UnsafeRawBufferPointer, headerLength h: Int, pieceSize: Int,
+                 scratch: UnsafeMutableRawBufferPointer,
+                 _ transport: (UnsafeMutableRawBufferPointer, Int, Bool) -> Void,
+                 _ body: (UnsafeRawBufferPointer) -> Void) {
+    let v4 = packet[0] >> 4 == 4
+    let ipHeader = v4 ? Int(packet[0] & 0x0F) * 4 : 40
+    let id0 = v4 ? UInt16(packet[4]) << 8 | UInt16(packet[5]) : 0
+    let payload = packet.count - h
+    var offset = 0
+    var index: UInt16 = 0
+    while offset < payload {
+        let n = min(pieceSize, payload - offset)
+        let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0 ..< h + n])
+        out.copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[0..<h]))
+        UnsafeMutableRawBufferPointer(rebasing: out[h...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[h + offset ..< h + offset + n]))
+        if v4 {
+            put16(out, 2, UInt16(out.count))
+            put16(out, 4, id0 &+ index)
+            put16(out, 10, 0)
+            put16(out, 10, InternetChecksum.of(UnsafeRawBufferPointer(rebasing: out[0..<ipHeader])))
+        } else {
+            put16(out, 4, UInt16(out.count - 40))
+        }
+        transport(out, offset, offset + n == payload)
+        body(UnsafeRawBufferPointer(out))
+        offset += n
+        index &+= 1
     }
 }

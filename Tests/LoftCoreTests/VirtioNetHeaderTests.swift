@@ -138,6 +138,20 @@ final class VirtioNetHeaderTests: XCTestCase {
         XCTAssertNil(t.withUnsafeMutableBytes { ecn.complete($0) })
     }
 
+    /// `h` asks the kernel to complete the TCP checksum (NEEDS_CSUM at the TCP header's checksum
+    /// field), and `good` with `seed` in that field, completed as the kernel does, has its full
+    /// checksum back.
+    func assertSeedCompletes(_ good: [UInt8], _ h: VirtioNetHeader, _ seed: UInt16, ipLen: Int,
+                             file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(h.flags, VirtioNetHeader.needsChecksum, file: file, line: line)
+        XCTAssertEqual(Int(h.checksumStart), ipLen, file: file, line: line)
+        XCTAssertEqual(h.checksumOffset, 16, file: file, line: line)
+        var p = good
+        p[ipLen + 16] = UInt8(seed >> 8); p[ipLen + 17] = UInt8(truncatingIfNeeded: seed)
+        XCTAssertNil(p.withUnsafeMutableBytes { h.complete($0) }, file: file, line: line)
+        XCTAssertEqual(checksum(p, at: ipLen + 16), checksum(good, at: ipLen + 16), file: file, line: line)
+    }
+
     /// The seed is exactly what the kernel expects of a CHECKSUM_PARTIAL segment: completing it
     /// (summing from the TCP header to the end) gives the segment's full checksum back.
     func testLargeSegmentHeaderAndSeed() throws {
@@ -146,16 +160,10 @@ final class VirtioNetHeaderTests: XCTestCase {
             let good = tcp(src, dst, options: options, payload: payload)
             let (h, seed) = try XCTUnwrap(good.withUnsafeBytes { VirtioNetHeader.forLargeTCP($0, segmentSize: mss) })
             let ipLen = src.isIPv4 ? 20 : 40
-            XCTAssertEqual(h.flags, VirtioNetHeader.needsChecksum)
             XCTAssertEqual(h.gsoType, src.isIPv4 ? VirtioNetHeader.gsoTCPv4 : VirtioNetHeader.gsoTCPv6)
             XCTAssertEqual(Int(h.headerLength), ipLen + 20 + options)
             XCTAssertEqual(Int(h.gsoSize), mss)
-            XCTAssertEqual(Int(h.checksumStart), ipLen)
-            XCTAssertEqual(h.checksumOffset, 16)
-            var p = good
-            p[ipLen + 16] = UInt8(seed >> 8); p[ipLen + 17] = UInt8(truncatingIfNeeded: seed)
-            XCTAssertNil(p.withUnsafeMutableBytes { h.complete($0) })
-            XCTAssertEqual(checksum(p, at: ipLen + 16), checksum(good, at: ipLen + 16))
+            assertSeedCompletes(good, h, seed, ipLen: ipLen)
         }
     }
 
@@ -166,15 +174,9 @@ final class VirtioNetHeaderTests: XCTestCase {
             let good = tcp(src, dst, options: options, payload: payload)
             let (h, seed) = try XCTUnwrap(good.withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) })
             let ipLen = src.isIPv4 ? 20 : 40
-            XCTAssertEqual(h.flags, VirtioNetHeader.needsChecksum)
             XCTAssertEqual(h.gsoType, VirtioNetHeader.gsoNone)
             XCTAssertEqual(h.gsoSize, 0)
-            XCTAssertEqual(Int(h.checksumStart), ipLen)
-            XCTAssertEqual(h.checksumOffset, 16)
-            var p = good
-            p[ipLen + 16] = UInt8(seed >> 8); p[ipLen + 17] = UInt8(truncatingIfNeeded: seed)
-            XCTAssertNil(p.withUnsafeMutableBytes { h.complete($0) })
-            XCTAssertEqual(checksum(p, at: ipLen + 16), checksum(good, at: ipLen + 16))
+            assertSeedCompletes(good, h, seed, ipLen: ipLen)
         }
         XCTAssertNil(tcp(v4a, v4b, payload: 0).withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) }, "no payload: lwIP summed it whole")
         XCTAssertNil(udp(v4a, v4b, payload: 100).withUnsafeBytes { VirtioNetHeader.forPartialTCP($0) })

@@ -257,6 +257,20 @@ final class LargeSegmentTests: XCTestCase {
         XCTAssertEqual(h.netstack.counters.dropped(.tooLarge), 0)
     }
 
+    /// The app's SYN (MSS 1460), the outbound connects, the SYN-ACK and the app's ACK: the flow
+    /// established; its outbound stream.
+    func establish(_ h: Harness, _ app: inout AppTCP) -> TestStream {
+        _ = app.syn()
+        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
+                         window: 65535, mss: 1460))
+        let stream = h.outbound.streams[h.outbound.streams.count - 1]
+        stream.connect()
+        h.turn()
+        h.deliver(to: &app)
+        h.send(app.ackPacket())
+        return stream
+    }
+
     /// The app's segments with partial checksums (as the TUN reads them with offload) are
     /// taken unsummed, of odd and even lengths, IPv4 and IPv6, large and small; a segment with
     /// a wrong full checksum is still dropped by lwIP's verification.
@@ -265,14 +279,7 @@ final class LargeSegmentTests: XCTestCase {
             let h = Harness(mtu: 1500, offload: true)
             defer { h.shutdown() }
             var app = AppTCP(local: local, remote: remote)
-            _ = app.syn()
-            h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
-                             window: 65535, mss: 1460))
-            let stream = h.outbound.streams[0]
-            stream.connect()
-            h.turn()
-            h.deliver(to: &app)
-            h.send(app.ackPacket())
+            let stream = establish(h, &app)
             var sent: [UInt8] = []
             for (i, size) in [40_001, 1, 1460, 30_000].enumerated() {
                 let chunk = pattern(size, seed: UInt8(10 + i))
@@ -298,14 +305,7 @@ final class LargeSegmentTests: XCTestCase {
         let h = Harness(mtu: 1500, offload: true)
         defer { h.shutdown() }
         var app = AppTCP(local: appV4, remote: remoteV4)
-        _ = app.syn()
-        h.send(tcpPacket(from: app.local, to: app.remote, seq: app.isn, ack: 0, flags: PacketSummary.tcpSYN,
-                         window: 65535, mss: 1460))
-        let stream = h.outbound.streams[0]
-        stream.connect()
-        h.turn()
-        h.deliver(to: &app)
-        h.send(app.ackPacket())
+        let stream = establish(h, &app)
         var sent: [UInt8] = []
         for (i, (size, taken)) in [(60_000, true), (1000, false), (40_000, true), (20_000, false)].enumerated() {
             let chunk = pattern(size, seed: UInt8(30 + i))
