@@ -51,11 +51,11 @@ static void put_err(char *err, size_t errlen, const char *what) {
     ERR_clear_error();
 }
 
-static SSL_CTX *base_ctx(const SSL_METHOD *m, char *err, size_t errlen) {
+static SSL_CTX *base_ctx(const SSL_METHOD *m, int allow_tls12, char *err, size_t errlen) {
     SSL_CTX *s = SSL_CTX_new(m);
     if (!s) { put_err(err, errlen, "SSL_CTX_new"); return NULL; }
-    if (SSL_CTX_set_min_proto_version(s, TLS1_3_VERSION) != 1) {
-        put_err(err, errlen, "TLS 1.3 not available");
+    if (SSL_CTX_set_min_proto_version(s, allow_tls12 ? TLS1_2_VERSION : TLS1_3_VERSION) != 1) {
+        put_err(err, errlen, allow_tls12 ? "TLS 1.2 not available" : "TLS 1.3 not available");
         SSL_CTX_free(s);
         return NULL;
     }
@@ -70,9 +70,9 @@ static SSL_CTX *base_ctx(const SSL_METHOD *m, char *err, size_t errlen) {
 }
 
 ctls_ctx *ctls_client_ctx_new(const char *ca_file, const uint8_t *pin_sha256, int insecure,
-                              char *err, size_t errlen) {
+                              int allow_tls12, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
-    SSL_CTX *s = base_ctx(TLS_client_method(), err, errlen);
+    SSL_CTX *s = base_ctx(TLS_client_method(), allow_tls12, err, errlen);
     if (!s) return NULL;
     ctls_ctx *c = calloc(1, sizeof *c);
     if (!c) { SSL_CTX_free(s); snprintf(err, errlen, "out of memory"); return NULL; }
@@ -121,7 +121,7 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 
 ctls_ctx *ctls_server_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
-    SSL_CTX *s = base_ctx(TLS_server_method(), err, errlen);
+    SSL_CTX *s = base_ctx(TLS_server_method(), 0, err, errlen);
     if (!s) return NULL;
     ctls_ctx *c = calloc(1, sizeof *c);
     if (!c) { SSL_CTX_free(s); snprintf(err, errlen, "out of memory"); return NULL; }

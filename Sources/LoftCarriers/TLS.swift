@@ -53,16 +53,19 @@ public struct TLSError: Error, CustomStringConvertible, Equatable {
 }
 
 /// One OpenSSL context (SSL_CTX), made once and shared by every connection of a dialer or
-/// listener. TLS 1.3 only; ALPN `http/1.1` for the ws and get carriers.
+/// listener. TLS 1.3 only (a client may accept 1.2: `allowTLS12`); ALPN `http/1.1` for the ws
+/// and get carriers.
 public final class TLSContext {
     let raw: OpaquePointer
     public let isServer: Bool
 
-    public init(client o: TLSClientOptions, alpn: [String] = ["http/1.1"]) throws {
+    /// `allowTLS12`: for servers loft does not control (SSTP's: Windows servers before 2022
+    /// speak TLS 1.2); loft's own front and carriers stay TLS 1.3 only.
+    public init(client o: TLSClientOptions, alpn: [String] = ["http/1.1"], allowTLS12: Bool = false) throws {
         if let pin = o.pinSHA256, pin.count != 32 { throw TLSError("a SHA-256 pin is 32 bytes, got \(pin.count)") }
         var err = [CChar](repeating: 0, count: 512)
         let ctx: OpaquePointer? = o.pinSHA256.withOptionalBytes { pin in
-            ctls_client_ctx_new(o.caFile, pin, o.insecure ? 1 : 0, &err, err.count)
+            ctls_client_ctx_new(o.caFile, pin, o.insecure ? 1 : 0, allowTLS12 ? 1 : 0, &err, err.count)
         }
         guard let ctx else { throw TLSError(cString(err)) }
         raw = ctx

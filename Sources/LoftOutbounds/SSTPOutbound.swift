@@ -88,7 +88,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         self.loop = loop
         self.runtime = runtime
         self.options = options
-        context = try TLSContext(client: options.tls, alpn: [])
+        // SSTP servers are often Windows RRAS, TLS 1.2 before Server 2022: accepted here (the
+        // crypto binding ties the PPP authentication to this TLS server's certificate either way).
+        context = try TLSContext(client: options.tls, alpn: [], allowTLS12: true)
         var sn = options.tls.serverName ?? options.host
         if sn.hasPrefix("[") && sn.hasSuffix("]") { sn = String(sn.dropFirst().dropLast()) }
         serverName = sn

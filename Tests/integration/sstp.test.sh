@@ -340,11 +340,14 @@ stop_responder
 # --- PAP, the keepalive, hold -----------------------------------------------------------------
 # keepalive 1 s: an SSTP Echo Request after 1 s of silence, down after 2 s. `hold: true`: while
 # the link is down nothing routed to it goes anywhere else.
-start_responder pap
+# This responder speaks TLS 1.2 at most, as Windows servers before 2022 do: pap-up checks that
+# loft took it.
+TLS12=1 start_responder pap
 HCFG=$T_DIR/pap.yaml
 HCASES="pap-up pap-data keepalive-expiry hold-held hold-no-leak-counters hold-no-leak-capture hold-redial-address hold-exit-clean"
 if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: true')" $HCASES; then
-    if wait_log "$LOFT_LOG" 'event=sstp.up.*auth=pap' 15 && grep -q '^binding-ok' "$RESP_LOG"; then pass pap-up
+    if wait_log "$LOFT_LOG" 'event=sstp.up.*auth=pap' 15 && grep -q '^binding-ok' "$RESP_LOG" \
+        && grep -q '^tls TLSv1.2' "$RESP_LOG" && grep 'event=sstp.up' "$LOFT_LOG" | grep -q 'TLSv1.2'; then pass pap-up
     else fail pap-up "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|') / $(tail -3 "$RESP_LOG" | tr '\n' '|')"; fi
     want=$(sha_of "$T_DIR/www/f0")
     got=$(in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9102" - | sha256sum | cut -d' ' -f1)

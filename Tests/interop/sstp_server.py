@@ -11,7 +11,7 @@ The TUN gets A peer B (point-to-point); the client is given B by IPCP and D as i
 --ipv6cp: IPV6CP too (RFC 5072): the server's interface identifier is ::1 (fe80::1 on its TUN);
 the client's first identifier is Nak'ed with ::2, so the client's link-local is fe80::2; IPv6
 packets (PPP protocol 0x0057) pass through the TUN like IPv4.
-Prints one line per event (ready, auth-ok, auth-failed, binding-ok, binding-bad, up, closed).
+Prints one line per event (ready, tls VERSION, auth-ok, auth-failed, binding-ok, binding-bad, up, closed).
 SIGUSR1 mutes the current session (it keeps the connection and reads, but sends nothing more:
 no echo answers, no packets), for the client's keepalive; the next session is not muted."""
 
@@ -319,10 +319,13 @@ async def main():
     ap.add_argument("--allow", default="mschapv2,pap")
     ap.add_argument("--mru", type=int, default=1500)
     ap.add_argument("--ipv6cp", action="store_true")
+    ap.add_argument("--tls12", action="store_true", help="TLS 1.2 at most (as Windows servers before 2022)")
     a = ap.parse_args()
     a.allow = a.allow.split(",")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
+    if a.tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     cert_der = ssl.PEM_cert_to_DER_cert(open(a.cert).read().split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n")
     tun = open_tun(a.tun)
     subprocess.run(["ip", "addr", "add", a.local, "peer", a.client_address, "dev", a.tun], check=True)
@@ -339,6 +342,7 @@ async def main():
     loop.add_signal_handler(signal.SIGUSR1, mute)
 
     async def handle(reader, writer):
+        log("tls", writer.get_extra_info("ssl_object").version())
         old = current.get("s")
         if old:
             old.w.close()

@@ -19,7 +19,7 @@ enum {
 typedef struct ctls_ctx ctls_ctx;
 typedef struct ctls_conn ctls_conn;
 
-/// A client context, TLS 1.3 only. Verification, in this order of precedence:
+/// A client context, TLS 1.3 only (or 1.2 and up: allow_tls12). Verification, in this order of precedence:
 ///   insecure != 0: no verification at all (only when the configuration says so);
 ///   otherwise, if ca_file is non-NULL: the chain must verify against that PEM file and the
 ///     certificate must match the server name given to ctls_conn_new (DNS name or IP literal);
@@ -27,9 +27,11 @@ typedef struct ctls_conn ctls_conn;
 ///     SubjectPublicKeyInfo must equal it (checked after the handshake, before any data);
 ///     with a pin and no ca_file the chain is not checked (a pinned self-signed certificate);
 ///   neither ca_file nor pin: the system trust store and the hostname check.
+/// allow_tls12: TLS 1.2 is accepted too (servers loft does not control: SSTP's); otherwise
+/// TLS 1.3 only.
 /// Returns NULL on failure with a message in err.
 ctls_ctx *ctls_client_ctx_new(const char *ca_file, const uint8_t *pin_sha256, int insecure,
-                              char *err, size_t errlen);
+                              int allow_tls12, char *err, size_t errlen);
 
 /// A server context, TLS 1.3 only, with a PEM certificate chain and private key.
 ctls_ctx *ctls_server_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen);
