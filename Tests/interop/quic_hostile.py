@@ -18,7 +18,6 @@
 # - quic-oversize-dgram-back-on-stream: a 60 000-byte UDP datagram, too big for any QUIC
 #   DATAGRAM, sent as a DGRAM on the session stream to a UDP echo: the echo comes back whole,
 #   on the session stream.
-import argparse
 import asyncio
 import os
 import socket
@@ -29,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
-from quic_client import Proto, config, connect, hello, legit_session, report, udp_echo, serve_udp_echo  # noqa: E402
+from quic_common import Proto, arguments, config, connect, hello, legit_session, report, serve_udp_echo, udp_echo  # noqa: E402
 
 
 def rss_kb(pid):
@@ -154,13 +153,8 @@ async def main(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--ca", required=True)
-    ap.add_argument("--token", required=True)
+    ap = arguments()
     ap.add_argument("--front-pid", type=int, required=True)
     ap.add_argument("--source-port", type=int, required=True)
-    ap.add_argument("--echo-port", type=int, required=True)
-    ap.add_argument("--udp-echo-port", type=int, required=True)
     ap.add_argument("--flows", type=int, default=200)
     asyncio.run(asyncio.wait_for(main(ap.parse_args()), 90))
