@@ -23,16 +23,7 @@ CASES="h3-session-up h3-download-v4-50MiB h3-download-v6-50MiB h3-upload-v4-50Mi
 h3-concurrent-100 h3-flows-on-own-streams h3-dns-v4 h3-dns-v6 h3-resume-after-front-kill h3-resume-same-overlay
 h3-transfer-after-resume h3-download-across-migration h3-path-changed-migrates h3-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
-    if wait_state up 15; then
-        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default)
-        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* ]] && [[ $(field 'o["detail"]') == "h3 QUICv1 TLSv1.3 "*"alpn=h3"* ]]; then
-            pass h3-session-up; note "h3: overlay $a4, $r; $(field 'o["detail"]')"
-        else
-            fail h3-session-up "TUN not set from STATUS: addr $a4, route '$r', detail $(field 'o["detail"]')"
-        fi
-    else
-        fail h3-session-up "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
-    fi
+    session_up_check h3- "h3 QUICv1 TLSv1.3 *alpn=h3*"
     data_checks h3- "request streams"
 
     resume_checks h3-

@@ -194,6 +194,27 @@ import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"]
     loft_stop_clean "${p}hold-exit-clean"
 }
 
+# session_up_check P DETAIL [MTU]: the holder comes up (15 s) and its STATUS set the TUN: an
+# overlay address in 198.18.64.0/24, the default route via 198.18.64.1, the outbound's detail
+# matching the pattern DETAIL; with MTU, also the TUN's mtu MTU and the front's DNS server in the
+# namespace's resolv.conf. Case Psession-up.
+session_up_check() {
+    local p=$1 detail=$2 want_mtu=${3:-} a4 r mtu=
+    if wait_state up 15; then
+        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default)
+        [ -n "$want_mtu" ] && mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
+        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* ]] \
+            && { [ -z "$want_mtu" ] || { [ "$mtu" = "mtu $want_mtu" ] && grep -q "nameserver $SRV4" "/etc/netns/$APP_NS/resolv.conf"; }; } \
+            && [[ $(field 'o["detail"]') == $detail ]]; then
+            pass "${p}session-up"; note "${p%-}: overlay $a4, $r${mtu:+, $mtu}; $(field 'o["detail"]')"
+        else
+            fail "${p}session-up" "TUN not set from STATUS: addr $a4, route '$r', ${mtu:+$mtu, }detail $(field 'o["detail"]')"
+        fi
+    else
+        fail "${p}session-up" "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
+    fi
+}
+
 # data_checks P [STREAMS]: the data path through the session: 50 MiB down and up over IPv4 and
 # IPv6 (SHA-256 on both ends), 100 concurrent transfers, DNS over IPv4 and IPv6. Cases
 # Pdownload-v4-50MiB, -download-v6-50MiB, -upload-v4-50MiB, -upload-v6-50MiB, -concurrent-100,

@@ -25,17 +25,7 @@ CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload
 quic-concurrent-100 quic-flows-on-own-streams quic-dns-v4 quic-dns-v6 quic-dns-in-datagram-frames quic-resume-after-front-kill quic-resume-same-overlay
 quic-transfer-after-resume quic-download-across-migration quic-path-changed-migrates quic-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
-    if wait_state up 15; then
-        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default); mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
-        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* && $mtu == "mtu 1400" ]] \
-            && grep -q "nameserver $SRV4" "/etc/netns/$APP_NS/resolv.conf" && [[ $(field 'o["detail"]') == "quic QUICv1 TLSv1.3 "*"alpn=loft"* ]]; then
-            pass quic-session-up; note "quic: overlay $a4, $r, $mtu; $(field 'o["detail"]')"
-        else
-            fail quic-session-up "TUN not set from STATUS: addr $a4, route '$r', $mtu, detail $(field 'o["detail"]')"
-        fi
-    else
-        fail quic-session-up "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
-    fi
+    session_up_check quic- "quic QUICv1 TLSv1.3 *alpn=loft*" 1400
     data_checks quic- "QUIC streams"
     # Ten DNS queries from one UDP socket (one association): after the first (which goes on the
     # session stream behind the association's OPEN) every DGRAM is a QUIC DATAGRAM frame.

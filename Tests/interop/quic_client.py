@@ -71,12 +71,8 @@ async def main(args):
 
         # a TCP flow on a QUIC stream of its own (docs/protocol.md §1.2): the OPEN frame, then
         # raw bytes and FIN; back: OPEN_OK, the echo, FIN
-        fid = p._quic.get_next_available_stream_id()
         payload2 = os.urandom(300 * 1024)
-        p._quic.send_stream_data(fid, W.open_tcp(1, "127.0.0.1", args.echo_port) + payload2, end_stream=True)
-        p.transmit()
-        ok = await p.wait(lambda: fid in p.fins or fid in p.resets, 20)
-        got = bytes(p.data.get(fid, b""))
+        fid, ok, got = await p.echo_flow(args.echo_port, payload2, 20)
         report("quic-flow-own-stream-echo", ok and got[:8] == W.frame(W.OPEN_OK, 1) and got[8:] == payload2 and fid in p.fins,
                "stream %d: %d bytes back, head %r, fin %s" % (fid, len(got), got[:8], fid in p.fins))
         # one to an overlay address (not allowed): OPEN_FAIL not-allowed (2), then FIN

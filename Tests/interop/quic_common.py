@@ -2,7 +2,7 @@
 # quic_hostile.py; never run): PASS/FAIL lines, a protocol whose events wake waiters, the loft
 # session read frame by frame from a stream's bytes, the QUIC client configuration with the test
 # CA, a UDP echo, the command line every client takes; and for the quic carrier (ALPN loft, the
-# session on stream 0): Proto, hello and legit_session.
+# session on stream 0): Proto (with echo_flow), hello and legit_session.
 import argparse
 import asyncio
 import os
@@ -132,6 +132,16 @@ class Proto(Waiting):
     def send(self, sid, b, end=False):
         self._quic.send_stream_data(sid, b, end_stream=end)
         self.transmit()
+
+    async def echo_flow(self, port, payload, timeout):
+        """A TCP flow to 127.0.0.1:port on a QUIC stream of its own: the OPEN frame, then payload
+        and FIN. Returns the stream, whether it ended (FIN or reset) within timeout, and what
+        came back on it."""
+        fid = self._quic.get_next_available_stream_id()
+        self._quic.send_stream_data(fid, W.open_tcp(1, "127.0.0.1", port) + payload, end_stream=True)
+        self.transmit()
+        done = await self.wait(lambda: fid in self.fins or fid in self.resets, timeout)
+        return fid, done, bytes(self.data.get(fid, b""))
 
 
 def config(args, alpn=("loft",)):

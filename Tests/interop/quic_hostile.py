@@ -105,12 +105,8 @@ async def main(args):
         try:
             async with connect("127.0.0.1", args.port, configuration=config(args), create_protocol=Proto) as p2:
                 _, f2 = await hello(args, p2)
-                fid = p2._quic.get_next_available_stream_id()
                 payload = os.urandom(100 * 1024)
-                p2._quic.send_stream_data(fid, W.open_tcp(1, "127.0.0.1", args.echo_port) + payload, end_stream=True)
-                p2.transmit()
-                done = await p2.wait(lambda: fid in p2.fins or fid in p2.resets, 15)
-                back = bytes(p2.data.get(fid, b""))
+                _, done, back = await p2.echo_flow(args.echo_port, payload, 15)
                 ok = f2 is not None and f2[0] == W.STATUS and done and back[8:] == payload
         except Exception as e:  # noqa: BLE001
             print("  # legit beside unread flows: %r" % e, file=sys.stderr)
