@@ -120,6 +120,14 @@ final class H3StreamsTests: XCTestCase {
         return p
     }
 
+    /// A pair whose session CONNECT (stream 0) has been answered 200.
+    func sessionUp(_ h: Harness) throws -> Pair {
+        let p = try pair(h)
+        _ = p.client.openStream(ringCap: nil)
+        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        return p
+    }
+
     func testDecisionOrder() {
         func d(_ m: String, _ p: String, _ path: String, tooLarge: Bool = false, stream: Int64 = 0, open: Bool = false) -> Int {
             H3Streams.decide(method: m, protocol: p, path: path, tooLarge: tooLarge, sessionPath: "/loft", stream: stream, sessionOpened: open)
@@ -214,9 +222,7 @@ final class H3StreamsTests: XCTestCase {
     /// flow and the front still gets every byte and the client's end.
     func testFlowHalfCloseFrontFirst() throws {
         let h = try Harness()
-        let p = try pair(h)
-        _ = p.client.openStream(ringCap: nil)
-        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let p = try sessionUp(h)
         let f = try XCTUnwrap(p.client.openStream(ringCap: nil))
         _ = [UInt8](repeating: 7, count: 1000).withUnsafeBytes { p.client.write(f, $0) }
         XCTAssertTrue(h.run(seconds: 5) { p.se.readable.contains(f) && p.ce.responses[f] == 200 })
@@ -256,9 +262,7 @@ final class H3StreamsTests: XCTestCase {
     /// Request streams arriving out of order (the later one's packets first): both are taken.
     func testRequestStreamsOutOfOrder() throws {
         let h = try Harness()
-        let p = try pair(h)
-        _ = p.client.openStream(ringCap: nil)
-        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let p = try sessionUp(h)
         p.cq.late = [4]
         XCTAssertEqual(p.client.openStream(ringCap: nil), 4)
         XCTAssertEqual(p.client.openStream(ringCap: nil), 8)
@@ -284,9 +288,7 @@ final class H3StreamsTests: XCTestCase {
     /// A peer's reset of a request stream reaches the delegate and the stream is forgotten.
     func testResetReachesTheOtherEnd() throws {
         let h = try Harness()
-        let p = try pair(h)
-        _ = p.client.openStream(ringCap: nil)
-        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let p = try sessionUp(h)
         let f = try XCTUnwrap(p.client.openStream(ringCap: nil))
         _ = [UInt8](repeating: 1, count: 10).withUnsafeBytes { p.client.write(f, $0) }
         XCTAssertTrue(h.run(seconds: 5) { p.se.readable.contains(f) })
