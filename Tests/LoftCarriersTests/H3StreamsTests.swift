@@ -120,6 +120,14 @@ final class H3StreamsTests: XCTestCase {
         return p
     }
 
+    /// A pair whose session CONNECT (stream 0) has been answered 200.
+    func sessionUp(_ h: Harness) throws -> Pair {
+        let p = try pair(h)
+        _ = p.client.openStream(ringCap: nil)
+        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        return p
+    }
+
     func testDecisionOrder() {
         func d(_ m: String, _ p: String, _ path: String, tooLarge: Bool = false, stream: Int64 = 0, open: Bool = false) -> Int {
             H3Streams.decide(method: m, protocol: p, path: path, tooLarge: tooLarge, sessionPath: "/loft", stream: stream, sessionOpened: open)
@@ -152,27 +160,20 @@ final class H3StreamsTests: XCTestCase {
         XCTAssertEqual(p.se.accepted.first?.1, true)
         let size = 1 << 20
         let data = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
-        var sentC = 0, sentS = 0
+        var sent = [0, 0]   // by the client, by the server
         var gotS: [UInt8] = [], gotC: [UInt8] = []
         var eofS = false, eofC = false
-        func pushC() {
-            while sentC < size {
-                let n = data.withUnsafeBytes { p.client.write(0, UnsafeRawBufferPointer(rebasing: $0[sentC...])) }
+        /// Writes what `end` has not yet sent of `data` on stream 0 (as far as it takes), then its FIN.
+        func push(_ end: H3Streams, _ i: Int) {
+            while sent[i] < size {
+                let n = data.withUnsafeBytes { end.write(0, UnsafeRawBufferPointer(rebasing: $0[sent[i]...])) }
                 if n == 0 { return }
-                sentC += n
+                sent[i] += n
             }
-            p.client.finish(0)
+            end.finish(0)
         }
-        func pushS() {
-            while sentS < size {
-                let n = data.withUnsafeBytes { p.server.write(0, UnsafeRawBufferPointer(rebasing: $0[sentS...])) }
-                if n == 0 { return }
-                sentS += n
-            }
-            p.server.finish(0)
-        }
-        p.ce.onWritable = { if $0 == 0 { pushC() } }
-        p.se.onWritable = { if $0 == 0 { pushS() } }
+        p.ce.onWritable = { if $0 == 0 { push(p.client, 0) } }
+        p.se.onWritable = { if $0 == 0 { push(p.server, 1) } }
         p.se.onReadable = { sid in
             guard sid == 0 else { return }
             eofS = p.server.drain(0) { gotS += $0 } || eofS
@@ -181,13 +182,13 @@ final class H3StreamsTests: XCTestCase {
             guard sid == 0 else { return }
             eofC = p.client.drain(0) { gotC += $0 } || eofC
         }
-        pushC()
-        pushS()
+        push(p.client, 0)
+        push(p.server, 1)
         // A flow beside the session.
         let flow = try XCTUnwrap(p.client.openStream(ringCap: nil))
         XCTAssertEqual(flow, 4)
         XCTAssertTrue(h.run(seconds: 20) { eofS && eofC && p.ce.responses[4] != nil },
-                      "eofS \(eofS) eofC \(eofC) sent \(sentC)/\(sentS) got \(gotS.count)/\(gotC.count) flow \(String(describing: p.ce.responses[4])) failed \(String(describing: p.ce.failed))/\(String(describing: p.se.failed))")
+                      "eofS \(eofS) eofC \(eofC) sent \(sent[0])/\(sent[1]) got \(gotS.count)/\(gotC.count) flow \(String(describing: p.ce.responses[4])) failed \(String(describing: p.ce.failed))/\(String(describing: p.se.failed))")
         XCTAssertEqual(gotS, data)
         XCTAssertEqual(gotC, data)
         XCTAssertEqual(p.ce.responses[4], 200)
@@ -221,9 +222,7 @@ final class H3StreamsTests: XCTestCase {
     /// flow and the front still gets every byte and the client's end.
     func testFlowHalfCloseFrontFirst() throws {
         let h = try Harness()
-        let p = try pair(h)
-        _ = p.client.openStream(ringCap: nil)
-        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let p = try sessionUp(h)
         let f = try XCTUnwrap(p.client.openStream(ringCap: nil))
         _ = [UInt8](repeating: 7, count: 1000).withUnsafeBytes { p.client.write(f, $0) }
         XCTAssertTrue(h.run(seconds: 5) { p.se.readable.contains(f) && p.ce.responses[f] == 200 })
@@ -263,9 +262,7 @@ final class H3StreamsTests: XCTestCase {
     /// Request streams arriving out of order (the later one's packets first): both are taken.
     func testRequestStreamsOutOfOrder() throws {
         let h = try Harness()
-        let p = try pair(h)
-        _ = p.client.openStream(ringCap: nil)
-        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let p = try sessionUp(h)
         p.cq.late = [4]
         XCTAssertEqual(p.client.openStream(ringCap: nil), 4)
         XCTAssertEqual(p.client.openStream(ringCap: nil), 8)
@@ -291,9 +288,7 @@ final class H3StreamsTests: XCTestCase {
     /// A peer's reset of a request stream reaches the delegate and the stream is forgotten.
     func testResetReachesTheOtherEnd() throws {
         let h = try Harness()
-        let p = try pair(h)
-        _ = p.client.openStream(ringCap: nil)
-        XCTAssertTrue(h.run(seconds: 5) { p.ce.responses[0] == 200 })
+        let p = try sessionUp(h)
         let f = try XCTUnwrap(p.client.openStream(ringCap: nil))
         _ = [UInt8](repeating: 1, count: 10).withUnsafeBytes { p.client.write(f, $0) }
         XCTAssertTrue(h.run(seconds: 5) { p.se.readable.contains(f) })

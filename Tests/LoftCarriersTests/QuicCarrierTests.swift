@@ -8,31 +8,15 @@ import XCTest
 /// The quic carrier: client ↔ front's QUIC listener on 127.0.0.1 (UDP, the TCP listener's port
 /// number), with the test PKI.
 final class QuicCarrierTests: XCTestCase {
-    static let mib = 1 << 20
+    static let mib = QuicFixture.mib
 
     func testTransferBothWaysWithSHA256() throws {
         let size = 16 * Self.mib
-        let h = try Harness()
-        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
-        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
-        XCTAssertEqual(listener.quicEndpoint?.port, listener.localEndpoint.port)
-        let client = try h.client(.quic, port: listener.localEndpoint.port)
-        let peer = StreamPeer(total: size, expectReceive: size)
-        let carrier = client.dial(delegate: peer)
-        peer.carrier = carrier
-        let (ok, elapsed, tls) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 120)
-        XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
-        XCTAssertNil(peer.closedReason)
-        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
-        XCTAssertEqual(server.received, size)
-        XCTAssertEqual(peer.received, size)
-        XCTAssertEqual(peer.sentDigest, server.receivedDigest, "client → server SHA-256")
-        XCTAssertEqual(server.sentDigest, peer.receivedDigest, "server → client SHA-256")
-        XCTAssertEqual(server.closedReason, .closed)
+        let f = try QuicFixture(.quic, size: size)
+        XCTAssertEqual(f.listener.quicEndpoint?.port, f.listener.localEndpoint.port)
+        guard let (_, tls) = try f.transferBothWays(size: size) else { return }
         XCTAssertTrue(tls.hasPrefix("QUICv1 TLSv1.3 ") && tls.hasSuffix("alpn=loft"), tls)
-        XCTAssertEqual(acceptor.carriers.first?.kind, .quic)
-        print("carrier quic: \(size / Self.mib) MiB each way in \(elapsed) ms")
-        listener.close()
+        f.listener.close()
     }
 
     /// `quic-retry: always`: the front answers the client's first Initial with a Retry, loft's
@@ -40,21 +24,15 @@ final class QuicCarrierTests: XCTestCase {
     /// transfer intact.
     func testClientThroughRetry() throws {
         let size = 1 * Self.mib
-        let h = try Harness()
-        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
-        var options = CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), kinds: [.quic], tls: TestPKI.shared.server)
-        options.quicRetry = .always
-        let listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
-        let client = try h.client(.quic, port: listener.localEndpoint.port)
-        let peer = StreamPeer(total: size, expectReceive: size)
-        let carrier = client.dial(delegate: peer)
-        peer.carrier = carrier
-        let (ok, _, _) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 30)
+        let f = try QuicFixture(.quic, size: size) { $0.quicRetry = .always }
+        let client = try f.client()
+        let (carrier, peer) = f.dialStream(client, size: size)
+        let (ok, _, _) = exchangeAndClose(f.h, carrier, peer, f.acceptor, seconds: 30)
         XCTAssertTrue(ok, "timed out: client sent \(peer.sent) got \(peer.received)")
-        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
+        guard let server = f.acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
         XCTAssertEqual(peer.sentDigest, server.receivedDigest)
         XCTAssertEqual(server.sentDigest, peer.receivedDigest)
-        let v = try XCTUnwrap(listener.quicValidation)
+        let v = try XCTUnwrap(f.listener.quicValidation)
         XCTAssertEqual(v.retries, 1)
         XCTAssertEqual(v.validated, 1)
         XCTAssertEqual(v.badTokens, 0)
@@ -62,40 +40,33 @@ final class QuicCarrierTests: XCTestCase {
         // The front sent a NEW_TOKEN: the next connection's Initial carries it and gets in
         // without a Retry.
         let acceptor2 = Acceptor { _ in StreamPeer(total: 1000, expectReceive: 1000) }
-        listener.delegate = acceptor2
-        let peer2 = StreamPeer(total: 1000, expectReceive: 1000)
-        let carrier2 = client.dial(delegate: peer2)
-        peer2.carrier = carrier2
-        let (ok2, _, _) = exchangeAndClose(h, carrier2, peer2, acceptor2, seconds: 30)
+        f.listener.delegate = acceptor2
+        let (carrier2, peer2) = f.dialStream(client, size: 1000)
+        let (ok2, _, _) = exchangeAndClose(f.h, carrier2, peer2, acceptor2, seconds: 30)
         XCTAssertTrue(ok2)
-        let v2 = try XCTUnwrap(listener.quicValidation)
+        let v2 = try XCTUnwrap(f.listener.quicValidation)
         XCTAssertEqual(v2.retries, 1, "no second Retry")
         XCTAssertEqual(v2.validated, 2)
-        listener.close()
+        f.listener.close()
     }
 
     /// The front loses a connection without a word (its ids route nowhere): the client's next
     /// packet is answered with a stateless reset carrying the token the connection announced,
     /// and the client ends the carrier at once instead of after the 30 s idle timeout.
     func testForgottenConnectionIsEndedByStatelessReset() throws {
-        let h = try Harness()
-        let acceptor = Acceptor { _ in Recorder() }
-        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
-        let client = try h.client(.quic, port: listener.localEndpoint.port)
-        let r = Recorder()
-        let carrier = client.dial(delegate: r)
-        XCTAssertTrue(h.run(seconds: 10) { r.connected && !acceptor.carriers.isEmpty })
-        let server = try XCTUnwrap(acceptor.carriers.first as? QuicCarrier)
+        let f = try QuicFixture(.quic)
+        let (carrier, r) = f.dialRecorder(try f.client()) { [acceptor = f.acceptor] in $0.connected && !acceptor.carriers.isEmpty }
+        let server = try XCTUnwrap(f.acceptor.carriers.first as? QuicCarrier)
         server.listener?.forget(server)
         XCTAssertEqual([UInt8](repeating: 7, count: 500).withUnsafeBytes { carrier.write($0) }, 500)
         carrier.flush()
         let t0 = monotonicMilliseconds()
-        XCTAssertTrue(h.run(seconds: 5) { r.closedReason != nil }, "the client did not notice")
+        XCTAssertTrue(f.h.run(seconds: 5) { r.closedReason != nil }, "the client did not notice")
         XCTAssertLessThan(monotonicMilliseconds() - t0, 5000)
-        XCTAssertGreaterThanOrEqual(listener.quicValidation?.resets ?? 0, 1)
+        XCTAssertGreaterThanOrEqual(f.listener.quicValidation?.resets ?? 0, 1)
         XCTAssertNotEqual(r.closedReason, .closed)
         server.abort()
-        listener.close()
+        f.listener.close()
     }
 
     func testRetryPolicy() {
@@ -109,140 +80,54 @@ final class QuicCarrierTests: XCTestCase {
     /// the same connection (and session stream) carries on, every byte arrives.
     func testMigrationInTheMiddleOfATransfer() throws {
         let size = 16 * Self.mib
-        let h = try Harness()
-        let acceptor = Acceptor { _ in StreamPeer(total: size, expectReceive: size) }
-        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
-        let client = try h.client(.quic, port: listener.localEndpoint.port)
-        let peer = StreamPeer(total: size, expectReceive: size)
-        let carrier = client.dial(delegate: peer)
-        peer.carrier = carrier
-        var asked = false
-        var started = false
-        var outcome: Bool?
-        var closing = false
-        let ok = h.run(seconds: 60) {
-            if !asked && peer.received >= 4 * Self.mib {
-                asked = true
-                started = carrier.migrate { outcome = $0 }
-            }
-            guard let server = acceptor.peers.first as? StreamPeer else { return peer.closedReason != nil }
-            if !closing && outcome != nil && peer.sendDone && peer.receiveDone && server.sendDone && server.receiveDone {
-                closing = true
-                carrier.close()
-            }
-            return closing && server.closedReason != nil || peer.closedReason != nil
-        }
-        XCTAssertTrue(ok, "timed out: got \(peer.received), migration \(String(describing: outcome))")
-        XCTAssertTrue(started)
-        XCTAssertEqual(outcome, true)
-        XCTAssertEqual((carrier as? QuicCarrier)?.quic?.migrations, 1)
-        XCTAssertNil(peer.closedReason)
-        guard let server = acceptor.peers.first as? StreamPeer else { return XCTFail("no carrier accepted") }
-        XCTAssertEqual(acceptor.peers.count, 1, "one connection: the migration did not redial")
-        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
-        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
-        XCTAssertEqual(server.closedReason, .closed)
-        listener.close()
+        try QuicFixture(.quic, size: size).migrateInTheMiddleOfATransfer(size: size, after: 4 * Self.mib)
+    }
+
+    /// The front's max-streams as QUIC's stream limit: with max-streams 4 the client can open
+    /// 4 flow streams besides the session stream, then no more (it waits, nothing is reset).
+    func testMaxStreamsIsTheQuicStreamLimit() throws {
+        let f = try QuicFixture(.quic) { $0.quicMaxStreams = 4 }
+        let (carrier, _) = f.dialRecorder(try f.client()) { $0.connected }
+        var flows: [QuicFlow] = []
+        while flows.count < 10, let flow = (carrier as? FlowCarrier)?.openFlow() { flows.append(flow) }
+        XCTAssertEqual(flows.count, 4)
+        carrier.close()
+        f.listener.close()
     }
 
     /// Flows on streams of their own, one after the other, more than the 1024 streams the
     /// front allows at once: each is refused (reset) by a delegate that does not take flows,
     /// and the front raises the stream limit as they close, so the 1100th still opens.
-    /// The front's max-streams as QUIC's stream limit: with max-streams 4 the client can open
-    /// 4 flow streams besides the session stream, then no more (it waits, nothing is reset).
-    func testMaxStreamsIsTheQuicStreamLimit() throws {
-        let h = try Harness()
-        let acceptor = Acceptor { _ in Recorder() }
-        var options = CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), kinds: [.quic], tls: TestPKI.shared.server)
-        options.quicMaxStreams = 4
-        let listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
-        let client = try h.client(.quic, port: listener.localEndpoint.port)
-        let r = Recorder()
-        let carrier = client.dial(delegate: r)
-        XCTAssertTrue(h.run(seconds: 10) { r.connected })
-        var flows: [QuicFlow] = []
-        while flows.count < 10, let f = (carrier as? FlowCarrier)?.openFlow() { flows.append(f) }
-        XCTAssertEqual(flows.count, 4)
-        carrier.close()
-        listener.close()
-    }
-
     func testMoreFlowsOverTimeThanTheStreamLimit() throws {
-        final class Events: ByteStreamEvents {
-            var failed = 0
-            var next: (() -> Void)?
-            func streamConnected() {}
-            func streamFailed(_ failure: FlowFailure) { failed += 1; next?() }
-            func streamReadable() {}
-            func streamWritable() {}
-        }
-        let h = try Harness()
-        let acceptor = Acceptor { _ in Recorder() }
-        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
-        let client = try h.client(.quic, port: listener.localEndpoint.port)
-        let r = Recorder()
-        let carrier = client.dial(delegate: r)
-        XCTAssertTrue(h.run(seconds: 10) { r.connected })
-        let ev = Events()
-        var opened = 0
-        var stuck = false
-        // The next flow opens as the last one is reset (from the loop, not the check's polling).
-        ev.next = {
-            guard opened < 1100 else { return }
-            h.loop.soon {
-                guard let f = (carrier as? FlowCarrier)?.openFlow() else { stuck = true; return }
-                f.events = ev
-                var b: UInt8 = 1
-                var v = iovec(iov_base: &b, iov_len: 1)
-                _ = f.write(&v, count: 1)
-                opened += 1
-            }
-        }
-        ev.next?()
-        let ok = h.run(seconds: 60) { stuck || ev.failed == 1100 }
-        XCTAssertTrue(ok, "opened \(opened), reset \(ev.failed)")
-        XCTAssertFalse(stuck, "no stream left after \(opened) flows")
-        XCTAssertEqual(ev.failed, 1100)
-        carrier.close()
-        listener.close()
+        try QuicFixture(.quic).flowsOneAfterAnother(1100)
     }
 
     func testWrongCAFailsTheHandshake() throws {
-        let h = try Harness()
-        let acceptor = Acceptor { _ in Recorder() }
-        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let f = try QuicFixture(.quic)
         // The server certificate's name is front.test: another name must fail verification.
-        let client = try h.client(.quic, port: listener.localEndpoint.port,
-                                  tls: TLSClientOptions(serverName: "other.test", caFile: TestPKI.shared.ca))
-        let r = Recorder()
-        let carrier = client.dial(delegate: r)
-        XCTAssertTrue(h.run(seconds: 10) { r.closedReason != nil })
+        let client = try f.client(tls: TLSClientOptions(serverName: "other.test", caFile: TestPKI.shared.ca))
+        let (carrier, r) = f.dialRecorder(client) { $0.closedReason != nil }
         guard case .tls(let why)? = r.closedReason else { return XCTFail("\(String(describing: r.closedReason))") }
         XCTAssertFalse(r.connected)
-        XCTAssertTrue(acceptor.carriers.isEmpty)
+        XCTAssertTrue(f.acceptor.carriers.isEmpty)
         print("wrong name: \(why)")
         _ = carrier
-        listener.close()
+        f.listener.close()
     }
 
     func testPinAndInsecure() throws {
-        let h = try Harness()
-        let acceptor = Acceptor { _ in Recorder() }
-        let listener = try h.listener(kinds: [.quic], delegate: acceptor)
+        let f = try QuicFixture(.quic)
         let good = try XCTUnwrap(TLSClientOptions.parsePin(try TLSContext.pin(ofCertificateFile: TestPKI.shared.cert)))
         var bad = good
         bad[0] ^= 1
         for (tls, expectUp) in [(TLSClientOptions(serverName: "front.test", pinSHA256: good), true),
                                 (TLSClientOptions(serverName: "front.test", pinSHA256: bad), false),
                                 (TLSClientOptions(serverName: "whatever", insecure: true), true)] {
-            let client = try h.client(.quic, port: listener.localEndpoint.port, tls: tls)
-            let r = Recorder()
-            let carrier = client.dial(delegate: r)
-            XCTAssertTrue(h.run(seconds: 10) { r.connected || r.closedReason != nil })
+            let (carrier, r) = f.dialRecorder(try f.client(tls: tls)) { $0.connected || $0.closedReason != nil }
             XCTAssertEqual(r.connected, expectUp, "\(tls): \(String(describing: r.closedReason))")
             carrier.abort()
         }
-        listener.close()
+        f.listener.close()
     }
 
     func testNoServerIsAConnectFailureOrTimeout() throws {

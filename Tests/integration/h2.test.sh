@@ -185,14 +185,7 @@ if require_loft "$LOFT_CFG" $CASES; then
 fi
 
 # --- the same port serves ws beside h2 (ALPN http/1.1) --------------------------------------
-LOFT_CFG=$(holder_config holder-ws ws)
-CASES="ws-beside-h2 ws-beside-h2-exit-clean"
-if require_loft "$LOFT_CFG" $CASES; then
-    if wait_state up 15 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html" \
-        && [[ $(field 'o["detail"]') == *"alpn=http/1.1"* ]]; then pass ws-beside-h2
-    else fail ws-beside-h2 "state $(field 'o["state"]'), $(field 'o["detail"]')"; fi
-    loft_stop_clean ws-beside-h2-exit-clean
-fi
+beside_check ws h2 http/1.1
 
 front_kill
 finish

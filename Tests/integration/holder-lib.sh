@@ -1,6 +1,6 @@
-# Shared by holder.test.sh and h2.test.sh (sourced after lib.sh, never run): the topology and
-# servers, loft-front on 127.0.0.1 (front_start, front_kill), the holder's config
-# (holder_config) and the data-path checks each carrier runs.
+# Shared by holder.test.sh, h2.test.sh, quic.test.sh and h3.test.sh (sourced after lib.sh, never
+# run): the topology and servers, loft-front on 127.0.0.1 (front_start, front_kill), the holder's
+# config (holder_config) and the data-path checks each carrier runs.
 
 FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 FRONT_PORT=$((20000 + T_ID % 20000))
@@ -192,4 +192,101 @@ import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"]
     if wait_state up 20 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html"; then pass "${p}hold-traffic-back"
     else fail "${p}hold-traffic-back" "state $(field 'o["state"]'), curl failed"; fi
     loft_stop_clean "${p}hold-exit-clean"
+}
+
+# session_up_check P DETAIL [MTU]: the holder comes up (15 s) and its STATUS set the TUN: an
+# overlay address in 198.18.64.0/24, the default route via 198.18.64.1, the outbound's detail
+# matching the pattern DETAIL; with MTU, also the TUN's mtu MTU and the front's DNS server in the
+# namespace's resolv.conf. Case Psession-up.
+session_up_check() {
+    local p=$1 detail=$2 want_mtu=${3:-} a4 r mtu=
+    if wait_state up 15; then
+        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default)
+        [ -n "$want_mtu" ] && mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
+        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* ]] \
+            && { [ -z "$want_mtu" ] || { [ "$mtu" = "mtu $want_mtu" ] && grep -q "nameserver $SRV4" "/etc/netns/$APP_NS/resolv.conf"; }; } \
+            && [[ $(field 'o["detail"]') == $detail ]]; then
+            pass "${p}session-up"; note "${p%-}: overlay $a4, $r${mtu:+, $mtu}; $(field 'o["detail"]')"
+        else
+            fail "${p}session-up" "TUN not set from STATUS: addr $a4, route '$r', ${mtu:+$mtu, }detail $(field 'o["detail"]')"
+        fi
+    else
+        fail "${p}session-up" "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
+    fi
+}
+
+# data_checks P [STREAMS]: the data path through the session: 50 MiB down and up over IPv4 and
+# IPv6 (SHA-256 on both ends), 100 concurrent transfers, DNS over IPv4 and IPv6. Cases
+# Pdownload-v4-50MiB, -download-v6-50MiB, -upload-v4-50MiB, -upload-v6-50MiB, -concurrent-100,
+# -dns-v4, -dns-v6; with STREAMS (what a flow's stream is called in the note), also
+# Pflows-on-own-streams: the 100 transfers took 100 more flow streams.
+data_checks() {
+    local p=$1 streams=${2:-} f0 f1
+    download "${p}download-v4-50MiB" "http://$SRV4/big"
+    download "${p}download-v6-50MiB" "http://[$SRV6]/big"
+    upload "${p}upload-v4-50MiB" "$SRV4"
+    upload "${p}upload-v6-50MiB" "$SRV6"
+    if [ -n "$streams" ]; then f0=$(field 'c["flow-streams"]'); fi
+    concurrent "${p}concurrent-100" 100
+    if [ -n "$streams" ]; then
+        f1=$(field 'c["flow-streams"]')
+        if [ $((f1 - f0)) -ge 100 ]; then pass "${p}flows-on-own-streams"; note "TCP flows on $streams of their own: $f0 -> $f1"
+        else fail "${p}flows-on-own-streams" "flow-streams $f0 -> $f1 over 100 transfers"; fi
+    fi
+    dns "${p}dns-v4" "$SRV4" A "$DNS_A"
+    dns "${p}dns-v6" "$SRV6" AAAA "$DNS_AAAA"
+}
+
+# resume_checks P: loft-front killed (SIGKILL) and restarted: the session resumes with the same
+# instance and overlay address, and a 50 MiB download goes through after it. Cases
+# Presume-after-front-kill, Presume-same-overlay, Ptransfer-after-resume. Sets A0, the overlay
+# address before the kill.
+resume_checks() {
+    local p=$1 id0 id1 a1 res
+    id0=$(instance); A0=$(tun_addr4)
+    front_kill
+    wait_state down 10 || note "state after kill: $(field 'o["state"]')"
+    front_start
+    if wait_state up 20; then
+        id1=$(instance); a1=$(tun_addr4); res=$(field 'c["resumes"]')
+        if [ "$id1" = "$id0" ] && [ "${res:-0}" -ge 1 ]; then pass "${p}resume-after-front-kill"
+        else fail "${p}resume-after-front-kill" "instance $id0 -> $id1, resumes $res"; fi
+        if [ "$a1" = "$A0" ]; then pass "${p}resume-same-overlay"; else fail "${p}resume-same-overlay" "address $A0 -> $a1"; fi
+    else
+        fail "${p}resume-after-front-kill" "not up again after the restart: $(field 'o["detail"]')"
+        fail "${p}resume-same-overlay" "not up"
+    fi
+    download "${p}transfer-after-resume" "http://$SRV4/big"
+}
+
+# migration_checks P [ADDR]: `loft path-changed` in the middle of a 50 MiB download over a
+# carrier on QUIC: the connection migrates to a new socket (path validation), the session and
+# the download's stream carry on (no RESUME, no carrier loss, still up; with ADDR, the overlay
+# address is still ADDR). Cases Pdownload-across-migration, Ppath-changed-migrates.
+migration_checks() {
+    local p=$1 addr=${2:-} r0 l0 m0 m1 pc
+    r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
+    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ) &
+    pc=$!
+    download "${p}download-across-migration" "http://$SRV4/big" --limit-rate 25M
+    wait "$pc" 2>/dev/null
+    m1=$(field 'c["migrations"]')
+    if [ "$m1" = $((m0 + 1)) ] && [ "$(field 'c["resumes"]')" = "$r0" ] && [ "$(field 'c["carrier-losses"]')" = "$l0" ] \
+        && [ "$(field 'o["state"]')" = up ] && { [ -z "$addr" ] || [ "$(tun_addr4)" = "$addr" ]; }; then
+        pass "${p}path-changed-migrates"; note "path-changed: migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
+    else
+        fail "${p}path-changed-migrates" "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]')"
+    fi
+}
+
+# beside_check CARRIER OTHER ALPN: a holder over CARRIER on the front's port that also serves
+# OTHER comes up with ALPN and carries a request. Cases CARRIER-beside-OTHER, -exit-clean.
+beside_check() {
+    local name=$1-beside-$2 alpn=$3
+    LOFT_CFG=$(holder_config "holder-$1" "$1")
+    require_loft "$LOFT_CFG" "$name" "$name-exit-clean" || return 0
+    if wait_state up 15 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html" \
+        && [[ $(field 'o["detail"]') == *"alpn=$alpn"* ]]; then pass "$name"
+    else fail "$name" "state $(field 'o["state"]'), $(field 'o["detail"]')"; fi
+    loft_stop_clean "$name-exit-clean"
 }

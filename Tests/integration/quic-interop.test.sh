@@ -31,11 +31,9 @@
 #    session's extended CONNECT and HELLO, a TCP flow in a CONNECT loft-flow of its own (1 MiB
 #    echoed, SHA-256), UDP datagrams echoed on the session stream.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/quic-lib.sh"
 
-FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
-INTEROP=$LOFT_REPO/Tests/interop
 TOKEN=interop-token-$T_ID
-FRONT_LOG=$T_DIR/front.log
 CASES="quic-handshake-alpn-loft quic-hello-status quic-session-ping-pong quic-open-tcp-ok quic-tcp-echo-200k
 quic-open-udp-ok quic-udp-echo quic-udp-echo-datagram-frames quic-flow-own-stream-echo quic-flow-own-stream-refused quic-session-end quic-bad-token-goaway quic-other-alpn-refused
 quic-stateless-reset quic-no-reset-for-21-bytes quic-resets-rate-limited quic-forged-token-dropped
@@ -44,26 +42,11 @@ h3-handshake-alpn-h3 h3-connect-200 h3-hello-status h3-session-ping-pong h3-flow
 h3-udp-echo-on-session-stream h3-refusals-404-405 h3-session-end h3-bad-token-goaway"
 SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 
-python3 -c 'import aioquic' 2>/dev/null || die "python3 cannot import aioquic (pip install aioquic)"
-[ -x "$FRONT_BIN" ] || die "no loft-front binary at $FRONT_BIN"
-
-# Three free loopback ports: the front's (TCP and UDP), the TCP echo's, the UDP echo's.
-read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(python3 - <<'PYEOF'
-import socket
-out, keep = [], []
-while len(out) < 5:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", p))
-    except OSError:
-        s.close(); u.close(); continue
-    keep += [s, u]; out.append(p)
-print(" ".join(map(str, out)))
-PYEOF
-)"
+# Five free loopback ports: the front's (TCP and UDP), the TCP echo's, the UDP echo's, the
+# aioquic server's, loft's SOCKS5.
+read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(free_ports 5)"
 [ -n "$SOCKS_PORT" ] || die "could not pick free ports"
-"$INTEROP/gen-certs.sh" "$T_DIR/certs" >/dev/null || die "gen-certs.sh failed"
+certs
 
 cat >"$T_DIR/front.yaml" <<EOF
 log: info
@@ -76,15 +59,7 @@ keepalive: 10s
 control: $T_DIR/front.sock
 EOF
 
-python3 "$INTEROP/tcp_echo.py" "$ECHO_PORT" >"$T_DIR/echo.log" 2>&1 </dev/null &
-EPID=$!; T_PIDS+=("$EPID"); register_pid "$EPID"
-"$FRONT_BIN" run -c "$T_DIR/front.yaml" >"$FRONT_LOG" 2>&1 </dev/null &
-FRONT_PID=$!; T_PIDS+=("$FRONT_PID"); register_pid "$FRONT_PID"
-for _ in $(seq 100); do grep -q 'event=ready' "$FRONT_LOG" && ss -Hltn "sport = :$ECHO_PORT" | grep -q . && break; sleep 0.1; done
-if ! grep -q 'event=ready' "$FRONT_LOG"; then
-    for c in $CASES $SHELL_CASES; do fail "$c" "loft-front did not start: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; done
-    finish
-fi
+front_up $CASES $SHELL_CASES
 rss0=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
 
 t0=$(now_ms)
@@ -99,16 +74,9 @@ timeout -k 5 70 python3 "$INTEROP/h3_client.py" --port "$FRONT_PORT" --ca "$T_DI
 CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
 wait "$CPID"
 note "aioquic h3 client: $(( $(now_ms) - t0 )) ms"
-grep '^  #' "$T_DIR/client.err" | sed 's/^  # /client: /' | while read -r l; do note "$l"; done
-while read -r st name rest; do
-    case $st in PASS) pass "$name" ;; FAIL) fail "${name%:}" "$rest" ;; esac
-done <"$T_DIR/client.out"
-for c in $CASES; do
-    grep -qE "^(PASS|FAIL) $c(:|$)" "$T_DIR/client.out" || fail "$c" "not reported: $(tail -2 "$T_DIR/client.err" | tr '\n' '|')"
-done
+client_results $CASES
 
-stats=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1)
-sv() { echo "$stats" | awk -v k="$1" '$1 == k { print $2 }'; }
+front_stats
 if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 2 ] && [ "$(sv requests_rejected)" = 2 ] && [ "$(sv quic_packets_dropped)" -ge 2900 ] \
     && [ "$(sv quic_retries)" -ge 500 ] && [ "$(sv quic_tokens_validated)" -ge 3 ] && [ "$(sv quic_tokens_invalid)" -ge 1 ] \
     && [ "$(sv quic_resets)" -ge 50 ] && [ "$(sv streams_opened)" -ge 2 ] && [ "$(sv datagrams_down)" -ge 2 ]; then
@@ -121,38 +89,47 @@ rss1=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
 if [ -n "$rss1" ] && [ "$rss1" -lt $((rss0 + 65536)) ]; then pass front-memory-bounded; note "front RSS ${rss0} kB -> ${rss1} kB"
 else fail front-memory-bounded "front RSS ${rss0} kB -> ${rss1} kB (allowed +64 MiB)"; fi
 
-kill -TERM "$FRONT_PID"
-rc=0; wait "$FRONT_PID" || rc=$?
-if [ $rc -eq 0 ] && grep -q 'event=stopped' "$FRONT_LOG"; then pass front-exit-clean
-else fail front-exit-clean "exit $rc: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; fi
-# --- 2. loft's holder -> an aioquic server that speaks the session ---------------------------
-RESULTS=$T_DIR/server.jsonl
-: >"$RESULTS"
-python3 "$INTEROP/quic_session_server.py" --port "$SERVER_PORT" --cert "$T_DIR/certs/server.pem" \
-    --key "$T_DIR/certs/server.key" --results "$RESULTS" >"$T_DIR/server.log" 2>&1 </dev/null &
-SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
-CTL=/run/loft/quic-interop-$$.sock
-on_cleanup "rm -f $CTL"
-cat >"$T_DIR/loft.yaml" <<EOF
+front_exit_clean
+
+# aioquic_holder SUFFIX CARRIER SERVER_PORT SOCKS_PORT [SERVER_ARG...]: Tests/interop/
+# quic_session_server.py on SERVER_PORT (what it saw in RESULTS=$T_DIR/serverSUFFIX.jsonl, its log
+# in serverSUFFIX.log) and loft's holder over CARRIER to it with only a SOCKS5 input on
+# SOCKS_PORT (config loftSUFFIX.yaml, log loftSUFFIX.log, control CTL), then the holder's state
+# in $state once up (or after 10 s).
+aioquic_holder() {
+    local sfx=$1 carrier=$2 server_port=$3 socks_port=$4
+    shift 4
+    RESULTS=$T_DIR/server$sfx.jsonl
+    : >"$RESULTS"
+    python3 "$INTEROP/quic_session_server.py" --port "$server_port" --cert "$T_DIR/certs/server.pem" \
+        --key "$T_DIR/certs/server.key" --results "$RESULTS" "$@" >"$T_DIR/server$sfx.log" 2>&1 </dev/null &
+    SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
+    CTL=/run/loft/quic-interop$sfx-$$.sock
+    on_cleanup "rm -f $CTL"
+    cat >"$T_DIR/loft$sfx.yaml" <<EOF
 log: info
-socks5: { listen: 127.0.0.1:$SOCKS_PORT }
+socks5: { listen: 127.0.0.1:$socks_port }
 bridge: off
 outbounds:
-  - { name: home, type: loft, server: 127.0.0.1:$SERVER_PORT, carrier: quic, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
+  - { name: home, type: loft, server: 127.0.0.1:$server_port, carrier: $carrier, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
 default: home
 control: $CTL
 EOF
-for _ in $(seq 100); do grep -q listening "$T_DIR/server.log" && break; sleep 0.1; done
-LOFT_LOG=$T_DIR/loft.log
-"$LOFT_BIN" run -c "$T_DIR/loft.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
-LOFT_PID=$!; register_pid "$LOFT_PID"
-state=
-for _ in $(seq 100); do
-    state=$("$LOFT_BIN" status --json -c "$T_DIR/loft.yaml" 2>/dev/null | python3 -c '
+    for _ in $(seq 100); do grep -q listening "$T_DIR/server$sfx.log" && break; sleep 0.1; done
+    LOFT_LOG=$T_DIR/loft$sfx.log
+    "$LOFT_BIN" run -c "$T_DIR/loft$sfx.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
+    LOFT_PID=$!; register_pid "$LOFT_PID"
+    state=
+    for _ in $(seq 100); do
+        state=$("$LOFT_BIN" status --json -c "$T_DIR/loft$sfx.yaml" 2>/dev/null | python3 -c '
 import json, sys; d = json.load(sys.stdin); print(next(o for o in d["outbounds"] if o["name"] == "home")["state"])' 2>/dev/null)
-    [ "$state" = up ] && break
-    sleep 0.1
-done
+        [ "$state" = up ] && break
+        sleep 0.1
+    done
+}
+
+# --- 2. loft's holder -> an aioquic server that speaks the session ---------------------------
+aioquic_holder "" quic "$SERVER_PORT" "$SOCKS_PORT"
 ev() { python3 - "$RESULTS" "$@" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -222,47 +199,8 @@ else fail holder-tcp-flow-on-own-stream "flows on own streams: $(ev event=flow-o
 if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
 else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
 # --- 3. loft's holder over h3 -> the aioquic server in its HTTP/3 mode ------------------------
-read -r H3_SERVER_PORT H3_SOCKS_PORT <<<"$(python3 - <<'PYEOF'
-import socket
-out, keep = [], []
-while len(out) < 2:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", p))
-    except OSError:
-        s.close(); u.close(); continue
-    keep += [s, u]; out.append(p)
-print(" ".join(map(str, out)))
-PYEOF
-)"
-RESULTS=$T_DIR/server-h3.jsonl
-: >"$RESULTS"
-python3 "$INTEROP/quic_session_server.py" --port "$H3_SERVER_PORT" --cert "$T_DIR/certs/server.pem" \
-    --key "$T_DIR/certs/server.key" --results "$RESULTS" --alpn h3 >"$T_DIR/server-h3.log" 2>&1 </dev/null &
-SPID=$!; T_PIDS+=("$SPID"); register_pid "$SPID"
-CTL=/run/loft/quic-interop-h3-$$.sock
-on_cleanup "rm -f $CTL"
-cat >"$T_DIR/loft-h3.yaml" <<EOF
-log: info
-socks5: { listen: 127.0.0.1:$H3_SOCKS_PORT }
-bridge: off
-outbounds:
-  - { name: home, type: loft, server: 127.0.0.1:$H3_SERVER_PORT, carrier: h3, token: t, tls: { server-name: front.test, ca: $T_DIR/certs/ca.pem } }
-default: home
-control: $CTL
-EOF
-for _ in $(seq 100); do grep -q listening "$T_DIR/server-h3.log" && break; sleep 0.1; done
-LOFT_LOG=$T_DIR/loft-h3.log
-"$LOFT_BIN" run -c "$T_DIR/loft-h3.yaml" >"$LOFT_LOG" 2>&1 </dev/null &
-LOFT_PID=$!; register_pid "$LOFT_PID"
-state=
-for _ in $(seq 100); do
-    state=$("$LOFT_BIN" status --json -c "$T_DIR/loft-h3.yaml" 2>/dev/null | python3 -c '
-import json, sys; d = json.load(sys.stdin); print(next(o for o in d["outbounds"] if o["name"] == "home")["state"])' 2>/dev/null)
-    [ "$state" = up ] && break
-    sleep 0.1
-done
+read -r H3_SERVER_PORT H3_SOCKS_PORT <<<"$(free_ports 2)"
+aioquic_holder -h3 h3 "$H3_SERVER_PORT" "$H3_SOCKS_PORT" --alpn h3
 if [ "$(ev event=handshake alpn=h3)" -ge 1 ] && [ "$(ev event=connect stream=0 method=CONNECT protocol=loft path=/loft)" -ge 1 ] \
     && [ "$(ev event=hello version=1 token=t)" -ge 1 ] && [ "$state" = up ]; then pass holder-h3-connect-hello-up
 else fail holder-h3-connect-hello-up "state $state; server saw: $(head -c 400 "$RESULTS")"; fi

@@ -25,28 +25,8 @@ CASES="quic-session-up quic-download-v4-50MiB quic-download-v6-50MiB quic-upload
 quic-concurrent-100 quic-flows-on-own-streams quic-dns-v4 quic-dns-v6 quic-dns-in-datagram-frames quic-resume-after-front-kill quic-resume-same-overlay
 quic-transfer-after-resume quic-download-across-migration quic-path-changed-migrates quic-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
-    if wait_state up 15; then
-        a4=$(tun_addr4); r=$(ip -n "$APP_NS" route show default); mtu=$(ip -n "$APP_NS" link show "$TUN_NAME" | grep -o 'mtu [0-9]*')
-        if [[ $a4 == 198.18.64.* && $r == *"via 198.18.64.1"* && $mtu == "mtu 1400" ]] \
-            && grep -q "nameserver $SRV4" "/etc/netns/$APP_NS/resolv.conf" && [[ $(field 'o["detail"]') == "quic QUICv1 TLSv1.3 "*"alpn=loft"* ]]; then
-            pass quic-session-up; note "quic: overlay $a4, $r, $mtu; $(field 'o["detail"]')"
-        else
-            fail quic-session-up "TUN not set from STATUS: addr $a4, route '$r', $mtu, detail $(field 'o["detail"]')"
-        fi
-    else
-        fail quic-session-up "outbound not up: state $(field 'o["state"]'), $(field 'o["detail"]')"
-    fi
-    download quic-download-v4-50MiB "http://$SRV4/big"
-    download quic-download-v6-50MiB "http://[$SRV6]/big"
-    upload quic-upload-v4-50MiB "$SRV4"
-    upload quic-upload-v6-50MiB "$SRV6"
-    f0=$(field 'c["flow-streams"]')
-    concurrent quic-concurrent-100 100
-    f1=$(field 'c["flow-streams"]')
-    if [ $((f1 - f0)) -ge 100 ]; then pass quic-flows-on-own-streams; note "TCP flows on QUIC streams of their own: $f0 -> $f1"
-    else fail quic-flows-on-own-streams "flow-streams $f0 -> $f1 over 100 transfers"; fi
-    dns quic-dns-v4 "$SRV4" A "$DNS_A"
-    dns quic-dns-v6 "$SRV6" AAAA "$DNS_AAAA"
+    session_up_check quic- "quic QUICv1 TLSv1.3 *alpn=loft*" 1400
+    data_checks quic- "QUIC streams"
     # Ten DNS queries from one UDP socket (one association): after the first (which goes on the
     # session stream behind the association's OPEN) every DGRAM is a QUIC DATAGRAM frame.
     d0=$(field 'c["datagram-frames-out"]'); i0=$(field 'c["datagram-frames-in"]')
@@ -74,35 +54,8 @@ PYEOF
     if [ "$answers" = 10 ] && [ "$dout" -ge 9 ] && [ "$din" -ge 10 ]; then pass quic-dns-in-datagram-frames; note "10 DNS answers; QUIC DATAGRAM frames: $dout out, $din in"
     else fail quic-dns-in-datagram-frames "answers $answers, datagram-frames-out +$dout, datagram-frames-in +$din"; fi
 
-    id0=$(instance); a0=$(tun_addr4)
-    front_kill
-    wait_state down 10 || note "state after kill: $(field 'o["state"]')"
-    front_start
-    if wait_state up 20; then
-        id1=$(instance); a1=$(tun_addr4); res=$(field 'c["resumes"]')
-        if [ "$id1" = "$id0" ] && [ "${res:-0}" -ge 1 ]; then pass quic-resume-after-front-kill
-        else fail quic-resume-after-front-kill "instance $id0 -> $id1, resumes $res"; fi
-        if [ "$a1" = "$a0" ]; then pass quic-resume-same-overlay; else fail quic-resume-same-overlay "address $a0 -> $a1"; fi
-    else
-        fail quic-resume-after-front-kill "not up again after the restart: $(field 'o["detail"]')"
-        fail quic-resume-same-overlay "not up"
-    fi
-    download quic-transfer-after-resume "http://$SRV4/big"
-
-    # `loft path-changed` in the middle of a 50 MiB download: the QUIC connection migrates to a
-    # new socket (path validation), the session and the download's stream carry on.
-    r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
-    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ) &
-    PC=$!
-    download quic-download-across-migration "http://$SRV4/big" --limit-rate 25M
-    wait "$PC" 2>/dev/null
-    m1=$(field 'c["migrations"]')
-    if [ "$m1" = $((m0 + 1)) ] && [ "$(field 'c["resumes"]')" = "$r0" ] && [ "$(field 'c["carrier-losses"]')" = "$l0" ] \
-        && [ "$(field 'o["state"]')" = up ] && [ "$(tun_addr4)" = "$a0" ]; then
-        pass quic-path-changed-migrates; note "path-changed: migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
-    else
-        fail quic-path-changed-migrates "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]')"
-    fi
+    resume_checks quic-
+    migration_checks quic- "$A0"
     loft_stop_clean quic-exit-clean
 fi
 
@@ -110,14 +63,7 @@ fi
 hold_checks quic quic-
 
 # --- the same port number serves h2 over TCP beside quic ------------------------------------
-LOFT_CFG=$(holder_config holder-h2 h2)
-CASES="h2-beside-quic h2-beside-quic-exit-clean"
-if require_loft "$LOFT_CFG" $CASES; then
-    if wait_state up 15 && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html" \
-        && [[ $(field 'o["detail"]') == *"alpn=h2"* ]]; then pass h2-beside-quic
-    else fail h2-beside-quic "state $(field 'o["state"]'), $(field 'o["detail"]')"; fi
-    loft_stop_clean h2-beside-quic-exit-clean
-fi
+beside_check h2 quic h2
 
 front_kill
 finish

@@ -6,30 +6,22 @@
 # stream of its own, a UDP association's DGRAMs on the session stream; refusals by path and
 # method. Prints one PASS/FAIL line per case.
 #   h3_client.py --port P --ca CA --token T --echo-port E --udp-echo-port U
-import argparse
 import asyncio
 import os
-import socket
 import struct
 import sys
-import time
 
 from aioquic.asyncio import connect
-from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamReset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
+from quic_common import Session, Waiting, arguments, client_config, report, serve_udp_echo, udp_echo  # noqa: E402
 
 
-def report(name, ok, why=""):
-    print(("PASS %s" % name) if ok else ("FAIL %s: %s" % (name, why)), flush=True)
-
-
-class H3Proto(QuicConnectionProtocol):
+class H3Proto(Waiting):
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
         self.h3 = H3Connection(self._quic)
@@ -37,7 +29,6 @@ class H3Proto(QuicConnectionProtocol):
         self.body = {}
         self.ended = set()
         self.resets = {}
-        self.changed = asyncio.Event()
 
     def quic_event_received(self, e):
         if isinstance(e, StreamReset):
@@ -69,63 +60,17 @@ class H3Proto(QuicConnectionProtocol):
         self.h3.send_data(sid, body, end_stream=end)
         self.transmit()
 
-    async def wait(self, pred, timeout=10.0):
-        end = time.monotonic() + timeout
-        while not pred():
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), left)
-            except asyncio.TimeoutError:
-                return pred()
-        return True
-
-
-class Session:
-    def __init__(self, p, sid):
-        self.p, self.sid = p, sid
-        self.split = W.Splitter()
-        self.used = 0
-        self.frames = []
-
-    async def next(self, pred, timeout=10.0):
-        found = []
-
-        def look():
-            buf = self.p.body.get(self.sid, b"")
-            if len(buf) > self.used:
-                self.frames += self.split.feed(bytes(buf[self.used:]))
-                self.used = len(buf)
-            while self.frames:
-                t, _, s, body = self.frames.pop(0)
-                if pred(t, s, body):
-                    found.append((t, s, body))
-                    return True
-            return False
-        await self.p.wait(look, timeout)
-        return found[0] if found else None
+    def session(self, sid):
+        """The loft session in the body of request stream sid."""
+        return Session(self, lambda: self.body.get(sid, b""))
 
 
 def config(args):
-    c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="front.test", idle_timeout=20)
-    c.load_verify_locations(args.ca)
-    return c
-
-
-async def serve_udp_echo(port):
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind(("127.0.0.1", port))
-    u.setblocking(False)
-    loop = asyncio.get_running_loop()
-    while True:
-        b, a = await loop.sock_recvfrom(u, 65536)
-        await loop.sock_sendto(u, b, a)
+    return client_config(args, H3_ALPN)
 
 
 async def main(args):
-    echo_task = asyncio.ensure_future(serve_udp_echo(args.udp_echo_port))
+    echo_task = asyncio.ensure_future(serve_udp_echo(udp_echo(args.udp_echo_port)))
     async with connect("127.0.0.1", args.port, configuration=config(args), create_protocol=H3Proto) as p:
         alpn = p._quic.tls.alpn_negotiated
         report("h3-handshake-alpn-h3", alpn == "h3", "negotiated %r" % alpn)
@@ -133,7 +78,7 @@ async def main(args):
         sid = p.request("loft")
         ok = await p.wait(lambda: sid in p.status)
         report("h3-connect-200", ok and p.status.get(sid) == "200", "status %r" % p.status.get(sid))
-        s = Session(p, sid)
+        s = p.session(sid)
         p.send(sid, W.hello(args.token, "aioquic-h3-interop"))
         f = await s.next(lambda t, x, b: t in (W.STATUS, W.GOAWAY))
         st = W.parse_status(f[2]) if f and f[0] == W.STATUS else None
@@ -176,17 +121,11 @@ async def main(args):
     # a wrong token: GOAWAY bad-token in the session's body
     async with connect("127.0.0.1", args.port, configuration=config(args), create_protocol=H3Proto) as p:
         sid = p.request("loft", body=W.hello("not-the-token"))
-        f = await Session(p, sid).next(lambda t, x, b: t in (W.STATUS, W.GOAWAY))
+        f = await p.session(sid).next(lambda t, x, b: t in (W.STATUS, W.GOAWAY))
         report("h3-bad-token-goaway", f is not None and f[0] == W.GOAWAY and W.parse_goaway(f[2])[0] == W.GOAWAY_BAD_TOKEN,
                "got %r" % (f,))
     echo_task.cancel()
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--ca", required=True)
-    ap.add_argument("--token", required=True)
-    ap.add_argument("--echo-port", type=int, required=True)
-    ap.add_argument("--udp-echo-port", type=int, required=True)
-    asyncio.run(asyncio.wait_for(main(ap.parse_args()), 60))
+    asyncio.run(asyncio.wait_for(main(arguments().parse_args()), 60))

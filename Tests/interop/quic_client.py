@@ -4,7 +4,6 @@
 # (docs/protocol.md, frames from loftwire.py) on the client's first bidirectional stream.
 # Prints one PASS/FAIL line per case.
 #   quic_client.py --port P --ca CA --token T --echo-port E --udp-echo-port U
-import argparse
 import asyncio
 import os
 import socket
@@ -12,132 +11,11 @@ import struct
 import sys
 import time
 
-from aioquic.asyncio import connect
-from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.events import ConnectionTerminated, DatagramFrameReceived, StreamDataReceived, StreamReset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
-
-results = []
-
-
-def report(name, ok, why=""):
-    results.append(name)
-    print(("PASS %s" % name) if ok else ("FAIL %s: %s" % (name, why)), flush=True)
-
-
-class Proto(QuicConnectionProtocol):
-    def __init__(self, *a, **k):
-        super().__init__(*a, **k)
-        self.data = {}
-        self.fins = set()
-        self.resets = {}
-        self.datagrams = []
-        self.terminated = None
-        self.changed = asyncio.Event()
-
-    def quic_event_received(self, e):
-        if isinstance(e, StreamDataReceived):
-            self.data.setdefault(e.stream_id, bytearray()).extend(e.data)
-            if e.end_stream:
-                self.fins.add(e.stream_id)
-        elif isinstance(e, StreamReset):
-            self.resets[e.stream_id] = e.error_code
-        elif isinstance(e, DatagramFrameReceived):
-            self.datagrams.append(e.data)
-        elif isinstance(e, ConnectionTerminated):
-            self.terminated = e
-        self.changed.set()
-
-    def send(self, sid, b, end=False):
-        self._quic.send_stream_data(sid, b, end_stream=end)
-        self.transmit()
-
-    async def wait(self, pred, timeout=10.0):
-        end = time.monotonic() + timeout
-        while not pred():
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), left)
-            except asyncio.TimeoutError:
-                return pred()
-        return True
-
-
-class Session:
-    """The loft session on stream 0 of one aioquic connection."""
-
-    def __init__(self, proto):
-        self.p = proto
-        self.split = W.Splitter()
-        self.used = 0
-        self.frames = []
-
-    def pump(self):
-        buf = self.p.data.get(0, b"")
-        if len(buf) > self.used:
-            self.frames += self.split.feed(bytes(buf[self.used:]))
-            self.used = len(buf)
-
-    async def next(self, pred, timeout=10.0):
-        """The first frame (type, stream, body) matching pred, dropping others before it."""
-        found = []
-
-        def look():
-            self.pump()
-            while self.frames:
-                t, _, sid, body = self.frames.pop(0)
-                if pred(t, sid, body):
-                    found.append((t, sid, body))
-                    return True
-            return False
-        await self.p.wait(look, timeout)
-        return found[0] if found else None
-
-
-def config(args, alpn=("loft",)):
-    c = QuicConfiguration(is_client=True, alpn_protocols=list(alpn), server_name="front.test",
-                          max_datagram_frame_size=65536, idle_timeout=20)
-    c.load_verify_locations(args.ca)
-    return c
-
-
-async def hello(args, proto, token=None):
-    s = Session(proto)
-    proto.send(0, W.hello(token or args.token, "aioquic-interop"))
-    f = await s.next(lambda t, sid, b: t in (W.STATUS, W.GOAWAY))
-    return s, f
-
-
-def udp_echo(port):
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind(("127.0.0.1", port))
-    return u
-
-
-async def serve_udp_echo(u):
-    loop = asyncio.get_running_loop()
-    u.setblocking(False)
-    while True:
-        b, a = await loop.sock_recvfrom(u, 65536)
-        await loop.sock_sendto(u, b, a)
-
-
-async def legit_session(args, tag):
-    """A new connection, HELLO → STATUS: whether the front still serves."""
-    try:
-        async with connect("127.0.0.1", args.port, configuration=config(args), create_protocol=Proto) as p:
-            _, f = await hello(args, p)
-            return f is not None and f[0] == W.STATUS
-    except Exception as e:  # noqa: BLE001
-        print("  # %s: %r" % (tag, e), file=sys.stderr)
-        return False
+from quic_common import Proto, arguments, config, connect, hello, legit_session, report, serve_udp_echo, udp_echo  # noqa: E402
 
 
 async def main(args):
@@ -193,12 +71,8 @@ async def main(args):
 
         # a TCP flow on a QUIC stream of its own (docs/protocol.md §1.2): the OPEN frame, then
         # raw bytes and FIN; back: OPEN_OK, the echo, FIN
-        fid = p._quic.get_next_available_stream_id()
         payload2 = os.urandom(300 * 1024)
-        p._quic.send_stream_data(fid, W.open_tcp(1, "127.0.0.1", args.echo_port) + payload2, end_stream=True)
-        p.transmit()
-        ok = await p.wait(lambda: fid in p.fins or fid in p.resets, 20)
-        got = bytes(p.data.get(fid, b""))
+        fid, ok, got = await p.echo_flow(args.echo_port, payload2, 20)
         report("quic-flow-own-stream-echo", ok and got[:8] == W.frame(W.OPEN_OK, 1) and got[8:] == payload2 and fid in p.fins,
                "stream %d: %d bytes back, head %r, fin %s" % (fid, len(got), got[:8], fid in p.fins))
         # one to an overlay address (not allowed): OPEN_FAIL not-allowed (2), then FIN
@@ -398,11 +272,6 @@ async def main(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--ca", required=True)
-    ap.add_argument("--token", required=True)
-    ap.add_argument("--echo-port", type=int, required=True)
-    ap.add_argument("--udp-echo-port", type=int, required=True)
+    ap = arguments()
     ap.add_argument("--flood", type=int, default=400)
     asyncio.run(asyncio.wait_for(main(ap.parse_args()), 120))

@@ -18,7 +18,6 @@
 # - quic-oversize-dgram-back-on-stream: a 60 000-byte UDP datagram, too big for any QUIC
 #   DATAGRAM, sent as a DGRAM on the session stream to a UDP echo: the echo comes back whole,
 #   on the session stream.
-import argparse
 import asyncio
 import os
 import socket
@@ -29,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
-from quic_client import Proto, config, connect, hello, legit_session, report, udp_echo, serve_udp_echo  # noqa: E402
+from quic_common import Proto, arguments, config, connect, hello, legit_session, report, serve_udp_echo, udp_echo  # noqa: E402
 
 
 def rss_kb(pid):
@@ -106,12 +105,8 @@ async def main(args):
         try:
             async with connect("127.0.0.1", args.port, configuration=config(args), create_protocol=Proto) as p2:
                 _, f2 = await hello(args, p2)
-                fid = p2._quic.get_next_available_stream_id()
                 payload = os.urandom(100 * 1024)
-                p2._quic.send_stream_data(fid, W.open_tcp(1, "127.0.0.1", args.echo_port) + payload, end_stream=True)
-                p2.transmit()
-                done = await p2.wait(lambda: fid in p2.fins or fid in p2.resets, 15)
-                back = bytes(p2.data.get(fid, b""))
+                _, done, back = await p2.echo_flow(args.echo_port, payload, 15)
                 ok = f2 is not None and f2[0] == W.STATUS and done and back[8:] == payload
         except Exception as e:  # noqa: BLE001
             print("  # legit beside unread flows: %r" % e, file=sys.stderr)
@@ -154,13 +149,8 @@ async def main(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--ca", required=True)
-    ap.add_argument("--token", required=True)
+    ap = arguments()
     ap.add_argument("--front-pid", type=int, required=True)
     ap.add_argument("--source-port", type=int, required=True)
-    ap.add_argument("--echo-port", type=int, required=True)
-    ap.add_argument("--udp-echo-port", type=int, required=True)
     ap.add_argument("--flows", type=int, default=200)
     asyncio.run(asyncio.wait_for(main(ap.parse_args()), 90))
