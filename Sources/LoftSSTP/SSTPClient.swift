@@ -93,6 +93,9 @@ public final class SSTPClient {
         /// IP packets dropped: before the link was up, too large, or of a protocol not negotiated.
         public var droppedIn = 0, droppedOut = 0
         public var echoesSent = 0
+        /// Neighbor Solicitations from the server's side for loft's link-local address, answered
+        /// by the client itself (`NeighborDiscovery`; they never reach the TUN).
+        public var neighborAdvertisements = 0
     }
 
     public weak var delegate: SSTPClientDelegate?
@@ -345,6 +348,14 @@ public final class SSTPClient {
         let info = UnsafeRawBufferPointer(rebasing: f[offset...])
         if proto == PPP.ipv4 || (proto == PPP.ipv6 && link?.ipv6 != nil) {
             guard phase == .up else { counters.droppedIn += 1; return }
+            // A Neighbor Solicitation for loft's link-local address is answered here: a server
+            // that bridges the link onto Ethernet (SoftEther) stops sending to an address whose
+            // solicitations go unanswered, and the TUN's kernel cannot answer them.
+            if proto == PPP.ipv6, let mine = link?.ipv6, let na = NeighborDiscovery.answer(info, for: mine) {
+                counters.neighborAdvertisements += 1
+                na.withUnsafeBytes { _ = send($0) }
+                return
+            }
             counters.packetsIn += 1
             counters.bytesIn += info.count
             delegate?.sstpPacket(self, info)

@@ -507,6 +507,52 @@ struct ScriptedServer {
         #expect(s.rec.ends.isEmpty)
     }
 
+    /// IPV6CP opened with the server at ::1 and loft at ::2.
+    static func upWithIPv6() -> ScriptedServer {
+        var s = Self.upWithIPv4()
+        let req = s.ipv6cpSeen.first { $0.code == 1 }!
+        s.send(PPP.ipv6cp, PPP.Packet(.configureNak, id: req.id, data: PPP.encodeOptions([Self.iid(2)])!))
+        let req2 = s.take().ppp.first { $0.0 == PPP.ipv6cp && $0.1?.code == 1 }!.1!
+        s.send(PPP.ipv6cp, PPP.Packet(.configureRequest, id: 32, data: PPP.encodeOptions([Self.iid(1)])!))
+        s.send(PPP.ipv6cp, PPP.Packet(.configureAck, id: req2.id, data: req2.data))
+        _ = s.take()
+        return s
+    }
+
+    /// What SoftEther's hub does (seen in an interop run): a host there resolves loft's
+    /// link-local address with Neighbor Solicitations that come over the link; unanswered, it
+    /// stops sending to loft. The client answers them itself; they never reach the TUN.
+    @Test func neighborSolicitationsForLoftsAddressAreAnswered() {
+        var s = Self.upWithIPv6()
+        #expect(s.rec.ups.last?.ipv6 == IPAddress("fe80::2"))
+        func feedIPv6(_ p: [UInt8]) {
+            let h = SSTP.dataHeader(payloadLength: p.count + 4)
+            s.feed([h.0, h.1, h.2, h.3, 0xFF, 0x03, 0x00, 0x57] + p)
+        }
+        // To the solicited-node address, then unicast: one Advertisement each, over PPP 0x0057.
+        for dst in ["ff02::1:ff00:2", "fe80::2"] {
+            feedIPv6(ND6.solicitation(from: "fe80::1", to: dst, target: "fe80::2"))
+            let out = s.take().ppp
+            guard out.count == 1, out[0].0 == PPP.ipv6, out[0].2.count == 64 else { Issue.record("no advertisement: \(out)"); return }
+            let na = out[0].2
+            #expect(Array(na[0..<8]) == [0x60, 0, 0, 0, 0, 24, 58, 255])
+            #expect(Array(na[8..<24]) == ND6.bytes("fe80::2") && Array(na[24..<40]) == ND6.bytes("fe80::1"))
+            #expect(na[40] == 136 && na[44] == 0x60 && Array(na[48..<64]) == ND6.bytes("fe80::2"))
+            #expect(ND6.icmpSum(src: Array(na[8..<24]), dst: Array(na[24..<40]), icmp: Array(na[40...])) == 0)
+        }
+        #expect(s.client.counters.neighborAdvertisements == 2)
+        #expect(s.rec.packets.isEmpty, "solicitations are not the TUN's")
+        // One for another address is not answered (and goes the way of any packet).
+        feedIPv6(ND6.solicitation(from: "fe80::1", to: "fe80::2", target: "fe80::3"))
+        #expect(s.take().ppp.isEmpty && s.rec.packets.count == 1)
+        // Without IPV6CP there is nothing to answer for.
+        var v4 = Self.upWithIPv4()
+        let ns = ND6.solicitation(from: "fe80::1", to: "ff02::1:ff00:2", target: "fe80::2")
+        let h = SSTP.dataHeader(payloadLength: ns.count + 4)
+        v4.feed([h.0, h.1, h.2, h.3, 0xFF, 0x03, 0x00, 0x57] + ns)
+        #expect(!v4.take().ppp.contains { $0.0 == PPP.ipv6 } && v4.client.counters.neighborAdvertisements == 0)
+    }
+
     @Test func ipv6cpRejectedOrUnansweredLeavesIPv4Alone() {
         // The server rejects loft's identifier: no IPv6, no retransmission, IPv4 carries on.
         var s = Self.upWithIPv4()

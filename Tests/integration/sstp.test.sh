@@ -156,7 +156,7 @@ wait_log() {    # wait_log FILE PATTERN SECONDS
 IPV6CP=1 start_responder mschapv2
 start_services
 start_echo          # on srv's own address: reached by the direct path only
-CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns ipv6-link-local ipv6-ping ipv6-tcp flows-100 packet-mode
+CASES="mschapv2-up tun-address resolv-conf binding-checked download-50m upload-50m udp ping dns ipv6-link-local ipv6-nd ipv6-ping ipv6-tcp flows-100 packet-mode
 socks5-download socks5-upload socks5-refused socks5-name socks5-name-unknown socks5-udp socks5-counted bridge-tcp bridge-udp server-killed fallback-direct
 redial-new-address socks5-after-redial path-changed stop-clean"
 if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
@@ -203,6 +203,11 @@ print(ok)" 2>&1)
     a=$(ip -n "$APP_NS" -6 addr show dev "$TUN_NAME")
     if echo "$a" | grep -q "inet6 fe80::2/64" && grep -q 'ipv6=fe80::2' "$LOFT_LOG"; then pass ipv6-link-local
     else fail ipv6-link-local "$(echo "$a" | grep inet6 | tr '\n' '|') / $(grep -E 'sstp.(up|link)' "$LOFT_LOG" | tail -2 | tr '\n' '|') / $(tail -2 "$RESP_LOG" | tr '\n' '|')"; fi
+    # The responder, like a host behind SoftEther's hub, sends IPv6 to loft only after a
+    # Neighbor Solicitation for fe80::2 (to ff02::1:ff00:2) got a valid Advertisement: loft's
+    # link answers it itself (the TUN's kernel never sees ND).
+    if wait_log "$RESP_LOG" '^nd-ok' 3; then pass ipv6-nd
+    else fail ipv6-nd "$(grep -E '^(up6|nd-)' "$RESP_LOG" | tail -2 | tr '\n' '|')"; fi
     if in_app ping -6 -c 2 -i 0.2 -W 2 "fe80::1%$TUN_NAME" >"$T_DIR/ping6.out" 2>&1 && grep -q 'from fe80::1' "$T_DIR/ping6.out"; then pass ipv6-ping
     else fail ipv6-ping "$(tail -2 "$T_DIR/ping6.out" | tr '\n' '|')"; fi
     want=$(sha_of "$T_DIR/www/f0")

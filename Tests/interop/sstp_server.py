@@ -10,8 +10,12 @@ from pycryptodome, HMAC/SHA from Python's hashlib: an implementation independent
 The TUN gets A peer B (point-to-point); the client is given B by IPCP and D as its DNS.
 --ipv6cp: IPV6CP too (RFC 5072): the server's interface identifier is ::1 (fe80::1 on its TUN);
 the client's first identifier is Nak'ed with ::2, so the client's link-local is fe80::2; IPv6
-packets (PPP protocol 0x0057) pass through the TUN like IPv4.
-Prints one line per event (ready, tls VERSION, auth-ok, auth-failed, binding-ok, binding-bad, up, closed).
+packets (PPP protocol 0x0057) pass through the TUN like IPv4, but only once the client has
+answered a Neighbor Solicitation for fe80::2 (sent to its solicited-node address without a
+link-layer option, every 0.5 s, at most 20 times) with a valid Neighbor Advertisement, as a host
+behind SoftEther's hub (which bridges the link onto Ethernet) resolves it: nd-ok, or nd-bad WHY.
+Prints one line per event (ready, tls VERSION, auth-ok, auth-failed, binding-ok, binding-bad, up, up6, nd-ok,
+closed).
 SIGUSR1 mutes the current session (it keeps the connection and reads, but sends nothing more:
 no echo answers, no packets), for the client's keepalive; the next session is not muted."""
 
@@ -22,6 +26,16 @@ from Crypto.Hash import MD4
 
 LCP, PAP, CHAP, IPCP, IPV4, IPV6CP, IPV6 = 0xC021, 0xC023, 0xC223, 0x8021, 0x0021, 0x8057, 0x0057
 IID_SERVER, IID_CLIENT = bytes(7) + b"\x01", bytes(7) + b"\x02"
+LL_SERVER, LL_CLIENT = b"\xfe\x80" + bytes(6) + IID_SERVER, b"\xfe\x80" + bytes(6) + IID_CLIENT
+
+
+def icmp6_sum(src, dst, icmp):
+    """The ICMPv6 checksum (RFC 4443 2.3) over the pseudo-header; 0 when `icmp` carries a valid one."""
+    d = src + dst + struct.pack("!IxxxB", len(icmp), 58) + icmp + (b"\0" if len(icmp) % 2 else b"")
+    s = sum(struct.unpack("!%dH" % (len(d) // 2), d))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
 
 
 def log(*a):
@@ -116,6 +130,7 @@ class Session:
         self.up = False
         self.muted = False
         self.v6_ours = self.v6_theirs = self.v6_naked = self.up6 = False
+        self.nd_ok, self.nd_tries, self.v6_held = False, 0, 0
 
     def next_id(self):
         self.ident = (self.ident + 1) & 0xFF
@@ -188,6 +203,9 @@ class Session:
             f = f[2:]
         proto = struct.unpack("!H", f[:2])[0]
         p = f[2:]
+        if proto == IPV6 and self.up6 and len(p) >= 64 and p[6] == 58 and p[40] == 136:
+            self.on_advertisement(p)
+            return
         if proto == IPV4 or (proto == IPV6 and self.up6):
             if self.up:
                 try:
@@ -296,6 +314,36 @@ class Session:
         if self.v6_ours and self.v6_theirs and not self.up6:
             self.up6 = True
             log("up6 fe80::2")
+            self.solicit()
+
+    # --- Neighbor Discovery (RFC 4861) for the client's address, as SoftEther's hub hosts do it
+
+    def solicit(self):
+        if self.nd_ok or not self.up6 or self.nd_tries >= 20 or self.w.is_closing():
+            return
+        self.nd_tries += 1
+        src, dst = LL_SERVER, b"\xff\x02" + bytes(9) + b"\x01\xff" + LL_CLIENT[13:]
+        icmp = bytes((135, 0, 0, 0, 0, 0, 0, 0)) + LL_CLIENT
+        icmp = icmp[:2] + struct.pack("!H", icmp6_sum(src, dst, icmp)) + icmp[4:]
+        self.send(data(b"\xff\x03\x00\x57" + struct.pack("!IHBB", 0x60000000, len(icmp), 58, 255) + src + dst + icmp))
+        asyncio.get_running_loop().call_later(0.5, self.solicit)
+
+    def on_advertisement(self, p):
+        icmp = p[40:]
+        why = None
+        if p[7] != 255:
+            why = "hop limit %d" % p[7]
+        elif icmp6_sum(p[8:24], p[24:40], icmp) != 0:
+            why = "checksum"
+        elif icmp[1] != 0 or len(icmp) < 24 or icmp[8:24] != LL_CLIENT:
+            why = "code or target"
+        elif p[8:24] != LL_CLIENT or p[24:40] != LL_SERVER or not icmp[4] & 0x40:
+            why = "addresses or Solicited flag"
+        if why:
+            log("nd-bad", why)
+        elif not self.nd_ok:
+            self.nd_ok = True
+            log("nd-ok")
 
     def tun_readable(self):
         try:
@@ -306,7 +354,10 @@ class Session:
                 if self.up and p[0] >> 4 == 4:
                     self.send(data(b"\xff\x03\x00\x21" + p))
                 elif self.up6 and p[0] >> 4 == 6:
-                    self.send(data(b"\xff\x03\x00\x57" + p))
+                    if self.nd_ok:
+                        self.send(data(b"\xff\x03\x00\x57" + p))
+                    else:
+                        self.v6_held += 1      # no neighbour entry for the client yet: dropped
         except BlockingIOError:
             pass
 
