@@ -121,7 +121,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                    ("packets-up", counts.packetsUp), ("packets-down", counts.packetsDown),
                    (options.hold ? OutboundStatus.holdDrops : "down-drops", counts.dropsDown),
                    ("fallback-flows", counts.fallbackFlows), ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
-                   ("stream-refused", counts.streamRefused), ("lookups", counts.lookups), ("lookup-failures", counts.lookupFailures)]
+                   ("stream-refused", counts.streamRefused), ("lookups", counts.lookups), ("lookup-failures", counts.lookupFailures),
+                   // This link's: Neighbor Solicitations for loft's link-local address it answered.
+                   ("nd-answered", UInt64(client?.counters.neighborAdvertisements ?? 0))]
         return s
     }
 

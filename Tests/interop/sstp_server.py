@@ -5,7 +5,7 @@ and IP packets routed through a TUN device in its own namespace. One asyncio loo
 from pycryptodome, HMAC/SHA from Python's hashlib: an implementation independent of loft's.
 
     sstp_server.py --listen ADDR:PORT --cert C --key K --user U --password P --auth mschapv2|pap
-                   --tun NAME --local A --client-address B --dns D [--mru N] [--ipv6cp]
+                   --tun NAME --local A --client-address B --dns D [--mru N] [--ipv6cp] [--tls12]
 
 The TUN gets A peer B (point-to-point); the client is given B by IPCP and D as its DNS.
 --ipv6cp: IPV6CP too (RFC 5072): the server's interface identifier is ::1 (fe80::1 on its TUN);
