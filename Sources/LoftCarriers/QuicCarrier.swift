@@ -525,7 +525,10 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var fd: Int32
     let localEndpoint: Endpoint
     private let localAddress: SocketAddress
-    private var routes: [QuicCID: QuicCarrier] = [:]
+    private var routes: [QuicCID: QuicCarrier] = [:] { didSet { lastRoute = nil } }
+    /// The route the last packet took (cleared whenever `routes` changes).
+    private var lastKey = QuicCID(UnsafeRawBufferPointer(start: nil, count: 0))!
+    private var lastRoute: QuicCarrier?
     private var handshaking: [ObjectIdentifier: QuicCarrier] = [:]
     private var handshakesPerSource: [IPAddress: Int] = [:]
     /// The same, oldest first (at most maxPendingHandshakes).
@@ -633,9 +636,18 @@ final class QuicListener: IOHandler, QuicPacketSink {
         var len = 0
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
         guard cquic_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
-        if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)), let c = routes[key] {
-            c.quic?.receive(p, from: from, at: localAddress)
-            return
+        if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)) {
+            // A GRO batch is one connection's packets: the last route found is checked first.
+            if let c = lastRoute, key == lastKey {
+                c.quic?.receive(p, from: from, at: localAddress)
+                return
+            }
+            if let c = routes[key] {
+                lastKey = key
+                lastRoute = c
+                c.quic?.receive(p, from: from, at: localAddress)
+                return
+            }
         }
         guard cquic_peek_initial(base, p.count, dcid, &len) == 1 else {
             stats.dropped += 1

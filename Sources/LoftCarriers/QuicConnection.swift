@@ -217,8 +217,12 @@ final class QuicConnection {
     static let batchBytes = 65_000
     static let batchPackets = 64
     private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
+    /// `dispatchSoon` and `flushSoon` are queued for the packets received in this batch.
+    private var afterReceiveQueued = false
     private lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
-        guard let self, !self.closed else { return }
+        guard let self else { return }
+        self.afterReceiveQueued = false
+        guard !self.closed else { return }
         self.dispatchEvents()
     }
     /// Where the connection's packets came from last (the server answers there).
@@ -236,12 +240,12 @@ final class QuicConnection {
         self.remote = remote
         events.ctx = Unmanaged.passUnretained(self).toOpaque()
         events.handshake_done = { ctx in QuicConnection.from(ctx).onHandshakeDone() }
-        events.stream_data = { ctx, sid, data, len, fin in QuicConnection.from(ctx).onStreamData(sid, data, len, fin != 0) }
+        events.stream_data = { ctx, sid, data, len, fin in QuicConnection.with(ctx) { $0.onStreamData(sid, data, len, fin != 0) } }
         events.stream_open = { ctx, sid in QuicConnection.from(ctx).onStreamOpen(sid) }
         events.stream_close = { ctx, sid, code, has in QuicConnection.from(ctx).onStreamClose(sid, code, has != 0) }
         events.stream_reset = { ctx, sid, code in QuicConnection.from(ctx).onStreamReset(sid, code) }
         events.stream_stop_sending = { ctx, sid, code in QuicConnection.from(ctx).onStopSending(sid, code) }
-        events.acked = { ctx, sid, off, len in QuicConnection.from(ctx).onAcked(sid, off + len) }
+        events.acked = { ctx, sid, off, len in QuicConnection.with(ctx) { $0.onAcked(sid, off + len) } }
         events.stream_extended = { ctx, sid in QuicConnection.from(ctx).onStreamExtended(sid) }
         events.streams_extended = { _, _ in 0 }
         events.datagram = { ctx, data, len in QuicConnection.from(ctx).onDatagram(data, len) }
@@ -256,6 +260,12 @@ final class QuicConnection {
 
     private static func from(_ ctx: UnsafeMutableRawPointer?) -> QuicConnection {
         Unmanaged<QuicConnection>.fromOpaque(ctx!).takeUnretainedValue()
+    }
+
+    /// Runs `body` on the connection behind a callback's context without retaining it: ngtcp2
+    /// calls back only from inside a call the connection made (it is alive), once per frame.
+    private static func with<R>(_ ctx: UnsafeMutableRawPointer?, _ body: (QuicConnection) -> R) -> R {
+        Unmanaged<QuicConnection>.fromOpaque(ctx!)._withUnsafeGuaranteedRef(body)
     }
 
     /// A client connection from `local` to `remote` offering `alpn`.
@@ -352,7 +362,10 @@ final class QuicConnection {
             return
         }
         // Once after the batch (a GRO read holds up to 64 packets): the delegate reads a
-        // stream's bytes in one go, then the flush acknowledges them all.
+        // stream's bytes in one go, then the flush acknowledges them all. The flag spares the
+        // two schedules (and their reference counting) for every packet after the first.
+        guard !afterReceiveQueued else { return }
+        afterReceiveQueued = true
         dispatchSoon.schedule()
         flushSoon.schedule()
     }
