@@ -72,8 +72,7 @@ final class H3Streams: QuicStreamLayer {
         var session = false
         /// Server: the CONNECT was answered 200; client: the 200 arrived.
         var open = false
-        var body: [UInt8] = []
-        var bodyStart = 0
+        var body = ReceiveQueue()
         var peerFin = false
         var peerFinRead = false
         /// QUIC's FIN of the stream was read and handed to nghttp3.
@@ -85,7 +84,7 @@ final class H3Streams: QuicStreamLayer {
         var blocked = false
         let cap: Int
         init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
-        var available: Int { body.count - bodyStart }
+        var available: Int { body.available }
     }
 
     let isServer: Bool
@@ -283,8 +282,7 @@ final class H3Streams: QuicStreamLayer {
 
     private func onData(_ sid: Int64, _ d: UnsafePointer<UInt8>?, _ n: Int) -> Int32 {
         guard let r = requests[sid], !r.released, let d, n > 0 else { return 0 }
-        if r.bodyStart > 0 && r.bodyStart == r.body.count { r.body.removeAll(keepingCapacity: true); r.bodyStart = 0 }
-        r.body.append(contentsOf: UnsafeBufferPointer(start: d, count: n))
+        r.body.append(d, n)
         return 0
     }
 
@@ -297,7 +295,7 @@ final class H3Streams: QuicStreamLayer {
         if stopOnly {
             // The rest of the peer's body is not wanted (a refused request): it is read and
             // dropped, and what we send (the refusal) is not cut off.
-            if let r = requests[sid] { r.released = true; r.body = []; r.bodyStart = 0 }
+            if let r = requests[sid] { r.released = true; r.body.release() }
             return 0
         }
         loop.soon { [weak self] in
@@ -404,11 +402,8 @@ final class H3Streams: QuicStreamLayer {
 
     func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
         guard let r = requests[id] else { return (0, true) }
-        let n = min(into.count, r.available)
-        if n > 0 {
-            r.body.withUnsafeBytes { into.baseAddress!.copyMemory(from: $0.baseAddress! + r.bodyStart, byteCount: n) }
-            took(r, n)
-        }
+        let n = r.body.read(into: into)
+        if n > 0 { took(r, n) }
         let eof = r.available == 0 && r.peerFin
         if eof { r.peerFinRead = true; maybeDone(r) }
         return (n, eof)
@@ -416,22 +411,15 @@ final class H3Streams: QuicStreamLayer {
 
     func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let r = requests[id] else { return true }
-        let n = r.available
-        if n > 0 {
-            r.body.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[r.bodyStart..<r.bodyStart + n])) }
-            took(r, n)
-        }
+        let n = r.body.drain(upTo: .max, body)
+        if n > 0 { took(r, n) }
         let eof = r.available == 0 && r.peerFin
         if eof { r.peerFinRead = true; maybeDone(r) }
         return eof
     }
 
+    /// `n` bytes of the body were read: more is pulled from QUIC once half the cap is free.
     private func took(_ r: Request, _ n: Int) {
-        r.bodyStart += n
-        if r.bodyStart == r.body.count {
-            r.body.removeAll(keepingCapacity: r.body.capacity <= 256 * 1024)
-            r.bodyStart = 0
-        }
         if !r.quicFin && r.available < r.cap / 2 {
             toPull.append(r.id)
             pullSoon.schedule()
@@ -448,8 +436,7 @@ final class H3Streams: QuicStreamLayer {
     func release(_ id: Int64) {
         guard let r = requests[id] else { return }
         r.released = true
-        r.body = []
-        r.bodyStart = 0
+        r.body.release()
         if !r.quicFin { toPull.append(id); pullSoon.schedule() }
         maybeDone(r)
     }

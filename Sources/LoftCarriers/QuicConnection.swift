@@ -155,8 +155,7 @@ final class QuicStreamState {
     /// and control frames must never wait behind flows the peer does not read).
     var budgeted: Bool { id != 0 }
     // receive
-    var recv: [UInt8] = []
-    var recvStart = 0
+    var recv = ReceiveQueue()
     var recvFin = false
     var recvFinDelivered = false
     /// ngtcp2 closed the stream (both directions done or reset).
@@ -173,7 +172,7 @@ final class QuicStreamState {
     var held: Int { Int(end - acked) }
     var room: Int { sendClosed || finQueued ? 0 : ringCap - held }
     var unsent: Int { Int(end - sent) }
-    var recvAvailable: Int { recv.count - recvStart }
+    var recvAvailable: Int { recv.available }
     var hasSendWork: Bool { !sendClosed && !blocked && (unsent > 0 || (finQueued && !finSent)) }
 }
 
@@ -475,8 +474,7 @@ final class QuicConnection {
     func release(_ id: Int64) {
         guard let s = streams[id] else { return }
         s.released = true
-        s.recv = []
-        s.recvStart = 0
+        s.recv.release()
         if s.stackClosed { forget(id) }
     }
 
@@ -492,13 +490,8 @@ final class QuicConnection {
     /// Takes up to `into.count` received bytes; `.eof` once the peer's FIN was read.
     func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
         guard let s = streams[id] else { return (0, true) }
-        let n = min(into.count, s.recvAvailable)
-        if n > 0 {
-            s.recv.withUnsafeBytes { src in
-                into.baseAddress!.copyMemory(from: src.baseAddress! + s.recvStart, byteCount: n)
-            }
-            consumed(s, n)
-        }
+        let n = s.recv.read(into: into)
+        if n > 0 { consumed(s, n) }
         let eof = s.recvAvailable == 0 && s.recvFin
         if eof { s.recvFinDelivered = true; maybeForget(s) }
         return (n, eof)
@@ -510,22 +503,15 @@ final class QuicConnection {
     /// The same for at most `max` bytes (h3: what a request's body buffer has room for).
     func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let s = streams[id] else { return true }
-        let n = min(max, s.recvAvailable)
-        if n > 0 {
-            s.recv.withUnsafeBytes { src in body(UnsafeRawBufferPointer(rebasing: src[s.recvStart..<s.recvStart + n])) }
-            consumed(s, n)
-        }
+        let n = s.recv.drain(upTo: max, body)
+        if n > 0 { consumed(s, n) }
         let eof = s.recvAvailable == 0 && s.recvFin
         if eof { s.recvFinDelivered = true; maybeForget(s) }
         return eof
     }
 
+    /// `n` bytes of the stream were read: the peer may send that much more.
     private func consumed(_ s: QuicStreamState, _ n: Int) {
-        s.recvStart += n
-        if s.recvStart == s.recv.count {
-            s.recv.removeAll(keepingCapacity: s.recv.capacity <= 256 * 1024)
-            s.recvStart = 0
-        }
         if let conn, !closed {
             _ = cquic_consumed(conn, s.id, UInt64(n))
             flushSoon.schedule()
@@ -673,7 +659,7 @@ final class QuicConnection {
             if let conn, len > 0 { _ = cquic_consumed(conn, sid, UInt64(len)) }
             return 0
         }
-        if len > 0, let data { st.recv.append(contentsOf: UnsafeBufferPointer(start: data, count: len)) }
+        if len > 0, let data { st.recv.append(data, len) }
         if fin { st.recvFin = true }
         pendingReadable.append(sid)
         return 0
