@@ -362,30 +362,28 @@ public final class SSTPClient {
             return
         }
         if phase == .disconnecting { return }
+        // The control protocols this client speaks: one packet each, parsed once.
+        let handler: ((PPP.Packet, UInt64) -> Void)?
         switch proto {
-        case PPP.lcp:
-            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
-            lcpPacket(p, now: now)
-        case PPP.pap:
-            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
-            papPacket(p, now: now)
-        case PPP.chap:
-            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
-            chapPacket(p, now: now)
-        case PPP.ipcp:
-            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
-            ipcpPacket(p, now: now)
+        case PPP.lcp: handler = lcpPacket
+        case PPP.pap: handler = papPacket
+        case PPP.chap: handler = chapPacket
+        case PPP.ipcp: handler = ipcpPacket
         case PPP.ipv6cp where settings.ipv6:
             guard authDone else { return }   // before authentication NCPs are not negotiated
-            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
-            ipv6cpPacket(p, now: now)
-        default:
-            // IPv6, IPV6CP and anything else: Protocol-Reject (RFC 1661 5.7) once LCP is open.
-            guard lcp.opened else { counters.droppedIn += 1; return }
-            let keep = min(info.count, max(0, peerMRU - 6))
-            ppp(PPP.lcp, PPP.Packet(.protocolReject, id: takeID(),
-                                    data: [UInt8(proto >> 8), UInt8(proto & 0xFF)] + Array(info[0..<keep])))
+            handler = ipv6cpPacket
+        default: handler = nil
         }
+        if let handler {
+            guard let p = PPP.Packet(info) else { counters.droppedIn += 1; return }
+            handler(p, now)
+            return
+        }
+        // IPv6, IPV6CP and anything else: Protocol-Reject (RFC 1661 5.7) once LCP is open.
+        guard lcp.opened else { counters.droppedIn += 1; return }
+        let keep = min(info.count, max(0, peerMRU - 6))
+        ppp(PPP.lcp, PPP.Packet(.protocolReject, id: takeID(),
+                                data: [UInt8(proto >> 8), UInt8(proto & 0xFF)] + Array(info[0..<keep])))
     }
 
     // MARK: LCP
