@@ -54,51 +54,45 @@ enum Application {
             "drop": DropOutbound(loop: loop),
         ]
         var carrierRuntime: CarrierRuntime?
+        // The carriers' and TLS outbounds' shared runtime, made for the first that needs it.
+        func sharedRuntime() throws -> CarrierRuntime {
+            if let r = carrierRuntime { return r }
+            let r = try CarrierRuntime(loop: loop, resolver: resolver)
+            carrierRuntime = r
+            return r
+        }
         for o in config.outbounds {
-            switch o.kind {
-            case .direct: outbounds[o.name] = DirectOutbound(name: o.name, loop: loop, resolver: resolver)
-            case .drop: outbounds[o.name] = DropOutbound(name: o.name, loop: loop)
-            case .loft(let server, let carrier, let token, let verification, let serverName):
-                do {
-                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
+            do {
+                switch o.kind {
+                case .direct: outbounds[o.name] = DirectOutbound(name: o.name, loop: loop, resolver: resolver)
+                case .drop: outbounds[o.name] = DropOutbound(name: o.name, loop: loop)
+                case .loft(let server, let carrier, let token, let verification, let serverName):
                     var options = try holderOptions(server: server, carrier: carrier, token: token, verification: verification,
                                                     serverName: serverName, config: config)
                     options.stateFile = o.stateFile
-                    let holder = try HolderOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options,
+                    let holder = try HolderOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options,
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder
                     runtime.holders.append(holder)
-                } catch {
-                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
-                    return 1
-                }
-            case .sstp(let server, let user, let password, let verification, let serverName, let auth):
-                do {
-                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
+                case .sstp(let server, let user, let password, let verification, let serverName, let auth):
                     guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
                     var options = SSTPOptions(host: hp.host, port: hp.port, tls: tlsOptions(verification, serverName: serverName),
                                               user: user, password: password,
                                               auth: auth.map { $0 == .pap ? SSTPClient.AuthMethod.pap : .mschapv2 },
                                               hold: config.hold, connectTimeoutMs: config.limits.connectTimeout.milliseconds)
                     if let k = o.keepalive { options.keepaliveMs = k.milliseconds }
-                    let sstp = try SSTPOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options,
-                                                 fallback: outbounds["direct"])
+                    let sstp = try SSTPOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options,
+                                                fallback: outbounds["direct"])
                     outbounds[o.name] = sstp
                     runtime.sstps.append(sstp)
-                } catch {
-                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
-                    return 1
-                }
-            case .vless(let server, let uuid, let verification, let serverName, let alpn):
-                do {
-                    if carrierRuntime == nil { carrierRuntime = try CarrierRuntime(loop: loop, resolver: resolver) }
+                case .vless(let server, let uuid, let verification, let serverName, let alpn):
                     let options = try vlessOptions(server: server, uuid: uuid, verification: verification,
                                                    serverName: serverName, alpn: alpn, config: config)
-                    outbounds[o.name] = try VLESSOutbound(name: o.name, loop: loop, runtime: carrierRuntime!, options: options)
-                } catch {
-                    Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
-                    return 1
+                    outbounds[o.name] = try VLESSOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options)
                 }
+            } catch {
+                Log.error("start.failed", ["outbound": o.name, "error": "\(error)"])
+                return 1
             }
         }
         runtime.outbounds = outbounds
