@@ -346,18 +346,15 @@ public final class TunInput: IOHandler, PacketWriter {
                 continue
             }
             // A local app's TCP segment with its checksum left partial: lwIP takes it as it is
-            // (nothing sums its payload), unless packet mode may forward it.
-            if netif != netstack.packetModeInput && header.leavesTCPChecksumPartial(UnsafeRawBufferPointer(packet)) {
-                if header.gsoType != VirtioNetHeader.gsoNone { largeSegmentsRead &+= 1 }
-                netstack.input(UnsafeRawBufferPointer(packet), from: netif, partialChecksum: true)
-                continue
-            }
-            if let reason = header.complete(packet) {
+            // (nothing sums its payload), unless packet mode may forward it; any other partial
+            // checksum is completed here.
+            let partial = netif != netstack.packetModeInput && header.leavesTCPChecksumPartial(UnsafeRawBufferPointer(packet))
+            if !partial, let reason = header.complete(packet) {
                 netstack.countDrop(reason, input: netif)
                 continue
             }
             if header.gsoType != VirtioNetHeader.gsoNone { largeSegmentsRead &+= 1 }
-            netstack.input(UnsafeRawBufferPointer(packet), from: netif)
+            netstack.input(UnsafeRawBufferPointer(packet), from: netif, partialChecksum: partial)
         }
     }
 
