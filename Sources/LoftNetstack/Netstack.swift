@@ -482,9 +482,14 @@ public final class Netstack {
             guard let self else { return }
             self.trimTimer = nil
             self.tablePeak = self.tcpFlows.count + self.udpAssociations.count
-            Syscall.trimHeap()
-            self.tally.memoryTrims &+= 1
+            self.giveMemoryBack()
         }
+    }
+
+    /// Freed memory back to the system (malloc_trim), counted `memory-trims`.
+    private func giveMemoryBack() {
+        Syscall.trimHeap()
+        tally.memoryTrims &+= 1
     }
 
     private func tableGrew() {
@@ -525,8 +530,7 @@ public final class Netstack {
             }
             if moved &- self.trimmedAtBytes >= Self.burstBytes {
                 self.trimmedAtBytes = moved
-                Syscall.trimHeap()
-                self.tally.memoryTrims &+= 1
+                self.giveMemoryBack()
             }
         }
     }
