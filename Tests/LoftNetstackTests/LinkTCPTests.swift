@@ -2,17 +2,9 @@ import Glibc
 import LoftCore
 import LoftIO
 @testable import LoftNetstack
+import LoftTestSupport
 import XCTest
 
-/// What a driver of an active-open stream hears.
-final class RecordingEvents: ByteStreamEvents {
-    var connected = 0, readable = 0, writable = 0
-    var failures: [FlowFailure] = []
-    func streamConnected() { connected += 1 }
-    func streamFailed(_ failure: FlowFailure) { failures.append(failure) }
-    func streamReadable() { readable += 1 }
-    func streamWritable() { writable += 1 }
-}
 
 /// Datagrams an association's driver was given.
 final class RecordingDatagrams: DatagramEvents {
@@ -49,7 +41,7 @@ final class LinkTCPTests: XCTestCase {
     func testActiveOpenCarriesBytesBothWays() throws {
         let (h, p, link) = harness()
         defer { h.shutdown() }
-        let ev = RecordingEvents()
+        let ev = RecordingStreamEvents()
         let stream = try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: ev))
         let s = try XCTUnwrap(syn(p))
         XCTAssertEqual(s.source.address, linkAddress, "from the link's address")
@@ -109,7 +101,7 @@ final class LinkTCPTests: XCTestCase {
         let (h, p, link) = harness()
         defer { h.shutdown() }
         // The server resets the SYN: refused.
-        let ev = RecordingEvents()
+        let ev = RecordingStreamEvents()
         let refused = try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: ev))
         let s = try XCTUnwrap(syn(p))
         XCTAssertTrue(take(link, tcpPacket(from: server, to: s.source, seq: 0, ack: s.seq &+ 1,
@@ -122,7 +114,7 @@ final class LinkTCPTests: XCTestCase {
                        "a refused connection is forgotten")
 
         // The link goes down under an open connection: it fails once, its pcb is gone.
-        let ev2 = RecordingEvents()
+        let ev2 = RecordingStreamEvents()
         let lost = try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: ev2))
         XCTAssertEqual(link.connectionCount, 1)
         link.linkDown()
@@ -134,12 +126,12 @@ final class LinkTCPTests: XCTestCase {
         withExtendedLifetime((refused, lost)) {}
         // A stream its driver drops without closing it resets its connection (no pcb is left
         // with callbacks into a freed stream).
-        _ = try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: RecordingEvents()))
+        _ = try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: RecordingStreamEvents()))
         XCTAssertTrue(try XCTUnwrap(Segment.parse(p.packets.last!)).isRST)
         XCTAssertEqual(link.connectionCount, 0)
         XCTAssertEqual(Netstack.lwipResources().tcpActive, 0)
         // IPv6 is not carried.
-        XCTAssertNil(link.openStream(from: linkAddress, to: Endpoint(IPAddress("fd00::1")!, 80), events: RecordingEvents()))
+        XCTAssertNil(link.openStream(from: linkAddress, to: Endpoint(IPAddress("fd00::1")!, 80), events: RecordingStreamEvents()))
     }
 
     func testPortsAvoidTheTunsPacketFlows() throws {
@@ -152,21 +144,21 @@ final class LinkTCPTests: XCTestCase {
         XCTAssertEqual(h.netstack.packetFlowCount, 1)
         var keep: [ByteStream] = []
         link.nextPort = 61000
-        keep.append(try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: RecordingEvents())))
+        keep.append(try XCTUnwrap(link.openStream(from: linkAddress, to: server, events: RecordingStreamEvents())))
         XCTAssertEqual(try XCTUnwrap(syn(p)).source.port, 61001, "the TUN flow's 4-tuple is skipped")
         // The same port to another server is no clash.
         link.nextPort = 61000
-        keep.append(try XCTUnwrap(link.openStream(from: linkAddress, to: Endpoint(server.address, 9200), events: RecordingEvents())))
+        keep.append(try XCTUnwrap(link.openStream(from: linkAddress, to: Endpoint(server.address, 9200), events: RecordingStreamEvents())))
         XCTAssertEqual(try XCTUnwrap(syn(p)).source.port, 61000)
         // The end of the range wraps to its start.
         link.nextPort = NetstackLink.ports.upperBound
-        keep.append(try XCTUnwrap(link.openStream(from: linkAddress, to: Endpoint(server.address, 9300), events: RecordingEvents())))
+        keep.append(try XCTUnwrap(link.openStream(from: linkAddress, to: Endpoint(server.address, 9300), events: RecordingStreamEvents())))
         XCTAssertEqual(try XCTUnwrap(syn(p)).source.port, NetstackLink.ports.upperBound)
         XCTAssertEqual(link.nextPort, NetstackLink.ports.lowerBound)
         XCTAssertEqual(link.connectionCount, 3)
         // The stack shut down under open connections: they fail, and no stream is left with a
         // freed pcb (dropping them afterwards touches nothing of lwIP's).
-        let events = keep.map { _ in RecordingEvents() }
+        let events = keep.map { _ in RecordingStreamEvents() }
         for (s, e) in zip(keep, events) { (s as! LwipStream).events = e }
         h.shutdown()
         XCTAssertEqual(events.map(\.failures), Array(repeating: [FlowFailure.networkUnreachable], count: 3))
@@ -241,7 +233,7 @@ final class LinkTCPTests: XCTestCase {
         defer { h.shutdown() }
         var links: [NetstackLink] = []
         var outbounds: [TestPacketOutbound] = []
-        let ev = RecordingEvents()
+        let ev = RecordingStreamEvents()
         while true {
             let p = TestPacketOutbound()
             guard let l = h.netstack.addLink(for: p, mtu: 1500) else { break }

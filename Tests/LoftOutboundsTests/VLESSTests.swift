@@ -2,6 +2,7 @@ import Glibc
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTestSupport
 import XCTest
 @testable import LoftOutbounds
 
@@ -154,15 +155,6 @@ final class ScriptedStream: ByteStream {
     func reset() { wasReset = true }
 }
 
-/// What the vless stream tells its driver.
-final class EventLog: ByteStreamEvents {
-    var connected = 0, readable = 0, writable = 0
-    var failures: [FlowFailure] = []
-    func streamConnected() { connected += 1 }
-    func streamFailed(_ failure: FlowFailure) { failures.append(failure) }
-    func streamReadable() { readable += 1 }
-    func streamWritable() { writable += 1 }
-}
 
 final class VLESSStreamTests: XCTestCase {
     let uuidText = "27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b"
@@ -180,7 +172,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     /// A vless stream over a scripted inner stream, connected.
-    func make(_ log: EventLog, connect: Bool = true) -> (VLESSStream, ScriptedStream) {
+    func make(_ log: RecordingStreamEvents, connect: Bool = true) -> (VLESSStream, ScriptedStream) {
         let s = VLESSStream(outbound: outbound, header: header, events: log)
         let inner = ScriptedStream()
         inner.events = s
@@ -203,7 +195,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testHeaderLeavesWithTheFirstBytesInOneWrite() {
-        let log = EventLog()
+        let log = RecordingStreamEvents()
         let (s, inner) = make(log)
         XCTAssertEqual(log.connected, 1)
         XCTAssertTrue(inner.writes.isEmpty, "the header waits for the app's bytes")
@@ -220,7 +212,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testHeaderAloneAfterTheWait() {
-        let log = EventLog()
+        let log = RecordingStreamEvents()
         var pair: (VLESSStream, ScriptedStream)?
         let ok = sc.run([
             { pair = self.make(log); return true },
@@ -233,7 +225,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testPartialHeaderWrite() {
-        let log = EventLog()
+        let log = RecordingStreamEvents()
         let (s, inner) = make(log)
         inner.room = 10
         XCTAssertEqual(s.writeRoom, 1, "room smaller than the header still lets a write try")
@@ -248,7 +240,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testShutdownBeforeAnyByteSendsTheHeaderFirst() {
-        let log = EventLog()
+        let log = RecordingStreamEvents()
         let (s, inner) = make(log)
         s.shutdownWrite()
         XCTAssertEqual(inner.written, header)
@@ -256,7 +248,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testResponseHeaderTakenOffInPieces() {
-        let log = EventLog()
+        let log = RecordingStreamEvents()
         let (s, inner) = make(log)
         inner.incoming = [0]
         XCTAssertEqual(read(s), .wouldBlock)
@@ -274,7 +266,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testBadResponseFailsAndIsCounted() {
-        let log = EventLog()
+        let log = RecordingStreamEvents()
         let (s, inner) = make(log)
         _ = write(s, [1])
         inner.incoming = Array("HTTP/1.1 400 Bad Request\r\n".utf8)
@@ -288,7 +280,7 @@ final class VLESSStreamTests: XCTestCase {
 
     func testClosedBeforeResponseIsCountedOnceEach() {
         for _ in 0..<3 {
-            let log = EventLog()
+            let log = RecordingStreamEvents()
             let (s, inner) = make(log)
             _ = write(s, [1])
             inner.incoming = [0]
@@ -302,7 +294,7 @@ final class VLESSStreamTests: XCTestCase {
         XCTAssertEqual(outbound.status.state, "failing")
         XCTAssertEqual(outbound.status.liveFlows, 0)
         // A flow that gets its response clears the logged causes: the next failure is news.
-        let (s, inner) = make(EventLog())
+        let (s, inner) = make(RecordingStreamEvents())
         inner.incoming = [0, 0, 1]
         XCTAssertEqual(read(s), .data(1))
         XCTAssertTrue(outbound.meter.logged.isEmpty)
@@ -311,7 +303,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testAppDoneThenServerClosesSilentlyIsAPlainEnd() {
-        let (s, inner) = make(EventLog())
+        let (s, inner) = make(RecordingStreamEvents())
         s.shutdownWrite()
         inner.eof = true
         XCTAssertEqual(read(s), .eof)
@@ -320,7 +312,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testResetWhileConnectingIsTheConnectDeadline() {
-        let (s, inner) = make(EventLog(), connect: false)
+        let (s, inner) = make(RecordingStreamEvents(), connect: false)
         XCTAssertEqual(write(s, [1]), 0, "nothing is written before the connection is up")
         s.reset()
         XCTAssertTrue(inner.wasReset)
@@ -328,7 +320,7 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     func testReadInterestPassesThrough() {
-        let (s, inner) = make(EventLog())
+        let (s, inner) = make(RecordingStreamEvents())
         s.setReadInterest(false)
         XCTAssertFalse(inner.readInterest)
         s.setReadInterest(true)
