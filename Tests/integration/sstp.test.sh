@@ -24,25 +24,7 @@ EXT_PORT=$((S5_PORT + 1))      # after the SOCKS5 port (its UDP relay takes the 
 while ss -Htuln "sport = :$EXT_PORT" 2>/dev/null | grep -q .; do EXT_PORT=$((EXT_PORT + 1)); done
 PEER_PORT=$((EXT_PORT + 1))
 while ss -Htuln "sport = :$PEER_PORT" 2>/dev/null | grep -q .; do PEER_PORT=$((PEER_PORT + 1)); done
-SOCAT_PID=
-ip netns add "$PEER_NS" && T_NETNS+=("$PEER_NS") && register netns "$PEER_NS"
-ip -n "$PEER_NS" link set lo up
-peer_up() {
-    socat "TUN:198.18.2.1/24,tun-type=tun,iff-no-pi,tun-name=$PEER_TUN" \
-        "UDP:127.0.0.1:$EXT_PORT,bind=127.0.0.1:$PEER_PORT" >"$T_DIR/socat.log" 2>&1 &
-    SOCAT_PID=$!
-    T_PIDS+=("$SOCAT_PID"); register_pid "$SOCAT_PID"
-    local i
-    # Until socat has given the device its address, and a moment for its flags ioctls that
-    # follow (moving it earlier fails them: "SIOCGIFFLAGS ... No such device").
-    for i in $(seq 50); do ip -4 addr show dev "$PEER_TUN" 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
-    sleep 0.2
-    ip link set "$PEER_TUN" netns "$PEER_NS" || return 1
-    ip -n "$PEER_NS" addr add 198.18.2.1/24 dev "$PEER_TUN"
-    ip -n "$PEER_NS" link set "$PEER_TUN" up
-    ip -n "$PEER_NS" route add default dev "$PEER_TUN"
-}
-peer_down() { [ -n "$SOCAT_PID" ] && kill_pid "$SOCAT_PID"; SOCAT_PID=; }
+. "$(dirname "$0")/bridge-peer.sh"
 
 # Services behind the PPP link, in srv, on the responder's TUN address.
 make_files 50
