@@ -26,6 +26,21 @@ PEER_PORT=$((EXT_PORT + 1))
 while ss -Htuln "sport = :$PEER_PORT" 2>/dev/null | grep -q .; do PEER_PORT=$((PEER_PORT + 1)); done
 . "$(dirname "$0")/bridge-peer.sh"
 
+# udp_echo5 WORD: Python that sends "WORD 0".."WORD 4" to the UDP echo behind the link and
+# prints how many came back unchanged from it.
+udp_echo5() {
+    cat <<PYEOF
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+ok = 0
+for i in range(5):
+    s.sendto(b'$1 %d' % i, ('$PPP_LOCAL', 9101))
+    d, a = s.recvfrom(100)
+    ok += d == b'$1 %d' % i and a == ('$PPP_LOCAL', 9101)
+print(ok)
+PYEOF
+}
+
 # Services behind the PPP link, in srv, on the responder's TUN address.
 make_files 50
 head -c $((4 * 1024 * 1024 + 12345)) /dev/urandom >"$T_DIR/www/s5"
@@ -163,15 +178,7 @@ if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     if [ "$got" = "$want" ]; then pass upload-50m; note "50 MiB up in $((t1 - t0)) ms"
     else fail upload-50m "sha256 $got, want $want; loft: $(grep -v 'event=ready' "$LOFT_LOG" | tail -4 | tr '\n' '|'); responder: $(tail -4 "$RESP_LOG" | tr '\n' '|'); status: $("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 | tr '\n' '|')"; fi
 
-    r=$(py_in_app "
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
-ok = 0
-for i in range(5):
-    s.sendto(b'dgram %d' % i, ('$PPP_LOCAL', 9101))
-    d, a = s.recvfrom(100)
-    ok += d == b'dgram %d' % i and a == ('$PPP_LOCAL', 9101)
-print(ok)" 2>&1)
+    r=$(py_in_app "$(udp_echo5 dgram)" 2>&1)
     if [ "$r" = 5 ]; then pass udp; else fail udp "$r"; fi
     if in_app ping -c 3 -i 0.2 -W 2 "$PPP_LOCAL" >"$T_DIR/ping.out" 2>&1; then pass ping
     else fail ping "$(tail -2 "$T_DIR/ping.out" | tr '\n' '|')"; fi
@@ -260,15 +267,7 @@ print(ok)" 2>&1)
         want=$(sha_of "$T_DIR/www/s5")
         got=$(ip netns exec "$PEER_NS" timeout 30 socat -u "TCP4:$PPP_LOCAL:9103" - | sha256sum | cut -d' ' -f1)
         if [ "$got" = "$want" ]; then pass bridge-tcp; else fail bridge-tcp "sha256 $got, want $want"; fi
-        r=$(ip netns exec "$PEER_NS" python3 -c "
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
-ok = 0
-for i in range(5):
-    s.sendto(b'bridge %d' % i, ('$PPP_LOCAL', 9101))
-    d, a = s.recvfrom(100)
-    ok += d == b'bridge %d' % i and a == ('$PPP_LOCAL', 9101)
-print(ok)" 2>&1)
+        r=$(in_peer python3 -c "$(udp_echo5 bridge)" 2>&1)
         if [ "$r" = 5 ]; then pass bridge-udp; else fail bridge-udp "$r"; fi
     else
         fail bridge-tcp "socat peer did not come up: $(cat "$T_DIR/socat.log")"; fail bridge-udp "no peer"
