@@ -53,7 +53,7 @@ public final class Netstack {
     }
     var inputs: [Input] = []
 
-    var tcpFlows: [FlowKey: TCPFlow] = [:]
+    var tcpFlows = KeyedTable<TCPFlow>()
     /// Flows by activity (the oldest is evicted first at the cap).
     private var flowActivity = ActivityList<TCPFlow>()
     /// Associations by app endpoint and outbound, and by app endpoint and destination (so a
@@ -445,8 +445,9 @@ public final class Netstack {
                 return
             }
             let flow = TCPFlow(stack: self, key: key, syn: Array(packet), summary: s, now: loop.now)
-            tcpFlows[key] = flow
+            tcpFlows.insert(flow)
             flowActivity.append(flow)
+            armFlowIdle()
             tableGrew()
             tally.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
@@ -457,8 +458,7 @@ public final class Netstack {
 
     /// Called by a flow when it is completely done.
     func remove(_ flow: TCPFlow) {
-        guard tcpFlows[flow.key] === flow else { return }
-        tcpFlows[flow.key] = nil
+        guard tcpFlows.remove(flow) else { return }
         flowActivity.remove(flow)
         ruleUsage[flow.ruleIndex, default: RuleUsage()].add(up: flow.bytesUp, down: flow.bytesDown)
         tableShrank()
@@ -495,6 +495,63 @@ public final class Netstack {
     private func tableGrew() {
         let n = tcpFlows.count + udpAssociations.count
         if n > tablePeak { tablePeak = n }
+    }
+
+    // MARK: idle deadlines
+
+    /// Idle TCP flows and UDP associations are closed from the oldest end of their activity
+    /// lists: one timer per list on the loop's heap, armed for the oldest entry's deadline, so
+    /// an idle flow costs no timer of its own. A timer that finds its oldest entry active again
+    /// is re-armed for the new oldest's deadline (one wake per idle period, not per byte).
+    private var flowIdleTimer: TimerHandle?
+    private var associationIdleTimer: TimerHandle?
+
+    private func armFlowIdle() {
+        guard flowIdleTimer == nil, settings.tcpIdleTimeoutMs > 0, let oldest = flowActivity.oldest else { return }
+        sweepFlows(at: oldest.lastActivity &+ settings.tcpIdleTimeoutMs)
+    }
+
+    private func sweepFlows(at t: UInt64) {
+        flowIdleTimer = loop.schedule(at: t) { [weak self] in
+            guard let self else { return }
+            self.flowIdleTimer = nil
+            self.sweepIdleFlows()
+        }
+    }
+
+    /// Resets the flows idle for the timeout, oldest first. A flow still connecting is left to
+    /// its splice's connect deadline (its idle time runs from its dial until it relays).
+    private func sweepIdleFlows() {
+        let limit = settings.tcpIdleTimeoutMs, now = loop.now
+        var f = flowActivity.oldest
+        while let x = f, now &- x.lastActivity >= limit {
+            f = x.newer
+            guard x.isRelaying else { continue }
+            tally.idleClosed &+= 1
+            x.abort()
+        }
+        if let f {
+            sweepFlows(at: f.lastActivity &+ limit)
+        } else if flowActivity.oldest != nil {
+            // Only connecting flows past the idle time: they connect or fail within the
+            // connect timeout; look again in a second.
+            sweepFlows(at: now &+ 1000)
+        }
+    }
+
+    private func armAssociationIdle() {
+        let limit = settings.udpIdleTimeoutMs
+        guard associationIdleTimer == nil, limit > 0, let oldest = associationActivity.oldest else { return }
+        associationIdleTimer = loop.schedule(at: oldest.lastActivity &+ limit) { [weak self] in
+            guard let self else { return }
+            self.associationIdleTimer = nil
+            let now = self.loop.now
+            while let a = self.associationActivity.oldest, now &- a.lastActivity >= limit {
+                self.tally.idleClosed &+= 1
+                self.closeAssociation(a)
+            }
+            self.armAssociationIdle()
+        }
     }
 
     /// Bytes moved on `f` (a live flow): it becomes the newest.
@@ -549,7 +606,7 @@ public final class Netstack {
     /// to the rules in force when each flow started.
     public func ruleUsageSnapshot() -> [Int: RuleUsage] {
         var u = ruleUsage
-        for f in tcpFlows.values { u[f.ruleIndex, default: RuleUsage()].add(up: f.bytesUp, down: f.bytesDown) }
+        for f in tcpFlows { u[f.ruleIndex, default: RuleUsage()].add(up: f.bytesUp, down: f.bytesDown) }
         for a in udpAssociations.values { u[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown) }
         return u
     }
@@ -565,7 +622,7 @@ public final class Netstack {
     /// Live TCP flows by state.
     public func tcpStateCounts() -> [(String, Int)] {
         var connecting = 0, handshaking = 0, open = 0, closing = 0
-        for f in tcpFlows.values {
+        for f in tcpFlows {
             switch f.state {
             case .connecting: connecting += 1
             case .handshaking: handshaking += 1
@@ -658,8 +715,8 @@ public final class Netstack {
                 ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
                 udpAssociations[key] = a
                 associationActivity.append(a)
+                armAssociationIdle()
                 tableGrew()
-                a.armIdle()
                 tally.udpAssociationsOpened &+= 1
                 assoc = a
             }
@@ -715,7 +772,7 @@ public final class Netstack {
     public func flowSnapshot() -> [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] {
         let now = loop.now
         var out: [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] = []
-        for f in tcpFlows.values { out.append((.tcp, f.key.source, f.key.destination, f.outboundName, f.bytesUp, f.bytesDown, now - f.createdAt)) }
+        for f in tcpFlows { out.append((.tcp, f.key.source, f.key.destination, f.outboundName, f.bytesUp, f.bytesDown, now - f.createdAt)) }
         for a in udpAssociations.values { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
         return out
     }
@@ -770,7 +827,6 @@ final class UDPAssociation: DatagramEvents, ActivityListed {
     /// Neighbours in the netstack's activity list.
     unowned(unsafe) var older: UDPAssociation?
     unowned(unsafe) var newer: UDPAssociation?
-    private var idleTimer: TimerHandle?
 
     init(stack: Netstack, key: UDPKey, now: UInt64) {
         self.stack = stack
@@ -780,25 +836,7 @@ final class UDPAssociation: DatagramEvents, ActivityListed {
         self.lastDestination = key.source
     }
 
-    /// The idle deadline, re-armed from the last datagram when it fires (one timer per idle
-    /// period, not one per datagram).
-    func armIdle() {
-        let limit = stack.settings.udpIdleTimeoutMs
-        idleTimer = stack.loop.schedule(at: lastActivity &+ limit) { [weak self] in
-            guard let self, self.outboundSide != nil else { return }
-            self.idleTimer = nil
-            if self.stack.loop.now &- self.lastActivity < limit {
-                self.armIdle()
-            } else {
-                self.stack.tally.idleClosed &+= 1
-                self.stack.closeAssociation(self)
-            }
-        }
-    }
-
     func close() {
-        if let t = idleTimer { stack.loop.cancel(t) }
-        idleTimer = nil
         outboundSide?.close()
         outboundSide = nil
     }

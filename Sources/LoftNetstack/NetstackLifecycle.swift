@@ -37,7 +37,7 @@ extension Netstack {
     /// packets afterwards.
     public func shutdown() {
         guard !isShutDown else { return }
-        for flow in Array(tcpFlows.values) { flow.abort() }
+        for flow in tcpFlows.all { flow.abort() }
         tcpFlows.removeAll()
         for association in Array(udpAssociations.values) { closeAssociation(association) }
         udpAssociations.removeAll()
@@ -61,7 +61,7 @@ extension Netstack {
     /// are reset (the outbound is reset, the app gets its RST, queued pbufs are freed), each
     /// association's outbound side is closed, then lwIP is emptied as in `shutdown()`.
     func releaseInDeinit() {
-        for flow in tcpFlows.values {
+        for flow in tcpFlows.all {
             flow.splice.reset()
             flow.stream?.reset()
             flow.stream = nil

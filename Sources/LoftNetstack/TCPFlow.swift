@@ -4,9 +4,10 @@ import LoftCore
 import LoftIO
 
 /// One TCP connection from an app: the SYN held until the outbound connects, then lwIP's side
-/// (`LwipStream`) spliced to the outbound stream. The bytes, backpressure, half-close, resets
-/// and the idle deadline are the splice's; this is the flow's table entry and its handshake.
-final class TCPFlow: SpliceOwner, ActivityListed {
+/// (`LwipStream`) spliced to the outbound stream. The bytes, backpressure, half-close and resets
+/// are the splice's, the idle deadline the netstack's (its activity list); this is the flow's
+/// table entry and its handshake.
+final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
     enum State { case connecting, handshaking, open, closed }
 
     unowned let stack: Netstack
@@ -37,6 +38,7 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     var bytesUp: UInt64 { splice.bytesUp }
     var bytesDown: UInt64 { splice.bytesDown }
     var isHalfClosed: Bool { splice.isHalfClosed }
+    var isRelaying: Bool { splice.isRelaying }
 
     init(stack: Netstack, key: FlowKey, syn: [UInt8], summary: PacketSummary, now: UInt64) {
         self.stack = stack
@@ -49,8 +51,7 @@ final class TCPFlow: SpliceOwner, ActivityListed {
         }
         self.createdAt = now
         splice = Splice(loop: stack.loop, owner: self, meter: stack.meter,
-                        connectTimeoutMs: stack.settings.connectTimeoutMs,
-                        idleTimeoutMs: stack.settings.tcpIdleTimeoutMs)
+                        connectTimeoutMs: stack.settings.connectTimeoutMs)
     }
 
     // MARK: the splice
@@ -76,7 +77,6 @@ final class TCPFlow: SpliceOwner, ActivityListed {
     }
 
     func spliceEnded(_ splice: Splice, _ ending: Splice.Ending) {
-        if ending == .idle { stack.tally.idleClosed &+= 1 }
         stream = nil
         finish()
     }
