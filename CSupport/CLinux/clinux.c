@@ -608,6 +608,8 @@ int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *ga
 
 int clinux_malloc_trim(void) { return malloc_trim(0); }
 
+size_t clinux_heap_in_use(void) { return mallinfo2().uordblks; }
+
 void clinux_malloc_keep(size_t keep) {
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_TRIM_THRESHOLD, (int)keep);

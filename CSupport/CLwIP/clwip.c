@@ -306,7 +306,16 @@ int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len, int summed) {
     // tcp_write only copies payload (headers are summed by tcp_output): every sum it asks for
     // is the payload's.
     payload_unsummed = !summed;
+    // This lwIP is built with LWIP_NETIF_TX_SINGLE_PBUF: every new segment's pbuf is allocated
+    // at the full MSS, whatever the write. With an MSS of up to 64 KiB, a flow's 12-byte answer
+    // would hold 64 KiB until acknowledged (10k flows answered at once: 640 MiB). A write that
+    // starts a new segment smaller than the MSS gets a segment of its own size: the MSS is
+    // lowered to the write's length for the call (only with nothing unsent: lwIP fills the last
+    // unsent segment's room first and expects it to fit the MSS).
+    u16_t mss = pcb->mss;
+    if (pcb->unsent == NULL && len > 0 && len < mss) pcb->mss = (u16_t)len;
     err_t e = tcp_write(pcb, data, (u16_t)len, TCP_WRITE_FLAG_COPY);
+    pcb->mss = mss;
     payload_unsummed = 0;
     return e;
 }

@@ -29,10 +29,10 @@ public final class QuicFlow: ByteStream {
     // MARK: from the carrier
 
     func readable() {
-        if readInterest { events?.streamReadable() } else { missedReadable = true }
+        if readInterest { events?.streamReadable(self) } else { missedReadable = true }
     }
 
-    func writable() { events?.streamWritable() }
+    func writable() { events?.streamWritable(self) }
 
     /// Reset by the peer, or the connection is gone.
     func failed(_ f: FlowFailure) {
@@ -40,7 +40,7 @@ public final class QuicFlow: ByteStream {
         finished = true
         let e = events
         events = nil
-        e?.streamFailed(f)
+        e?.streamFailed(self, f)
     }
 
     // MARK: ByteStream

@@ -80,7 +80,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         failure = f
         conn?.abort()
         conn = nil
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     /// The flow failure an app is told for a carrier-level reason.
@@ -102,12 +102,12 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         guard !finished else { return }
         isConnected = true
         c.setReading(readInterest && !stalled)
-        events?.streamConnected()
+        events?.streamConnected(self)
     }
 
     func tlsReceived(_ c: TLSConnection) {
         guard readInterest, c.inStart < c.inEnd else { return }
-        events?.streamReadable()
+        events?.streamReadable(self)
         if readInterest, !stalled, conn === c, c.inStart < c.inEnd {
             stalled = true
             c.setReading(false)
@@ -124,7 +124,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     func tlsFlushed(_ c: TLSConnection) {
         guard wantWritable, writeRoom > 0 else { return }
         wantWritable = false
-        events?.streamWritable()
+        events?.streamWritable(self)
     }
 
     func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
@@ -146,7 +146,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         }
         // A clean end: EOF once what is buffered has been read (the buffers outlive the socket).
         eof = true
-        if readInterest { events?.streamReadable() }
+        if readInterest { events?.streamReadable(self) }
     }
 
     // MARK: ByteStream
@@ -236,7 +236,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
             // Bytes (or the EOF) already here announce no new arrival: say so on the next turn.
             runtime.loop.soon { [weak self] in
                 guard let self, self.readInterest, !self.finished else { return }
-                self.events?.streamReadable()
+                self.events?.streamReadable(self)
             }
         }
     }

@@ -57,17 +57,18 @@ public enum StreamReadResult: Equatable {
 
 /// What a byte stream tells whoever drives it (the splice, or an input while it connects).
 /// All calls come on the loop thread, never from inside a call the driver made on the stream.
+/// Each names the stream it comes from, so one driver can take the events of both its ends.
 public protocol ByteStreamEvents: AnyObject {
     /// The remote end accepted the connection.
-    func streamConnected()
+    func streamConnected(_ stream: ByteStream)
     /// The stream broke: connecting failed, the peer reset, or an error. The stream is finished;
     /// nothing more comes from it and the driver need not close it. Arrives whether or not
     /// reads are wanted, exactly once.
-    func streamFailed(_ failure: FlowFailure)
+    func streamFailed(_ stream: ByteStream, _ failure: FlowFailure)
     /// Data or EOF can be read now (only while read interest is on).
-    func streamReadable()
+    func streamReadable(_ stream: ByteStream)
     /// Earlier writes drained; write() accepts bytes again.
-    func streamWritable()
+    func streamWritable(_ stream: ByteStream)
 }
 
 /// One end of a TCP-like byte stream: the lwIP flow towards an app, a SOCKS5 client socket,

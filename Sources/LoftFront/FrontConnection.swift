@@ -340,7 +340,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard !ending, instanceID != nil, openStreams < server.limits.maxStreams else { return false }
         let r = FlowRelay(connection: self, flow: flow)
         flows[ObjectIdentifier(r)] = r
-        r.streamReadable()
+        r.streamReadable(flow)
         return true
     }
 

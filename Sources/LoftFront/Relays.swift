@@ -94,10 +94,10 @@ final class SessionStream: ByteStream {
     }
 
     func sessionReadable() {
-        if readInterest { events?.streamReadable() } else { missedReadable = true }
+        if readInterest { events?.streamReadable(self) } else { missedReadable = true }
     }
 
-    func sessionWritable() { events?.streamWritable() }
+    func sessionWritable() { events?.streamWritable(self) }
 
     /// No reset goes back: the session already dropped the stream.
     func abandon() {
@@ -135,7 +135,7 @@ final class SessionStream: ByteStream {
             missedReadable = false
             connection.server.loop.soon { [weak self] in
                 guard let self, self.readInterest else { return }
-                self.events?.streamReadable()
+                self.events?.streamReadable(self)
             }
         }
     }
@@ -219,15 +219,15 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
 
     // MARK: the OPEN
 
-    func streamConnected() {}
-    func streamWritable() {}
-    func streamFailed(_ failure: FlowFailure) {
+    func streamConnected(_: ByteStream) {}
+    func streamWritable(_: ByteStream) {}
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) {
         splice?.reset()
         splice = nil
         connection.flowEnded(self)
     }
 
-    func streamReadable() {
+    func streamReadable(_: ByteStream) {
         guard destination == nil, !refused else { return }
         while true {
             let verdict = head.withUnsafeBytes { FlowPreamble.parseOpen(UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }

@@ -95,7 +95,10 @@ public final class SocketStream: ByteStream, IOHandler {
         guard !finished else { return }
         teardown(reset: false)
         self.failure = failure
-        loop.soon { [weak self] in self?.events?.streamFailed(failure) }
+        loop.soon { [weak self] in
+            guard let self else { return }
+            self.events?.streamFailed(self, failure)
+        }
     }
 
     private func setMask(_ m: UInt32) {
@@ -128,18 +131,18 @@ public final class SocketStream: ByteStream, IOHandler {
             if ev & IOEvents.writable == 0 { return }
             connecting = false
             updateMask()
-            events?.streamConnected()
+            events?.streamConnected(self)
             return
         }
         if ev & IOEvents.writable != 0 && wantWrite {
             wantWrite = false
             updateMask()
-            events?.streamWritable()
+            events?.streamWritable(self)
             if fd < 0 { return }
         }
         if readInterest {
             // Data, EOF or an error: read() tells which (bytes before a reset come first).
-            if ev & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 { events?.streamReadable() }
+            if ev & (IOEvents.readable | IOEvents.error | IOEvents.hangup) != 0 { events?.streamReadable(self) }
             return
         }
         if ev & IOEvents.error != 0 {
@@ -162,7 +165,7 @@ public final class SocketStream: ByteStream, IOHandler {
     private func fail(_ f: FlowFailure) {
         teardown(reset: false)
         failure = f
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     // MARK: ByteStream
@@ -211,7 +214,7 @@ public final class SocketStream: ByteStream, IOHandler {
             parked = false
             loop.soon { [weak self] in
                 guard let self, self.fd >= 0, self.readInterest else { return }
-                self.events?.streamReadable()
+                self.events?.streamReadable(self)
             }
             return
         }

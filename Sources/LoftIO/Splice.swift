@@ -38,7 +38,7 @@ public final class SpliceMeter {
 /// - deadlines on the loop's timer heap: connect (until `attach`) and idle (no byte either way);
 /// - byte counting (per splice and into a shared meter).
 /// Nothing else in loft pumps bytes between two streams.
-public final class Splice {
+public final class Splice: ByteStreamEvents {
     public enum Ending: Equatable, Sendable {
         /// EOF both ways, everything written.
         case closed
@@ -48,22 +48,34 @@ public final class Splice {
         case idle
     }
 
-    enum State { case dialing, connected, relaying, finished }
+    enum State: UInt8 { case dialing, connected, relaying, finished }
+
+    /// Which end: the app's (inbound) or the remote's (outbound).
+    enum Side {
+        case inbound, outbound
+        var other: Side { self == .inbound ? .outbound : .inbound }
+    }
 
     let loop: EventLoop
     /// Unowned: the owner holds the splice for the splice's whole life.
     public unowned let owner: SpliceOwner
     private let meter: SpliceMeter?
-    private let connectTimeoutMs: UInt64
-    private let idleTimeoutMs: UInt64
+    private let connectTimeoutMs: UInt32
+    private let idleTimeoutMs: UInt32
     private var state = State.dialing
-    private let inbound: End
-    private let outbound: End
-    /// The connect deadline until `attach`, then the idle deadline: one timer per splice.
-    private var deadline: TimerHandle?
-    private var deadlineAt: UInt64 = 0
-    private var releaseTimer: TimerHandle?
+    /// Per side: EOF was read from its stream, shutdownWrite was sent to it, its read interest
+    /// is off (the other side is full, or EOF was read). One byte for both sides.
+    private var flags: UInt8 = 0
     private var repumpQueued = false
+    // The ends, in the splice itself (one allocation per relay): each side's stream and the
+    // bytes read from the other side that the stream has not taken yet.
+    private var inStream: ByteStream?
+    private var outStream: ByteStream?
+    private var inPending = SpliceBuffer()
+    private var outPending = SpliceBuffer()
+    /// The connect deadline until `attach`, then the idle deadline: one timer per splice.
+    private var deadline = TimerHandle.none
+    private var releaseTimer = TimerHandle.none
 
     public private(set) var bytesUp: UInt64 = 0
     public private(set) var bytesDown: UInt64 = 0
@@ -87,36 +99,61 @@ public final class Splice {
         self.loop = loop
         self.owner = owner
         self.meter = meter
-        self.connectTimeoutMs = connectTimeoutMs
-        self.idleTimeoutMs = idleTimeoutMs
+        self.connectTimeoutMs = UInt32(clamping: connectTimeoutMs)
+        self.idleTimeoutMs = UInt32(clamping: idleTimeoutMs)
         lastActivity = loop.now
-        inbound = End(inbound: true)
-        outbound = End(inbound: false)
-        inbound.splice = self
-        outbound.splice = self
     }
 
     deinit {
-        // Timer actions hold the splice unowned: none may run after this.
+        // Timer actions hold the splice unowned: none may run after this; nor may the ends
+        // report to it.
         cancel(&deadline)
         cancel(&releaseTimer)
-        inbound.pending.release()
-        outbound.pending.release()
+        inStream?.events = nil
+        outStream?.events = nil
+        inPending.release()
+        outPending.release()
     }
 
     public var isConnected: Bool { state == .connected || state == .relaying }
     public var isRelaying: Bool { state == .relaying }
     public var isFinished: Bool { state == .finished }
     /// Either side has sent its EOF (the flow is closing).
-    public var isHalfClosed: Bool { inbound.readEOF || outbound.readEOF }
+    public var isHalfClosed: Bool { has(.readEOF, .inbound) || has(.readEOF, .outbound) }
+
+    // MARK: the ends
+
+    private enum Flag: UInt8 { case readEOF = 1, shut = 2, readsPaused = 4 }
+
+    private func has(_ f: Flag, _ side: Side) -> Bool {
+        flags & (side == .inbound ? f.rawValue : f.rawValue << 4) != 0
+    }
+
+    private func set(_ f: Flag, _ side: Side, _ on: Bool = true) {
+        let bit = side == .inbound ? f.rawValue : f.rawValue << 4
+        if on { flags |= bit } else { flags &= ~bit }
+    }
+
+    private func stream(_ side: Side) -> ByteStream? { side == .inbound ? inStream : outStream }
+
+    /// The bytes waiting for `side`'s stream.
+    private func pending(_ side: Side) -> SpliceBuffer { side == .inbound ? inPending : outPending }
+
+    private func withPending<R>(_ side: Side, _ body: (inout SpliceBuffer) -> R) -> R {
+        side == .inbound ? body(&inPending) : body(&outPending)
+    }
+
+    /// The side `s` is, for an event it sent (an end this splice does not hold any more sends
+    /// none: `drop` takes the splice out of both).
+    private func side(of s: ByteStream) -> Side { s === inStream ? .inbound : .outbound }
 
     // MARK: owner's calls
 
     /// Opens the outbound end and starts the connect deadline.
     public func dial(_ out: Outbound, to destination: Destination) {
-        precondition(state == .dialing && outbound.stream == nil)
-        arm(at: loop.now &+ connectTimeoutMs)
-        outbound.stream = out.openStream(to: destination, events: outbound)
+        precondition(state == .dialing && outStream == nil)
+        arm(at: loop.now &+ UInt64(connectTimeoutMs))
+        outStream = out.openStream(to: destination, events: self)
     }
 
     /// Joins the inbound end (after `spliceConnected`) and starts moving bytes. `initialUp`:
@@ -131,27 +168,23 @@ public final class Splice {
         state = .relaying
         // The connect deadline's timer stays and becomes the idle deadline's: when it fires it
         // is re-armed from the last activity (or it goes, with no idle timeout).
-        if idleTimeoutMs == 0 {
-            cancel(&deadline)
-        } else if deadlineAt > loop.now &+ idleTimeoutMs {
-            cancel(&deadline)
-            arm(at: loop.now &+ idleTimeoutMs)
-        }
-        inbound.stream = stream
-        stream.events = inbound
-        if let initialUp, initialUp.count > 0 { outbound.pending.append(initialUp.baseAddress!, initialUp.count) }
+        cancel(&deadline)
+        if idleTimeoutMs > 0 { arm(at: lastActivity &+ UInt64(idleTimeoutMs)) }
+        inStream = stream
+        stream.events = self
+        if let initialUp, initialUp.count > 0 { outPending.append(initialUp.baseAddress!, initialUp.count) }
         stream.setReadInterest(true)
-        outbound.stream?.setReadInterest(true)
-        run(from: inbound, to: outbound)
-        run(from: outbound, to: inbound)
+        outStream?.setReadInterest(true)
+        run(from: .inbound, to: .outbound)
+        run(from: .outbound, to: .inbound)
     }
 
     /// Resets both ends now (eviction, shutdown, the input gave up). No owner callback.
     public func reset() {
         guard state != .finished else { return }
         finish()
-        inbound.stream?.reset()
-        outbound.stream?.reset()
+        inStream?.reset()
+        outStream?.reset()
         drop()
     }
 
@@ -159,42 +192,45 @@ public final class Splice {
     public func close() {
         guard state != .finished else { return }
         finish()
-        inbound.stream?.close()
-        outbound.stream?.close()
+        inStream?.close()
+        outStream?.close()
         drop()
     }
 
     // MARK: events from the ends
 
-    fileprivate func connected(_ end: End) {
-        guard !end.inbound, state == .dialing else { return }
+    public func streamConnected(_ stream: ByteStream) {
+        guard side(of: stream) == .outbound, state == .dialing else { return }
         state = .connected
         // Remote bytes wait until the inbound end is attached.
-        outbound.stream?.setReadInterest(false)
-        outbound.readsPaused = true
+        outStream?.setReadInterest(false)
+        set(.readsPaused, .outbound)
         owner.spliceConnected(self)
     }
 
-    fileprivate func failed(_ end: End, _ failure: FlowFailure) {
+    public func streamFailed(_ stream: ByteStream, _ failure: FlowFailure) {
+        let side = side(of: stream)
         switch state {
         case .finished:
             return
         case .dialing, .connected:
-            guard !end.inbound else { return }
+            guard side == .outbound else { return }
             finish()
-            outbound.stream = nil
+            outStream = nil
             owner.spliceFailed(self, failure)
         case .relaying:
-            broke(end, failure)
+            broke(side, failure)
         }
     }
 
-    fileprivate func readable(_ end: End) {
-        run(from: end, to: end === inbound ? outbound : inbound)
+    public func streamReadable(_ stream: ByteStream) {
+        let side = side(of: stream)
+        run(from: side, to: side.other)
     }
 
-    fileprivate func writable(_ end: End) {
-        run(from: end === inbound ? outbound : inbound, to: end)
+    public func streamWritable(_ stream: ByteStream) {
+        let side = side(of: stream)
+        run(from: side.other, to: side)
     }
 
     // MARK: moving bytes
@@ -204,7 +240,7 @@ public final class Splice {
     /// pumping then would reuse the copy buffer under the outer pump, so it waits a turn.
     nonisolated(unsafe) private static var depth = 0
 
-    private func run(from src: End, to dst: End) {
+    private func run(from src: Side, to dst: Side) {
         if Self.depth > 0 {
             repumpSoon()
             return
@@ -220,28 +256,29 @@ public final class Splice {
         loop.soon { [weak self] in
             guard let self else { return }
             self.repumpQueued = false
-            self.run(from: self.inbound, to: self.outbound)
-            self.run(from: self.outbound, to: self.inbound)
+            self.run(from: .inbound, to: .outbound)
+            self.run(from: .outbound, to: .inbound)
         }
     }
 
-    private func pump(from src: End, to dst: End) {
-        guard state == .relaying, let from = src.stream, let to = dst.stream else { return }
+    private func pump(from src: Side, to dst: Side) {
+        guard state == .relaying, let from = stream(src), let to = stream(dst) else { return }
         // What the destination refused earlier goes first.
-        if !dst.pending.isEmpty {
-            var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: dst.pending.bytes), iov_len: dst.pending.count)
+        let waiting = pending(dst)
+        if !waiting.isEmpty {
+            var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: waiting.bytes), iov_len: waiting.count)
             let n = to.write(&iov, count: 1)
             if n < 0 { broke(dst, .other(EPIPE)); return }
-            dst.pending.consume(n)
-            if n > 0 { moved(n, up: dst === outbound) }
-            if !dst.pending.isEmpty {
+            let left = withPending(dst) { $0.consume(n); return $0.count }
+            if n > 0 { moved(n, up: dst == .outbound) }
+            if left > 0 {
                 lastBackpressure = loop.now
                 pause(src)
                 return
             }
             scheduleRelease()
         }
-        if src.readEOF {
+        if has(.readEOF, src) {
             passEOF(src, dst)
             return
         }
@@ -270,7 +307,7 @@ public final class Splice {
                     if w < 0 { broke(dst, .other(EPIPE)); return }
                     if w > 0 {
                         from.consume(w)
-                        moved(w, up: src === inbound)
+                        moved(w, up: src == .inbound)
                         if state != .relaying { return }
                     }
                     if w < n {
@@ -293,11 +330,11 @@ public final class Splice {
                 let w = to.write(&seg, count: 1)
                 if w < 0 { broke(dst, .other(EPIPE)); return }
                 // A remainder is counted when it is written.
-                if w > 0 { moved(w, up: src === inbound) }
+                if w > 0 { moved(w, up: src == .inbound) }
                 if state != .relaying { return }
                 if w < n {
                     lastBackpressure = loop.now
-                    dst.pending.append(scratch.baseAddress! + w, n - w)
+                    withPending(dst) { $0.append(scratch.baseAddress! + w, n - w) }
                     pause(src)
                     return
                 }
@@ -317,10 +354,10 @@ public final class Splice {
 
     /// A read that brought no bytes: wait for the source's next `streamReadable`, pass its EOF
     /// on, or reset both for its failure. (An empty `.data` waits too: never looped on.)
-    private func noBytes(_ r: StreamReadResult, from src: End, to dst: End) {
+    private func noBytes(_ r: StreamReadResult, from src: Side, to dst: Side) {
         switch r {
         case .eof:
-            src.readEOF = true
+            set(.readEOF, src)
             pause(src)
             passEOF(src, dst)
         case .failed(let f):
@@ -342,45 +379,45 @@ public final class Splice {
         owner.spliceMoved(self)
     }
 
-    private func pause(_ end: End) {
-        guard !end.readsPaused else { return }
-        end.readsPaused = true
-        end.stream?.setReadInterest(false)
+    private func pause(_ side: Side) {
+        guard !has(.readsPaused, side) else { return }
+        set(.readsPaused, side)
+        stream(side)?.setReadInterest(false)
     }
 
-    private func resume(_ end: End) {
-        guard end.readsPaused, !end.readEOF else { return }
-        end.readsPaused = false
-        end.stream?.setReadInterest(true)
+    private func resume(_ side: Side) {
+        guard has(.readsPaused, side), !has(.readEOF, side) else { return }
+        set(.readsPaused, side, false)
+        stream(side)?.setReadInterest(true)
     }
 
     /// `src` reached EOF and `dst` holds nothing more from it: half-close `dst`.
-    private func passEOF(_ src: End, _ dst: End) {
-        if !dst.shut {
-            dst.shut = true
-            dst.stream?.shutdownWrite()
+    private func passEOF(_ src: Side, _ dst: Side) {
+        if !has(.shut, dst) {
+            set(.shut, dst)
+            stream(dst)?.shutdownWrite()
         }
         finishIfDone()
     }
 
     private func finishIfDone() {
-        guard state == .relaying, inbound.readEOF, outbound.readEOF, inbound.shut, outbound.shut,
-              inbound.pending.isEmpty, outbound.pending.isEmpty else { return }
+        // Both sides: EOF read, shut, nothing waiting.
+        guard state == .relaying, flags & 0x33 == 0x33, inPending.isEmpty, outPending.isEmpty else { return }
         finish()
-        inbound.stream?.close()
-        outbound.stream?.close()
+        inStream?.close()
+        outStream?.close()
         drop()
         owner.spliceEnded(self, .closed)
     }
 
-    /// `end` broke (read or write failed, or it reported a failure): reset both.
-    private func broke(_ end: End, _ failure: FlowFailure) {
+    /// `side` broke (read or write failed, or it reported a failure): reset both.
+    private func broke(_ side: Side, _ failure: FlowFailure) {
         guard state != .finished else { return }
         finish()
-        inbound.stream?.reset()
-        outbound.stream?.reset()
+        inStream?.reset()
+        outStream?.reset()
         drop()
-        owner.spliceEnded(self, .reset(inbound: end.inbound, failure))
+        owner.spliceEnded(self, .reset(inbound: side == .inbound, failure))
     }
 
     private func finish() {
@@ -390,43 +427,43 @@ public final class Splice {
     }
 
     private func drop() {
-        inbound.stream?.events = nil
-        outbound.stream?.events = nil
-        inbound.stream = nil
-        outbound.stream = nil
-        inbound.pending.release()
-        outbound.pending.release()
+        inStream?.events = nil
+        outStream?.events = nil
+        inStream = nil
+        outStream = nil
+        inPending.release()
+        outPending.release()
     }
 
     // MARK: deadlines
 
-    private func cancel(_ t: inout TimerHandle?) {
-        if let h = t { loop.cancel(h) }
-        t = nil
+    private func cancel(_ t: inout TimerHandle) {
+        if t != .none { loop.cancel(t) }
+        t = .none
     }
 
     private func arm(at t: UInt64) {
-        deadlineAt = t
         deadline = loop.schedule(at: t) { [unowned self] in self.deadlinePassed() }
     }
 
     private func deadlinePassed() {
-        deadline = nil
+        deadline = .none
         switch state {
         case .dialing, .connected:
             finish()
-            outbound.stream?.reset()
+            outStream?.reset()
             drop()
             owner.spliceFailed(self, .timedOut)
         case .relaying:
             // Idle only if nothing moved for the whole timeout; otherwise wait for the rest.
-            if loop.now &- lastActivity < idleTimeoutMs {
-                arm(at: lastActivity &+ idleTimeoutMs)
+            let idle = UInt64(idleTimeoutMs)
+            if loop.now &- lastActivity < idle {
+                arm(at: lastActivity &+ idle)
                 return
             }
             finish()
-            inbound.stream?.reset()
-            outbound.stream?.reset()
+            inStream?.reset()
+            outStream?.reset()
             drop()
             owner.spliceEnded(self, .idle)
         case .finished:
@@ -437,55 +474,38 @@ public final class Splice {
     /// Remainder buffers are kept while backpressure recurs (no allocation per refusal) and
     /// given back once the splice has been calm for a while, so quiet flows hold none.
     private func scheduleRelease() {
-        guard releaseTimer == nil, state == .relaying else { return }
+        guard releaseTimer == .none, state == .relaying else { return }
         releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [unowned self] in self.releaseIfCalm() }
     }
 
     private func releaseIfCalm() {
-        releaseTimer = nil
+        releaseTimer = .none
         guard state == .relaying else { return }
         if loop.now &- lastBackpressure < Self.releaseAfterMs {
             scheduleRelease()
             return
         }
-        if inbound.pending.isEmpty { inbound.pending.release() }
-        if outbound.pending.isEmpty { outbound.pending.release() }
+        if inPending.isEmpty { inPending.release() }
+        if outPending.isEmpty { outPending.release() }
     }
-}
-
-/// One side of a splice: receives its stream's events, and keeps the bytes read from the
-/// other side that this stream has not taken yet.
-final class End: ByteStreamEvents {
-    /// Unowned (the splice owns its ends); a callback holds the splice for its duration even
-    /// if its owner lets go of it.
-    unowned var splice: Splice?
-    var stream: ByteStream?
-    var pending = SpliceBuffer()
-    // The flags last, together (one per flow per side: no padding between them).
-    let inbound: Bool
-    /// EOF was read from this stream.
-    var readEOF = false
-    /// shutdownWrite was sent to this stream.
-    var shut = false
-    /// Read interest is off (the other side is full, or EOF was read).
-    var readsPaused = false
-
-    init(inbound: Bool) { self.inbound = inbound }
-
-    func streamConnected() { splice?.connected(self) }
-    func streamFailed(_ failure: FlowFailure) { splice?.failed(self, failure) }
-    func streamReadable() { splice?.readable(self) }
-    func streamWritable() { splice?.writable(self) }
 }
 
 /// A remainder: bytes a stream refused, sent before anything else is read. Allocated on first
 /// need (one chunk), reused while backpressure recurs.
 struct SpliceBuffer {
     private(set) var base: UnsafeMutableRawPointer?
-    private(set) var start = 0
-    private(set) var end = 0
+    private var first: UInt32 = 0
+    private var last: UInt32 = 0
+    private(set) var start: Int {
+        get { Int(first) }
+        set { first = UInt32(newValue) }
+    }
+    private(set) var end: Int {
+        get { Int(last) }
+        set { last = UInt32(newValue) }
+    }
 
-    var isEmpty: Bool { start == end }
+    var isEmpty: Bool { first == last }
     var count: Int { end - start }
     var bytes: UnsafeRawPointer? { base.map { UnsafeRawPointer($0 + start) } }
 

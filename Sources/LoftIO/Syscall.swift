@@ -34,6 +34,9 @@ public enum Syscall {
     /// `trimHeap` still gives everything back after a flood.
     public static func keepFreedMemory(upTo bytes: Int) { clinux_malloc_keep(bytes) }
 
+    /// Bytes of malloc's heap in use now.
+    public static func heapInUse() -> Int { Int(clinux_heap_in_use()) }
+
     @inline(__always)
     static func failure<T>() -> Result<T, Errno> { .failure(Errno(Glibc.errno)) }
 

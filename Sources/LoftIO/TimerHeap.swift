@@ -2,6 +2,9 @@
 /// generation, so a handle of a timer that ran or was cancelled matches nothing.
 public struct TimerHandle: Hashable, Sendable {
     let id: UInt64
+    /// No timer (never a scheduled one's handle: its slot is past the table's limit), for a
+    /// field that needs no optional's extra byte; cancelling it does nothing.
+    public static let none = TimerHandle(id: .max)
 }
 
 /// The loop's timers: a binary min-heap ordered by (deadline, scheduling order) over a table of

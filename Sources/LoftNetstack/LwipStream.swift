@@ -12,7 +12,10 @@ import LoftCore
 ///   `streamWritable` follows the ACKs that make room.
 /// - Events reach the driver after the current batch of packets (`Netstack.afterEvents`),
 ///   never from inside an lwIP callback, except `streamFailed` (the pcb is gone by then).
-final class LwipStream: ByteStream {
+///
+/// A TUN flow's `TCPFlow` is one (one allocation per flow for its table entry, handshake and
+/// lwIP end); an active open over a link is a `LinkStream`.
+class LwipStream: ByteStream {
     weak var events: ByteStreamEvents?
     unowned let stack: Netstack
     var pcb: OpaquePointer?
@@ -33,9 +36,6 @@ final class LwipStream: ByteStream {
     /// An active open whose handshake has not completed (`streamConnected` follows it).
     var connecting = false
     private var connectedPending = false
-    /// The link an active open belongs to (told when the stream lets go of its pcb).
-    weak var link: NetstackLink?
-    var linkKey: LinkKey?
 
     init(stack: Netstack, pcb: OpaquePointer?) {
         self.stack = stack
@@ -47,9 +47,11 @@ final class LwipStream: ByteStream {
         // Never left with callbacks pointing at a freed stream.
         if let pcb {
             clwip_tcp_abort(pcb)
-            if let link, let linkKey { link.released(linkKey, pcbGone: true) }
         }
     }
+
+    /// The stream let go of its pcb: lwIP freed it (`gone`) or finishes closing it.
+    func pcbReleased(gone: Bool) {}
 
     // MARK: lwIP callbacks
 
@@ -69,7 +71,7 @@ final class LwipStream: ByteStream {
     /// the driver learns from the EOF it reads; anything else is a reset.
     func lwipFailed(_ err: Int32) {
         pcb = nil
-        if let link, let linkKey { link.released(linkKey, pcbGone: true) }
+        pcbReleased(gone: true)
         if err == -15 /* ERR_CLSD */ && !connecting { return }
         releasePending()
         // An active open: reset by the server (ERR_RST) is a refusal; lwIP giving up on its
@@ -77,7 +79,7 @@ final class LwipStream: ByteStream {
         let f: FlowFailure = !connecting ? .other(ECONNRESET) : err == -14 ? .refused : err == -13 ? .timedOut : .other(ECONNRESET)
         connecting = false
         failure = f
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     /// The active open's handshake completed (inside lwIP: reported after the batch).
@@ -101,7 +103,7 @@ final class LwipStream: ByteStream {
         }
         connecting = false
         failure = f
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     private func queueReadable() {
@@ -113,18 +115,18 @@ final class LwipStream: ByteStream {
     /// From Netstack.afterEvents.
     func deliverReadable() {
         readableQueued = false
-        if readInterest { events?.streamReadable() }
+        if readInterest { events?.streamReadable(self) }
     }
 
     func deliverWritable() {
         writableQueued = false
         if connectedPending {
             connectedPending = false
-            if failure == nil { events?.streamConnected() }
+            if failure == nil { events?.streamConnected(self) }
         }
         guard wantWritable else { return }
         wantWritable = false
-        events?.streamWritable()
+        events?.streamWritable(self)
     }
 
     func flushOutput() {
@@ -223,8 +225,8 @@ final class LwipStream: ByteStream {
         if let pcb {
             self.pcb = nil
             clwip_tcp_close(pcb)
-            // lwIP finishes the FIN exchange: the link keeps feeding it the server's segments.
-            if let link, let linkKey { link.released(linkKey, pcbGone: false) }
+            // lwIP finishes the FIN exchange (a link keeps feeding it the server's segments).
+            pcbReleased(gone: false)
         }
     }
 
@@ -233,7 +235,7 @@ final class LwipStream: ByteStream {
         if let pcb {
             self.pcb = nil
             clwip_tcp_abort(pcb)
-            if let link, let linkKey { link.released(linkKey, pcbGone: true) }
+            pcbReleased(gone: true)
         }
     }
 

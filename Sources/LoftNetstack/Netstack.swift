@@ -889,8 +889,8 @@ private let lwipAccepted: @convention(c) (OpaquePointer?, Int32, UnsafePointer<c
     guard let stack = activeNetstack, let pcb, let src, let dst else { return 0 }
     let key = FlowKey(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint)
     guard let flow = stack.tcpFlows[key], flow.state == .handshaking else { return 0 }
-    let stream = flow.accepted(pcb)
-    return UInt(bitPattern: Unmanaged.passUnretained(stream).toOpaque())
+    flow.accepted(pcb)
+    return UInt(bitPattern: Unmanaged.passUnretained(flow as LwipStream).toOpaque())
 }
 
 // The token is the flow's LwipStream, alive while its pcb has callbacks (close and abort

@@ -63,8 +63,7 @@ extension Netstack {
     func releaseInDeinit() {
         for flow in tcpFlows.all {
             flow.splice.reset()
-            flow.stream?.reset()
-            flow.stream = nil
+            flow.reset()
         }
         for association in udpAssociations.values {
             association.outboundSide?.close()

@@ -28,7 +28,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
     private struct Entry {
         /// nil once the stream has let go of its pcb (closed): lwIP may still be finishing the
         /// FIN exchange, so the server's segments keep going to lwIP until `closedAt` is old.
-        weak var stream: LwipStream?
+        weak var stream: LinkStream?
         var closedAt: UInt64?
     }
     private var entries: [LinkKey: Entry] = [:]
@@ -71,7 +71,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
 
     public func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream? {
         guard address.isIPv4, destination.address.isIPv4, netif >= 0 else { return nil }
-        let s = LwipStream(stack: stack, pcb: nil)
+        let s = LinkStream(stack: stack, pcb: nil)
         s.events = events
         let token = UInt(bitPattern: Unmanaged.passUnretained(s).toOpaque())
         var to = clwip_endpoint(destination)
@@ -269,5 +269,20 @@ extension Netstack {
         let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
                                   -1, -1, Int32(tcpOffset), 0)
         if verdict != 0 { drop(Netstack.dropReason(verdict), netif) }
+    }
+}
+
+/// An active open over a link: an `LwipStream` that tells its link when it lets go of its pcb.
+final class LinkStream: LwipStream {
+    weak var link: NetstackLink?
+    var linkKey: LinkKey?
+
+    deinit {
+        // The pcb is aborted by LwipStream's deinit.
+        if pcb != nil, let link, let linkKey { link.released(linkKey, pcbGone: true) }
+    }
+
+    override func pcbReleased(gone: Bool) {
+        if let link, let linkKey { link.released(linkKey, pcbGone: gone) }
     }
 }

@@ -4,13 +4,13 @@ import LoftCore
 import LoftIO
 
 /// One TCP connection from an app: the SYN held until the outbound connects, then lwIP's side
-/// (`LwipStream`) spliced to the outbound stream. The bytes, backpressure, half-close and resets
-/// are the splice's, the idle deadline the netstack's (its activity list); this is the flow's
-/// table entry and its handshake.
-final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
-    enum State { case connecting, handshaking, open, closed }
+/// (this object is that `LwipStream` too, once lwIP accepts) spliced to the outbound stream.
+/// The bytes, backpressure, half-close and resets are the splice's, the idle deadline the
+/// netstack's (its activity list); this is the flow's table entry, its handshake and its lwIP
+/// end, in one allocation.
+final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
+    enum State: UInt8 { case connecting, handshaking, open, closed }
 
-    unowned let stack: Netstack
     let key: FlowKey
     var state = State.connecting
     /// The rule that decided the flow (-1: the default). Small fields together, after the key:
@@ -26,7 +26,6 @@ final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
     let appMSS: UInt16
     var outboundName = ""
     private(set) var splice: Splice!
-    var stream: LwipStream?
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
     private var heldSYN: [UInt8]
     let createdAt: UInt64
@@ -41,7 +40,6 @@ final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
     var isRelaying: Bool { splice.isRelaying }
 
     init(stack: Netstack, key: FlowKey, syn: [UInt8], summary: PacketSummary, now: UInt64) {
-        self.stack = stack
         self.key = key
         self.heldSYN = syn
         (synSequence, appMSS) = syn.withUnsafeBytes { p in
@@ -50,6 +48,7 @@ final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
                 ?? (summary.version == 4 ? 536 : 1220))
         }
         self.createdAt = now
+        super.init(stack: stack, pcb: nil)
         splice = Splice(loop: stack.loop, owner: self, meter: stack.meter,
                         connectTimeoutMs: stack.settings.connectTimeoutMs)
     }
@@ -71,13 +70,11 @@ final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
         // (the connect deadline passed before the app completed lwIP's handshake): lwIP gives
         // up on its half-open connection by itself.
         if state == .connecting { answerSYN(failure) }
-        stream?.reset()
-        stream = nil
+        reset()
         finish()
     }
 
     func spliceEnded(_ splice: Splice, _ ending: Splice.Ending) {
-        stream = nil
         finish()
     }
 
@@ -104,27 +101,26 @@ final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
 
     // MARK: lwIP
 
-    /// lwIP completed the handshake with the app.
+    /// lwIP completed the handshake with the app: this flow is now its end of `pcb`.
     /// Bytes start moving after the batch of packets (`attach`), outside lwIP's accept
     /// callback, where the pcb must not be aborted.
-    func accepted(_ pcb: OpaquePointer) -> LwipStream {
+    func accepted(_ pcb: OpaquePointer) {
         // Segments as large as the input's MTU and the app allow (lwIP alone stops at 1460);
         // on an input with offload 64 KiB ones, which the kernel cuts to the app's MSS.
         let limit = stack.largeSegmentMSS(netif: key.netif, ipv4: key.source.address.isIPv4)
         let mss = stack.inputs[key.netif].offload ? limit : min(appMSS, limit)
         if mss > 1460 { clwip_tcp_raise_mss(pcb, mss) }
-        let s = LwipStream(stack: stack, pcb: pcb)
-        s.payloadSummed = !stack.inputs[key.netif].offload
-        stream = s
+        self.pcb = pcb
+        payloadSummed = !stack.inputs[key.netif].offload
         state = .open
         stack.acceptedFlows.append(self)
-        return s
     }
 
-    /// From Netstack.afterEvents: the splice takes the lwIP end.
+    /// From Netstack.afterEvents: the splice takes the lwIP end (holding it until the relay
+    /// ends, as the flow holds the splice).
     func attach() {
-        guard state == .open, let s = stream else { return }
-        splice.attach(s)
+        guard state == .open else { return }
+        splice.attach(self)
     }
 
     // MARK: ending
@@ -132,8 +128,7 @@ final class TCPFlow: SpliceOwner, ActivityListed, TableKeyed {
     /// Resets both sides (eviction, shutdown). Safe inside lwIP callbacks of other pcbs.
     func abort() {
         splice.reset()
-        stream?.reset()
-        stream = nil
+        reset()
         finish()
     }
 

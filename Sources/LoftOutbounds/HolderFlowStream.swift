@@ -36,19 +36,19 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
 
     // MARK: the flow's events
 
-    func streamConnected() {}
+    func streamConnected(_: ByteStream) {}
 
-    func streamFailed(_ failure: FlowFailure) {
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) {
         finish()
-        events?.streamFailed(failure)
+        events?.streamFailed(self, failure)
     }
 
-    func streamReadable() {
+    func streamReadable(_: ByteStream) {
         guard answered else { readAnswer(); return }
-        events?.streamReadable()
+        events?.streamReadable(self)
     }
 
-    func streamWritable() { events?.streamWritable() }
+    func streamWritable(_: ByteStream) { events?.streamWritable(self) }
 
     /// OPEN_OK or OPEN_FAIL from the front (FlowPreamble), read exactly: what follows is the
     /// flow's own bytes.
@@ -59,7 +59,7 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
             case .accepted:
                 answered = true
                 inner.setReadInterest(wantsReads)
-                events?.streamConnected()
+                events?.streamConnected(self)
                 return
             case .refused(let reason):
                 fail(reason.flowFailure)
@@ -86,7 +86,7 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
         guard !done else { return }
         inner.reset()
         finish()
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     private func finish() {

@@ -712,14 +712,14 @@ final class HolderStream: ByteStream {
     // Session side
     func connected() {
         isConnected = true
-        events?.streamConnected()
+        events?.streamConnected(self)
     }
 
     /// Never connected: the flow fails (an RST or ICMP for the app).
     func fail(_ f: FlowFailure) {
         guard !isDone else { return }
         isDone = true
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     func failSoon(_ f: FlowFailure) {
@@ -739,7 +739,7 @@ final class HolderStream: ByteStream {
     func readable() {
         if readInterest { notify() } else { missedReadable = true }
     }
-    func writable() { events?.streamWritable() }
+    func writable() { events?.streamWritable(self) }
 
     /// streamReadable from the loop, not from inside a session callback.
     private func notify() {
@@ -756,9 +756,9 @@ final class HolderStream: ByteStream {
         guard !self.isDone else { return }
         if let f = self.failure {
             self.isDone = true
-            self.events?.streamFailed(f)
+            self.events?.streamFailed(self, f)
         } else if self.readInterest {
-            self.events?.streamReadable()
+            self.events?.streamReadable(self)
         }
     }
 

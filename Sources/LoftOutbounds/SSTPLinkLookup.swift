@@ -111,7 +111,7 @@ final class PendingLinkStream: ByteStream, ByteStreamEvents {
         lookup = nil
         guard !closed, inner == nil, failure == nil else { return }
         failure = f
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     var writeRoom: Int { inner?.writeRoom ?? 0 }
@@ -143,10 +143,10 @@ final class PendingLinkStream: ByteStream, ByteStreamEvents {
         if let inner { inner.reset() } else { lookup?.cancel(); lookup = nil }
     }
 
-    func streamConnected() { events?.streamConnected() }
-    func streamFailed(_ failure: FlowFailure) { events?.streamFailed(failure) }
-    func streamReadable() { events?.streamReadable() }
-    func streamWritable() { events?.streamWritable() }
+    func streamConnected(_: ByteStream) { events?.streamConnected(self) }
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) { events?.streamFailed(self, failure) }
+    func streamReadable(_: ByteStream) { events?.streamReadable(self) }
+    func streamWritable(_: ByteStream) { events?.streamWritable(self) }
 }
 
 /// Datagram events that go nowhere.

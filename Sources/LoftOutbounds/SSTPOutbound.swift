@@ -259,7 +259,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
 
     // MARK: ByteStreamEvents (the TLS connection)
 
-    public func streamConnected() {
+    public func streamConnected(_: ByteStream) {
         guard state == .dialing, let s = stream else { return }
         if let t = connectTimer { loop.cancel(t) }
         connectTimer = nil
@@ -274,12 +274,12 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         afterClient()
     }
 
-    public func streamFailed(_ failure: FlowFailure) {
+    public func streamFailed(_: ByteStream, _ failure: FlowFailure) {
         let cause = stream?.cause.map { "\($0)" } ?? "\(failure)"
         lost(state == .dialing ? "connect: \(cause)" : "connection lost: \(cause)")
     }
 
-    public func streamReadable() {
+    public func streamReadable(_: ByteStream) {
         guard let s = stream, let c = client else { return }
         var buf = [UInt8](repeating: 0, count: 0)
         var iov = iovec()
@@ -313,7 +313,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         if client === c { afterClient() }
     }
 
-    public func streamWritable() {
+    public func streamWritable(_: ByteStream) {
         writeBlocked = false
         flush()
     }

@@ -165,7 +165,7 @@ final class VLESSDatagramConnection: ByteStreamEvents {
 
     // MARK: ByteStreamEvents
 
-    func streamConnected() {
+    func streamConnected(_: ByteStream) {
         connected = true
         if let t = connectTimer { outbound.loop.cancel(t); connectTimer = nil }
         guard let stream else { return }
@@ -180,16 +180,16 @@ final class VLESSDatagramConnection: ByteStreamEvents {
         queuedPayload = 0
     }
 
-    func streamFailed(_ failure: FlowFailure) {
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) {
         let (cause, detail) = VLESSOutbound.cause(of: stream as? TLSStream, responded: responded)
         outbound.failed(cause, detail)
         stream = nil
         end()
     }
 
-    func streamWritable() {}
+    func streamWritable(_: ByteStream) {}
 
-    func streamReadable() {
+    func streamReadable(_: ByteStream) {
         guard let stream else { return }
         while !done {
             var iov = iovec()

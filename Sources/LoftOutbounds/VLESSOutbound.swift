@@ -201,7 +201,10 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     func failSoon(_ f: FlowFailure) {
         failure = f
         ended()
-        loop.soon { [weak self] in self?.events?.streamFailed(f) }
+        loop.soon { [weak self] in
+            guard let self else { return }
+            self.events?.streamFailed(self, f)
+        }
     }
 
     private func ended() {
@@ -220,7 +223,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
 
     // MARK: events from the TLS stream
 
-    func streamConnected() {
+    func streamConnected(_: ByteStream) {
         connected = true
         if (inner as? TLSStream)?.resumed == true { outbound.meter.resumed &+= 1 }
         if headerPending {
@@ -230,25 +233,25 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
                 self.sendHeader()
             }
         }
-        events?.streamConnected()
+        events?.streamConnected(self)
     }
 
-    func streamFailed(_ f: FlowFailure) {
+    func streamFailed(_: ByteStream, _ f: FlowFailure) {
         let (cause, detail) = VLESSOutbound.cause(of: inner as? TLSStream, responded: responded)
         count(cause, detail)
         ended()
         failure = f
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
-    func streamReadable() { events?.streamReadable() }
+    func streamReadable(_: ByteStream) { events?.streamReadable(self) }
 
-    func streamWritable() {
+    func streamWritable(_: ByteStream) {
         if headerPending {
             sendHeader()
             if headerPending { return }
         }
-        events?.streamWritable()
+        events?.streamWritable(self)
     }
 
     /// The header alone (the app had nothing to send in time, or is closing).

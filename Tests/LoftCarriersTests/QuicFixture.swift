@@ -141,8 +141,8 @@ final class QuicFixture {
 private final class ResetCounter: ByteStreamEvents {
     var failed = 0
     var next: (() -> Void)?
-    func streamConnected() {}
-    func streamFailed(_ failure: FlowFailure) { failed += 1; next?() }
-    func streamReadable() {}
-    func streamWritable() {}
+    func streamConnected(_: ByteStream) {}
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) { failed += 1; next?() }
+    func streamReadable(_: ByteStream) {}
+    func streamWritable(_: ByteStream) {}
 }

@@ -101,10 +101,10 @@ final class TLSStreamWriter: ByteStreamEvents {
     var offset = 0
     var writableEvents = 0
     init(data: [UInt8], chunk: Int) { self.data = data; self.chunk = chunk }
-    func streamConnected() { connected = true; pump() }
-    func streamFailed(_ f: FlowFailure) { failure = f }
-    func streamReadable() {}
-    func streamWritable() { writableEvents += 1; pump() }
+    func streamConnected(_: ByteStream) { connected = true; pump() }
+    func streamFailed(_: ByteStream, _ f: FlowFailure) { failure = f }
+    func streamReadable(_: ByteStream) {}
+    func streamWritable(_: ByteStream) { writableEvents += 1; pump() }
     func pump() {
         guard let stream else { return }
         while offset < data.count {
@@ -128,10 +128,10 @@ final class TLSStreamProbe: ByteStreamEvents {
     var received: [UInt8] = []
     var eof = false
     var reading = true
-    func streamConnected() { connected = true }
-    func streamFailed(_ f: FlowFailure) { failure = f }
-    func streamWritable() {}
-    func streamReadable() {
+    func streamConnected(_: ByteStream) { connected = true }
+    func streamFailed(_: ByteStream, _ f: FlowFailure) { failure = f }
+    func streamWritable(_: ByteStream) {}
+    func streamReadable(_: ByteStream) {
         guard reading, let stream else { return }
         var buf = [UInt8](repeating: 0, count: 8192)
         while true {

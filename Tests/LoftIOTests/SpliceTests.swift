@@ -27,22 +27,22 @@ final class MemoryStream: ByteStream {
 
     func feed(_ bytes: [UInt8]) {
         inbox += bytes
-        if readInterest { events?.streamReadable() }
+        if readInterest { events?.streamReadable(self) }
     }
 
     func finishInput() {
         inputEOF = true
-        if readInterest { events?.streamReadable() }
+        if readInterest { events?.streamReadable(self) }
     }
 
     func drain(_ n: Int) {
         capacity = capacity == Int.max ? Int.max : capacity + n
-        events?.streamWritable()
+        events?.streamWritable(self)
     }
 
     func fail(_ f: FlowFailure) {
         failure = f
-        events?.streamFailed(f)
+        events?.streamFailed(self, f)
     }
 
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
@@ -160,7 +160,7 @@ final class SpliceTests: XCTestCase {
         owner.splices.append(s)
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
         let remote = out.opened[0]
-        remote.events?.streamConnected()
+        remote.events?.streamConnected(remote)
         XCTAssertEqual(owner.connected, 1)
         XCTAssertTrue(s.isRelaying)
         return (s, remote)
@@ -185,7 +185,7 @@ final class SpliceTests: XCTestCase {
         owner.attachOnConnect = nil
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
         let remote = out.opened[0]
-        remote.events?.streamConnected()
+        remote.events?.streamConnected(remote)
         XCTAssertFalse(remote.readInterest, "remote bytes wait until the inbound end is attached")
         remote.inbox = bytes(10)
         let early: [UInt8] = [1, 2, 3]
@@ -260,8 +260,8 @@ final class SpliceTests: XCTestCase {
         XCTAssertEqual(app.resets, 1)
         XCTAssertEqual(owner.ended, [.reset(inbound: false, .other(ECONNRESET))])
         // Nothing more happens, however often the failed end reports.
-        remote.events?.streamReadable()
-        remote.events?.streamFailed(.other(ECONNRESET))
+        remote.events?.streamReadable(remote)
+        remote.events?.streamFailed(remote, .other(ECONNRESET))
         XCTAssertEqual(remote.reads, reads)
         XCTAssertEqual(owner.ended.count, 1)
     }
@@ -269,7 +269,7 @@ final class SpliceTests: XCTestCase {
     func testReadFailureAndBrokenWrite() {
         let (_, remote) = connectedSplice()
         remote.failure = .other(ECONNRESET)
-        remote.events?.streamReadable()
+        remote.events?.streamReadable(remote)
         XCTAssertEqual(app.resets, 1)
         XCTAssertEqual(owner.ended, [.reset(inbound: false, .other(ECONNRESET))])
 
@@ -280,7 +280,7 @@ final class SpliceTests: XCTestCase {
         owner2.splices.append(s2)
         s2.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
         let remote2 = out.opened[1]
-        remote2.events?.streamConnected()
+        remote2.events?.streamConnected(remote2)
         remote2.closed = true  // writes now return -1
         app2.feed(bytes(10))
         XCTAssertEqual(remote2.resets, 1)
@@ -321,7 +321,7 @@ final class SpliceTests: XCTestCase {
     func testEventsFromInsideAWriteWaitATurn() {
         let (_, remote) = connectedSplice()
         // The remote reports "writable" from inside every write, and has bytes of its own.
-        remote.onWrite = { [unowned remote] in remote.events?.streamWritable(); remote.events?.streamReadable() }
+        remote.onWrite = { [unowned remote] in remote.events?.streamWritable(remote); remote.events?.streamReadable(remote) }
         remote.inbox = bytes(300_000, seed: 5)
         app.feed(bytes(600_000))
         loop.turn(0)
@@ -364,10 +364,10 @@ final class SpliceTests: XCTestCase {
 /// Counts what a SocketStream tells its driver.
 final class EventCounter: ByteStreamEvents {
     var connected = 0, failed: [FlowFailure] = [], readable = 0, writable = 0
-    func streamConnected() { connected += 1 }
-    func streamFailed(_ failure: FlowFailure) { failed.append(failure) }
-    func streamReadable() { readable += 1 }
-    func streamWritable() { writable += 1 }
+    func streamConnected(_: ByteStream) { connected += 1 }
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) { failed.append(failure) }
+    func streamReadable(_: ByteStream) { readable += 1 }
+    func streamWritable(_: ByteStream) { writable += 1 }
 }
 
 final class SocketStreamTests: XCTestCase {

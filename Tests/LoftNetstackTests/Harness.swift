@@ -92,7 +92,7 @@ final class TestStream: ByteStream {
     /// The remote accepted the connection.
     func connect() {
         connected = true
-        events?.streamConnected()
+        events?.streamConnected(self)
     }
 
     /// The stream broke (connecting failed, or the remote reset): one streamFailed.
@@ -101,7 +101,7 @@ final class TestStream: ByteStream {
         readable = []
         readOffset = 0
         readFailure = failure
-        events?.streamFailed(failure)
+        events?.streamFailed(self, failure)
     }
 
     /// The remote reset, reported only through reads (`read` returns `.failed`).
@@ -128,12 +128,12 @@ final class TestStream: ByteStream {
         if writeCameUpShort && room > 0 {
             writeCameUpShort = false
             writableEvents += 1
-            events?.streamWritable()
+            events?.streamWritable(self)
         }
         let hasSomething = unread > 0 || eofPending || readFailure != nil
         if hasSomething && readInterest {
             readableEvents += 1
-            events?.streamReadable()
+            events?.streamReadable(self)
         }
     }
 
@@ -358,10 +358,10 @@ extension Netstack {
 
 /// Events nobody listens to (placeholder for a failed setup).
 final class DeadEvents: ByteStreamEvents {
-    func streamConnected() {}
-    func streamFailed(_ failure: FlowFailure) {}
-    func streamReadable() {}
-    func streamWritable() {}
+    func streamConnected(_: ByteStream) {}
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) {}
+    func streamReadable(_: ByteStream) {}
+    func streamWritable(_: ByteStream) {}
 }
 
 /// Byte-for-byte equality, reported as lengths and the first differing offset (not as dumps).

@@ -257,6 +257,32 @@ final class LargeSegmentTests: XCTestCase {
         XCTAssertEqual(h.netstack.counters.dropped(.tooLarge), 0)
     }
 
+    /// With offload the flows' MSS is 64 KiB, and this lwIP allocates each new segment at the
+    /// MSS (capped at half the app's window): a short answer on each of many flows, not yet
+    /// acknowledged, must hold about its own size (200 answers at once: 63,968 bytes of heap;
+    /// with segments allocated at the MSS, 6,614,608), and arrive intact.
+    func testShortAnswersHoldTheirSizeNotTheMSS() {
+        let h = Harness(mtu: 1500, offload: true)
+        defer { h.shutdown() }
+        var apps: [AppTCP] = []
+        var streams: [TestStream] = []
+        for i in 0..<200 {
+            var app = AppTCP(local: Endpoint(appV4.address, UInt16(20_000 + i)), remote: remoteV4)
+            streams.append(establish(h, &app))
+            apps.append(app)
+        }
+        _ = h.takePackets()
+        let before = Syscall.heapInUse()
+        for (i, s) in streams.enumerated() { s.supply(Array("served \(i)\n".utf8)) }
+        h.turns(2)
+        let held = Syscall.heapInUse() - before
+        XCTAssertLessThan(held, 2 << 20, "200 unacknowledged short answers hold \(held) bytes")
+        for i in 0..<apps.count {
+            h.deliver(to: &apps[i])
+            XCTAssertEqual(apps[i].received, Array("served \(i)\n".utf8))
+        }
+    }
+
     /// The app's SYN (MSS 1460), the outbound connects, the SYN-ACK and the app's ACK: the flow
     /// established; its outbound stream.
     func establish(_ h: Harness, _ app: inout AppTCP) -> TestStream {

@@ -124,21 +124,21 @@ final class StreamProbe: ByteStreamEvents {
         conn?.setReadInterest(on)
     }
 
-    func streamConnected() {
+    func streamConnected(_: ByteStream) {
         connected = true
         pump()
     }
 
-    func streamFailed(_ failure: FlowFailure) { self.failure = failure }
+    func streamFailed(_: ByteStream, _ failure: FlowFailure) { self.failure = failure }
 
-    func streamReadable() {
+    func streamReadable(_: ByteStream) {
         readableEvents += 1
         if !connected { readableBeforeConnected += 1; return }
         if !reading { readableWhileOff += 1; return }
         drain()
     }
 
-    func streamWritable() {
+    func streamWritable(_: ByteStream) {
         writableEvents += 1
         pump()
     }

@@ -177,7 +177,7 @@ final class VLESSStreamTests: XCTestCase {
         let inner = ScriptedStream()
         inner.events = s
         s.start(inner)
-        if connect { s.streamConnected() }
+        if connect { s.streamConnected(inner) }
         return (s, inner)
     }
 
@@ -232,7 +232,7 @@ final class VLESSStreamTests: XCTestCase {
         XCTAssertEqual(write(s, [1, 2, 3]), 0)
         XCTAssertEqual(inner.written, Array(header[0..<10]))
         inner.room = Int.max
-        s.streamWritable()
+        s.streamWritable(inner)
         XCTAssertEqual(inner.written, header, "the rest of the header goes when room comes back")
         XCTAssertEqual(log.writable, 1)
         XCTAssertEqual(write(s, [1, 2, 3]), 3)
@@ -392,18 +392,18 @@ final class VLESSAssociationTests: XCTestCase {
         XCTAssertTrue(send(a, [5, 5], to: dns6))
         XCTAssertEqual(dialed.count, 2, "one connection per destination")
         XCTAssertTrue(dialed[0].writes.isEmpty, "nothing before the handshake")
-        dialed[0].events?.streamConnected()
+        dialed[0].events?.streamConnected(dialed[0])
         XCTAssertEqual(dialed[0].writes, [header(dns4) + [0, 3, 1, 2, 3, 0, 1, 4]], "header and waiting datagrams in one write")
         XCTAssertTrue(send(a, [9, 9], to: dns4))
         XCTAssertEqual(dialed[0].writes.last!, [0, 2, 9, 9])
         // Replies: the response header, one frame and the start of the next; then the rest.
         dialed[0].incoming = [0, 0, 0, 2, 7, 7, 0, 3, 8]
-        dialed[0].events?.streamReadable()
+        dialed[0].events?.streamReadable(dialed[0])
         XCTAssertEqual(probe.received.map(\.payload), [[7, 7]])
         XCTAssertEqual(probe.received.first?.from, dns4)
         XCTAssertEqual(dialed[0].incoming, [0, 3, 8], "a partial frame stays until it is whole")
         dialed[0].incoming += [8, 8, 0, 0]
-        dialed[0].events?.streamReadable()
+        dialed[0].events?.streamReadable(dialed[0])
         XCTAssertEqual(probe.received.map(\.payload), [[7, 7], [8, 8, 8], []])
         XCTAssertEqual(o.status.bytesUp, 6)
         XCTAssertEqual(o.status.bytesDown, 5)
@@ -419,7 +419,7 @@ final class VLESSAssociationTests: XCTestCase {
         XCTAssertFalse(send(a, [UInt8](repeating: 1, count: 65536), to: dns4), "too long for a frame")
         XCTAssertTrue(send(a, [UInt8](repeating: 1, count: 30000), to: dns4))
         XCTAssertFalse(send(a, [UInt8](repeating: 1, count: 3000), to: dns4), "over the 32 KiB waiting before the handshake")
-        dialed[0].events?.streamConnected()
+        dialed[0].events?.streamConnected(dialed[0])
         dialed[0].room = 10
         XCTAssertFalse(send(a, [UInt8](repeating: 1, count: 20), to: dns4), "a frame goes whole or not at all")
         XCTAssertEqual(o.status.counter("udp-dropped"), 3)
@@ -431,18 +431,18 @@ final class VLESSAssociationTests: XCTestCase {
         let probe = DatagramProbe()
         let a = try XCTUnwrap(o.openAssociation(events: probe))
         XCTAssertTrue(send(a, [1], to: dns4))
-        dialed[0].events?.streamConnected()
+        dialed[0].events?.streamConnected(dialed[0])
         dialed[0].incoming = Array("HTTP/1.1 400".utf8)
-        dialed[0].events?.streamReadable()
+        dialed[0].events?.streamReadable(dialed[0])
         XCTAssertTrue(dialed[0].closed)
         XCTAssertEqual(o.failures(.badResponse), 1)
         XCTAssertTrue(probe.received.isEmpty)
         XCTAssertTrue(send(a, [2], to: dns4))
         XCTAssertEqual(dialed.count, 2)
-        dialed[1].events?.streamConnected()
+        dialed[1].events?.streamConnected(dialed[1])
         dialed[1].incoming = [0, 0]
         dialed[1].eof = true
-        dialed[1].events?.streamReadable()
+        dialed[1].events?.streamReadable(dialed[1])
         XCTAssertTrue(dialed[1].closed, "the server's end closes the destination")
         XCTAssertEqual(o.failures(.noResponse), 0, "it had answered")
         a.close()
@@ -469,7 +469,7 @@ final class VLESSAssociationTests: XCTestCase {
         let a = try XCTUnwrap(o.openAssociation(events: DatagramProbe()))
         let ok = sc.run([
             { self.send(a, [1], to: self.dns4) },
-            { self.dialed[0].events?.streamConnected(); return true },
+            { self.dialed[0].events?.streamConnected(self.dialed[0]); return true },
             { self.dialed[0].closed },
             { self.send(a, [2], to: self.dns4) && self.dialed.count == 2 },
         ])

@@ -5,8 +5,8 @@ public final class RecordingStreamEvents: ByteStreamEvents {
     public var connected = 0, readable = 0, writable = 0
     public var failures: [FlowFailure] = []
     public init() {}
-    public func streamConnected() { connected += 1 }
-    public func streamFailed(_ failure: FlowFailure) { failures.append(failure) }
-    public func streamReadable() { readable += 1 }
-    public func streamWritable() { writable += 1 }
+    public func streamConnected(_: ByteStream) { connected += 1 }
+    public func streamFailed(_: ByteStream, _ failure: FlowFailure) { failures.append(failure) }
+    public func streamReadable(_: ByteStream) { readable += 1 }
+    public func streamWritable(_: ByteStream) { writable += 1 }
 }

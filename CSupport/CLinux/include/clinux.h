@@ -52,6 +52,8 @@ int clinux_malloc_trim(void);
 /// it at every free (M_TRIM_THRESHOLD; M_TOP_PAD grows the heap `keep`/8 at a time), and
 /// serves blocks below 1 MiB from the heap, never mmap (a fixed M_MMAP_THRESHOLD).
 void clinux_malloc_keep(size_t keep);
+/// Bytes of the heap in use (malloc's count of allocated chunks).
+size_t clinux_heap_in_use(void);
 
 /// errno of the calling thread (Swift's Glibc exposes it, but this keeps the C boundary in one place).
 int clinux_errno(void);
