@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# quic migration on a real default-route change (root, namespaces): loft runs in a namespace of
+# its own standing in for a phone (HOST_NS, SOCKS5 input only) with two links to the srv
+# namespace, A and B, and its default route via A; loft-front runs in srv on an address of its
+# own (FRONT4, on srv's lo) reached through the default route. One second into a 50 MiB
+# download (SOCKS5 -> holder -> quic carrier -> loft-front -> nginx in srv, rate-limited to
+# 10 MB/s so it is still in flight after the monitor's 1 s settling), the default route is replaced by one via B and link A goes down, as when Wi-Fi
+# gives way to LTE. loft's route monitor (rtnetlink) sees the change and the quic carrier
+# migrates the connection to a new socket, whose source address is B's: the download, still
+# running when the migration is logged, completes with the right SHA-256, migrations 0 -> 1, no RESUME and no carrier loss, the QUIC socket now
+# on B's address. Cases route-session-up, route-download-across-change, route-change-migrates,
+# route-new-socket-on-b, route-exit-clean.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/holder-lib.sh"
+
+HOST_NS=loft-host-$T_ID
+LINK_A=loft-${T_ID}a
+LINK_B=loft-${T_ID}b
+NA=$((NET + 150)) NB=$((NET + 152))     # the two links' subnets 198.18.NA.0/24, 198.18.NB.0/24
+FRONT4=198.18.$((NET + 151)).9
+SOCKS_PORT=1080                           # on HOST_NS's own loopback
+T_NETNS+=("$HOST_NS"); register netns "$HOST_NS"
+ip netns add "$HOST_NS" || die "ip netns add $HOST_NS"
+ip -n "$HOST_NS" link set lo up
+for l in a b; do
+    n=$NA; [ $l = b ] && n=$NB
+    register link "loft-${T_ID}$l"
+    ip -n "$HOST_NS" link add "loft-${T_ID}$l" type veth peer name "loft-${T_ID}${l}s" netns "$SRV_NS" \
+        || die "veth $l"
+    ip -n "$HOST_NS" addr add "198.18.$n.1/24" dev "loft-${T_ID}$l"
+    ip -n "$HOST_NS" link set "loft-${T_ID}$l" up
+    ip -n "$SRV_NS" addr add "198.18.$n.2/24" dev "loft-${T_ID}${l}s"
+    ip -n "$SRV_NS" link set "loft-${T_ID}${l}s" up
+done
+ip -n "$SRV_NS" addr add "$FRONT4/32" dev lo
+ip -n "$HOST_NS" route add default via "198.18.$NA.2" || die "default route via A"
+
+sed "s/^listen: .*/listen: $FRONT4:$FRONT_PORT/" "$T_DIR/front.yaml" >"$T_DIR/front-srv.yaml"
+echo "carriers: [quic]" >>"$T_DIR/front-srv.yaml"
+in_srv "$FRONT_BIN" run -c "$T_DIR/front-srv.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
+FRONT_PID=$!; register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
+for _ in $(seq 100); do grep -q 'event=ready' "$FRONT_LOG" && break; sleep 0.1; done
+grep -q 'event=ready' "$FRONT_LOG" || die "loft-front did not start in srv: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"
+
+LOFT_CFG=$T_DIR/loft-route.yaml
+on_cleanup "rm -f $CTL"
+cat >"$LOFT_CFG" <<EOF
+log: info
+socks5: { listen: 127.0.0.1:$SOCKS_PORT }
+bridge: off
+outbounds:
+  - { name: home, type: loft, server: $FRONT4:$FRONT_PORT, carrier: quic, token: holder-test-token,
+      tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem } }
+default: home
+control: $CTL
+EOF
+LOFT_LOG=$T_DIR/loft.log
+ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$LOFT_CFG" >"$LOFT_LOG" 2>&1 </dev/null &
+LOFT_PID=$!; register_pid "$LOFT_PID"
+LOFT_NS=- LOFT_TUN=none
+CASES="route-session-up route-download-across-change route-change-migrates route-new-socket-on-b"
+if ! wait_state up 15; then
+    for c in $CASES; do fail "$c" "holder not up: $(field 'o["state"]') $(field 'o["detail"]'); $(tail -3 "$LOFT_LOG" | tr '\n' '|')"; done
+    loft_stop_clean route-exit-clean
+    finish
+fi
+# quic_local: the local address of loft's QUIC socket towards the front.
+quic_local() { ip netns exec "$HOST_NS" ss -Hun "dst $FRONT4:$FRONT_PORT" | awk '{print $(NF - 1)}' | head -1; }
+L0=$(quic_local)
+if [[ $L0 == 198.18.$NA.1:* ]]; then pass route-session-up; note "quic socket $L0 (link A)"
+else fail route-session-up "quic socket '$L0', not on link A (198.18.$NA.1)"; fi
+
+r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
+(
+    sleep 1
+    ip -n "$HOST_NS" route replace default via "198.18.$NB.2"
+    ip -n "$HOST_NS" link set "$LINK_A" down
+) &
+sw=$!
+t0=$(now_ms)
+ip netns exec "$HOST_NS" curl -sS --max-time 40 --limit-rate 10M --socks5 "127.0.0.1:$SOCKS_PORT" \
+    -o "$T_DIR/dl" "http://$SRV4/big" 2>"$T_DIR/curl.err"
+end_ms=$(now_ms)
+ms=$((end_ms - t0))
+wait "$sw"
+got=$(sha_of "$T_DIR/dl" 2>/dev/null)
+# The migration (its log line's time) happened while the download was still running.
+mig_ms=$(awk '/event=holder.migrated/ { sub("ts=", "", $1); printf "%.0f\n", $1 * 1000; exit }' "$LOFT_LOG")
+if [ "$got" = "$BIG_SHA" ] && [ -n "$mig_ms" ] && [ "$mig_ms" -gt "$t0" ] && [ "$mig_ms" -lt $((end_ms - 200)) ]; then
+    pass route-download-across-change; note "50 MiB in $ms ms, migrated $((mig_ms - t0)) ms into it"
+else
+    fail route-download-across-change "sha256 '$got' (want $BIG_SHA) after $ms ms, migrated at ${mig_ms:-never} (download $t0..$end_ms): $(tail -1 "$T_DIR/curl.err")"
+fi
+m1=$(field 'c["migrations"]'); r1=$(field 'c["resumes"]'); l1=$(field 'c["carrier-losses"]'); pc=$(field 'c["path-changes"]')
+if [ "$m1" = $((m0 + 1)) ] && [ "$r1" = "$r0" ] && [ "$l1" = "$l0" ] && [ "$(field 'o["state"]')" = up ] \
+    && grep -q 'event=path-monitor.changed' "$LOFT_LOG"; then
+    pass route-change-migrates; note "route monitor: path-changes $pc, migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
+else
+    fail route-change-migrates "migrations $m0 -> $m1, resumes $r0 -> $r1, losses $l0 -> $l1, path-changes $pc, state $(field 'o["state"]'); $(grep -E 'path-monitor|holder\.(path|migr)|quic.migrat' "$LOFT_LOG" | tail -3 | tr '\n' '|')"
+fi
+L1=$(quic_local)
+if [[ $L1 == 198.18.$NB.1:* ]]; then pass route-new-socket-on-b; note "quic socket $L0 -> $L1"
+else fail route-new-socket-on-b "quic socket '$L0' -> '$L1', not on link B (198.18.$NB.1)"; fi
+loft_stop_clean route-exit-clean
+kill -TERM "$FRONT_PID" 2>/dev/null; wait "$FRONT_PID" 2>/dev/null
+finish
