@@ -10,6 +10,12 @@
 # running when the migration is logged, completes with the right SHA-256, migrations 0 -> 1, no RESUME and no carrier loss, the QUIC socket now
 # on B's address. Cases route-session-up, route-download-across-change, route-change-migrates,
 # route-new-socket-on-b, route-exit-clean.
+# Then the front's name with several addresses (HOST_NS's /etc/hosts): the first refused (an
+# address in srv where nothing listens: ICMP port unreachable), the second silent (nftables in
+# srv drops it), the third the front's: the quic carrier dials them in order and comes up on
+# the third in its first dial (connect-timeout 3 s: about 1 s for each address that has others
+# after it). Cases addresses-up-on-third, addresses-tried-in-order, addresses-transfer,
+# addresses-exit-clean.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/holder-lib.sh"
 
@@ -102,5 +108,43 @@ L1=$(quic_local)
 if [[ $L1 == 198.18.$NB.1:* ]]; then pass route-new-socket-on-b; note "quic socket $L0 -> $L1"
 else fail route-new-socket-on-b "quic socket '$L0' -> '$L1', not on link B (198.18.$NB.1)"; fi
 loft_stop_clean route-exit-clean
+
+# --- the front's name with several addresses --------------------------------------------------
+REFUSED4=198.18.$((NET + 151)).7 SILENT4=198.18.$((NET + 151)).8
+ip -n "$SRV_NS" addr add "$REFUSED4/32" dev lo
+ip -n "$SRV_NS" addr add "$SILENT4/32" dev lo
+in_srv nft add table ip loftsilent && in_srv nft add chain ip loftsilent in '{ type filter hook input priority 0; }' \
+    && in_srv nft add rule ip loftsilent in ip daddr "$SILENT4" drop || die "nftables in srv"
+mkdir -p "/etc/netns/$HOST_NS"
+printf '127.0.0.1 localhost\n%s front.test\n%s front.test\n%s front.test\n' "$REFUSED4" "$SILENT4" "$FRONT4" \
+    >"/etc/netns/$HOST_NS/hosts"
+sed -e "s/server: $FRONT4:/server: front.test:/" -e 's/^log: info/log: info\nlimits: { connect-timeout: 3s }/' \
+    "$LOFT_CFG" >"$T_DIR/loft-names.yaml"
+LOFT_CFG=$T_DIR/loft-names.yaml
+LOFT_LOG=$T_DIR/loft-names.log
+t0=$(now_ms)
+ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$LOFT_CFG" >"$LOFT_LOG" 2>&1 </dev/null &
+LOFT_PID=$!; register_pid "$LOFT_PID"
+if wait_state up 10; then
+    up_ms=$(( $(now_ms) - t0 ))
+    peer=$(ip netns exec "$HOST_NS" ss -Hun "dst $FRONT4:$FRONT_PORT" | awk '{print $NF}' | head -1)
+    if [ "$peer" = "$FRONT4:$FRONT_PORT" ] && [ "$(field 'c["dials"]')" = 1 ]; then
+        pass addresses-up-on-third; note "up in $up_ms ms on $peer, dials $(field 'c["dials"]')"
+    else fail addresses-up-on-third "quic socket to '$peer', dials $(field 'c["dials"]')"; fi
+else
+    fail addresses-up-on-third "not up in 10 s: $(field 'o["state"]') $(field 'o["detail"]')"
+fi
+tried=$(grep 'event=carrier.quic.next-address' "$LOFT_LOG" | sed -n 's/.*next=\([0-9.:]*\).*/\1/p' | tr '\n' ' ')
+reasons=$(grep 'event=carrier.quic.next-address' "$LOFT_LOG" | sed -n 's/.*failed="\([^"]*\)".*/\1/p' | tr '\n' '|')
+if [ "$tried" = "$SILENT4:$FRONT_PORT $FRONT4:$FRONT_PORT " ] && [[ $reasons == "$REFUSED4"*efused*"|$SILENT4"*"no QUIC handshake within"* ]]; then
+    pass addresses-tried-in-order; note "after $reasons"
+else
+    fail addresses-tried-in-order "next addresses '$tried' after '$reasons'"
+fi
+got=$(ip netns exec "$HOST_NS" curl -sS --max-time 20 --socks5 "127.0.0.1:$SOCKS_PORT" "http://$SRV4/f0" 2>&1 | sha256sum | cut -d' ' -f1)
+if [ "$got" = "$(sha_of "$T_DIR/www/f0")" ]; then pass addresses-transfer
+else fail addresses-transfer "256 KiB through the holder: sha256 $got"; fi
+LOFT_NS=- LOFT_TUN=none
+loft_stop_clean addresses-exit-clean
 kill -TERM "$FRONT_PID" 2>/dev/null; wait "$FRONT_PID" 2>/dev/null
 finish
