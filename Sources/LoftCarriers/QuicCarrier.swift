@@ -114,6 +114,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         }
         h3 = nil
         releaseSocket()
+        fdWantsWrite = false
         state = .resolving
         guard let remote = addresses.next(failed: why) else {
             fail(.connectFailed(addresses.lastError))
