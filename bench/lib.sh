@@ -64,6 +64,17 @@ reset_hwm() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null; }
 
 # CPU % of one core between two cpu_ticks samples over MS milliseconds.
 cpu_pct() { awk -v a="$1" -v b="$2" -v ms="$3" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (b - a) / hz / (ms / 1000) * 100 }'; }
+# CPU per Gbit/s: the sum of the CPU % figures given (cpu_pct's, e.g. loft's and loft-front's)
+# over GBPS, "%.1f" (% of one core per Gbit/s carried), or "-" when a figure is missing or no
+# traffic was carried. Usage: cpu_per_gbps GBPS CPU [CPU...]
+cpu_per_gbps() {
+    local g=$1 c
+    shift
+    for c in "$@"; do case $c in ''|-|error) echo -; return ;; esac; done
+    case $g in ''|-|error) echo -; return ;; esac
+    awk -v g="$g" -v cs="$*" 'BEGIN { n = split(cs, a, " "); for (i = 1; i <= n; i++) t += a[i]
+        if (g + 0 <= 0) print "-"; else printf "%.1f\n", t / g }'
+}
 
 # Integrity of a path in the same run: 50 MiB down (nginx) and up (sha256 sink), hashes
 # compared on both ends. Needs make_files, start_nginx and start_sink. Prints "ok" or why not.

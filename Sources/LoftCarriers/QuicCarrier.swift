@@ -89,20 +89,59 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         }
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
-            self.connect(endpoints[0])
+            self.addresses = DialAddresses(endpoints)
+            self.attemptMs = max(1000, timeout / UInt64(endpoints.count))
+            self.connectNext(failed: nil)
         }
+    }
+
+    /// The front's addresses not tried yet; the current attempt's number (for its deadline) and
+    /// how long an attempt may take while other addresses remain (the connect timeout shared
+    /// among the addresses, at least 1 s; the last one has what is left of the whole).
+    private var addresses = DialAddresses([])
+    private var attempt = 0
+    private var attemptMs: UInt64 = 0
+
+    /// Dials the next address of the front's name (`why`: how the attempt before failed); with
+    /// none left, the dial fails with the last error. A failed attempt's connection goes
+    /// without a word to the delegate.
+    private func connectNext(failed why: String?) {
+        guard !isServer, state == .resolving || state == .handshake else { return }
+        if let q = quic {
+            q.onFinished = nil
+            q.abort()
+            quic = nil
+        }
+        h3 = nil
+        releaseSocket()
+        fdWantsWrite = false
+        state = .resolving
+        guard let remote = addresses.next(failed: why) else {
+            fail(.connectFailed(addresses.lastError))
+            return
+        }
+        if let why { Log.info("carrier.quic.next-address", ["failed": why, "next": "\(remote)"]) }
+        attempt += 1
+        if addresses.remaining > 0 {
+            let a = attempt, ms = attemptMs
+            runtime.after(ms) { [weak self] in
+                guard let self, self.attempt == a, self.state == .handshake else { return }
+                self.connectNext(failed: "\(remote): no QUIC handshake within \(ms) ms")
+            }
+        }
+        connect(remote)
     }
 
     private func connect(_ remote: Endpoint) {
         guard let client, let creds = client.quicCreds else { fail(.tls("no QUIC credentials")); return }
         peerAddress = remote
         let s = Sockets.make(family: Sockets.family(of: remote), type: Int32(SOCK_DGRAM.rawValue))
-        guard s >= 0 else { fail(.connectFailed("socket: \(String(cString: strerror(Sockets.errno)))")); return }
+        guard s >= 0 else { connectNext(failed: "socket: \(String(cString: strerror(Sockets.errno)))"); return }
         let ra = SocketAddress(remote)
         if ra.withSockaddr({ Glibc.connect(s, $0, $1) }) != 0 {
             let e = Sockets.errno
             Glibc.close(s)
-            fail(.connectFailed("connect \(remote): \(String(cString: strerror(e)))"))
+            connectNext(failed: "connect \(remote): \(String(cString: strerror(e)))")
             return
         }
         var la = SocketAddress()
@@ -213,8 +252,12 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
                 if k < Self.recvBatch.slots { return }
             case .failure(let e):
                 if e == .again { return }
-                if state == .handshake && e.code == ECONNREFUSED {
-                    fail(.connectFailed("\(peerAddress.map { "\($0)" } ?? ""): \(e)"))
+                // In the handshake, the front's address refused (ICMP port unreachable) ends this
+                // attempt; unreachable does too when the name has other addresses to try (alone,
+                // QUIC's retransmissions wait for the path until the connect timeout).
+                if !isServer && state == .handshake
+                    && (e.code == ECONNREFUSED || (addresses.remaining > 0 && (e.code == EHOSTUNREACH || e.code == ENETUNREACH))) {
+                    connectNext(failed: "\(peerAddress.map { "\($0)" } ?? ""): \(e)")
                 }
                 return
             }

@@ -36,7 +36,7 @@ final class TLSConnection: IOHandler {
     private(set) var state: State
     private var registered = false
     private var mask: UInt32 = 0
-    private var addresses: [Endpoint] = []
+    private var addresses = DialAddresses([])
     private(set) var peer: Endpoint?
 
     // Input: [inStart, inEnd) holds bytes not yet consumed by the owner.
@@ -112,8 +112,8 @@ final class TLSConnection: IOHandler {
         let c = TLSConnection(runtime: runtime, context: context, serverName: serverName, state: .connecting,
                               inputBytes: inputBytes, outputBytes: outputBytes)
         c.owner = owner
-        c.addresses = addresses
-        c.connectNext(lastError: "no address")
+        c.addresses = DialAddresses(addresses)
+        c.connectNext(lastError: nil)
         return c
     }
 
@@ -141,13 +141,12 @@ final class TLSConnection: IOHandler {
 
     // MARK: connecting
 
-    private func connectNext(lastError: String) {
+    private func connectNext(lastError: String?) {
         guard state == .connecting else { return }
-        guard !addresses.isEmpty else {
-            end(.connectFailed(lastError))
+        guard let endpoint = addresses.next(failed: lastError) else {
+            end(.connectFailed(addresses.lastError))
             return
         }
-        let endpoint = addresses.removeFirst()
         let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
         guard s >= 0 else {
             let e = String(cString: strerror(Sockets.errno))

@@ -7,7 +7,8 @@
 # The session's STATUS on the TUN, 50 MiB down and up over IPv4 and IPv6 (SHA-256 on both
 # ends), 100 concurrent transfers each on its own request stream, DNS, then loft-front killed
 # with SIGKILL and restarted (RESUME: same instance, same overlay address), `loft path-changed`
-# in the middle of a 50 MiB download (migrated, intact, no RESUME), and a quic holder on the
+# in the middle of a 50 MiB download (migrated, intact, no RESUME), `hold: true` over h3
+# (nothing leaks while the front is down, traffic back once it is), and a quic holder on the
 # same UDP port (ALPN loft) beside it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/holder-lib.sh"
@@ -30,6 +31,9 @@ if require_loft "$LOFT_CFG" $CASES; then
     migration_checks h3-
     loft_stop_clean h3-exit-clean
 fi
+
+# --- hold: fail-closed while the h3 session is down (holder-lib.sh) ------------------------
+hold_checks h3 h3-
 
 # --- the same UDP port serves quic (ALPN loft) beside h3 ------------------------------------
 beside_check quic h3 loft
