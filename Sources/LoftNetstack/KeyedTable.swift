@@ -4,7 +4,7 @@ protocol TableKeyed: AnyObject {
     var key: Key { get }
 }
 
-/// The netstack's flows by their key: an open-addressing table (linear probing, removal by
+/// The netstack's TCP flows and UDP associations by their key: an open-addressing table (linear probing, removal by
 /// backward shift, no tombstones) of references only, each flow's key being its own. A slot is
 /// 8 bytes and the table at most 3/4 full: ~13 bytes per flow at 10k flows, where a
 /// `[FlowKey: TCPFlow]` kept a 56-byte copy of the key beside each reference (~105). It grows

@@ -58,7 +58,7 @@ public final class Netstack {
     private var flowActivity = ActivityList<TCPFlow>()
     /// Associations by app endpoint and outbound, and by app endpoint and destination (so a
     /// datagram of a known conversation finds its association without asking the router).
-    var udpAssociations: [UDPKey: UDPAssociation] = [:]
+    var udpAssociations = KeyedTable<UDPAssociation>()
     var udpConversations: [UDPConversation: UDPAssociation] = [:]
     private var associationActivity = ActivityList<UDPAssociation>()
     /// lwIP ends with events for after this batch of packets (never from inside lwIP's callbacks).
@@ -607,7 +607,7 @@ public final class Netstack {
     public func ruleUsageSnapshot() -> [Int: RuleUsage] {
         var u = ruleUsage
         for f in tcpFlows { u[f.ruleIndex, default: RuleUsage()].add(up: f.bytesUp, down: f.bytesDown) }
-        for a in udpAssociations.values { u[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown) }
+        for a in udpAssociations { u[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown) }
         return u
     }
 
@@ -615,7 +615,7 @@ public final class Netstack {
     /// conversations, so their next datagram is routed by the new rules.
     public func resetRuleUsage() {
         ruleUsage = [:]
-        for a in udpAssociations.values { a.conversations = [] }
+        for a in udpAssociations { a.conversations = [] }
         udpConversations = [:]
     }
 
@@ -713,7 +713,7 @@ public final class Netstack {
                 a.outboundName = outbound.name
                 a.ruleIndex = match.rule
                 ruleUsage[match.rule, default: RuleUsage()].flows &+= 1
-                udpAssociations[key] = a
+                udpAssociations.insert(a)
                 associationActivity.append(a)
                 armAssociationIdle()
                 tableGrew()
@@ -751,9 +751,8 @@ public final class Netstack {
     private var icmpLimit = TokenBucket(perSecond: 1000, burst: 50)
 
     func closeAssociation(_ a: UDPAssociation) {
-        guard udpAssociations[a.key] === a else { return }
+        guard udpAssociations.remove(a) else { return }
         ruleUsage[a.ruleIndex, default: RuleUsage()].add(up: a.bytesUp, down: a.bytesDown)
-        udpAssociations[a.key] = nil
         for c in a.conversations where udpConversations[c] === a { udpConversations[c] = nil }
         a.conversations = []
         associationActivity.remove(a)
@@ -773,7 +772,7 @@ public final class Netstack {
         let now = loop.now
         var out: [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] = []
         for f in tcpFlows { out.append((.tcp, f.key.source, f.key.destination, f.outboundName, f.bytesUp, f.bytesDown, now - f.createdAt)) }
-        for a in udpAssociations.values { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
+        for a in udpAssociations { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
         return out
     }
 }
@@ -810,7 +809,7 @@ struct UDPConversation: Hashable {
 
 /// One app source endpoint's UDP traffic through one outbound (full-cone: replies from any
 /// remote return to the app with that remote as their source).
-final class UDPAssociation: DatagramEvents, ActivityListed {
+final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
     unowned let stack: Netstack
     let key: UDPKey
     var outboundSide: DatagramAssociation?

@@ -39,7 +39,7 @@ extension Netstack {
         guard !isShutDown else { return }
         for flow in tcpFlows.all { flow.abort() }
         tcpFlows.removeAll()
-        for association in Array(udpAssociations.values) { closeAssociation(association) }
+        for association in udpAssociations.all { closeAssociation(association) }
         udpAssociations.removeAll()
         // Connections opened over links fail (their pcbs are aborted before lwIP is emptied,
         // so no stream keeps a pointer to a freed pcb).
@@ -65,7 +65,7 @@ extension Netstack {
             flow.splice.reset()
             flow.reset()
         }
-        for association in udpAssociations.values {
+        for association in udpAssociations.all {
             association.outboundSide?.close()
             association.outboundSide = nil
         }
