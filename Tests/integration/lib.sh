@@ -351,7 +351,8 @@ line_up() {
         ip -n "$ns" addr add "$LINE_FAR4" peer "$LINE_NEAR4" dev "$LINE_B"
 }
 # line_counters: the line's counters now (SIGUSR1), one line per direction:
-#   delayline A->B read=N forwarded=N bytes=N dropped=N queue-dropped=N write-errors=N peak-queue=N late-1ms=N max-late-ms=X
+#   delayline A->B read=N forwarded=N bytes=N dropped=N queue-dropped=N write-errors=N peak-queue=N
+#   late-1ms=N max-late-ms=X seconds=X cpu-user=X cpu-system=X (the process's CPU, both ways)
 line_counters() {
     local n
     [ -n "$LINE_PID" ] || return 1

@@ -106,6 +106,13 @@ class Direction:
                    self.write_errors, self.peak, self.late, self.max_late * 1000))
 
 
+def report(ways, secs):
+    """One counters line per direction, with the seconds run and the process's CPU so far."""
+    t = os.times()
+    for w in ways:
+        print(w.counters() + " seconds=%.1f cpu-user=%.1f cpu-system=%.1f" % (secs, t.user, t.system), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description="user-space netem: delay and loss between two TUN devices")
     ap.add_argument("--a", required=True, help="TUN name kept in this namespace")
@@ -165,11 +172,8 @@ def main():
             w.give(now)
         if show:
             show.clear()
-            for w in ways:
-                print(w.counters(), flush=True)
-    secs, t = mono() - t0, os.times()
-    for w in ways:
-        print(w.counters() + " seconds=%.1f cpu-seconds=%.1f" % (secs, t.user + t.system), flush=True)
+            report(ways, mono() - t0)
+    report(ways, mono() - t0)
     os.close(fa)
     os.close(fb)
 
