@@ -337,7 +337,7 @@ line_up() {
     local ns=$1 delay=${2:-20} loss=${3:-0.01} i
     shift; [ $# -gt 0 ] && shift; [ $# -gt 0 ] && shift
     register link "$LINE_A"
-    python3 "$LOFT_REPO/Tests/tools/delayline.py" --a "$LINE_A" --b "$LINE_B" --netns "$ns" \
+    nice -n -10 python3 "$LOFT_REPO/Tests/tools/delayline.py" --a "$LINE_A" --b "$LINE_B" --netns "$ns" \
         --delay-ms "$delay" --loss "$loss" --limit 10000 --max-seconds "${LINE_MAX_SECONDS:-600}" "$@" >"$LINE_LOG" 2>&1 </dev/null &
     LINE_PID=$!
     T_PIDS+=("$LINE_PID"); register_pid "$LINE_PID"
