@@ -9,7 +9,8 @@
 # to be "serialized" at R bit/s (as netem's rate: then the delay). Addresses and routes are the
 # caller's (Tests/integration/lib.sh: line_up). Prints "ready A B" once both exist; on SIGTERM,
 # SIGINT or after --max-seconds prints one counters line per direction and exits 0; SIGUSR1
-# prints the counters and goes on. Bounded: at most L packets queued per direction.
+# prints the counters and goes on (each line ends with the seconds run and the process's CPU).
+# Bounded: at most L packets queued per direction, and --max-seconds.
 #   delayline.py --a NAME --b NAME --netns NS [--delay-ms 20] [--loss 0.01] [--seed 1]
 #                [--limit 1000] [--rate-mbit 0] [--mtu 1500] [--max-seconds 600]
 import argparse
@@ -22,7 +23,6 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import time
 
 TUNSETIFF = 0x400454CA
