@@ -169,6 +169,22 @@ final class QuicStreamState {
     }
     deinit { ring?.deallocate() }
 
+    /// Retired (reset with bytes unacknowledged): ngtcp2 may still read [acked, end), nothing
+    /// else of the ring, whose other pages go back to the system (a stream whose reset the
+    /// peer never completes holds its unacknowledged bytes, within the send budget, not the
+    /// whole ring).
+    func dropUnheldPages() {
+        guard let ring, end > acked else { return }
+        let start = Int(acked % UInt64(ringCap)), len = Int(end - acked)
+        if start + len <= ringCap {
+            Syscall.dropPages(ring, start)
+            Syscall.dropPages(ring + start + len, ringCap - start - len)
+        } else {
+            let wrapped = start + len - ringCap
+            Syscall.dropPages(ring + wrapped, start - wrapped)
+        }
+    }
+
     var held: Int { Int(end - acked) }
     var room: Int { sendClosed || finQueued ? 0 : ringCap - held }
     var unsent: Int { Int(end - sent) }
@@ -193,7 +209,8 @@ final class QuicConnection {
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
     /// and copies it into a packet. The ring stays until `stream_close` (or the connection
-    /// goes), and its unacknowledged bytes stay in `heldTotal`, so the budget bounds it.
+    /// goes) with only its unacknowledged bytes' pages kept (`dropUnheldPages`), and those
+    /// bytes stay in `heldTotal`, so the budget bounds what retired streams hold.
     private(set) var retired: [Int64: QuicStreamState] = [:]
     /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
     /// for the budget to free up.
@@ -465,6 +482,7 @@ final class QuicConnection {
         guard let s = streams.removeValue(forKey: id) else { return }
         if !s.stackClosed && !closed && s.ring != nil && s.acked < s.end {
             retired[id] = s
+            s.dropUnheldPages()
             return
         }
         if s.budgeted {

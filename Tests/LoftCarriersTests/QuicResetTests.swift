@@ -149,6 +149,34 @@ final class QuicResetTests: XCTestCase {
         link.server?.close(waitMs: 0)
     }
 
+    /// A retired ring keeps the pages of its unacknowledged bytes [acked, end), also where they
+    /// wrap around the ring's end, and gives the other whole pages back (they read as zeros).
+    func testRetiredRingKeepsOnlyItsUnacknowledgedBytes() {
+        let cap = 1 << 20
+        for (acked, end) in [(UInt64(300_000), UInt64(500_000)), (UInt64(900_000), UInt64(1_200_000))] {
+            let s = QuicStreamState(id: 4, ringCap: cap)
+            let ring = UnsafeMutableRawPointer.allocate(byteCount: cap, alignment: 16)
+            s.ring = ring
+            for i in 0..<cap { ring.storeBytes(of: UInt8(truncatingIfNeeded: i % 251 + 1), toByteOffset: i, as: UInt8.self) }
+            s.acked = acked
+            s.sent = end
+            s.end = end
+            s.dropUnheldPages()
+            var kept = 0, zero = 0
+            for off in acked..<end {        // every held byte is intact
+                let i = Int(off % UInt64(cap))
+                guard ring.load(fromByteOffset: i, as: UInt8.self) == UInt8(truncatingIfNeeded: i % 251 + 1) else {
+                    return XCTFail("held byte at ring offset \(i) changed (acked \(acked), end \(end))")
+                }
+                kept += 1
+            }
+            for i in 0..<cap where ring.load(fromByteOffset: i, as: UInt8.self) == 0 { zero += 1 }
+            XCTAssertEqual(kept, Int(end - acked))
+            // All but the held bytes and the two or three partial pages around them went back.
+            XCTAssertGreaterThan(zero, cap - Int(end - acked) - 3 * Syscall.pageSize, "acked \(acked), end \(end)")
+        }
+    }
+
     /// The peer resets a stream it sent on (RESET_STREAM): loft forgets the stream and answers
     /// with its own reset, so ngtcp2 closes the stream on both ends and nothing stays retired.
     func testPeerResetEndsBothDirections() throws {
