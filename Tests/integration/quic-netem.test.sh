@@ -4,7 +4,7 @@
 # far end of the delay line (lib.sh line_up: Tests/tools/delayline.py, two TUNs, 20 ms each way,
 # 1 % of the packets dropped at random each way, at most 10000 queued), so every carrier packet
 # between loft (root namespace) and the front crosses it; nginx is beside the front in srv. For
-# ws, quic and h3 (HTTP/3 on the same UDP port): 4 downloads of NETEM_MIB (8) MiB at once from
+# ws, quic and h3 (HTTP/3 on the same UDP port): 4 downloads of NETEM_MIB (16) MiB at once from
 # nginx through TUN -> loft -> carrier -> line -> front, each checked with SHA-256, and one
 # upload of the same size to the sha256 sink; the total goodput of the 4 downloads is printed (a
 # figure, not a pass/fail: the quic/ws target is bench/holder's netem row). Cases: every transfer
@@ -13,7 +13,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/holder-lib.sh"
 
-MIB=${NETEM_MIB:-8}
+MIB=${NETEM_MIB:-16}
 line_up "$SRV_NS" 20 0.01 --seed "$T_ID" || die "delay line"
 note "$(head -1 "$LINE_LOG")"
 
@@ -62,7 +62,7 @@ for carrier in ws quic h3; do
     loft_stop_clean "netem-$carrier-exit-clean"
 done
 # Goodput is a figure, not a pass/fail (speed targets live in bench/): printed for the record.
-note "goodput through the line (20 ms each way, 1 % loss): quic ${GOODPUT[quic]:-0} Mbit/s, h3 ${GOODPUT[h3]:-0} Mbit/s, ws ${GOODPUT[ws]:-0} Mbit/s"
+note "goodput through the line (20 ms each way, 1 % loss): quic ${GOODPUT[quic]:-0} Mbit/s, h3 ${GOODPUT[h3]:-0} Mbit/s, ws ${GOODPUT[ws]:-0} Mbit/s; quic/ws $(awk -v q="${GOODPUT[quic]:-0}" -v w="${GOODPUT[ws]:-0}" 'BEGIN { if (w > 0) printf "%.2f", q / w; else print "-" }')"
 
 # The loss really happened, on both ways, about 1 % of what entered (binomial: 0.4...2.5 %),
 # and the carriers' bytes went through the line (at least the 3 x 5 transfers' payload).
