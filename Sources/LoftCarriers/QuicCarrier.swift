@@ -359,9 +359,14 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         return f
     }
 
-    /// Send buffer of a flow's stream (the session stream has 4 MiB): what one flow can have in
-    /// flight before the peer acknowledges.
-    static let flowSendBuffer = 1 << 20
+    /// Send buffer of a flow's stream (the session stream has 4 MiB too): what one flow can have
+    /// in flight before the peer acknowledges. Under loss the bytes after a lost packet stay
+    /// held for two or three round trips until its retransmission is acknowledged, so this caps
+    /// a flow at about buffer / (2.5 x RTT): 1 MiB held 4 flows at 20 ms each way and 1 % loss
+    /// to 246 Mbit/s in total, 4 MiB to 601 (bench/holder's netem part, docs/holder.md). All
+    /// flows of a connection together stay within `QuicLimits.sendBudget`; the ring's pages
+    /// are touched only where bytes were written (a flow that moved less touches less).
+    static let flowSendBuffer = 4 << 20
 
     func forgetFlow(_ f: QuicFlow) {
         if flows[f.id] === f { flows[f.id] = nil }

@@ -169,6 +169,22 @@ final class QuicStreamState {
     }
     deinit { ring?.deallocate() }
 
+    /// Retired (reset with bytes unacknowledged): ngtcp2 may still read [acked, end), nothing
+    /// else of the ring, whose other pages go back to the system (a stream whose reset the
+    /// peer never completes holds its unacknowledged bytes, within the send budget, not the
+    /// whole ring).
+    func dropUnheldPages() {
+        guard let ring, end > acked else { return }
+        let start = Int(acked % UInt64(ringCap)), len = Int(end - acked)
+        if start + len <= ringCap {
+            Syscall.dropPages(ring, start)
+            Syscall.dropPages(ring + start + len, ringCap - start - len)
+        } else {
+            let wrapped = start + len - ringCap
+            Syscall.dropPages(ring + wrapped, start - wrapped)
+        }
+    }
+
     var held: Int { Int(end - acked) }
     var room: Int { sendClosed || finQueued ? 0 : ringCap - held }
     var unsent: Int { Int(end - sent) }
@@ -189,6 +205,13 @@ final class QuicConnection {
     private var events = cquic_events()
     let limits: QuicLimits
     private(set) var streams: [Int64: QuicStreamState] = [:]
+    /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
+    /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
+    /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
+    /// and copies it into a packet. The ring stays until `stream_close` (or the connection
+    /// goes) with only its unacknowledged bytes' pages kept (`dropUnheldPages`), and those
+    /// bytes stay in `heldTotal`, so the budget bounds what retired streams hold.
+    private(set) var retired: [Int64: QuicStreamState] = [:]
     /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
     /// for the budget to free up.
     private(set) var heldTotal = 0
@@ -453,9 +476,15 @@ final class QuicConnection {
         dispatchSoon.schedule()
     }
 
-    /// The stream's state goes (its held bytes leave the budget).
+    /// The stream's state goes (its held bytes leave the budget); a ring ngtcp2 may still read
+    /// is retired until the stream closes.
     private func forget(_ id: Int64) {
         guard let s = streams.removeValue(forKey: id) else { return }
+        if !s.stackClosed && !closed && s.ring != nil && s.acked < s.end {
+            retired[id] = s
+            s.dropUnheldPages()
+            return
+        }
         if s.budgeted {
             heldTotal -= s.held
             budgetFreed()
@@ -679,6 +708,10 @@ final class QuicConnection {
     }
 
     private func onStreamClose(_ sid: Int64, _ code: UInt64, _ has: Bool) -> Int32 {
+        if let r = retired.removeValue(forKey: sid), r.budgeted, !closed {
+            heldTotal -= r.held
+            budgetFreed()
+        }
         if let s = streams[sid] {
             s.sendClosed = true
             s.stackClosed = true
@@ -701,7 +734,15 @@ final class QuicConnection {
     }
 
     private func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
-        guard let s = streams[sid] else { return 0 }
+        guard let s = streams[sid] else {
+            // A retired stream's bytes acknowledged after its reset leave the budget.
+            if let r = retired[sid], upTo > r.acked, !closed {
+                let a = min(upTo, r.end)
+                if r.budgeted { heldTotal -= Int(a - r.acked); budgetFreed() }
+                r.acked = a
+            }
+            return 0
+        }
         if upTo > s.acked {
             let a = min(upTo, s.end)
             if s.budgeted { heldTotal -= Int(a - s.acked) }
@@ -768,6 +809,9 @@ final class QuicConnection {
             pendingResets.removeAll()
             for (sid, code) in rs where streams[sid] != nil {
                 forget(sid)
+                // Both directions end (the flow is gone): without our RESET_STREAM ngtcp2 would
+                // keep the stream, and the retired ring, open.
+                if let conn { _ = cquic_shutdown_stream(conn, sid, code) }
                 delegate?.quicStreamReset(self, stream: sid, code: code)
             }
         }

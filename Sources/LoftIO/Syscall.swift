@@ -37,6 +37,19 @@ public enum Syscall {
     /// Bytes of malloc's heap in use now.
     public static func heapInUse() -> Int { Int(clinux_heap_in_use()) }
 
+    public static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
+    /// Gives back the whole pages inside [p, p + count) (madvise MADV_DONTNEED): they read as
+    /// zeros afterwards and hold no memory until written again. Only pages wholly inside the
+    /// range are touched, so memory from malloc stays valid (its headers are outside).
+    public static func dropPages(_ p: UnsafeMutableRawPointer, _ count: Int) {
+        guard count > 0 else { return }
+        let start = (Int(bitPattern: p) + pageSize - 1) & ~(pageSize - 1)
+        let end = (Int(bitPattern: p) + count) & ~(pageSize - 1)
+        guard end > start else { return }
+        _ = madvise(UnsafeMutableRawPointer(bitPattern: start), end - start, MADV_DONTNEED)
+    }
+
     @inline(__always)
     static func failure<T>() -> Result<T, Errno> { .failure(Errno(Glibc.errno)) }
 

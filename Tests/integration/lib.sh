@@ -316,6 +316,63 @@ EOF
     wait_listen "$SRV_NS" tcp "$port" || die "v2ray did not start: $(tail -5 "$T_DIR/v2ray.log")"
 }
 
+# --- the delay line (netem in user space: Tests/tools/delayline.py) -------------------------
+
+# line_up NS [DELAY_MS] [LOSS] [delayline.py args...]: a lossy, slow point-to-point link between
+# the root namespace and NS, as `tc netem delay DELAY_MS loss LOSS` on both ends would make it
+# (this kernel has no sch_netem): two TUNs, LINE_A (root, LINE_NEAR4 = 198.19.(NET+100).1) and
+# LINE_B (in NS, LINE_FAR4 = .2), with delayline.py forwarding between them, each way delayed
+# DELAY_MS (20) and dropping LOSS (0.01) at random, at most 10000 packets queued per way (the
+# queue is the delay pipe itself: netem's default limit of 1000 would cap 20 ms at 50 000
+# packets/s and drop bursts on top of LOSS; delayline.py's --limit overrides it). A
+# server in NS that listens on LINE_FAR4 is reached from the root namespace through the line
+# only. Sets LINE_PID, LINE_LOG. Bounded: the line exits by itself after LINE_MAX_SECONDS (600).
+LINE_A=loft-${T_ID}la
+LINE_B=loft-${T_ID}lb
+LINE_NEAR4=198.19.$((NET + 100)).1
+LINE_FAR4=198.19.$((NET + 100)).2
+LINE_PID=
+LINE_LOG=$T_DIR/delayline.log
+line_up() {
+    local ns=$1 delay=${2:-20} loss=${3:-0.01} i
+    shift; [ $# -gt 0 ] && shift; [ $# -gt 0 ] && shift
+    register link "$LINE_A"
+    nice -n -10 python3 "$LOFT_REPO/Tests/tools/delayline.py" --a "$LINE_A" --b "$LINE_B" --netns "$ns" \
+        --delay-ms "$delay" --loss "$loss" --limit 10000 --max-seconds "${LINE_MAX_SECONDS:-600}" "$@" >"$LINE_LOG" 2>&1 </dev/null &
+    LINE_PID=$!
+    T_PIDS+=("$LINE_PID"); register_pid "$LINE_PID"
+    for i in $(seq 50); do
+        grep -q '^ready ' "$LINE_LOG" && break
+        kill -0 "$LINE_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q '^ready ' "$LINE_LOG" || { note "delayline did not start: $(tail -3 "$LINE_LOG" | tr '\n' '|')"; return 1; }
+    ip addr add "$LINE_NEAR4" peer "$LINE_FAR4" dev "$LINE_A" &&
+        ip -n "$ns" addr add "$LINE_FAR4" peer "$LINE_NEAR4" dev "$LINE_B"
+}
+# line_counters: the line's counters now (SIGUSR1), one line per direction:
+#   delayline A->B read=N forwarded=N bytes=N dropped=N queue-dropped=N write-errors=N peak-queue=N
+#   late-1ms=N max-late-ms=X seconds=X cpu-user=X cpu-system=X (the process's CPU, both ways)
+line_counters() {
+    local n
+    [ -n "$LINE_PID" ] || return 1
+    n=$(grep -c '^delayline ' "$LINE_LOG")
+    kill -USR1 "$LINE_PID" 2>/dev/null || return 1
+    for _ in $(seq 20); do [ "$(grep -c '^delayline ' "$LINE_LOG")" -ge $((n + 2)) ] && break; sleep 0.05; done
+    grep '^delayline ' "$LINE_LOG" | tail -2
+}
+# line_sum KEY: KEY summed over both directions of the last line_counters output on stdin.
+line_sum() { awk -v k="$1" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) s += kv[2] } } END { print s + 0 }'; }
+# line_down: stop the line (its TUNs go with it); its last counters stay in LINE_LOG.
+line_down() {
+    [ -n "$LINE_PID" ] || return 0
+    kill -TERM "$LINE_PID" 2>/dev/null
+    for _ in $(seq 30); do kill -0 "$LINE_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$LINE_PID" 2>/dev/null
+    wait "$LINE_PID" 2>/dev/null
+    LINE_PID=
+}
+
 # --- the kernel path (reference for benchmarks; LOFT_TEST_KERNEL=1 dry runs) ----------------
 
 # kernel_path_up NS [MTU]: NS (created if missing) joined straight to srv by a plain veth:
