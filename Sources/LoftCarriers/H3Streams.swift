@@ -18,6 +18,18 @@ protocol QuicStreamLayer: AnyObject {
     func unsent(_ id: Int64) -> Int
 }
 
+/// The stream layer a `QuicFlow` goes through (raw QUIC streams, or HTTP/3 request bodies),
+/// which also shows received bytes in place.
+protocol QuicFlowLayer: QuicStreamLayer {
+    /// The received bytes in place (valid until `consume`, an append or a release) and
+    /// whether the FIN has been reached (none left and the FIN received).
+    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool)
+    /// `n` bytes of what `peek` showed were taken.
+    func consume(_ id: Int64, _ n: Int)
+}
+
+extension QuicConnection: QuicFlowLayer {}
+
 extension QuicConnection: QuicStreamLayer {
     func unsent(_ id: Int64) -> Int { stream(id)?.unsent ?? 0 }
 }
@@ -61,7 +73,7 @@ protocol H3StreamsDelegate: AnyObject {
 /// of its own. Bodies are bounded both ways: a request stream's received body waits here up to
 /// `bodyCap` bytes (QUIC is read no further, so its window holds the peer back), and a body
 /// written waits in nghttp3's buffer (`ch3_body_write`) until QUIC's stream takes it.
-final class H3Streams: QuicStreamLayer {
+final class H3Streams: QuicFlowLayer {
     static let protocolSession = "loft"
     static let protocolFlow = "loft-flow"
     static let alpn = "h3"
@@ -84,6 +96,7 @@ final class H3Streams: QuicStreamLayer {
         var blocked = false
         let cap: Int
         init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
+        deinit { body.release() }
         var available: Int { body.available }
     }
 
@@ -407,6 +420,21 @@ final class H3Streams: QuicStreamLayer {
         let eof = r.available == 0 && r.peerFin
         if eof { r.peerFinRead = true; maybeDone(r) }
         return (n, eof)
+    }
+
+    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+        guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
+        let b = r.body.readable
+        guard b.isEmpty && r.peerFin else { return (b, false) }
+        r.peerFinRead = true
+        maybeDone(r)
+        return (b, true)
+    }
+
+    func consume(_ id: Int64, _ n: Int) {
+        guard n > 0, let r = requests[id] else { return }
+        r.body.consume(n)
+        took(r, n)
     }
 
     func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {

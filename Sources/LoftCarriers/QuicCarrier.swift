@@ -18,7 +18,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     /// h3: the request streams over the connection's QUIC streams (docs/protocol.md §1.3).
     private(set) var h3: H3Streams?
     /// Where the session's and the flows' bytes go: the QUIC streams, or h3's request bodies.
-    var streams: QuicStreamLayer? { h3 ?? quic }
+    var streams: QuicFlowLayer? { h3 ?? quic }
     weak var delegate: CarrierDelegate?
     let isServer: Bool
     private let runtime: CarrierRuntime

@@ -167,7 +167,10 @@ final class QuicStreamState {
         self.id = id
         self.ringCap = ringCap
     }
-    deinit { ring?.deallocate() }
+    deinit {
+        ring?.deallocate()
+        recv.release()
+    }
 
     /// Retired (reset with bytes unacknowledged): ngtcp2 may still read [acked, end), nothing
     /// else of the ring, whose other pages go back to the system (a stream whose reset the
@@ -524,6 +527,24 @@ final class QuicConnection {
         let eof = s.recvAvailable == 0 && s.recvFin
         if eof { s.recvFinDelivered = true; maybeForget(s) }
         return (n, eof)
+    }
+
+    /// The stream's received bytes in place (until `consume` or the next packet) and whether
+    /// its FIN has been reached (no bytes left and the FIN received).
+    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+        guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
+        let b = s.recv.readable
+        guard b.isEmpty && s.recvFin else { return (b, false) }
+        s.recvFinDelivered = true
+        maybeForget(s)
+        return (b, true)
+    }
+
+    /// `n` bytes of what `peek` showed were taken.
+    func consume(_ id: Int64, _ n: Int) {
+        guard n > 0, let s = streams[id] else { return }
+        s.recv.consume(n)
+        consumed(s, n)
     }
 
     /// Hands every received byte of the stream to `body` (which takes them all).

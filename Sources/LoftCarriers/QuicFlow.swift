@@ -24,7 +24,7 @@ public final class QuicFlow: ByteStream {
         self.id = id
     }
 
-    private var quic: QuicStreamLayer? { finished ? nil : carrier?.streams }
+    private var quic: QuicFlowLayer? { finished ? nil : carrier?.streams }
 
     // MARK: from the carrier
 
@@ -66,6 +66,21 @@ public final class QuicFlow: ByteStream {
         if n > 0 { return .data(n) }
         return eof ? .eof : .wouldBlock
     }
+
+    /// The received bytes in place: the splice writes them straight to the other side and
+    /// then consumes what was taken (no copy through its buffer).
+    public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
+        guard let q = quic else { return .failed(.other(ECONNRESET)) }
+        let (b, eof) = q.peek(id)
+        if let p = b.baseAddress, b.count > 0, max > 0 {
+            iov[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: p), iov_len: b.count)
+            count = 1
+            return .data(b.count)
+        }
+        return eof ? .eof : .wouldBlock
+    }
+
+    public func consume(_ n: Int) { quic?.consume(id, n) }
 
     public func setReadInterest(_ on: Bool) {
         readInterest = on

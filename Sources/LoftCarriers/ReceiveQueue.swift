@@ -1,25 +1,53 @@
-/// A stream's received bytes not yet read, for the QUIC streams and HTTP/3 request bodies:
-/// appended at the end, read from the front; emptied storage is reused (kept while at most
-/// 256 KiB, so a burst does not pin its high-water mark on an idle stream).
-struct ReceiveQueue {
-    private var bytes: [UInt8] = []
-    private var start = 0
+import Glibc
 
-    var available: Int { bytes.count - start }
+/// A stream's received bytes not yet read, for the QUIC streams and HTTP/3 request bodies:
+/// appended at the end, read from the front, or shown in place (`readable`) and consumed, so a
+/// splice writes them straight to the other side. Storage is kept while at most 256 KiB when
+/// it empties (a burst does not pin its high-water mark on an idle stream); its owner calls
+/// `release()` when it lets go of the stream (and in its deinit).
+struct ReceiveQueue {
+    private var base: UnsafeMutableRawPointer?
+    private var capacity = 0
+    private var start = 0
+    private var end = 0
+
+    static let kept = 256 * 1024
+
+    var available: Int { end - start }
+
+    /// The bytes not yet read, in place: valid until the next append, consume or release.
+    var readable: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: base.map { UnsafeRawPointer($0 + start) }, count: end - start)
+    }
 
     mutating func append(_ p: UnsafePointer<UInt8>, _ n: Int) {
-        if start > 0 && start == bytes.count {
-            bytes.removeAll(keepingCapacity: true)
-            start = 0
+        guard n > 0 else { return }
+        if end + n > capacity {
+            if start > 0 {
+                if end > start { memmove(base!, base! + start, end - start) }
+                end -= start
+                start = 0
+            }
+            if end + n > capacity {
+                let grown = Swift.max(end + n, capacity * 2, 4096)
+                let b = UnsafeMutableRawPointer.allocate(byteCount: grown, alignment: 16)
+                if let base {
+                    b.copyMemory(from: base, byteCount: end)
+                    base.deallocate()
+                }
+                base = b
+                capacity = grown
+            }
         }
-        bytes.append(contentsOf: UnsafeBufferPointer(start: p, count: n))
+        (base! + end).copyMemory(from: p, byteCount: n)
+        end += n
     }
 
     /// Copies up to `into.count` bytes out and consumes them; how many.
     mutating func read(into: UnsafeMutableRawBufferPointer) -> Int {
         let n = min(into.count, available)
         guard n > 0 else { return 0 }
-        bytes.withUnsafeBytes { into.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: n) }
+        into.baseAddress!.copyMemory(from: base! + start, byteCount: n)
         consume(n)
         return n
     }
@@ -28,22 +56,27 @@ struct ReceiveQueue {
     mutating func drain(upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Int {
         let n = min(max, available)
         guard n > 0 else { return 0 }
-        bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[start..<start + n])) }
+        body(UnsafeRawBufferPointer(start: base! + start, count: n))
         consume(n)
         return n
     }
 
-    private mutating func consume(_ n: Int) {
-        start += n
-        if start == bytes.count {
-            bytes.removeAll(keepingCapacity: bytes.capacity <= 256 * 1024)
+    /// Drops `n` bytes from the front.
+    mutating func consume(_ n: Int) {
+        start += min(n, available)
+        if start == end {
             start = 0
+            end = 0
+            if capacity > Self.kept { release() }
         }
     }
 
     /// Drops everything and its storage.
     mutating func release() {
-        bytes = []
+        base?.deallocate()
+        base = nil
+        capacity = 0
         start = 0
+        end = 0
     }
 }
