@@ -414,21 +414,18 @@ final class H3Streams: QuicFlowLayer {
     }
 
     func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
-        guard let r = requests[id] else { return (0, true) }
-        let n = r.body.read(into: into)
-        if n > 0 { took(r, n) }
-        let eof = r.available == 0 && r.peerFin
-        if eof { r.peerFinRead = true; maybeDone(r) }
+        var n = 0
+        let eof = drain(id, upTo: into.count) { b in
+            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
+            n = b.count
+        }
         return (n, eof)
     }
 
     func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         let b = r.body.readable
-        guard b.isEmpty && r.peerFin else { return (b, false) }
-        r.peerFinRead = true
-        maybeDone(r)
-        return (b, true)
+        return (b, finReached(r))
     }
 
     func consume(_ id: Int64, _ n: Int) {
@@ -437,13 +434,21 @@ final class H3Streams: QuicFlowLayer {
         took(r, n)
     }
 
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+
+    private func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let r = requests[id] else { return true }
-        let n = r.body.drain(upTo: .max, body)
+        let n = r.body.drain(upTo: max, body)
         if n > 0 { took(r, n) }
-        let eof = r.available == 0 && r.peerFin
-        if eof { r.peerFinRead = true; maybeDone(r) }
-        return eof
+        return finReached(r)
+    }
+
+    /// The whole body was read and the peer's FIN came: the reader has its EOF.
+    private func finReached(_ r: Request) -> Bool {
+        guard r.available == 0 && r.peerFin else { return false }
+        r.peerFinRead = true
+        maybeDone(r)
+        return true
     }
 
     /// `n` bytes of the body were read: more is pulled from QUIC once half the cap is free.

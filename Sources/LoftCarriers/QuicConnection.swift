@@ -521,11 +521,11 @@ final class QuicConnection {
 
     /// Takes up to `into.count` received bytes; `.eof` once the peer's FIN was read.
     func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
-        guard let s = streams[id] else { return (0, true) }
-        let n = s.recv.read(into: into)
-        if n > 0 { consumed(s, n) }
-        let eof = s.recvAvailable == 0 && s.recvFin
-        if eof { s.recvFinDelivered = true; maybeForget(s) }
+        var n = 0
+        let eof = drain(id, upTo: into.count) { b in
+            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
+            n = b.count
+        }
         return (n, eof)
     }
 
@@ -534,10 +534,7 @@ final class QuicConnection {
     func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         let b = s.recv.readable
-        guard b.isEmpty && s.recvFin else { return (b, false) }
-        s.recvFinDelivered = true
-        maybeForget(s)
-        return (b, true)
+        return (b, finReached(s))
     }
 
     /// `n` bytes of what `peek` showed were taken.
@@ -555,9 +552,15 @@ final class QuicConnection {
         guard let s = streams[id] else { return true }
         let n = s.recv.drain(upTo: max, body)
         if n > 0 { consumed(s, n) }
-        let eof = s.recvAvailable == 0 && s.recvFin
-        if eof { s.recvFinDelivered = true; maybeForget(s) }
-        return eof
+        return finReached(s)
+    }
+
+    /// Every received byte was read and the FIN came: the reader has its EOF.
+    private func finReached(_ s: QuicStreamState) -> Bool {
+        guard s.recvAvailable == 0 && s.recvFin else { return false }
+        s.recvFinDelivered = true
+        maybeForget(s)
+        return true
     }
 
     /// `n` bytes of the stream were read: the peer may send that much more.

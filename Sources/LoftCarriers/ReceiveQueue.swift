@@ -43,15 +43,6 @@ struct ReceiveQueue {
         end += n
     }
 
-    /// Copies up to `into.count` bytes out and consumes them; how many.
-    mutating func read(into: UnsafeMutableRawBufferPointer) -> Int {
-        let n = min(into.count, available)
-        guard n > 0 else { return 0 }
-        into.baseAddress!.copyMemory(from: base! + start, byteCount: n)
-        consume(n)
-        return n
-    }
-
     /// Hands up to `max` bytes to `body` in place and consumes them; how many.
     mutating func drain(upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Int {
         let n = min(max, available)
