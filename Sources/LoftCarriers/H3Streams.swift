@@ -11,11 +11,29 @@ protocol QuicStreamLayer: AnyObject {
     func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int
     func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool)
     func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
+    /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
+    /// place; true once the FIN was reached.
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
     func finish(_ id: Int64)
     func release(_ id: Int64)
     func reset(_ id: Int64, code: UInt64)
     /// Bytes written and not yet handed to the wire's packets.
     func unsent(_ id: Int64) -> Int
+}
+
+extension QuicStreamLayer {
+    /// Takes up to `into.count` received bytes; true once the peer's FIN was read.
+    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
+        var n = 0
+        let eof = drain(id, upTo: into.count) { b in
+            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
+            n = b.count
+        }
+        return (n, eof)
+    }
+
+    /// Hands every received byte of the stream to `body` (which takes them all).
+    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
 }
 
 /// The stream layer a `QuicFlow` goes through (raw QUIC streams, or HTTP/3 request bodies),
@@ -41,9 +59,6 @@ protocol H3Transport: QuicStreamLayer {
     var closed: Bool { get }
     /// A unidirectional stream of ours (control, QPACK encoder, QPACK decoder).
     func openUniStream(ringCap: Int) -> Int64?
-    /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
-    /// place; true once the FIN was reached.
-    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
     /// The stream is held and its owner has not let go of it (a late wake-up for a stream
     /// already done is not a new request).
     func isLive(_ id: Int64) -> Bool
@@ -413,15 +428,6 @@ final class H3Streams: QuicFlowLayer {
         return n
     }
 
-    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
-        var n = 0
-        let eof = drain(id, upTo: into.count) { b in
-            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
-            n = b.count
-        }
-        return (n, eof)
-    }
-
     func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         let b = r.body.readable
@@ -434,9 +440,7 @@ final class H3Streams: QuicFlowLayer {
         took(r, n)
     }
 
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
-
-    private func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let r = requests[id] else { return true }
         let n = r.body.drain(upTo: max, body)
         if n > 0 { took(r, n) }

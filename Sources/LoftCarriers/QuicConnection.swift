@@ -242,11 +242,8 @@ final class QuicConnection {
     static let batchBytes = 65_000
     static let batchPackets = 64
     private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
-    /// `dispatchSoon` and `flushSoon` are queued for the packets received in this batch.
-    private var afterReceiveQueued = false
     private lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
         guard let self else { return }
-        self.afterReceiveQueued = false
         guard !self.closed else { return }
         self.dispatchEvents()
     }
@@ -387,10 +384,7 @@ final class QuicConnection {
             return
         }
         // Once after the batch (a GRO read holds up to 64 packets): the delegate reads a
-        // stream's bytes in one go, then the flush acknowledges them all. The flag spares the
-        // two schedules (and their reference counting) for every packet after the first.
-        guard !afterReceiveQueued else { return }
-        afterReceiveQueued = true
+        // stream's bytes in one go, then the flush acknowledges them all.
         dispatchSoon.schedule()
         flushSoon.schedule()
     }
@@ -519,16 +513,6 @@ final class QuicConnection {
         flushSoon.schedule()
     }
 
-    /// Takes up to `into.count` received bytes; `.eof` once the peer's FIN was read.
-    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
-        var n = 0
-        let eof = drain(id, upTo: into.count) { b in
-            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
-            n = b.count
-        }
-        return (n, eof)
-    }
-
     /// The stream's received bytes in place (until `consume` or the next packet) and whether
     /// its FIN has been reached (no bytes left and the FIN received).
     func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
@@ -544,10 +528,8 @@ final class QuicConnection {
         consumed(s, n)
     }
 
-    /// Hands every received byte of the stream to `body` (which takes them all).
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
-
-    /// The same for at most `max` bytes (h3: what a request's body buffer has room for).
+    /// Hands up to `max` received bytes to `body` (h3: what a request's body buffer has room
+    /// for); true once the FIN was reached.
     func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let s = streams[id] else { return true }
         let n = s.recv.drain(upTo: max, body)
@@ -1048,13 +1030,11 @@ final class QuicConnection {
 /// for one next connection so its Initial skips a Retry. At most 64 servers (the oldest goes).
 /// On the loop only.
 enum QuicTokens {
-    nonisolated(unsafe) private static var tokens: [String: [UInt8]] = [:]
-    nonisolated(unsafe) private static var order: [String] = []
-
-    private static func key(_ a: SocketAddress) -> String? { a.endpoint.map { "\($0)" } }
+    nonisolated(unsafe) private static var tokens: [Endpoint: [UInt8]] = [:]
+    nonisolated(unsafe) private static var order: [Endpoint] = []
 
     static func put(_ token: [UInt8], for server: SocketAddress) {
-        guard let k = key(server), !token.isEmpty, token.count <= 512 else { return }
+        guard let k = server.endpoint, !token.isEmpty, token.count <= 512 else { return }
         if tokens.updateValue(token, forKey: k) == nil {
             order.append(k)
             if order.count > 64 { tokens[order.removeFirst()] = nil }
@@ -1062,7 +1042,7 @@ enum QuicTokens {
     }
 
     static func take(for server: SocketAddress) -> [UInt8]? {
-        guard let k = key(server), let t = tokens.removeValue(forKey: k) else { return nil }
+        guard let k = server.endpoint, let t = tokens.removeValue(forKey: k) else { return nil }
         order.removeAll { $0 == k }
         return t
     }

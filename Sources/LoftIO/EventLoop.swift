@@ -228,7 +228,7 @@ public final class EventLoop {
 public final class SoonOnce {
     private let loop: EventLoop
     private let action: () -> Void
-    private var queued = false
+    @usableFromInline var queued = false
     private lazy var run: () -> Void = { [weak self] in
         guard let self else { return }
         self.queued = false
@@ -241,8 +241,15 @@ public final class SoonOnce {
         self.action = action
     }
 
+    /// Inlined where it is called: asking again before it ran (a carrier does per packet)
+    /// costs one load and compare.
+    @inlinable
     public func schedule() {
-        guard !queued else { return }
+        if !queued { enqueue() }
+    }
+
+    @usableFromInline
+    func enqueue() {
         queued = true
         loop.soon(run)
     }
