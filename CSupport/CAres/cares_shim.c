@@ -229,7 +229,6 @@ int cares_parse_answer(const uint8_t *buf, int len, int type, cares_address *out
     } else {
         return -CARES_RESULT_FAILED;
     }
-    if (status == ARES_ENODATA || status == ARES_ENOTFOUND) return -CARES_RESULT_NOT_FOUND;
-    if (status != ARES_SUCCESS) return -CARES_RESULT_FAILED;
+    if (status != ARES_SUCCESS) return -result_of(status);
     return n > 0 ? n : -CARES_RESULT_NOT_FOUND;
 }

@@ -80,13 +80,13 @@ public struct PacketSummary: Sendable {
         proto == IPProtocol.tcp && !isLaterFragment && tcpFlags & (Self.tcpSYN | Self.tcpACK | Self.tcpRST) == Self.tcpSYN
     }
 
-    /// An ICMP or ICMPv6 echo request.
     /// An IPv6 link-local destination (fe80::/10): only a packet link can carry it.
     public var isLinkLocal: Bool {
         if case .v6(let hi, _) = destination { return hi >> 54 == 0x3FA }
         return false
     }
 
+    /// An ICMP or ICMPv6 echo request.
     public var isEchoRequest: Bool {
         (proto == IPProtocol.icmp && icmpType == 8) || (proto == IPProtocol.icmpv6 && icmpType == 128)
     }

@@ -317,9 +317,9 @@ public final class Netstack {
     /// Where a large segment is cut for a packet outbound (made on first use).
     private var segmentScratch: UnsafeMutableRawBufferPointer?
     var packetFlows: [PacketFlowKey: PacketFlow] = [:]
-    /// Source ports of the TUN's UDP packet flows (how many flows each), so that a UDP
-    /// association over a link never takes a port an app uses (`NetstackLink`).
-    var udpPacketSourcePorts: [UInt16: Int] = [:]
+    /// Source ports of the TUN's UDP packet flows, so that a UDP association over a link never
+    /// takes a port an app uses (`NetstackLink`).
+    var udpPacketSourcePorts: Set<UInt16> = []
     private var packetSweep: TimerHandle?
     public var packetFlowCount: Int { packetFlows.count }
 
@@ -362,7 +362,7 @@ public final class Netstack {
         if network != .icmp {
             guard packetFlows.count < settings.maxFlows else { drop(.flowCap, netif); return .handled }
             packetFlows[key] = f
-            if network == .udp { udpPacketSourcePorts[key.source.port, default: 0] += 1 }
+            if network == .udp { udpPacketSourcePorts.insert(key.source.port) }
             armPacketSweep()
         }
         forward(packet, s, f, netif: netif)
@@ -403,11 +403,11 @@ public final class Netstack {
             guard let self else { return }
             self.packetSweep = nil
             let now = self.loop.now
-            var udpPorts: [UInt16: Int] = [:]
+            var udpPorts: Set<UInt16> = []
             self.packetFlows = self.packetFlows.filter { key, f in
                 if key.proto == IPProtocol.udp {
                     let keep = now - f.lastSeen < self.settings.udpIdleTimeoutMs
-                    if keep { udpPorts[key.source.port, default: 0] += 1 }
+                    if keep { udpPorts.insert(key.source.port) }
                     return keep
                 }
                 let idle = now - f.lastSeen

@@ -246,11 +246,11 @@ extension Netstack {
 
     /// Whether some UDP packet flow of the TUN's is from this port (any address: the TUN's
     /// apps have the link's address once it is up).
-    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { udpPacketSourcePorts[port] != nil }
+    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { udpPacketSourcePorts.contains(port) }
 
     /// Whether the TUN's packet flows have this UDP 2-tuple pair (from the app's side).
     func hasUDPPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
-        guard let tun = packetModeInput, udpPacketSourcePorts[source.port] != nil else { return false }
+        guard let tun = packetModeInput, udpPacketSourcePorts.contains(source.port) else { return false }
         return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.udp, source: source, destination: destination)] != nil
     }
 

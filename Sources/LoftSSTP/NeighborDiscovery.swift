@@ -13,8 +13,6 @@ import LoftCore
 public enum NeighborDiscovery {
     public static let solicitationType: UInt8 = 135
     public static let advertisementType: UInt8 = 136
-    /// ICMPv6's next-header value.
-    public static let icmpv6: UInt8 = 58
 
     /// ff02::1:ffXX:XXXX for `address` (RFC 4291 2.7.1).
     public static func solicitedNode(_ address: IPAddress) -> IPAddress {
@@ -38,7 +36,7 @@ public enum NeighborDiscovery {
     /// The solicitation `packet` (one IPv6 packet, no extension headers) is, if it is one for
     /// `address`; nil for anything else (other packets, other targets, invalid ones).
     public static func solicitation(_ p: UnsafeRawBufferPointer, for address: IPAddress) -> Solicitation? {
-        guard p.count >= 64, p[0] >> 4 == 6, p[6] == icmpv6, p[7] == 255 else { return nil }
+        guard p.count >= 64, p[0] >> 4 == 6, p[6] == IPProtocol.icmpv6, p[7] == 255 else { return nil }
         let payload = Int(p[4]) << 8 | Int(p[5])
         guard payload + 40 == p.count else { return nil }
         guard p[40] == solicitationType, p[41] == 0 else { return nil }
@@ -48,7 +46,7 @@ public enum NeighborDiscovery {
         guard target == address, destination == address || destination == solicitedNode(address) else { return nil }
         guard !source.isMulticast else { return nil }
         let icmp = UnsafeRawBufferPointer(rebasing: p[40...])
-        guard InternetChecksum.transport(source: source, destination: destination, proto: icmpv6, segment: icmp) == 0 else { return nil }
+        guard InternetChecksum.transport(source: source, destination: destination, proto: IPProtocol.icmpv6, segment: icmp) == 0 else { return nil }
         var at = 64
         var sourceLinkLayer = false
         while at < p.count {
@@ -72,14 +70,14 @@ public enum NeighborDiscovery {
         out.withUnsafeMutableBytes { b in
             b[0] = 0x60
             b[5] = 24
-            b[6] = icmpv6
+            b[6] = IPProtocol.icmpv6
             b[7] = 255
             s.target.write(to: b.baseAddress! + 8)
             destination.write(to: b.baseAddress! + 24)
             b[40] = advertisementType
             b[44] = toAll ? 0x20 : 0x60   // Router clear; Solicited unless to all nodes; Override
             s.target.write(to: b.baseAddress! + 48)
-            let sum = InternetChecksum.transport(source: s.target, destination: destination, proto: icmpv6,
+            let sum = InternetChecksum.transport(source: s.target, destination: destination, proto: IPProtocol.icmpv6,
                                                  segment: UnsafeRawBufferPointer(rebasing: b[40...]))
             b[42] = UInt8(sum >> 8)
             b[43] = UInt8(sum & 0xFF)

@@ -366,9 +366,7 @@ line_sum() { awk -v k="$1" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if
 # line_down: stop the line (its TUNs go with it); its last counters stay in LINE_LOG.
 line_down() {
     [ -n "$LINE_PID" ] || return 0
-    kill -TERM "$LINE_PID" 2>/dev/null
-    for _ in $(seq 30); do kill -0 "$LINE_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$LINE_PID" 2>/dev/null
+    kill_pid "$LINE_PID"
     wait "$LINE_PID" 2>/dev/null
     LINE_PID=
 }
