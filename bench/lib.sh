@@ -102,3 +102,16 @@ print(json.dumps({
 }))
 EOF
 }
+
+# wait_time_wait MAX RUNNER [SS_FILTER...]: waits (at most 70 s) until fewer than MAX TCP sockets
+# are in TIME_WAIT where RUNNER runs `ss` (`in_app`, or `command` for the host namespace): a run
+# started within 60 s of another would otherwise find the local port range used up.
+wait_time_wait() {
+    local max=$1 run=$2 i left; shift 2
+    for i in $(seq 70); do
+        left=$($run ss -tanH state time-wait "$@" | wc -l)
+        [ "$left" -lt "$max" ] && return 0
+        sleep 1
+    done
+    echo "warning: $left TCP sockets still in TIME_WAIT after 70 s" >&2
+}
