@@ -573,10 +573,9 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var fd: Int32
     let localEndpoint: Endpoint
     private let localAddress: SocketAddress
-    private var routes: [QuicCID: QuicCarrier] = [:] { didSet { lastRoute = nil } }
-    /// The route the last packet took (cleared whenever `routes` changes).
-    private var lastKey = QuicCID(UnsafeRawBufferPointer(start: nil, count: 0))!
-    private var lastRoute: QuicCarrier?
+    private var routes: [QuicCID: QuicCarrier] = [:] { didSet { routesChanged &+= 1 } }
+    /// Bumped by every change of `routes` (a `LastRoute` is good while it stays the same).
+    private var routesChanged = 0
     private var handshaking: [ObjectIdentifier: QuicCarrier] = [:]
     private var handshakesPerSource: [IPAddress: Int] = [:]
     /// The same, oldest first (at most maxPendingHandshakes).
@@ -663,6 +662,9 @@ final class QuicListener: IOHandler, QuicPacketSink {
             for q in b { q.socketWritable() }
         }
         guard events & (IOEvents.readable | IOEvents.error) != 0 else { return }
+        // The route of the wakeup's last packet, held here (a GRO batch is one connection's
+        // packets): the next packet for it costs a compare, not a lookup and a retain.
+        var last = LastRoute()
         // At most 256 reads (each a datagram or a GRO batch) per wakeup, 8 per recvmmsg; a
         // short recvmmsg means the socket is drained.
         for _ in 0..<32 {
@@ -671,28 +673,45 @@ final class QuicListener: IOHandler, QuicPacketSink {
                 let r = Self.batch.read(i)
                 QuicSocket.split(r.bytes.baseAddress ?? UnsafeRawPointer(Self.scratch), r.bytes.count, segment: r.segment) { p in
                     stats.packets += 1
-                    packet(p, from: r.from)
+                    packet(p, from: r.from, &last)
                 }
             }
             if k < Self.batch.slots { return }
         }
     }
 
-    private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress) {
+    /// A destination connection id and the connection `routes` gave it, while `routes` is as
+    /// it was (`changed`). `connection` keeps it alive for the wakeup, so `unretained` may
+    /// call it without a retain and release per packet (slow ones: a connection is held
+    /// weakly elsewhere, so its count lives in a side table).
+    private struct LastRoute {
+        var key = QuicCID(UnsafeRawBufferPointer(start: nil, count: 0))!
+        var connection: QuicConnection?
+        var unretained: Unmanaged<QuicConnection>?
+        var changed = -1
+
+        init() {}
+        init(key: QuicCID, connection: QuicConnection?, changed: Int) {
+            self.key = key
+            self.connection = connection
+            unretained = connection.map { Unmanaged.passUnretained($0) }
+            self.changed = changed
+        }
+    }
+
+    private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress, _ last: inout LastRoute) {
         // Nothing here allocates until an Initial is let in: the id goes to a scratch buffer.
         let dcid = Self.scratch.assumingMemoryBound(to: UInt8.self)
         var len = 0
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
         guard cquic_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
         if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)) {
-            // A GRO batch is one connection's packets: the last route found is checked first.
-            if let c = lastRoute, key == lastKey {
-                c.quic?.receive(p, from: from, at: localAddress)
+            if last.changed == routesChanged, key == last.key, let q = last.unretained {
+                q._withUnsafeGuaranteedRef { $0.receive(p, from: from, at: localAddress) }
                 return
             }
             if let c = routes[key] {
-                lastKey = key
-                lastRoute = c
+                last = LastRoute(key: key, connection: c.quic, changed: routesChanged)
                 c.quic?.receive(p, from: from, at: localAddress)
                 return
             }

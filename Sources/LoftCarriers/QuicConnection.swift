@@ -158,6 +158,8 @@ final class QuicStreamState {
     var recv = ReceiveQueue()
     var recvFin = false
     var recvFinDelivered = false
+    /// In the connection's `pendingReadable` (listed once however many packets it got).
+    var inPendingReadable = false
     /// ngtcp2 closed the stream (both directions done or reset).
     var stackClosed = false
     /// Its owner let go of it (received bytes are dropped from then on).
@@ -696,7 +698,10 @@ final class QuicConnection {
         }
         if len > 0, let data { st.recv.append(data, len) }
         if fin { st.recvFin = true }
-        pendingReadable.append(sid)
+        if !st.inPendingReadable {
+            st.inPendingReadable = true
+            pendingReadable.append(sid)
+        }
         return 0
     }
 
@@ -824,8 +829,9 @@ final class QuicConnection {
         if !pendingReadable.isEmpty {
             let rs = pendingReadable
             pendingReadable.removeAll()
-            var seen = Set<Int64>()
-            for sid in rs where seen.insert(sid).inserted && streams[sid] != nil {
+            for sid in rs {
+                guard let s = streams[sid] else { continue }
+                s.inPendingReadable = false
                 delegate?.quicReadable(self, stream: sid)
             }
         }

@@ -95,17 +95,31 @@ public final class EventLoop {
         if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
     }
 
-    private var deferred: [() -> Void] = []
+    /// Work queued for after the current batch, in the order asked for.
+    private enum Deferred {
+        case action(() -> Void)
+        case once(SoonOnce)
+    }
+    private var deferred: [Deferred] = []
 
     /// Runs `action` after the current batch of events: for results that must not be delivered
     /// from inside the call that caused them (a connect that failed synchronously, say).
-    public func soon(_ action: @escaping () -> Void) { deferred.append(action) }
+    public func soon(_ action: @escaping () -> Void) { deferred.append(.action(action)) }
+
+    /// `once` runs after the current batch; the queue holds it until then (so nothing holds a
+    /// SoonOnce weakly, and its retains stay on Swift's fast path).
+    fileprivate func soon(_ once: SoonOnce) { deferred.append(.once(once)) }
 
     private func runDeferred() {
         while !deferred.isEmpty {
             let batch = deferred
             deferred.removeAll(keepingCapacity: true)
-            for a in batch { a() }
+            for d in batch {
+                switch d {
+                case .action(let a): a()
+                case .once(let o): o.run()
+                }
+            }
         }
     }
 
@@ -229,11 +243,6 @@ public final class SoonOnce {
     private let loop: EventLoop
     private let action: () -> Void
     @usableFromInline var queued = false
-    private lazy var run: () -> Void = { [weak self] in
-        guard let self else { return }
-        self.queued = false
-        self.action()
-    }
 
     /// `action` usually holds its owner weakly (the owner holds this).
     public init(loop: EventLoop, _ action: @escaping () -> Void) {
@@ -251,7 +260,12 @@ public final class SoonOnce {
     @usableFromInline
     func enqueue() {
         queued = true
-        loop.soon(run)
+        loop.soon(self)
+    }
+
+    fileprivate func run() {
+        queued = false
+        action()
     }
 
     /// Whether it is asked for and has not run yet.
