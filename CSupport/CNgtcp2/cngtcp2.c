@@ -623,10 +623,13 @@ long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t ap
 
 uint64_t cquic_expiry(cquic_conn *c) { return ngtcp2_conn_get_expiry(c->conn); }
 int cquic_expire(cquic_conn *c, uint64_t now) { return ngtcp2_conn_handle_expiry(c->conn, now); }
-size_t cquic_send_quantum(cquic_conn *c) { return ngtcp2_conn_get_send_quantum(c->conn); }
+double cquic_pacing_rate(cquic_conn *c) {
+    ngtcp2_conn_stat st;
+    ngtcp2_conn_get_conn_stat(c->conn, &st);
+    return st.pacing_rate;
+}
 size_t cquic_max_packet(cquic_conn *c) { return ngtcp2_conn_get_max_tx_udp_payload_size(c->conn); }
 size_t cquic_path_max_packet(cquic_conn *c) { return ngtcp2_conn_get_path_max_tx_udp_payload_size(c->conn); }
-void cquic_sent(cquic_conn *c, uint64_t now) { ngtcp2_conn_update_pkt_tx_time(c->conn, now); }
 
 // MARK: streams
 

@@ -228,6 +228,7 @@ final class QuicConnection {
     private var handshakeReported = false
     private var handshakeJustDone = false
     private var timer: TimerHandle?
+    private var pacer = QuicPacer(now: quicNow())
     private var timerAt: UInt64 = .max
     private(set) var closed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
@@ -854,10 +855,15 @@ final class QuicConnection {
         var toLen: socklen_t = 0
         let maxPkt = max(1200, min(packet.count, cquic_max_packet(conn)))
         defer { _ = sendBatch() }
-        var budget = max(8, min(Self.burst, cquic_send_quantum(conn) / maxPkt))
+        let rate = cquic_pacing_rate(conn)
+        pacer.fill(now: now, rate: rate, packet: maxPkt)
+        var budget = min(Self.burst, pacer.packets(of: maxPkt))
+        // With the bucket empty only acknowledgments and control frames go (one packet).
+        let paced = budget == 0
+        if paced { budget = 1 }
         var more = false
         // Datagrams first: they are small and time-sensitive.
-        while !outDatagrams.isEmpty && budget > 0 {
+        while !outDatagrams.isEmpty && budget > 0 && !paced {
             guard roomInBatch(maxPkt) else { return }
             var accepted: Int32 = 0
             let d = outDatagrams[0]
@@ -869,6 +875,7 @@ final class QuicConnection {
             if n == 0 { break }
             if accepted != 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count }
             budget -= 1
+            pacer.spend(n)
             if !queue(n, to, toLen) { return }
         }
         var qi = 0
@@ -879,6 +886,10 @@ final class QuicConnection {
                 if let c = streams[sendQueue[qi]], c.hasSendWork { s = c; break }
                 streams[sendQueue[qi]]?.inSendQueue = false
                 sendQueue.remove(at: qi)
+            }
+            if paced && s != nil {
+                more = true
+                s = nil
             }
             var iov = (cquic_vec(), cquic_vec())
             var count = 0
@@ -927,19 +938,23 @@ final class QuicConnection {
             }
             if n == 0 { break }
             budget -= 1
+            pacer.spend(n)
             if !queue(n, to, toLen) { return }
             if let s, s.hasSendWork { qi = (qi + 1) % max(1, sendQueue.count) } else { qi = 0 }
             if budget == 0 && sendQueue.contains(where: { streams[$0]?.hasSendWork == true }) { more = true }
         }
-        cquic_sent(conn, now)
         if closingGracefully && streams.values.allSatisfy({ $0.acked == $0.end }) {
             guard sendBatch() else { return }
             sendCloseNow()
             return
         }
         if more {
-            // Yield a loop turn (epoll runs) and go on.
-            loop.schedule(at: loop.now) { [weak self] in self?.flush() }
+            if pacer.packets(of: maxPkt) > 0 {
+                // Yield a loop turn (epoll runs) and go on.
+                loop.schedule(at: loop.now) { [weak self] in self?.flush() }
+            } else {
+                loop.schedule(after: pacer.waitMs(packet: maxPkt, rate: rate)) { [weak self] in self?.flush() }
+            }
         }
         armTimer()
     }

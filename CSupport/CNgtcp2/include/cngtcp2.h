@@ -125,12 +125,12 @@ long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t ap
 /// The next deadline (ns; UINT64_MAX: none) and running it.
 uint64_t cquic_expiry(cquic_conn *c);
 int cquic_expire(cquic_conn *c, uint64_t now_ns);
-/// Bytes worth sending in one burst now, and the size of one packet.
-size_t cquic_send_quantum(cquic_conn *c);
+/// The congestion controller's pacing rate (bytes per ns; loft paces with it, ngtcp2's own
+/// pacer is not used), and the size of one packet.
+double cquic_pacing_rate(cquic_conn *c);
 size_t cquic_max_packet(cquic_conn *c);
 /// The largest packet on the current path now (1200 until path MTU discovery confirms more).
 size_t cquic_path_max_packet(cquic_conn *c);
-void cquic_sent(cquic_conn *c, uint64_t now_ns);
 
 int cquic_open_bidi(cquic_conn *c, int64_t *stream_id);
 /// Opens a unidirectional stream of ours (h3's control and QPACK streams).
