@@ -44,6 +44,10 @@ protocol QuicFlowLayer: QuicStreamLayer {
     func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool)
     /// `n` bytes of what `peek` showed were taken.
     func consume(_ id: Int64, _ n: Int)
+    /// Up to `max` bytes of the stream's free send buffer in one piece, written in place and
+    /// then committed (nil: not supported; h3's bodies go through nghttp3's own buffer).
+    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer?
+    func commitWrite(_ id: Int64, _ n: Int)
 }
 
 extension QuicConnection: QuicFlowLayer {}
@@ -427,6 +431,9 @@ final class H3Streams: QuicFlowLayer {
         if n > 0 { pump() }
         return n
     }
+
+    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? { nil }
+    func commitWrite(_ id: Int64, _ n: Int) {}
 
     func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }

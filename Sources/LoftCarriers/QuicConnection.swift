@@ -424,19 +424,35 @@ final class QuicConnection {
 
     /// Copies up to the stream's free send buffer; returns the bytes taken.
     func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
-        guard !closed, let s = streams[id] else { return 0 }
-        let n = min(bytes.count, room(s))
-        if n < bytes.count { s.wantWritable = true }
-        guard n > 0 else { return 0 }
-        if s.budgeted { heldTotal += n }
+        var n = 0
+        // At most two pieces: up to the ring's end, then from its start.
+        while n < bytes.count, let space = writeSpace(id, max: bytes.count - n), space.count > 0 {
+            space.baseAddress!.copyMemory(from: bytes.baseAddress! + n, byteCount: space.count)
+            commitWrite(id, space.count)
+            n += space.count
+        }
+        return n
+    }
+
+    /// The stream's free send ring from its end, up to `max` bytes and the ring's wrap (the
+    /// rest comes on the next call). Short of `max` because it is full: marked for
+    /// `quicWritable`.
+    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? {
+        guard !closed, let s = streams[id] else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+        let r = room(s)
+        if r < max { s.wantWritable = true }
+        guard r > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
         if s.ring == nil { s.ring = .allocate(byteCount: s.ringCap, alignment: 16) }
         let at = Int(s.end % UInt64(s.ringCap))
-        let first = min(n, s.ringCap - at)
-        (s.ring! + at).copyMemory(from: bytes.baseAddress!, byteCount: first)
-        if first < n { s.ring!.copyMemory(from: bytes.baseAddress! + first, byteCount: n - first) }
+        return UnsafeMutableRawBufferPointer(start: s.ring! + at, count: min(max, r, s.ringCap - at))
+    }
+
+    /// `n` bytes at the end of the stream's ring (from `writeSpace`) are written.
+    func commitWrite(_ id: Int64, _ n: Int) {
+        guard n > 0, !closed, let s = streams[id] else { return }
+        if s.budgeted { heldTotal += n }
         s.end += UInt64(n)
         queueSend(s)
-        return n
     }
 
     /// The stream's free send buffer; 0 marks the stream, so `quicWritable` follows once half of

@@ -60,6 +60,14 @@ public final class QuicFlow: ByteStream {
         return total
     }
 
+    /// The stream's send ring in place: the splice reads a socket straight into it.
+    public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? {
+        guard let q = quic else { return nil }
+        return q.writeSpace(id, max: max)
+    }
+
+    public func commitWrite(_ n: Int) { quic?.commitWrite(id, n) }
+
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard let q = quic else { return .failed(.other(ECONNRESET)) }
         let (n, eof) = q.read(id, into: buffer)

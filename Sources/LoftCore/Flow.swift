@@ -98,6 +98,14 @@ public protocol ByteStream: AnyObject {
     func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult?
     /// Drops `n` bytes from the front of what `peek` showed.
     func consume(_ n: Int)
+    /// Writes in place, for ends that keep what they are given in a buffer of their own (a
+    /// QUIC stream's send ring): up to `max` bytes of its free space, in one piece, for the
+    /// caller to fill (a socket read straight into it) and then hand over with
+    /// `commitWrite(_:)`. Empty: full now (streamWritable follows). nil: this end supports
+    /// only `write`.
+    func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer?
+    /// The first `n` bytes of the space `writeSpace` gave are written.
+    func commitWrite(_ n: Int)
     /// Backpressure towards the peer: while off, no streamReadable arrives.
     func setReadInterest(_ on: Bool)
     /// Half-close: no more bytes from this side.
@@ -112,6 +120,8 @@ extension ByteStream {
     public var writeRoom: Int { Int.max }
     public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? { nil }
     public func consume(_ n: Int) {}
+    public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { nil }
+    public func commitWrite(_ n: Int) {}
 }
 
 /// Replies for one UDP association.

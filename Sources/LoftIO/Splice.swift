@@ -322,6 +322,25 @@ public final class Splice: ByteStreamEvents {
                     return
                 }
             }
+            if let space = to.writeSpace(max: min(room, budget)) {
+                // In place: the source reads straight into the destination's own buffer (a
+                // socket into a QUIC stream's send ring), no copy through the splice's.
+                guard space.count > 0 else {
+                    lastBackpressure = loop.now
+                    pause(src)
+                    return
+                }
+                let r = from.read(into: space)
+                guard case .data(let n) = r, n > 0 else {
+                    noBytes(r, from: src, to: dst)
+                    return
+                }
+                to.commitWrite(n)
+                moved(n, up: src == .inbound)
+                if state != .relaying { return }
+                budget -= n
+                continue
+            }
             let want = min(room, scratch.count, budget)
             let r = from.read(into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want]))
             switch r {

@@ -103,6 +103,13 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
         return n
     }
 
+    func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { inner.writeSpace(max: max) }
+
+    func commitWrite(_ n: Int) {
+        inner.commitWrite(n)
+        if n > 0 { holder?.countUp(n) }
+    }
+
     func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard answered else { return .wouldBlock }
         let r = inner.read(into: buffer)

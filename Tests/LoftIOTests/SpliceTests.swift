@@ -91,12 +91,34 @@ final class MemoryStream: ByteStream {
 
     func consume(_ n: Int) { inbox.removeFirst(n) }
 
+    /// Take writes in place (`writeSpace`/`commitWrite`), in pieces of at most `piece` bytes
+    /// (a ring's wrap), as a QUIC stream's send ring does.
+    var inPlace = false
+    var piece = 3_000
+    var commits = 0
+    private let space = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 1)
+
+    func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? {
+        guard inPlace else { return nil }
+        let n = min(max, capacity, piece, space.count)
+        return UnsafeMutableRawBufferPointer(rebasing: space[0..<n])
+    }
+
+    func commitWrite(_ n: Int) {
+        written += UnsafeRawBufferPointer(rebasing: space[0..<n])
+        if capacity != Int.max { capacity -= n }
+        commits += 1
+    }
+
     func setReadInterest(_ on: Bool) { readInterest = on }
     func shutdownWrite() { shut = true }
     func close() { closed = true }
     func reset() { resets += 1 }
 
-    deinit { peeked?.deallocate() }
+    deinit {
+        peeked?.deallocate()
+        space.deallocate()
+    }
 }
 
 /// Hands out one MemoryStream per openStream.
@@ -219,6 +241,25 @@ final class SpliceTests: XCTestCase {
         XCTAssertFalse(app.readInterest)
         remote.drain(1_000_000)
         XCTAssertTrue(remote.written == data, "\(remote.written.count) bytes written")
+    }
+
+    /// A destination that takes writes in place: the source reads straight into it, only
+    /// what it has room for (nothing waits in the splice), in its pieces, and resumes.
+    func testInPlaceDestinationIsReadIntoDirectly() {
+        let (s, remote) = connectedSplice()
+        remote.inPlace = true
+        remote.capacity = 10_000
+        let data = bytes(50_000)
+        app.feed(data)
+        XCTAssertEqual(remote.written.count, 10_000)
+        XCTAssertEqual(app.inbox.count, 40_000, "only what the destination had room for was read")
+        XCTAssertEqual(remote.commits, 4, "3,000-byte pieces: 3 + 3 + 3 + 1")
+        XCTAssertFalse(app.readInterest)
+        remote.drain(1_000_000)
+        XCTAssertTrue(remote.written == data, "\(remote.written.count) bytes written")
+        XCTAssertEqual(s.bytesUp, 50_000)
+        app.finishInput()
+        XCTAssertTrue(remote.shut, "the EOF follows the bytes")
     }
 
     func testHalfCloseEachWayThenClose() {
