@@ -322,7 +322,8 @@ public final class Splice: ByteStreamEvents {
                     return
                 }
             }
-            if let space = to.writeSpace(max: min(room, budget)) {
+            let want = min(room, scratch.count, budget)
+            if let space = to.writeSpace(max: want) {
                 // In place: the source reads straight into the destination's own buffer (a
                 // socket into a QUIC stream's send ring), no copy through the splice's.
                 guard space.count > 0 else {
@@ -341,7 +342,6 @@ public final class Splice: ByteStreamEvents {
                 budget -= n
                 continue
             }
-            let want = min(room, scratch.count, budget)
             let r = from.read(into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want]))
             switch r {
             case .data(let n) where n > 0:
