@@ -877,7 +877,7 @@ final class QuicConnection {
         // With the bucket empty only acknowledgments and control frames go (one packet).
         let paced = budget == 0
         if paced { budget = 1 }
-        var more = false
+        var more = paced && !outDatagrams.isEmpty
         // Datagrams first: they are small and time-sensitive.
         while !outDatagrams.isEmpty && budget > 0 && !paced {
             guard roomInBatch(maxPkt) else { return }

@@ -9,6 +9,8 @@
 /// loop is busy, up to 2 ms of the rate: bursts stay bounded by the rate (about 25 KB at 100
 /// Mbit/s, 17 packets; the congestion window alone at loopback rates), and the average never
 /// exceeds it. The loop's timers count milliseconds, so an empty bucket waits at least one.
+/// (LoftCore's `TokenBucket` counts events at a fixed rate in milliseconds; this one counts
+/// bytes in nanoseconds at a rate and depth that follow the congestion controller.)
 struct QuicPacer {
     /// Bytes the sender may send now.
     private(set) var tokens: Double
@@ -24,10 +26,11 @@ struct QuicPacer {
         filledAt = now
     }
 
-    /// Adds what accrued since the last fill at `rate` (bytes per ns), up to the depth.
+    /// Adds what accrued since the last fill at `rate` (bytes per ns), up to the depth. No
+    /// rate (a controller that sets none) paces nothing: the bucket is full.
     mutating func fill(now: UInt64, rate: Double, packet: Int) {
         let cap = max(rate * depthNs, minPackets * Double(packet))
-        if now > filledAt { tokens = min(cap, tokens + Double(now - filledAt) * rate) }
+        if rate <= 0 { tokens = cap } else if now > filledAt { tokens = min(cap, tokens + Double(now - filledAt) * rate) }
         if tokens > cap { tokens = cap }
         filledAt = now
     }

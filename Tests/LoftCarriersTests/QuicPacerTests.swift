@@ -39,6 +39,14 @@ final class QuicPacerTests: XCTestCase {
         XCTAssertEqual(slow.waitMs(packet: 1452, rate: 0.000_125), 12)
     }
 
+    /// A controller without a pacing rate is not paced (the bucket never runs dry for good).
+    func testNoRateNoPacing() {
+        var p = QuicPacer(now: 0)
+        for _ in 0..<10 { p.spend(1452) }
+        p.fill(now: 1, rate: 0, packet: 1452)
+        XCTAssertEqual(p.packets(of: 1452), 10)
+    }
+
     /// Over a long run the bytes allowed never exceed the rate times the time plus the depth.
     func testAverageStaysAtTheRate() {
         let rate = 0.125  // 1 Gbit/s
