@@ -90,14 +90,11 @@ public struct FrontSettings: Sendable, Equatable {
     }
 }
 
-/// Key `quic-retry`: `auto` (Retry once `autoThreshold` handshakes are in progress), `always`,
+/// Key `quic-retry`: `auto` (the QUIC listener's default threshold, docs/front.md), `always`,
 /// `never`, or the number of handshakes in progress from which Initials get a Retry.
 public enum FrontQuicRetry: Sendable, Equatable {
-    case always, never
+    case auto, always, never
     case threshold(Int)
-
-    public static let autoThreshold = 32
-    public static let auto = FrontQuicRetry.threshold(autoThreshold)
 }
 
 extension Duration {

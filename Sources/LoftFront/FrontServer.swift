@@ -74,6 +74,7 @@ public final class FrontServer: CarrierListenerDelegate {
                                                                  keyFile: settings.keyFile))
         options.quicMaxStreams = settings.maxStreams
         switch settings.quicRetry {
+        case .auto: options.quicRetry = .auto
         case .always: options.quicRetry = .always
         case .never: options.quicRetry = .never
         case .threshold(let n): options.quicRetry = .under(threshold: n)

@@ -72,7 +72,7 @@ final class FrontConfigTests: XCTestCase {
     }
 
     func testQuicRetry() throws {
-        XCTAssertEqual(try parse(Self.minimal).quicRetry, .threshold(FrontQuicRetry.autoThreshold))
+        XCTAssertEqual(try parse(Self.minimal).quicRetry, .auto)
         XCTAssertEqual(try parse(Self.minimal + "quic-retry: always\n").quicRetry, .always)
         XCTAssertEqual(try parse(Self.minimal + "quic-retry: never\n").quicRetry, .never)
         XCTAssertEqual(try parse(Self.minimal + "quic-retry: auto\n").quicRetry, .auto)
