@@ -150,8 +150,9 @@ c = o.get("counters", {})
 print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null
 }
 
-# field_wait OUTBOUND EXPR WANT: field, read again for up to 2 s until it is WANT. On a fast
-# machine the app's reset can be seen before the failed flow is counted (see docs/testing.md).
+# field_wait OUTBOUND EXPR WANT: field, read again for up to 2 s until it is WANT. A read less
+# than 100 ms after the previous one can get its cached answer (docs/testing.md); a failing
+# case here takes about 10 ms.
 field_wait() {
     local v i
     for i in $(seq 20); do
