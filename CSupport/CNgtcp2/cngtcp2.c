@@ -159,7 +159,7 @@ static int remove_cid_cb(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud) {
 
 #define FORWARD(call) do { if ((call) != 0) return NGTCP2_ERR_CALLBACK_FAILURE; return 0; } while (0)
 
-static uint64_t now_ns(void) {
+uint64_t cquic_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -172,7 +172,7 @@ static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
         uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
         const ngtcp2_path *p = ngtcp2_conn_get_path(conn);
         ngtcp2_ssize n = ngtcp2_crypto_generate_regular_token(token, c->secret, sizeof c->secret, p->remote.addr,
-                                                              p->remote.addrlen, now_ns());
+                                                              p->remote.addrlen, cquic_now());
         if (n > 0) (void)ngtcp2_conn_submit_new_token(conn, token, (size_t)n);
     }
     if (!c->ev.handshake_done) return 0;

@@ -179,7 +179,7 @@ struct FrontConfigDecoder {
             case "udp-idle-timeout":
                 udpIdleTimeout = try v.duration(value, path: "udp-idle-timeout", in: FrontConfigDecoder.udpIdleRange)
             case "quic-retry":
-                if case .scalar(let text, plain: true) = value.value, let n = Int(text) {
+                if case .scalar(let text, plain: true) = value.value, let n = Values.parseInteger(text) {
                     guard FrontConfigDecoder.quicRetryRange.contains(n) else {
                         throw v.error(value, "quic-retry must be auto, always, never or a number of handshakes \(FrontConfigDecoder.quicRetryRange.lowerBound)...\(FrontConfigDecoder.quicRetryRange.upperBound), got \(n)")
                     }

@@ -122,6 +122,8 @@ long cquic_write_datagram(cquic_conn *c, uint8_t *dest, size_t destlen, const ui
 long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t app_code, int liberr,
                        void *to, unsigned *to_len, uint64_t now_ns);
 
+/// Nanoseconds on the monotonic clock: ngtcp2's timestamps, for the shim and the carrier alike.
+uint64_t cquic_now(void);
 /// The next deadline (ns; UINT64_MAX: none) and running it.
 uint64_t cquic_expiry(cquic_conn *c);
 int cquic_expire(cquic_conn *c, uint64_t now_ns);
