@@ -420,11 +420,14 @@ final class QuicConnection {
 
     /// Copies up to the stream's free send buffer; returns the bytes taken.
     func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard !closed, let s = streams[id] else { return 0 }
         var n = 0
         // At most two pieces: up to the ring's end, then from its start.
-        while n < bytes.count, let space = writeSpace(id, max: bytes.count - n), space.count > 0 {
+        while n < bytes.count {
+            let space = writeSpace(s, max: bytes.count - n)
+            guard space.count > 0 else { break }
             space.baseAddress!.copyMemory(from: bytes.baseAddress! + n, byteCount: space.count)
-            commitWrite(id, space.count)
+            commitWrite(s, space.count)
             n += space.count
         }
         return n
@@ -435,6 +438,16 @@ final class QuicConnection {
     /// `quicWritable`.
     func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? {
         guard !closed, let s = streams[id] else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+        return writeSpace(s, max: max)
+    }
+
+    /// `n` bytes at the end of the stream's ring (from `writeSpace`) are written.
+    func commitWrite(_ id: Int64, _ n: Int) {
+        guard n > 0, !closed, let s = streams[id] else { return }
+        commitWrite(s, n)
+    }
+
+    private func writeSpace(_ s: QuicStreamState, max: Int) -> UnsafeMutableRawBufferPointer {
         let r = room(s)
         if r < max { s.wantWritable = true }
         guard r > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
@@ -443,9 +456,7 @@ final class QuicConnection {
         return UnsafeMutableRawBufferPointer(start: s.ring! + at, count: min(max, r, s.ringCap - at))
     }
 
-    /// `n` bytes at the end of the stream's ring (from `writeSpace`) are written.
-    func commitWrite(_ id: Int64, _ n: Int) {
-        guard n > 0, !closed, let s = streams[id] else { return }
+    private func commitWrite(_ s: QuicStreamState, _ n: Int) {
         if s.budgeted { heldTotal += n }
         s.end += UInt64(n)
         queueSend(s)
