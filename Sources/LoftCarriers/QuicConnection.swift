@@ -503,6 +503,7 @@ final class QuicConnection {
     /// is retired until the stream closes.
     private func forget(_ id: Int64) {
         guard let s = streams.removeValue(forKey: id) else { return }
+        discardReceived(s)
         if !s.stackClosed && !closed && s.ring != nil && s.acked < s.end {
             retired[id] = s
             s.dropUnheldPages()
@@ -526,8 +527,21 @@ final class QuicConnection {
     func release(_ id: Int64) {
         guard let s = streams[id] else { return }
         s.released = true
-        s.recv.release()
+        discardReceived(s)
         if s.stackClosed { forget(id) }
+    }
+
+    /// Drops the bytes a stream received that nobody will read, giving their credit back: they
+    /// count against the peer's connection window (RFC 9000 section 4.5) and only reading
+    /// them extends it. Kept, a released or reset flow's unread bytes would shrink the window
+    /// for good, and enough of them stop every stream, the session stream's PINGs too.
+    /// (Bytes ngtcp2 has not handed over yet it credits itself at the reset.)
+    private func discardReceived(_ s: QuicStreamState) {
+        let n = s.recv.available
+        s.recv.release()
+        guard n > 0, let conn, !closed else { return }
+        _ = cquic_consumed(conn, s.id, UInt64(n))
+        flushSoon.schedule()
     }
 
     /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
