@@ -231,6 +231,21 @@ int clinux_udp_enable_gro(int fd) {
     return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0 ? 0 : -errno;
 }
 
+int clinux_udp_no_fragment(int fd) {
+    int v4 = IP_PMTUDISC_DO, v6 = IPV6_PMTUDISC_DO;
+    int a = setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v4, sizeof v4);
+    int b = setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &v6, sizeof v6);
+    return (a == 0 || b == 0) ? 0 : -errno;
+}
+
+int clinux_path_mtu(int fd, int family) {
+    int mtu = 0;
+    socklen_t len = sizeof mtu;
+    int rv = family == AF_INET6 ? getsockopt(fd, IPPROTO_IPV6, IPV6_MTU, &mtu, &len)
+                                : getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &len);
+    return rv == 0 ? mtu : -errno;
+}
+
 long clinux_udp_send_segments(int fd, const uint8_t *buf, size_t len, int segment, const void *addr, unsigned addrlen) {
     struct iovec iov = { (void *)buf, len };
     struct msghdr m;

@@ -304,6 +304,13 @@ static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const
     // 42-85 KB in slow start with no loss, and the sender waited (docs/holder.md, figures).
     s->cc_algo = NGTCP2_CC_ALGO_BBR;
     s->max_window = p->max_window;
+    uint64_t packet = p->max_packet ? p->max_packet : CQUIC_DEFAULT_MAX_PACKET;
+    s->max_tx_udp_payload_size = (size_t)packet;
+    if (packet > CQUIC_DEFAULT_MAX_PACKET) {
+        // ngtcp2 0.12 probes no size above 1452: a larger one is used as given, from the start.
+        s->no_tx_udp_payload_size_shaping = 1;
+        s->no_pmtud = 1;
+    }
     s->max_stream_window = p->max_stream_window;
     if (p->handshake_timeout_ms) s->handshake_timeout = p->handshake_timeout_ms * NGTCP2_MILLISECONDS;
     ngtcp2_transport_params_default(tp);
@@ -315,6 +322,7 @@ static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const
     tp->initial_max_streams_uni = p->max_streams_uni;
     tp->max_idle_timeout = p->idle_timeout_ms * NGTCP2_MILLISECONDS;
     tp->max_datagram_frame_size = p->max_datagram_frame_size;
+    tp->max_udp_payload_size = packet;
     tp->active_connection_id_limit = 4;
 }
 
@@ -629,7 +637,12 @@ double cquic_pacing_rate(cquic_conn *c) {
     return st.pacing_rate;
 }
 size_t cquic_max_packet(cquic_conn *c) { return ngtcp2_conn_get_max_tx_udp_payload_size(c->conn); }
-size_t cquic_path_max_packet(cquic_conn *c) { return ngtcp2_conn_get_path_max_tx_udp_payload_size(c->conn); }
+size_t cquic_path_max_packet(cquic_conn *c) {
+    size_t n = ngtcp2_conn_get_path_max_tx_udp_payload_size(c->conn);
+    const ngtcp2_transport_params *p = ngtcp2_conn_get_remote_transport_params(c->conn);
+    if (p && p->max_udp_payload_size && p->max_udp_payload_size < n) n = (size_t)p->max_udp_payload_size;
+    return n;
+}
 
 // MARK: streams
 

@@ -129,6 +129,9 @@ public protocol Carrier: AnyObject {
     var maxDatagram: Int { get }
     /// Sends one unreliable datagram; false when it cannot (too big, queue full, not open).
     func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool
+    /// quic and h3: the largest UDP payload sent on the path now (what both ends announced,
+    /// and path MTU discovery found); 0 for carriers over TCP.
+    var maxPacket: Int { get }
 }
 
 extension Carrier {
@@ -145,6 +148,7 @@ extension Carrier {
 extension Carrier {
     public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
     public var maxDatagram: Int { 0 }
+    public var maxPacket: Int { 0 }
     public func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool { false }
 }
 
@@ -161,6 +165,8 @@ public struct CarrierClientOptions: Sendable {
     public var connectTimeoutMs: UInt64
     /// Output buffer per TLS connection (the bound on bytes a slow peer can make us hold).
     public var outputBufferBytes: Int
+    /// quic and h3: the largest UDP payload sent and taken (nil: 1452 with path MTU discovery).
+    public var quicMaxPacket: Int?
 
     public init(kind: CarrierKind, host: String, port: UInt16, path: String = "/loft", tls: TLSClientOptions,
                 connectTimeoutMs: UInt64 = 10_000, outputBufferBytes: Int = 256 * 1024) {

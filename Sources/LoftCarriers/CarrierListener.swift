@@ -34,6 +34,8 @@ public struct CarrierServerOptions: Sendable {
     /// quic: the session's max-streams; QUIC's bidirectional stream limit becomes min(1024,
     /// this + 1) (nil: 1024).
     public var quicMaxStreams: Int?
+    /// quic and h3: the largest UDP payload sent and taken (nil: 1452 with path MTU discovery).
+    public var quicMaxPacket: Int?
 
     public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
@@ -130,7 +132,7 @@ public final class CarrierListener: IOHandler {
                                         tls: options.tls, runtime: runtime, owner: self,
                                         maxPendingHandshakes: options.maxPendingHandshakes,
                                         maxPendingPerSource: options.maxPendingPerSource,
-                                        retry: options.quicRetry, maxStreams: options.quicMaxStreams,
+                                        retry: options.quicRetry, maxStreams: options.quicMaxStreams, maxPacket: options.quicMaxPacket,
                                         quic: options.kinds.contains(.quic), h3Path: options.kinds.contains(.h3) ? options.path : nil)
             } catch {
                 runtime.loop.unregister(s)
@@ -393,6 +395,9 @@ public final class CarrierListener: IOHandler {
         guard let s = quic?.stats else { return (0, 0, 0, 0) }
         return (s.accepted, s.evicted, s.dropped, s.handshakeFailed)
     }
+
+    /// Datagrams the quic side has received.
+    var quicPackets: Int { quic?.stats.packets ?? 0 }
 
     /// The quic side's address validation and reset counters.
     public var quicValidation: (retries: Int, validated: Int, badTokens: Int, resets: Int)? {

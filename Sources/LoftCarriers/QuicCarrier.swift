@@ -147,13 +147,21 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         var la = SocketAddress()
         _ = la.withMutableSockaddr { getsockname(s, $0, $1) }
         Self.tune(s)
+        var limits = kind == .h3 ? QuicLimits.h3 : QuicLimits()
+        limits.maxPacket = client.options.quicMaxPacket ?? 0
+        // A size above discovery's must fit the first hop at least (the kernel's path MTU).
+        if limits.maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET), let why = Self.pathTooSmall(s, packet: limits.maxPacket, peer: remote) {
+            Glibc.close(s)
+            connectNext(failed: why)
+            return
+        }
         fd = s
         runtime.loop.register(s, IOEvents.readable, self)
         state = .handshake
         do {
             let q = try QuicConnection.client(loop: runtime.loop, sink: self, creds: creds, serverName: client.options.verifyName,
                                               alpn: kind == .h3 ? H3Streams.alpn : quicALPN, local: la, remote: ra,
-                                              limits: kind == .h3 ? QuicLimits.h3 : QuicLimits())
+                                              limits: limits)
             q.delegate = self
             attach(q)
         } catch {
@@ -223,12 +231,16 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     // MARK: socket (client)
 
     /// A QUIC socket: 4 MiB buffers each way (a burst of a 24 MiB window must not overflow
-    /// them) and UDP GRO (a read takes up to 64 datagrams of one size from one sender).
+    /// them), UDP GRO (a read takes up to 64 datagrams of one size from one sender), and no
+    /// fragmentation.
     static func tune(_ s: Int32) {
         var big: Int32 = 4 << 20
         _ = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, socklen_t(MemoryLayout<Int32>.size))
         _ = setsockopt(s, SOL_SOCKET, SO_SNDBUF, &big, socklen_t(MemoryLayout<Int32>.size))
         _ = clinux_udp_enable_gro(s)
+        // RFC 9000 section 14: QUIC's datagrams are never fragmented (a path MTU probe too large
+        // is lost, as it should be; a configured size too large fails loudly, `tooBig`).
+        _ = clinux_udp_no_fragment(s)
     }
 
     func handleIO(_ events: UInt32) {
@@ -268,10 +280,41 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         if isServer { return listener?.sendPackets(bytes, segment: segment, to: to, from: conn) ?? true }
         guard fd >= 0 else { return true }
         // Other errors are loss, like on the wire; QUIC recovers.
-        if QuicSocket.send(fd, bytes, segment: segment, to: nil) { return true }
-        fdWantsWrite = true
-        runtime.loop.modify(fd, IOEvents.readable | IOEvents.writable)
-        return false
+        switch QuicSocket.send(fd, bytes, segment: segment, to: nil) {
+        case .sent: return true
+        case .tooBig:
+            tooBig(segment > 0 ? segment : bytes.count, conn)
+            return true
+        case .full:
+            fdWantsWrite = true
+            runtime.loop.modify(fd, IOEvents.readable | IOEvents.writable)
+            return false
+        }
+    }
+
+    /// A packet of `size` bytes did not fit the path (EMSGSIZE). Below 1452 that is a path MTU
+    /// probe QUIC expects to lose; a configured `quic-max-packet` the path does not carry ends
+    /// the carrier, saying so (it would lose every full packet).
+    private func tooBig(_ size: Int, _ conn: QuicConnection) {
+        guard conn.limits.maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET), size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigReported else { return }
+        tooBigReported = true
+        let why = Self.pathTooSmall(fd, packet: conn.limits.maxPacket, peer: peerAddress, emsgsize: true) ?? ""
+        runtime.loop.soon { [weak self] in self?.fail(.connectFailed(why)) }
+    }
+    private var tooBigReported = false
+
+    /// "quic-max-packet N does not fit the path to X (MTU M: at most K)" when `packet`-byte
+    /// datagrams and their IP and UDP headers exceed the connected socket's path MTU (as the
+    /// kernel knows it: the route's, or less once ICMP said so); nil when they fit, unless a
+    /// send already failed with EMSGSIZE.
+    static func pathTooSmall(_ fd: Int32, packet: Int, peer: Endpoint?, emsgsize: Bool = false) -> String? {
+        let v6 = peer.map { Sockets.family(of: $0) == Int32(AF_INET6) } ?? false
+        let mtu = Int(clinux_path_mtu(fd, v6 ? Int32(AF_INET6) : Int32(AF_INET)))
+        let header = v6 ? 48 : 28
+        let fits = mtu <= 0 || packet + header <= mtu
+        guard !fits || emsgsize else { return nil }
+        let why = fits ? "EMSGSIZE" : "MTU \(mtu): at most \(mtu - header)"
+        return "quic-max-packet \(packet) does not fit the path to \(peer.map { "\($0)" } ?? "the front") (\(why))"
     }
 
     // MARK: connection events
@@ -426,6 +469,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     var maxDatagram: Int { state == .open && h3 == nil ? quic?.datagramCapacity ?? 0 : 0 }
+    var maxPacket: Int { state == .open ? quic?.pathMaxPacket ?? 0 : 0 }
 
     func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard state == .open, h3 == nil, let q = quic, bytes.count <= q.datagramCapacity else { return false }
@@ -600,7 +644,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
 
     init(listen: Endpoint, tls: TLSServerOptions, runtime: CarrierRuntime, owner: CarrierListener,
          maxPendingHandshakes: Int, maxPendingPerSource: Int, retry: QuicRetryPolicy = .auto,
-         maxStreams: Int? = nil, quic: Bool = true, h3Path: String? = nil) throws {
+         maxStreams: Int? = nil, maxPacket: Int? = nil, quic: Bool = true, h3Path: String? = nil) throws {
         alpns = ((quic ? [quicALPN] : []) + (h3Path != nil ? [H3Streams.alpn] : [])).joined(separator: ",")
         self.h3Path = h3Path
         // h3's control and QPACK streams need unidirectional streams (refused on quic's ALPN).
@@ -619,6 +663,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         // flow streams open at once than the session allows (plus the session stream), so it
         // waits for MAX_STREAMS instead of having extra streams reset.
         if let maxStreams { limits.maxStreamsBidi = UInt64(min(1024, maxStreams + 1)) }
+        limits.maxPacket = maxPacket ?? 0
         // One key per process start: it derives the Retry tokens' key and the stateless reset
         // tokens (ngtcp2's HKDF with a different label for each).
         Crypto.fillRandom(&secret)
@@ -786,8 +831,11 @@ final class QuicListener: IOHandler, QuicPacketSink {
     func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool {
         guard fd >= 0 else { return true }
         switch QuicSocket.send(fd, bytes, segment: segment, to: to) {
-        case true: return true
-        case false:
+        case .sent: return true
+        case .tooBig:
+            conn.packetTooBig(segment > 0 ? segment : bytes.count)
+            return true
+        case .full:
             blocked.append(conn)
             if !wantsWrite {
                 wantsWrite = true

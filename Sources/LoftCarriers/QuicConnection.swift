@@ -17,28 +17,37 @@ enum QuicSocket {
     /// Off for the process once the kernel refuses a segmented send.
     nonisolated(unsafe) static var gso = true
 
-    /// False when the socket is full (the rest of the batch is lost, as on the wire); any other
-    /// error is loss too (QUIC recovers). `to` nil on a connected socket.
-    static func send(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress?) -> Bool {
-        guard let base = bytes.baseAddress, bytes.count > 0 else { return true }
+    /// What became of a batch: sent (or lost like on the wire: QUIC recovers), `full` (the
+    /// socket's buffer; the rest of the batch is lost), or `tooBig`: a datagram is larger than
+    /// the path's MTU (EMSGSIZE: the sockets never fragment, `tune`), lost too.
+    enum Outcome { case sent, full, tooBig }
+
+    /// `to` nil on a connected socket.
+    static func send(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress?) -> Outcome {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return .sent }
         if segment > 0 && segment < bytes.count && gso {
             switch Syscall.sendSegments(fd, base, bytes.count, segment: segment, to: to) {
-            case .success: return true
+            case .success: return .sent
             case .failure(let e):
-                if e == .again { return false }
-                guard e.code == EIO || e.code == EINVAL || e.code == EOPNOTSUPP || e.code == ENOPROTOOPT else { return true }
+                if e == .again { return .full }
+                if e.code == EMSGSIZE { return .tooBig }
+                guard e.code == EIO || e.code == EINVAL || e.code == EOPNOTSUPP || e.code == ENOPROTOOPT else { return .sent }
                 gso = false
                 Log.info("quic.gso_off", ["error": e.description])
             }
         }
         var off = 0
         let step = segment > 0 ? segment : bytes.count
+        var outcome = Outcome.sent
         while off < bytes.count {
             let n = min(step, bytes.count - off)
-            if case .failure(let e) = Syscall.sendSegments(fd, base + off, n, segment: 0, to: to), e == .again { return false }
+            if case .failure(let e) = Syscall.sendSegments(fd, base + off, n, segment: 0, to: to) {
+                if e == .again { return .full }
+                if e.code == EMSGSIZE { outcome = .tooBig }
+            }
             off += n
         }
-        return true
+        return outcome
     }
 
     /// Hands each datagram of a read of `count` bytes coalesced at `segment` (0: one) to `body`
@@ -110,13 +119,18 @@ struct QuicLimits {
     /// A peer that opens flows and never reads them (never extends their windows) holds at
     /// most this much of the connection's memory, not 1 MiB per flow.
     var sendBudget: Int = 16 << 20
+    /// The largest UDP payload sent and announced (0: 1452, found by path MTU discovery from
+    /// 1200 up). Above 1452 every packet may be this large from the start: only for a path
+    /// known to carry it (docs/holder.md, "Packet size").
+    var maxPacket: Int = 0
 
     var params: cquic_params {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
                      max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0,
-                     max_streams_uni: maxStreamsUni, max_stream_data_uni: maxStreamDataUni)
+                     max_streams_uni: maxStreamsUni, max_stream_data_uni: maxStreamDataUni,
+                     max_packet: UInt64(maxPacket))
     }
 }
 
@@ -230,7 +244,7 @@ final class QuicConnection {
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
     private var closingGracefully = false
     private var blockedOnSocket = false
-    private var packet = [UInt8](repeating: 0, count: 1500)
+    private var closePacket = [UInt8](repeating: 0, count: 1500)
     /// Packets written this flush and not yet sent: `outCount` of `outSegment` bytes (the
     /// last may be shorter) for `outTo`, sent as one batch (GSO).
     private let out = UnsafeMutableRawPointer.allocate(byteCount: QuicConnection.batchBytes, alignment: 16)
@@ -360,11 +374,13 @@ final class QuicConnection {
         return cText(b)
     }
     var peerTakesDatagrams: Int { conn.map { Int(min(cquic_peer_max_datagram($0), 65_535)) } ?? 0 }
+    /// The largest packet on the path now (cquic_path_max_packet).
+    var pathMaxPacket: Int { conn.map { cquic_path_max_packet($0) } ?? 0 }
     /// The largest datagram that fits one packet with room to spare for the short header
     /// (1 + 20-byte id + 4-byte number), the AEAD tag (16) and the frame's type and length (4).
     var datagramCapacity: Int {
         guard let conn else { return 0 }
-        return max(0, min(peerTakesDatagrams, min(packet.count, cquic_path_max_packet(conn)) - 45))
+        return max(0, min(peerTakesDatagrams, cquic_path_max_packet(conn) - 45))
     }
 
     // MARK: packets in
@@ -387,6 +403,16 @@ final class QuicConnection {
         dispatchSoon.schedule()
         flushSoon.schedule()
     }
+
+    /// The front's socket refused a datagram of `size` bytes as larger than the path's MTU.
+    /// Below 1452 that is a lost path MTU probe; a configured larger size (quic-max-packet) the
+    /// path does not carry is said once in the log (the connection loses every full packet).
+    func packetTooBig(_ size: Int) {
+        guard limits.maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET), size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigLogged else { return }
+        tooBigLogged = true
+        Log.warn("quic.packet_too_big", ["peer": "\(remote)", "size": size, "quic-max-packet": limits.maxPacket])
+    }
+    private var tooBigLogged = false
 
     /// The socket can take packets again.
     func socketWritable() {
@@ -649,12 +675,12 @@ final class QuicConnection {
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
         if cquic_is_closing(conn) == 0 {
-            let n = packet.withUnsafeMutableBytes { p in
+            let n = closePacket.withUnsafeMutableBytes { p in
                 cquic_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, quicNow())
             }
             if n > 0 {
                 let addr = address(to, toLen)
-                _ = packet.withUnsafeBytes { sink.sendPackets(UnsafeRawBufferPointer(rebasing: $0[0..<n]), segment: n, to: addr, from: self) }
+                _ = closePacket.withUnsafeBytes { sink.sendPackets(UnsafeRawBufferPointer(rebasing: $0[0..<n]), segment: n, to: addr, from: self) }
             }
         }
         finish()
@@ -890,7 +916,7 @@ final class QuicConnection {
         let now = quicNow()
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
-        let maxPkt = max(1200, min(packet.count, cquic_max_packet(conn)))
+        let maxPkt = max(1200, cquic_max_packet(conn))
         defer { _ = sendBatch() }
         let rate = cquic_pacing_rate(conn)
         pacer.fill(now: now, rate: rate, packet: maxPkt)

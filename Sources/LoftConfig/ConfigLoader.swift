@@ -96,18 +96,22 @@ struct ConfigDecoder {
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
-    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "uuid", "alpn",
+    static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "quic-max-packet", "uuid", "alpn",
                                "user", "password", "password-file", "auth", "keepalive"]
     /// The keys each outbound type takes besides name and type.
     static let typeKeys: [String: [String]] = [
         "direct": [], "drop": [],
-        "loft": ["server", "carrier", "token", "tls", "state-file"],
+        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet"],
         "vless": ["server", "uuid", "tls", "alpn"],
         "sstp": ["server", "user", "password", "password-file", "tls", "auth", "keepalive"],
     ]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
     static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
     static let carriers = ["get", "ws", "h2", "quic", "h3"]
+    /// `quic-max-packet` (outbounds of type loft, and the front's): the largest UDP payload of
+    /// the quic and h3 carriers. 1200 is QUIC's minimum; 16 KiB is past where a larger packet
+    /// stops paying (docs/holder.md, "Packet size").
+    public static let quicPacketRange = 1200...16_384
 
     static let mtuRange = 1280...65535
     static let maxClientsRange = 128...65536
@@ -360,6 +364,7 @@ struct ConfigDecoder {
         var alpn: [String] = []
         var tls: (TLSVerification, String?)?
         var stateFile: String?
+        var quicMaxPacket: (Int, YAMLNode)?
         var user: String?
         var password: (String, YAMLNode)?
         var auth: [SSTPAuthMethod] = [.mschapv2, .pap]
@@ -395,6 +400,8 @@ struct ConfigDecoder {
                 tls = try self.tls(value, path: keyPath)
             case "state-file":
                 stateFile = try v.writableFilePath(value, path: keyPath, baseDirectory: baseDirectory)
+            case "quic-max-packet":
+                quicMaxPacket = (try v.integer(value, path: keyPath, in: ConfigDecoder.quicPacketRange), pair.key)
             case "user":
                 let u = try v.string(value, path: keyPath)
                 guard u.utf8.count <= 255 else { throw v.error(value, "\(keyPath) must be at most 255 bytes (PPP's limit), got \(u.utf8.count)") }
@@ -449,10 +456,15 @@ struct ConfigDecoder {
             return o
         default:
             try require([("server", server != nil), ("carrier", carrier != nil), ("token", token != nil), ("tls", tls != nil)])
-            return OutboundSettings(
+            if let (_, node) = quicMaxPacket, carrier != "quic" && carrier != "h3" {
+                throw v.error(node, "\(path).quic-max-packet is for carrier quic or h3, not \(carrier!)")
+            }
+            var o = OutboundSettings(
                 name: name,
                 kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
                 position: item.position, stateFile: stateFile)
+            o.quicMaxPacket = quicMaxPacket?.0
+            return o
         }
     }
 

@@ -46,7 +46,7 @@ struct FrontConfigDecoder {
 
     static let topKeys = ["log", "listen", "path", "carriers", "tls", "tokens", "tokens-file", "pool", "mtu", "dns",
                           "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control",
-                          "state-file", "udp-idle-timeout", "quic-retry"]
+                          "state-file", "udp-idle-timeout", "quic-retry", "quic-max-packet"]
     static let required = ["listen", "tls", "tokens (or tokens-file)", "pool"]
     static let tlsKeys = ["certificate", "key"]
     static let poolKeys = ["ipv4", "ipv6"]
@@ -91,6 +91,7 @@ struct FrontConfigDecoder {
         var stateFile: String?
         var udpIdleTimeout = Duration.seconds(60)
         var quicRetry = FrontQuicRetry.auto
+        var quicMaxPacket: (Int, YAMLNode)?
 
         func addToken(_ token: String, at position: SourcePosition, path: String) throws(ConfigError) {
             guard !token.isEmpty, token.utf8.count <= FrontConfigDecoder.maxTokenBytes else {
@@ -187,6 +188,8 @@ struct FrontConfigDecoder {
                 } else {
                     quicRetry = try v.keyword(value, path: "quic-retry", [("auto", FrontQuicRetry.auto), ("always", .always), ("never", .never)])
                 }
+            case "quic-max-packet":
+                quicMaxPacket = (try v.integer(value, path: "quic-max-packet", in: ConfigDecoder.quicPacketRange), pair.key)
             default:
                 break // forEachField only passes known keys
             }
@@ -209,6 +212,12 @@ struct FrontConfigDecoder {
                              connectTimeout: connectTimeout, control: control, stateFile: stateFile,
                              udpIdleTimeout: udpIdleTimeout)
         settings.quicRetry = quicRetry
+        if let (n, node) = quicMaxPacket {
+            guard carriers.contains(.quic) || carriers.contains(.h3) else {
+                throw v.error(node, "quic-max-packet is for the quic and h3 carriers; carriers lists neither")
+            }
+            settings.quicMaxPacket = n
+        }
         return settings
     }
 

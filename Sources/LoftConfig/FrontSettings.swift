@@ -59,6 +59,9 @@ public struct FrontSettings: Sendable, Equatable {
 
     /// Key `quic-retry`: when the quic listener answers an Initial with a Retry (docs/front.md).
     public var quicRetry: FrontQuicRetry = .auto
+    /// Key `quic-max-packet`: the largest UDP payload of the quic and h3 carriers, sent and
+    /// taken (nil: 1452, found by path MTU discovery; docs/front.md).
+    public var quicMaxPacket: Int?
 
     public static let defaultPath = "/loft"
     public static let defaultMTU = 1400

@@ -159,6 +159,9 @@ public struct OutboundSettings: Sendable, Equatable {
     /// Type loft, key `state-file`: where the session's instance is kept, so a restarted loft
     /// resumes it (same overlay address). Resolved against the config file's folder.
     public var stateFile: String?
+    /// Type loft with carrier quic or h3, key `quic-max-packet`: the largest UDP payload sent
+    /// and taken (nil: 1452, found by path MTU discovery).
+    public var quicMaxPacket: Int?
     /// Type sstp, key `keepalive`: an SSTP Echo Request after this long without a byte from the
     /// server, the link down after twice as long (default 30 s).
     public var keepalive: Duration?

@@ -73,6 +73,7 @@ public final class FrontServer: CarrierListenerDelegate {
                                            tls: TLSServerOptions(certificateFile: settings.certificateFile,
                                                                  keyFile: settings.keyFile))
         options.quicMaxStreams = settings.maxStreams
+        options.quicMaxPacket = settings.quicMaxPacket
         switch settings.quicRetry {
         case .auto: options.quicRetry = .auto
         case .always: options.quicRetry = .always

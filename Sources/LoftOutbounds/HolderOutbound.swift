@@ -43,6 +43,7 @@ public struct HolderStats: Sendable {
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
     public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
+    public var quicPacket: UInt64 = 0         // quic, h3: the largest UDP payload on the path now (0: other carriers, not up)
     public var flowStreams: UInt64 = 0        // quic: TCP flows carried on QUIC streams of their own
     public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
     public var datagramFramesIn: UInt64 = 0   // quic: DGRAMs received as QUIC DATAGRAM frames
@@ -101,6 +102,7 @@ public final class HolderOutbound: Outbound {
         case .stopped: "stopped"
         }
         s.rttMs = link == .up ? session.rttMs : nil
+        s.quicPacket = link == .up ? UInt64(carrier?.maxPacket ?? 0) : 0
         return s
     }
     /// A STATUS arrived (first, after resume, or changed): apply the overlay.
@@ -172,14 +174,16 @@ public final class HolderOutbound: Outbound {
     public var liveFlowCount: Int { streams.count + associations.count }
 
     /// Its `loft status` row from `stats`: the holder's own counts, which include SOCKS5 flows
-    /// (the netstack never sees those). The detail names the carrier, the overlay address, the
-    /// round trip, and the last error while not up.
+    /// (the netstack never sees those). The detail names the carrier (quic and h3: with the
+    /// largest packet on the path now), the overlay address, the round trip, and the last error
+    /// while not up.
     public var status: OutboundStatus {
         let st = stats
         var s = OutboundStatus(name: name, type: "loft", state: st.state)
         s.flows = st.flowsOpened; s.liveFlows = liveFlowCount; s.bytesUp = st.bytesUp; s.bytesDown = st.bytesDown
         var d: [String] = []
         if !st.carrier.isEmpty { d.append(st.carrier) }
+        if st.quicPacket > 0 { d.append("packets \(st.quicPacket) B") }
         if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
         if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
         if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }

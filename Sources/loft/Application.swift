@@ -70,6 +70,7 @@ enum Application {
                     var options = try holderOptions(server: server, carrier: carrier, token: token, verification: verification,
                                                     serverName: serverName, config: config)
                     options.stateFile = o.stateFile
+                    options.carrier.quicMaxPacket = o.quicMaxPacket
                     let holder = try HolderOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options,
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder

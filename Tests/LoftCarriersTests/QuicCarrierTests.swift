@@ -19,6 +19,38 @@ final class QuicCarrierTests: XCTestCase {
         f.listener.close()
     }
 
+    /// `quic-max-packet`: at 8952 on both ends every full packet is that large from the start
+    /// (loopback carries it), a transfer both ways is intact, and the front receives fewer
+    /// datagrams than 1452-byte packets would need for the client's bytes alone. Where one end
+    /// keeps the default, it announces 1452 and takes part in no larger packet: both ends stay
+    /// within 1200...1452 (path MTU discovery).
+    func testMaxPacket() throws {
+        let size = 8 * Self.mib
+        let cases: [(front: Int?, client: Int?)] = [(8952, 8952), (nil, 8952), (8952, nil)]
+        for (front, client) in cases {
+            let f = try QuicFixture(.quic, size: size) { $0.quicMaxPacket = front }
+            f.clientMaxPacket = client
+            let (carrier, peer) = f.dialStream(try f.client(), size: size)
+            XCTAssertTrue(f.h.run(seconds: 10) { carrier.maxPacket > 0 && (f.acceptor.carriers.first?.maxPacket ?? 0) > 0 })
+            let sizes = [carrier.maxPacket, f.acceptor.carriers.first?.maxPacket ?? 0]
+            let (ok, ms, _) = exchangeAndClose(f.h, carrier, peer, f.acceptor, seconds: 60)
+            XCTAssertTrue(ok, "front \(String(describing: front)), client \(String(describing: client)): got \(peer.received)")
+            guard let server = f.acceptor.peers.first as? StreamPeer else { XCTFail("no carrier accepted"); continue }
+            XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+            XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+            let packets = f.listener.quicPackets
+            if front == 8952 && client == 8952 {
+                XCTAssertEqual(sizes, [8952, 8952])
+                XCTAssertLessThan(packets, size / 1452, "datagrams the front received")
+            } else {
+                XCTAssertTrue(sizes.allSatisfy { (1200...1452).contains($0) }, "\(sizes)")
+                XCTAssertGreaterThan(packets, size / 1452, "datagrams the front received")
+            }
+            print("quic-max-packet front \(front.map(String.init) ?? "-") client \(client.map(String.init) ?? "-"): packets \(sizes), front received \(packets) datagrams, \(size / Self.mib) MiB each way in \(ms) ms")
+            f.listener.close()
+        }
+    }
+
     /// `quic-retry: always`: the front answers the client's first Initial with a Retry, loft's
     /// client (ngtcp2) comes back with the token, the connection is validated and carries a
     /// transfer intact.
@@ -166,8 +198,8 @@ final class QuicSocketTests: XCTestCase {
         let sizes = Array(repeating: 1200, count: 5) + [77]
         var batch = [UInt8]()
         for (i, n) in sizes.enumerated() { batch += [UInt8](repeating: UInt8(i), count: n) }
-        XCTAssertTrue(batch.withUnsafeBytes { QuicSocket.send(tx1, $0, segment: 1200, to: bound) })
-        XCTAssertTrue([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx2, $0, segment: 0, to: bound) })
+        XCTAssertEqual(batch.withUnsafeBytes { QuicSocket.send(tx1, $0, segment: 1200, to: bound) }, .sent)
+        XCTAssertEqual([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx2, $0, segment: 0, to: bound) }, .sent)
         usleep(20_000)
         let rb = UDPReceiveBatch(slots: 4)
         var got: [(bytes: [UInt8], port: UInt16?)] = []
@@ -207,9 +239,9 @@ final class QuicSocketTests: XCTestCase {
         let sizes = Array(repeating: 1452, count: 10) + [300]
         var batch = [UInt8]()
         for (i, n) in sizes.enumerated() { batch += [UInt8](repeating: UInt8(i), count: n) }
-        XCTAssertTrue(batch.withUnsafeBytes { QuicSocket.send(tx, $0, segment: 1452, to: bound) })
+        XCTAssertEqual(batch.withUnsafeBytes { QuicSocket.send(tx, $0, segment: 1452, to: bound) }, .sent)
         // A datagram sent on its own (segment 0).
-        XCTAssertTrue([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx, $0, segment: 0, to: bound) })
+        XCTAssertEqual([UInt8](repeating: 0xEE, count: 99).withUnsafeBytes { QuicSocket.send(tx, $0, segment: 0, to: bound) }, .sent)
 
         var got: [[UInt8]] = []
         let buf = UnsafeMutableRawPointer.allocate(byteCount: 65_536, alignment: 16)

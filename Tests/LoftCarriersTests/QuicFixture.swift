@@ -33,9 +33,12 @@ final class QuicFixture {
         listener = try CarrierListener(options, runtime: h.runtime, delegate: acceptor)
     }
 
+    /// The clients' `quic-max-packet` (nil: the default).
+    var clientMaxPacket: Int?
+
     /// A client of the listener (TLS: front.test verified against the test CA unless `tls`).
     func client(path: String = "/loft", tls: TLSClientOptions? = nil) throws -> CarrierClient {
-        try h.client(kind, port: listener.localEndpoint.port, path: path, tls: tls)
+        try h.client(kind, port: listener.localEndpoint.port, path: path, tls: tls, quicMaxPacket: clientMaxPacket)
     }
 
     /// Dials `client` with a StreamPeer that sends and expects `size` bytes.

@@ -46,11 +46,12 @@ final class Harness {
     }
 
     func client(_ kind: CarrierKind, port: UInt16, path: String = "/loft", tls: TLSClientOptions? = nil,
-                host: String = "127.0.0.1", output: Int = 256 * 1024) throws -> CarrierClient {
+                host: String = "127.0.0.1", output: Int = 256 * 1024, quicMaxPacket: Int? = nil) throws -> CarrierClient {
         let t = tls ?? TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.ca)
-        return try CarrierClient(CarrierClientOptions(kind: kind, host: host, port: port, path: path, tls: t,
-                                                      connectTimeoutMs: 5000, outputBufferBytes: output),
-                                 runtime: runtime)
+        var o = CarrierClientOptions(kind: kind, host: host, port: port, path: path, tls: t,
+                                     connectTimeoutMs: 5000, outputBufferBytes: output)
+        o.quicMaxPacket = quicMaxPacket
+        return try CarrierClient(o, runtime: runtime)
     }
 }
 

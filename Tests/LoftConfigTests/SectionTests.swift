@@ -108,6 +108,22 @@ final class SectionTests: XCTestCase {
                     "key \"state-file\" in outbounds[0] is not for type direct; type direct takes only name and type")
     }
 
+    /// `quic-max-packet` (type loft, carrier quic or h3): the largest UDP payload of the
+    /// carrier; absent: path MTU discovery up to 1452.
+    func testOutboundQuicMaxPacket() {
+        let yaml = "outbounds:\n  - name: a\n" + Self.loftOutbound + "    tls: { insecure: true }\n"
+        XCTAssertNil(parseOK(yaml)?.outbounds.first?.quicMaxPacket)
+        XCTAssertEqual(parseOK(yaml + "    quic-max-packet: 8952\n")?.outbounds.first?.quicMaxPacket, 8952)
+        XCTAssertEqual(parseOK(yaml.replacingOccurrences(of: "carrier: quic", with: "carrier: h3") + "    quic-max-packet: 1200\n")?
+            .outbounds.first?.quicMaxPacket, 1200)
+        assertError(yaml + "    quic-max-packet: 20000\n", at: 8, 22, "outbounds[0].quic-max-packet must be an integer from 1200 to 16384, got 20000")
+        assertError(yaml + "    quic-max-packet: big\n", at: 8, 22, "outbounds[0].quic-max-packet must be an integer from 1200 to 16384")
+        assertError(yaml.replacingOccurrences(of: "carrier: quic", with: "carrier: ws") + "    quic-max-packet: 8952\n", at: 8, 5,
+                    "outbounds[0].quic-max-packet is for carrier quic or h3, not ws")
+        assertError("outbounds:\n  - { name: a, type: vless, quic-max-packet: 8952 }\n", at: 2, 29,
+                    "key \"quic-max-packet\" in outbounds[0] is not for type vless")
+    }
+
     func testOutboundErrors() {
         assertError("outbounds:\n  - name: a\n" + Self.loftOutbound, at: 2, 5,
                     "outbounds[0] (a, type loft) is missing required key \"tls\"")

@@ -82,6 +82,19 @@ final class FrontConfigTests: XCTestCase {
         assertError(m + "quic-retry: sometimes\n", at: 5, 13, "quic-retry must be")
     }
 
+    /// `quic-max-packet`: the quic and h3 carriers' largest UDP payload (absent: path MTU
+    /// discovery up to 1452); only with quic or h3 in `carriers`.
+    func testQuicMaxPacket() throws {
+        let m = Self.minimal
+        XCTAssertNil(try parse(m).quicMaxPacket)
+        XCTAssertEqual(try parse(m + "carriers: [quic]\nquic-max-packet: 8952\n").quicMaxPacket, 8952)
+        XCTAssertEqual(try parse(m + "carriers: [ws, h3]\nquic-max-packet: 1200\n").quicMaxPacket, 1200)
+        XCTAssertEqual(try parse(m + "carriers: [quic]\nquic-max-packet: 16_384\n").quicMaxPacket, 16384)
+        assertError(m + "carriers: [quic]\nquic-max-packet: 1199\n", at: 6, 18, "quic-max-packet must be an integer from 1200 to 16384", "got 1199")
+        assertError(m + "carriers: [quic]\nquic-max-packet: 65000\n", at: 6, 18, "quic-max-packet must be an integer from 1200 to 16384")
+        assertError(m + "quic-max-packet: 8952\n", at: 5, 1, "quic-max-packet is for the quic and h3 carriers; carriers lists neither")
+    }
+
     func testFullExample() throws {
         let s = try parse("""
             log: debug

@@ -46,16 +46,20 @@ front_start() {
 }
 front_kill() { [ -n "$FRONT_PID" ] && kill -KILL "$FRONT_PID" 2>/dev/null; wait "$FRONT_PID" 2>/dev/null; FRONT_PID=; }
 
-# holder_config NAME CARRIER [top-level yaml ...]: a namespace config whose default is the holder.
+# holder_config NAME CARRIER [top-level yaml ...]: a namespace config whose default is the holder
+# (FRONT_HOST, PORT, TOKEN and QUIC_MAX_PACKET, the outbound's quic-max-packet, from the environment).
 holder_config() {
     local name=$1 carrier=$2 token=${TOKEN:-holder-test-token} port=${PORT:-$FRONT_PORT}
     shift 2
     loft_config "$name" idle=2h >/dev/null
-    python3 - "$T_DIR/$name.yaml" "$carrier" "$token" "$port" "$T_DIR/pki/ca.pem" "$CTL" "$@" <<'EOF'
+    # A failure here prints no path, so the caller's loft does not start on the direct config.
+    python3 - "$T_DIR/$name.yaml" "$carrier" "$token" "$port" "$T_DIR/pki/ca.pem" "$CTL" "$@" <<'EOF' || return 1
 import sys
 path, carrier, token, port, ca, ctl, *extra = sys.argv[1:]
 text = open(path).read().replace("default: direct\n", "")
 socks = __import__("os").environ.get("SOCKS_PORT")
+packet = __import__("os").environ.get("QUIC_MAX_PACKET")
+packet = "    quic-max-packet: %s\n" % packet if packet else ""
 if socks:
     text = text.replace("socks5: off\n", "socks5: { listen: 127.0.0.1:%s }\n" % socks)
 text += f"""outbounds:
@@ -65,7 +69,7 @@ text += f"""outbounds:
     carrier: {carrier}
     token: {token}
     tls: {{ server-name: front.test, ca: {ca} }}
-default: home
+{packet}default: home
 control: {ctl}
 """
 for line in extra:

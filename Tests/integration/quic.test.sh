@@ -64,6 +64,34 @@ hold_checks quic quic-
 
 # --- the same port number serves h2 over TCP beside quic ------------------------------------
 beside_check h2 quic h2
-
 front_kill
+
+# --- quic-max-packet: 8952-byte packets where the path carries them (loopback) -------------
+# Both ends set it: the holder's detail names the size in use, 50 MiB go down and up intact.
+# Then a path that does not carry them (the srv namespace's veth, MTU 1500): the dial fails at
+# once, saying so, instead of losing every full packet.
+cp "$T_DIR/front.yaml" "$T_DIR/front-9k.yaml"
+echo "quic-max-packet: 8952" >>"$T_DIR/front-9k.yaml"
+CASES="quic9k-session-up quic9k-download-v4-50MiB quic9k-upload-v4-50MiB quic9k-exit-clean"
+if ! FRONT_CFG=$T_DIR/front-9k.yaml front_start; then
+    for c in $CASES; do fail "$c" "loft-front with quic-max-packet did not start"; done
+else
+    LOFT_CFG=$(QUIC_MAX_PACKET=8952 holder_config holder-quic-9k quic)
+    if require_loft "$LOFT_CFG" $CASES; then
+        session_up_check quic9k- "quic QUICv1 TLSv1.3 *alpn=loft, packets 8952 B*" 1400
+        download quic9k-download-v4-50MiB "http://$SRV4/big"
+        upload quic9k-upload-v4-50MiB "$SRV4"
+        loft_stop_clean quic9k-exit-clean
+    fi
+    front_kill
+fi
+LOFT_CFG=$(QUIC_MAX_PACKET=8952 FRONT_HOST=$SRV4 holder_config holder-quic-9k-small quic)
+want="quic-max-packet 8952 does not fit the path to $SRV4:$FRONT_PORT (MTU 1500: at most 1472)"
+if require_loft "$LOFT_CFG" quic9k-path-too-small quic9k-small-exit-clean; then
+    d=
+    for _ in $(seq 50); do d=$(field 'o["detail"]'); [[ $d == *"$want"* ]] && break; sleep 0.1; done
+    if [[ $d == *"$want"* ]] && [ "$(field 'o["state"]')" != up ]; then pass quic9k-path-too-small; note "quic9k: $d"
+    else fail quic9k-path-too-small "detail '$d', state $(field 'o["state"]') (want: $want)"; fi
+    loft_stop_clean quic9k-small-exit-clean
+fi
 finish

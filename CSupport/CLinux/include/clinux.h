@@ -79,6 +79,12 @@ int clinux_send_batch(int fd, const uint8_t *base, size_t slot, const int *lens,
 /// UDP generic receive offload on the socket (UDP_GRO): back-to-back datagrams of one size
 /// from one sender may arrive as one read (see clinux_udp_recv_segments). 0 or -errno.
 int clinux_udp_enable_gro(int fd);
+/// Never fragment this UDP socket's datagrams (DF on IPv4, no fragment header on IPv6): one
+/// larger than the path's MTU fails with EMSGSIZE. Both options are tried (a dual-stack
+/// socket sends IPv4 too); 0 when either took.
+int clinux_udp_no_fragment(int fd);
+/// The path MTU the kernel knows for a connected socket (IP_MTU / IPV6_MTU), or -errno.
+int clinux_path_mtu(int fd, int family);
 /// One sendmsg of `len` bytes that the kernel cuts into datagrams of `segment` bytes (the last
 /// may be shorter; UDP_SEGMENT, at most 64 of them); `segment` 0 or >= len: one datagram.
 /// `addr` NULL on a connected socket. Returns the bytes sent or -errno.

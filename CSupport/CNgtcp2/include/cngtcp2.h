@@ -65,7 +65,15 @@ typedef struct cquic_params {
     size_t token_len;
     uint64_t max_streams_uni;     // unidirectional streams the peer may open (h3: 8; quic: 0)
     uint64_t max_stream_data_uni; // per unidirectional stream receive window
+    /// The largest UDP payload sent, and the max_udp_payload_size announced (what this end
+    /// takes). 0: CQUIC_DEFAULT_MAX_PACKET, packets from 1200 bytes up as path MTU discovery
+    /// finds room. Above it: every packet up to this size from the start, no discovery (the
+    /// path is said to carry them). Sent packets never exceed what the peer announced.
+    uint64_t max_packet;
 } cquic_params;
+
+/// ngtcp2 0.12's ceiling for path MTU discovery (1500 - 48: an IPv6 and UDP header).
+#define CQUIC_DEFAULT_MAX_PACKET 1452
 
 typedef struct cquic_conn cquic_conn;
 
@@ -131,7 +139,8 @@ int cquic_expire(cquic_conn *c, uint64_t now_ns);
 /// pacer is not used), and the size of one packet.
 double cquic_pacing_rate(cquic_conn *c);
 size_t cquic_max_packet(cquic_conn *c);
-/// The largest packet on the current path now (1200 until path MTU discovery confirms more).
+/// The largest packet on the current path now (1200 until path MTU discovery confirms more),
+/// at most what the peer announced it takes.
 size_t cquic_path_max_packet(cquic_conn *c);
 
 int cquic_open_bidi(cquic_conn *c, int64_t *stream_id);
