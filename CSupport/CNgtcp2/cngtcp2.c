@@ -295,6 +295,9 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     cb->recv_stateless_reset = recv_stateless_reset_cb;
 }
 
+_Static_assert(CQUIC_DEFAULT_MAX_PACKET == NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE,
+               "the header's default packet size is ngtcp2's path MTU discovery ceiling");
+
 static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const cquic_params *p, uint64_t now) {
     ngtcp2_settings_default(s);
     s->initial_ts = now;

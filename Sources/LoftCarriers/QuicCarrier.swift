@@ -150,7 +150,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         var limits = kind == .h3 ? QuicLimits.h3 : QuicLimits()
         limits.maxPacket = client.options.quicMaxPacket ?? 0
         // A size above discovery's must fit the first hop at least (the kernel's path MTU).
-        if limits.maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET), let why = Self.pathTooSmall(s, packet: limits.maxPacket, peer: remote) {
+        if limits.packetAboveDiscovery, let why = Self.pathTooSmall(s, packet: limits.maxPacket, peer: remote) {
             Glibc.close(s)
             connectNext(failed: why)
             return
@@ -239,7 +239,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         _ = setsockopt(s, SOL_SOCKET, SO_SNDBUF, &big, socklen_t(MemoryLayout<Int32>.size))
         _ = clinux_udp_enable_gro(s)
         // RFC 9000 section 14: QUIC's datagrams are never fragmented (a path MTU probe too large
-        // is lost, as it should be; a configured size too large fails loudly, `tooBig`).
+        // is lost, as it should be; a configured size too large fails loudly, `packetTooBig`).
         _ = clinux_udp_no_fragment(s)
     }
 
@@ -283,7 +283,10 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         switch QuicSocket.send(fd, bytes, segment: segment, to: nil) {
         case .sent: return true
         case .tooBig:
-            tooBig(segment > 0 ? segment : bytes.count, conn)
+            if conn.packetTooBig(segment > 0 ? segment : bytes.count) {
+                let why = Self.pathTooSmall(fd, packet: conn.limits.maxPacket, peer: peerAddress, emsgsize: true) ?? ""
+                runtime.loop.soon { [weak self] in self?.fail(.connectFailed(why)) }
+            }
             return true
         case .full:
             fdWantsWrite = true
@@ -291,17 +294,6 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             return false
         }
     }
-
-    /// A packet of `size` bytes did not fit the path (EMSGSIZE). Below 1452 that is a path MTU
-    /// probe QUIC expects to lose; a configured `quic-max-packet` the path does not carry ends
-    /// the carrier, saying so (it would lose every full packet).
-    private func tooBig(_ size: Int, _ conn: QuicConnection) {
-        guard conn.limits.maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET), size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigReported else { return }
-        tooBigReported = true
-        let why = Self.pathTooSmall(fd, packet: conn.limits.maxPacket, peer: peerAddress, emsgsize: true) ?? ""
-        runtime.loop.soon { [weak self] in self?.fail(.connectFailed(why)) }
-    }
-    private var tooBigReported = false
 
     /// "quic-max-packet N does not fit the path to X (MTU M: at most K)" when `packet`-byte
     /// datagrams and their IP and UDP headers exceed the connected socket's path MTU (as the
@@ -833,7 +825,10 @@ final class QuicListener: IOHandler, QuicPacketSink {
         switch QuicSocket.send(fd, bytes, segment: segment, to: to) {
         case .sent: return true
         case .tooBig:
-            conn.packetTooBig(segment > 0 ? segment : bytes.count)
+            let size = segment > 0 ? segment : bytes.count
+            if conn.packetTooBig(size) {
+                Log.warn("quic.packet_too_big", ["peer": "\(to)", "size": size, "quic-max-packet": conn.limits.maxPacket])
+            }
             return true
         case .full:
             blocked.append(conn)

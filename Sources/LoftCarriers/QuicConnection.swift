@@ -123,6 +123,8 @@ struct QuicLimits {
     /// 1200 up). Above 1452 every packet may be this large from the start: only for a path
     /// known to carry it (docs/holder.md, "Packet size").
     var maxPacket: Int = 0
+    /// `maxPacket` is above what path MTU discovery reaches: packets that size go unprobed.
+    var packetAboveDiscovery: Bool { maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET) }
 
     var params: cquic_params {
         cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
@@ -404,15 +406,16 @@ final class QuicConnection {
         flushSoon.schedule()
     }
 
-    /// The front's socket refused a datagram of `size` bytes as larger than the path's MTU.
-    /// Below 1452 that is a lost path MTU probe; a configured larger size (quic-max-packet) the
-    /// path does not carry is said once in the log (the connection loses every full packet).
-    func packetTooBig(_ size: Int) {
-        guard limits.maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET), size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigLogged else { return }
-        tooBigLogged = true
-        Log.warn("quic.packet_too_big", ["peer": "\(remote)", "size": size, "quic-max-packet": limits.maxPacket])
+    /// The socket refused a datagram of `size` bytes as larger than the path's MTU (EMSGSIZE).
+    /// Up to 1452 that is a path MTU probe QUIC expects to lose; true, once, when it is a
+    /// configured larger size (quic-max-packet) the path does not carry, so every full packet
+    /// would be lost: the socket's owner says so (the client ends the carrier, the front logs).
+    func packetTooBig(_ size: Int) -> Bool {
+        guard limits.packetAboveDiscovery, size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigReported else { return false }
+        tooBigReported = true
+        return true
     }
-    private var tooBigLogged = false
+    private var tooBigReported = false
 
     /// The socket can take packets again.
     func socketWritable() {

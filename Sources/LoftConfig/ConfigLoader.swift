@@ -111,7 +111,7 @@ struct ConfigDecoder {
     /// `quic-max-packet` (outbounds of type loft, and the front's): the largest UDP payload of
     /// the quic and h3 carriers. 1200 is QUIC's minimum; 16 KiB is past where a larger packet
     /// stops paying (docs/holder.md, "Packet size").
-    public static let quicPacketRange = 1200...16_384
+    static let quicPacketRange = 1200...16_384
 
     static let mtuRange = 1280...65535
     static let maxClientsRange = 128...65536

@@ -76,6 +76,23 @@ final class QuicFixture {
         return (carrier, tls)
     }
 
+    /// `size` bytes each way over one carrier of a client with `clientMaxPacket`, with SHA-256
+    /// both ways: the largest packet on the path at each end once both are open (client, front)
+    /// and the datagrams the front's listener received. Closes the listener; nil where no
+    /// carrier was accepted.
+    func exchangeMeasuringPackets(size: Int) throws -> (sizes: [Int], packets: Int, ms: UInt64)? {
+        defer { listener.close() }
+        let (carrier, peer) = dialStream(try client(), size: size)
+        XCTAssertTrue(h.run(seconds: 10) { [acceptor] in carrier.maxPacket > 0 && (acceptor.carriers.first?.maxPacket ?? 0) > 0 })
+        let sizes = [carrier.maxPacket, acceptor.carriers.first?.maxPacket ?? 0]
+        let (ok, ms, _) = exchangeAndClose(h, carrier, peer, acceptor, seconds: 60)
+        XCTAssertTrue(ok, "client quic-max-packet \(String(describing: clientMaxPacket)): got \(peer.received)")
+        guard let server = acceptor.peers.first as? StreamPeer else { XCTFail("no carrier accepted"); return nil }
+        XCTAssertEqual(peer.sentDigest, server.receivedDigest)
+        XCTAssertEqual(server.sentDigest, peer.receivedDigest)
+        return (sizes, listener.quicPackets, ms)
+    }
+
     /// A migration to a new local socket once `after` bytes have arrived, in the middle of a
     /// transfer of `size` bytes each way (the fixture's `size`): the path is validated, the same
     /// connection (and session stream) carries on, every byte arrives. Closes the listener.

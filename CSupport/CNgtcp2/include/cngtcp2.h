@@ -72,7 +72,8 @@ typedef struct cquic_params {
     uint64_t max_packet;
 } cquic_params;
 
-/// ngtcp2 0.12's ceiling for path MTU discovery (1500 - 48: an IPv6 and UDP header).
+/// ngtcp2 0.12's ceiling for path MTU discovery (1500 - 48: an IPv6 and UDP header), its
+/// NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE (checked where the shim includes ngtcp2).
 #define CQUIC_DEFAULT_MAX_PACKET 1452
 
 typedef struct cquic_conn cquic_conn;
