@@ -174,7 +174,9 @@ public final class Splice: ByteStreamEvents {
         stream.events = self
         if let initialUp, initialUp.count > 0 { outPending.append(initialUp.baseAddress!, initialUp.count) }
         stream.setReadInterest(true)
-        outStream?.setReadInterest(true)
+        // The remote's reads were paused since it connected: resumed through the flag, so a
+        // later pause (the app full already) turns them off again.
+        resume(.outbound)
         run(from: .inbound, to: .outbound)
         run(from: .outbound, to: .inbound)
     }

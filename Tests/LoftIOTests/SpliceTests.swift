@@ -231,6 +231,30 @@ final class SpliceTests: XCTestCase {
         XCTAssertGreaterThan(app.reads, readsWhilePaused)
     }
 
+    /// The remote end's reads are off until attach. A server that speaks first to an app that
+    /// is already full when attached must have them off again: the paused flag left over from
+    /// the dial made that pause a no-op, and level-triggered epoll then reported the socket
+    /// readable on every turn (a spin with many such flows).
+    func testRemoteSpeakingFirstToAFullAppStaysPausedAfterAttach() {
+        let s = Splice(loop: loop, owner: owner, connectTimeoutMs: 10_000)
+        owner.splices.append(s)
+        owner.attachOnConnect = nil
+        s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
+        let remote = out.opened[0]
+        remote.events?.streamConnected(remote)
+        let data = bytes(3 * Splice.chunk, seed: 5)
+        remote.inbox = data
+        app.capacity = 1000
+        s.attach(app)
+        XCTAssertEqual(app.written.count, 1000)
+        XCTAssertFalse(remote.readInterest, "a full app pauses reads from the remote")
+        let readsWhilePaused = remote.reads
+        for _ in 0..<200 where app.written.count < data.count { app.drain(50_000) }
+        XCTAssertTrue(app.written == data, "\(app.written.count) bytes written")
+        XCTAssertTrue(remote.readInterest)
+        XCTAssertGreaterThan(remote.reads, readsWhilePaused)
+    }
+
     func testZeroCopySourceIsConsumedOnlyAsWritten() {
         let (_, remote) = connectedSplice()
         app.zeroCopy = true
