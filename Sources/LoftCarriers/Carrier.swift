@@ -110,6 +110,9 @@ public protocol Carrier: AnyObject {
     var writableBytes: Int { get }
     /// Bytes taken but not yet handed to the kernel (framing included).
     var bufferedBytes: Int { get }
+    /// After `close()`: everything the carrier had to send has left (quic: its
+    /// CONNECTION_CLOSE too); nothing more will.
+    var drained: Bool { get }
     /// Sends what is buffered now instead of after the current batch of events.
     func flush()
     /// Pauses (false) or resumes (true) deliveries. While paused nothing is read from the
@@ -149,6 +152,8 @@ extension Carrier {
     public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
     public var maxDatagram: Int { 0 }
     public var maxPacket: Int { 0 }
+    /// Carriers over TCP: the TLS output is empty (what is left is the kernel's).
+    public var drained: Bool { bufferedBytes == 0 }
     public func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool { false }
 }
 

@@ -147,10 +147,10 @@ public final class CarrierListener: IOHandler {
     deinit { close() }
 
     /// Stops accepting; connections still in the handshake are dropped. Carriers already handed
-    /// out are not touched.
+    /// out are not touched: the quic ones keep the UDP socket, which closes with the last of
+    /// them (`QuicListener.stopAccepting`).
     public func close() {
-        quic?.close()
-        quic = nil
+        quic?.stopAccepting()
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
         Glibc.close(fd)

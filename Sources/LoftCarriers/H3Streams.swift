@@ -120,7 +120,9 @@ final class H3Streams: QuicFlowLayer {
     }
 
     let isServer: Bool
-    unowned(unsafe) let quic: H3Transport
+    /// Held (the connection never holds its h3 layer): an h3 layer its carrier let go of
+    /// after the connection can still reach it.
+    let quic: H3Transport
     weak var delegate: H3StreamsDelegate?
     private let loop: EventLoop
     private var h3: OpaquePointer?

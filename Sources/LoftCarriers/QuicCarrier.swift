@@ -510,6 +510,9 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
 
     var bufferedBytes: Int { streams?.unsent(sessionStream) ?? 0 }
 
+    /// The connection is over (its CONNECTION_CLOSE sent), or there is none.
+    var drained: Bool { quic.map { $0.closed } ?? true }
+
     func flush() { quic?.flush() }
 
     func setReading(_ on: Bool) {
@@ -680,14 +683,39 @@ final class QuicListener: IOHandler, QuicPacketSink {
         cquic_creds_free(creds)
     }
 
+    /// Closes the socket: no packet in or out any more, for any connection.
     func close() {
+        accepting = false
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
         Glibc.close(fd)
         fd = -1
-        for c in Array(handshaking.values) { c.abort() }
+        abortHandshakes()
+    }
+
+    /// New connections are refused (their Initials dropped) and those in their handshake go;
+    /// the connections already handed out keep the socket, which closes with the last of them.
+    /// A front that stops sends its sessions their GOAWAY and CONNECTION_CLOSE through it.
+    func stopAccepting() {
+        guard accepting else { return }
+        accepting = false
+        abortHandshakes()
+        closeIfUnused()
+    }
+
+    /// Whether new connections are let in (until `stopAccepting` or `close`).
+    private(set) var accepting = true
+
+    private func abortHandshakes() {
+        let open = handshakeOrder
         handshaking.removeAll()
         handshakeOrder.removeAll()
+        handshakesPerSource.removeAll()
+        for c in open { c.abort() }
+    }
+
+    private func closeIfUnused() {
+        if !accepting && routes.isEmpty && handshaking.isEmpty { close() }
     }
 
     func handleIO(_ events: UInt32) {
@@ -758,6 +786,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
             if p.count > 0 && base[0] & 0x80 == 0 { statelessReset(p, to: from) }
             return
         }
+        guard accepting else { stats.dropped += 1; return }
         guard let validated = admit(p, from: from) else { return }
         let source = from.endpoint?.address
         makeRoom(for: source)
@@ -897,6 +926,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         _ = leaveHandshake(c)
         for id in c.cids where routes[id] === c { routes[id] = nil }
         c.cids.removeAll()
+        closeIfUnused()
     }
 }
 

@@ -218,7 +218,11 @@ final class QuicConnection {
     let isServer: Bool
     let loop: EventLoop
     private(set) var conn: OpaquePointer?
-    private unowned(unsafe) var sink: QuicPacketSink
+    /// Held until the connection is over (`finish`): the front's listener, or the client's
+    /// carrier. A listener closed or dropped by its owner lives on, with its socket, while one
+    /// of its connections still sends (its CONNECTION_CLOSE at a shutdown, say); the cycle
+    /// ends with the connection.
+    private var sink: QuicPacketSink?
     private var events = cquic_events()
     let limits: QuicLimits
     private(set) var streams: [Int64: QuicStreamState] = [:]
@@ -683,7 +687,7 @@ final class QuicConnection {
             }
             if n > 0 {
                 let addr = address(to, toLen)
-                _ = closePacket.withUnsafeBytes { sink.sendPackets(UnsafeRawBufferPointer(rebasing: $0[0..<n]), segment: n, to: addr, from: self) }
+                _ = closePacket.withUnsafeBytes { sink?.sendPackets(UnsafeRawBufferPointer(rebasing: $0[0..<n]), segment: n, to: addr, from: self) }
             }
         }
         finish()
@@ -700,6 +704,7 @@ final class QuicConnection {
             loop.soon(f)
         }
         if let timer { loop.cancel(timer); self.timer = nil }
+        sink = nil
         streams.removeAll()
         heldTotal = 0
         budgetWaiters.removeAll()
@@ -1065,7 +1070,7 @@ final class QuicConnection {
     /// Sends the batch (false: the socket is full and the connection waits for it).
     @discardableResult
     private func sendBatch() -> Bool {
-        guard outCount > 0 else { return true }
+        guard outCount > 0, let sink else { outUsed = 0; outCount = 0; return true }
         let ok = sink.sendPackets(UnsafeRawBufferPointer(start: out, count: outUsed), segment: outSegment, to: outTo, from: self)
         outUsed = 0
         outCount = 0

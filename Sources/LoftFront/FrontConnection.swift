@@ -53,7 +53,13 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     var openStreams: Int { streams.count + flows.count }
     var openAssociations: Int { associations.count }
     /// Nothing of ours is left in the carrier (used to time the exit).
-    var carrierFlushed: Bool { ((carrier ?? closingCarrier)?.bufferedBytes ?? 0) == 0 }
+    var carrierFlushed: Bool { (carrier ?? closingCarrier)?.drained ?? true }
+
+    /// A shutdown's deadline passed: what the closing carrier has not sent goes unsent (quic:
+    /// its CONNECTION_CLOSE now, not after the last acknowledgement).
+    func abortClosingCarrier() {
+        closingCarrier?.abort()
+    }
 
     var summary: String {
         "instance=\(instanceText) peer=\(peerText) client=\(clientName) streams=\(streams.count) associations=\(associations.count) age_s=\((server.loop.now - openedAt) / 1000)"
