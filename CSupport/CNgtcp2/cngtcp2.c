@@ -40,6 +40,10 @@ struct cquic_conn {
     uint8_t secret[32];
     int server;
     int got_reset;
+    // Server: the client's address is validated (RFC 9000 §8.1): its Initial carried a token
+    // of ours that verified, or a Handshake packet of its decrypted (only the client can make
+    // one: it needs the keys from our Initial).
+    int address_validated;
     char err[256];
 };
 
@@ -260,6 +264,12 @@ static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless
     return 0;
 }
 
+static int recv_crypto_data_cb(ngtcp2_conn *conn, ngtcp2_crypto_level level, uint64_t offset, const uint8_t *data,
+                               size_t len, void *ud) {
+    if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE) ((cquic_conn *)ud)->address_validated = 1;
+    return ngtcp2_crypto_recv_crypto_data_cb(conn, level, offset, data, len, ud);
+}
+
 static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     memset(cb, 0, sizeof *cb);
     if (server) {
@@ -269,7 +279,7 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
         cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
         cb->recv_new_token = recv_new_token_cb;
     }
-    cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+    cb->recv_crypto_data = recv_crypto_data_cb;
     cb->encrypt = ngtcp2_crypto_encrypt_cb;
     cb->decrypt = ngtcp2_crypto_decrypt_cb;
     cb->hp_mask = ngtcp2_crypto_hp_mask_cb;
@@ -529,6 +539,7 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     // the Retry gave out; anything else is as no token.
     ngtcp2_cid odcid;
     int token = check_token(&hd, secret, remote, remote_len, now, &odcid);
+    c->address_validated = token == CQUIC_TOKEN_RETRY || token == CQUIC_TOKEN_REGULAR;
     if (token == CQUIC_TOKEN_RETRY) {
         s.token = hd.token;
         tp.original_dcid = odcid;
@@ -669,6 +680,9 @@ uint64_t cquic_stream_send_room(cquic_conn *c, int64_t sid) {
 // MARK: state
 
 int cquic_handshake_done(cquic_conn *c) { return ngtcp2_conn_get_handshake_completed(c->conn); }
+int cquic_address_validated(cquic_conn *c) {
+    return !c->server || c->address_validated || ngtcp2_conn_get_handshake_completed(c->conn);
+}
 int cquic_is_closing(cquic_conn *c) {
     return ngtcp2_conn_is_in_closing_period(c->conn) || ngtcp2_conn_is_in_draining_period(c->conn);
 }

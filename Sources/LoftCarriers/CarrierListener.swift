@@ -400,9 +400,9 @@ public final class CarrierListener: IOHandler {
     var quicPackets: Int { quic?.stats.packets ?? 0 }
 
     /// The quic side's address validation and reset counters.
-    public var quicValidation: (retries: Int, validated: Int, badTokens: Int, resets: Int)? {
+    public var quicValidation: (retries: Int, validated: Int, badTokens: Int, resets: Int, amplificationHeld: Int)? {
         guard let s = quic?.stats else { return nil }
-        return (s.retries, s.validated, s.badTokens, s.resets)
+        return (s.retries, s.validated, s.badTokens, s.resets, s.amplificationHeld)
     }
 
     func forget(_ c: GetServerCarrier) {

@@ -924,6 +924,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
     /// The connection is gone: its ids route nowhere.
     func forget(_ c: QuicCarrier) {
         _ = leaveHandshake(c)
+        stats.amplificationHeld += c.quic?.amplificationHeld ?? 0
         for id in c.cids where routes[id] === c { routes[id] = nil }
         c.cids.removeAll()
         closeIfUnused()
@@ -939,6 +940,8 @@ struct QuicListenerStats {
     var validated = 0
     var badTokens = 0
     var resets = 0
+    /// Packets not sent for the anti-amplification limit (QuicConnection.amplificationHeld).
+    var amplificationHeld = 0
     var accepted = 0
     var evicted = 0
     var handshakeFailed = 0

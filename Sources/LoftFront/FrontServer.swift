@@ -347,6 +347,7 @@ public final class FrontServer: CarrierListenerDelegate {
                 s.quicTokensValidated = UInt64(v.validated)
                 s.quicTokensInvalid = UInt64(v.badTokens)
                 s.quicResets = UInt64(v.resets)
+                s.quicAmplificationHeld = UInt64(v.amplificationHeld)
             }
         }
         return s

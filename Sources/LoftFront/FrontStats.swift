@@ -39,6 +39,9 @@ public struct FrontStats: Sendable, Equatable {
     public var quicTokensValidated: UInt64 = 0
     public var quicTokensInvalid: UInt64 = 0
     public var quicResets: UInt64 = 0
+    /// quic: packets not sent to an address not yet validated, past 3x the bytes it sent
+    /// (RFC 9000 §8.1's anti-amplification limit), counted as each connection ends.
+    public var quicAmplificationHeld: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -66,7 +69,8 @@ public struct FrontStats: Sendable, Equatable {
          ("handshakes_failed", handshakesFailed), ("handshakes_evicted", handshakesEvicted),
          ("requests_rejected", requestsRejected), ("quic_packets_dropped", quicPacketsDropped),
          ("quic_retries", quicRetries), ("quic_tokens_validated", quicTokensValidated),
-         ("quic_tokens_invalid", quicTokensInvalid), ("quic_resets", quicResets)]
+         ("quic_tokens_invalid", quicTokensInvalid), ("quic_resets", quicResets),
+         ("quic_amplification_held", quicAmplificationHeld)]
     }
 
     /// `name value` lines.

@@ -6,12 +6,15 @@
 # says HELLO and then nothing is ended after 2 keepalive intervals (dead_carriers); a QUIC
 # DATAGRAM whose DGRAM frame lies about its length ends that session (protocol_errors) and the
 # next one is served; a 60 000-byte UDP datagram comes back whole on the session stream.
+# Eight clients that each send one Initial from an address of their own and never answer (as a
+# spoofed source would) get at most 3x its bytes back over 5 s (RFC 9000 §8.1; ngtcp2 0.12.1's
+# probe timeouts alone sent 6x), the held packets counted (quic_amplification_held).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/quic-lib.sh"
 
 TOKEN=hostile-token-$T_ID
 CASES="quic-max-streams-is-stream-limit quic-unread-flows-memory-bounded quic-legit-beside-unread-flows quic-keepalive-expiry quic-datagram-bad-length
-quic-alive-after-bad-datagram quic-oversize-dgram-back-on-stream"
+quic-alive-after-bad-datagram quic-oversize-dgram-back-on-stream quic-initial-amplification-3x"
 read -r FRONT_PORT SOURCE_PORT ECHO_PORT UDP_ECHO_PORT <<<"$(free_ports 4)"
 [ -n "$UDP_ECHO_PORT" ] || die "could not pick free ports"
 certs
@@ -35,12 +38,15 @@ timeout -k 5 100 python3 "$INTEROP/quic_hostile.py" --port "$FRONT_PORT" --ca "$
 CPID=$!; T_PIDS+=("$CPID"); register_pid "$CPID"
 wait "$CPID"
 note "aioquic hostile clients: $(( $(now_ms) - t0 )) ms"
+timeout -k 5 30 python3 "$INTEROP/quic_amplification.py" --port "$FRONT_PORT" --sources 8 --seconds 5 \
+    >>"$T_DIR/client.out" 2>>"$T_DIR/client.err" </dev/null
+grep '^  #' "$T_DIR/client.out" | sed 's/^  # /amplification: /' | while read -r l; do note "$l"; done
 client_results $CASES
 
 front_stats
 if [ "$(sv dead_carriers)" -ge 1 ] && [ "$(sv protocol_errors)" -ge 1 ] && [ "$(sv sessions_opened)" -ge 5 ]; then
     pass front-hostile-counters
-    note "front: sessions_opened $(sv sessions_opened), dead_carriers $(sv dead_carriers), protocol_errors $(sv protocol_errors), streams_opened $(sv streams_opened)"
+    note "front: sessions_opened $(sv sessions_opened), dead_carriers $(sv dead_carriers), protocol_errors $(sv protocol_errors), streams_opened $(sv streams_opened), quic_amplification_held $(sv quic_amplification_held)"
 else
     fail front-hostile-counters "$(echo "$stats" | tr '\n' ' ')"
 fi

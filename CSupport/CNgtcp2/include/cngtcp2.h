@@ -155,6 +155,9 @@ int cquic_consumed(cquic_conn *c, int64_t stream_id, uint64_t n);
 uint64_t cquic_stream_send_room(cquic_conn *c, int64_t stream_id);
 
 int cquic_handshake_done(cquic_conn *c);
+// Server: the client's address is validated (a token of ours, a Handshake packet from it, or
+// the handshake done); always 1 on a client.
+int cquic_address_validated(cquic_conn *c);
 int cquic_is_closing(cquic_conn *c);   // closing or draining: nothing more to send
 /// The peer's CONNECTION_CLOSE: 1 when it had one, with its code, application flag, reason.
 int cquic_peer_close(cquic_conn *c, uint64_t *code, int *is_app, char *reason, size_t reason_len);
