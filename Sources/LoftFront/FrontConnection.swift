@@ -100,6 +100,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         flows.removeAll()
         for f in flowRelays { f.abandon() }
         server.stats.streamsReset += UInt64(relays.count + flowRelays.count)
+        server.heapTrim.freed(relays.count + flowRelays.count)
         for a in associations.values { a.close() }
         associations.removeAll()
         server.connectionEnded(self)
@@ -289,6 +290,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     func streamReset(_ s: FrontSession, stream: UInt32, reason: RstReason) {
         if let r = streams.removeValue(forKey: stream) {
             server.stats.streamsReset += 1
+            server.heapTrim.freed(1)
             r.abandon()
         } else if let a = associations.removeValue(forKey: stream) {
             a.close()
@@ -335,7 +337,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     // MARK: from relays
 
     func relayEnded(_ stream: UInt32) {
-        streams.removeValue(forKey: stream)
+        if streams.removeValue(forKey: stream) != nil { server.heapTrim.freed(1) }
     }
 
     // MARK: quic flows
@@ -351,6 +353,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     }
 
     func flowEnded(_ r: FlowRelay) {
-        flows.removeValue(forKey: ObjectIdentifier(r))
+        guard flows.removeValue(forKey: ObjectIdentifier(r)) != nil else { return }
+        server.heapTrim.freed(1)
     }
 }

@@ -30,6 +30,8 @@ public final class FrontServer: CarrierListenerDelegate {
     /// Which connection holds each attached instance.
     private var attachments: [InstanceID: FrontConnection] = [:]
     var stats = FrontStats()
+    /// Freed memory back to the system after a burst of ended streams and flows.
+    private(set) lazy var heapTrim = HeapTrim(loop: loop)
     private(set) var shuttingDown = false
     /// TCP payload moved by the relays' splices (client → destinations is up).
     let meter = SpliceMeter()
@@ -331,6 +333,7 @@ public final class FrontServer: CarrierListenerDelegate {
         s.bytesUp = meter.bytesUp
         s.bytesDown = meter.bytesDown
         s.carriersOpen = connections.count
+        s.memoryTrims = heapTrim.trims
         s.sessionsAttached = attachments.count
         s.instancesDetached = pool.count - pool.attachedCount
         for c in connections.values {

@@ -18,6 +18,8 @@ public struct FrontStats: Sendable, Equatable {
     public var streamsOpened: UInt64 = 0            // TCP OPEN accepted (connected)
     public var streamsFailed: UInt64 = 0            // TCP OPEN refused (dial failed or not allowed)
     public var streamsReset: UInt64 = 0             // reset by either side or lost with the carrier
+    public var openTimeouts: UInt64 = 0             // quic flow streams reset: no whole OPEN within connect-timeout
+    public var memoryTrims: UInt64 = 0              // freed memory given back after a burst of ended streams
     public var associationsOpened: UInt64 = 0       // UDP OPEN accepted
     public var associationsTimedOut: UInt64 = 0     // closed after udp-idle-timeout without datagrams
     public var bytesUp: UInt64 = 0                  // client → destinations (TCP payload)
@@ -63,6 +65,7 @@ public struct FrontStats: Sendable, Equatable {
          ("refused_no_hello", refusedNoHello), ("protocol_errors", protocolErrors), ("dead_carriers", deadCarriers),
          ("carriers_lost", carriersLost), ("instances_expired", instancesExpired),
          ("streams_opened", streamsOpened), ("streams_failed", streamsFailed), ("streams_reset", streamsReset),
+         ("open_timeouts", openTimeouts), ("memory_trims", memoryTrims),
          ("associations_opened", associationsOpened),
          ("associations_timed_out", associationsTimedOut), ("bytes_up", bytesUp), ("bytes_down", bytesDown),
          ("datagrams_up", datagramsUp), ("datagrams_down", datagramsDown), ("datagrams_dropped", datagramsDropped),

@@ -208,13 +208,39 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     private var refused = false
     private var headCount = 0
     private(set) var destination: Destination?
+    /// Until the OPEN is whole: a stream that never finishes it is reset (it would hold its
+    /// buffers for as long as the session lives).
+    private var openDeadline: TimerHandle?
+    private let loop: EventLoop
 
     private var server: FrontServer { connection.server }
 
     init(connection: FrontConnection, flow: QuicFlow) {
         self.connection = connection
         self.flow = flow
+        loop = connection.server.loop
         flow.events = self
+        openDeadline = loop.schedule(after: connection.server.connectTimeoutMs) { [weak self] in
+            self?.openExpired()
+        }
+    }
+
+    deinit { stopDeadline() }
+
+    private func stopDeadline() {
+        if let t = openDeadline { loop.cancel(t) }
+        openDeadline = nil
+    }
+
+    /// No whole OPEN within connect-timeout: the stream is reset (the session goes on).
+    private func openExpired() {
+        openDeadline = nil
+        guard destination == nil, !refused else { return }
+        refused = true
+        server.stats.openTimeouts += 1
+        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": headCount])
+        flow.reset()
+        connection.flowEnded(self)
     }
 
     // MARK: the OPEN
@@ -251,6 +277,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
 
     private func opened(_ network: FlowNetwork, _ dest: Destination) {
         destination = dest
+        stopDeadline()
         guard network == .tcp else { return answer(.networkNotSupported) }
         if case .ip(let e) = dest, !server.destinationAllowed(e.address) { return answer(.notAllowed) }
         flow.setReadInterest(false)
@@ -262,6 +289,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     /// Not an OPEN: the stream is reset (the session goes on).
     private func refuseMalformed() {
         refused = true
+        stopDeadline()
         server.stats.protocolErrors += 1
         Log.debug("flow-malformed", ["peer": connection.peerText])
         flow.reset()
@@ -308,6 +336,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
 
     /// The carrier is gone: reset the socket.
     func abandon() {
+        stopDeadline()
         splice?.reset()
         splice = nil
     }
