@@ -342,19 +342,20 @@ public final class CarrierListener: IOHandler {
         p.h2 = carrier
     }
 
-    func refusedH3(_ c: QuicCarrier, _ status: Int, _ reason: String) {
+    /// A request on an h2 or h3 connection refused (the `nth` on that connection): counted
+    /// every time, logged once per connection (info; the rest at debug), so that a burst of
+    /// refusals costs one log line.
+    func refused(_ c: Carrier, _ status: Int, _ reason: String, nth: Int) {
         stats.rejected += 1
-        Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h3", "status": status, "reason": reason])
+        Log.emit(nth == 1 ? .info : .debug, "carrier.rejected",
+                 [("peer", c.peer.map { "\($0)" } ?? ""), ("carrier", c.kind.rawValue), ("status", status), ("reason", reason),
+                  ("refusals", nth)])
     }
 
     func admitH2(_ r: CarrierRequest) -> Bool {
         delegate?.carrierListener(self, admit: r) ?? true
     }
 
-    func refusedH2(_ c: H2Carrier, _ status: Int, _ reason: String) {
-        stats.rejected += 1
-        Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "h2", "status": status, "reason": reason])
-    }
 
     /// The handshake entry that holds `c` (at most maxPendingHandshakes to look through, once
     /// per h2 connection).

@@ -160,7 +160,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
             if let f = engine.failure { endWithError(.protocolError(f)); return }
             endWithError(.io("session stream reset: RST_STREAM \(H2Engine.errorName(code))"))
         case .refused(let status, let reason):
-            listener?.refusedH2(self, status, reason)
+            listener?.refused(self, status, reason, nth: engine.refusals)
         case .goAway(let code):
             if code != 0 { endWithError(.protocolError("the peer sent GOAWAY \(H2Engine.errorName(code))")) }
         }

@@ -438,6 +438,11 @@ final class H2Engine {
     private func request(_ s: Int32, _ head: H2RequestHead) {
         guard let h else { return }
         heads.removeValue(forKey: s)
+        // Past the cap (the GOAWAY is queued): no answer and no event, whatever the reads.
+        guard refusals < Self.maxRefusals else {
+            _ = cnh2_submit_rst(h, s, UInt32(CNH2_REFUSED_STREAM))
+            return
+        }
         var (status, reason) = Self.decide(head, path: path)
         if status == 200 && sessionStream != 0 { (status, reason) = (429, "this connection carries a session already") }
         if status == 200, let o = owner, !o.h2Admit(self, head) { (status, reason) = (403, "refused by the front") }

@@ -83,7 +83,7 @@ protocol H3StreamsDelegate: AnyObject {
     func h3Accepted(_ stream: Int64, session: Bool)
     func h3Failed(_ reason: CarrierCloseReason)
     /// Server: a request was refused with `status` (END_STREAM sent).
-    func h3Refused(_ stream: Int64, status: Int, reason: String)
+    func h3Refused(_ stream: Int64, status: Int, reason: String, nth: Int)
 }
 
 /// The h3 carrier's streams (docs/protocol.md §1.3): HTTP/3 (nghttp3) on a QuicConnection.
@@ -276,13 +276,20 @@ final class H3Streams: QuicFlowLayer {
         if status != 200 {
             refused += 1
             r.released = true
+            // Past the cap the connection is closed after this batch of packets; the batch's
+            // other requests get no answer and no event (one read could otherwise carry
+            // hundreds of refusals, each answered and logged).
+            if refused > Self.maxRefused {
+                if refused == Self.maxRefused + 1 {
+                    loop.soon { [weak self] in self?.fail(.protocolError("HTTP/3: more than \(Self.maxRefused) refused requests")) }
+                }
+                return 0
+            }
             _ = ch3_respond(h3, s, Int32(status), 0)
             let reason = "\(method) \(path.prefix(64))\(proto.isEmpty ? "" : " :protocol \(proto)")"
             let count = refused
             loop.soon { [weak self] in
-                guard let self else { return }
-                self.delegate?.h3Refused(sid, status: status, reason: reason)
-                if count > Self.maxRefused { self.fail(.protocolError("HTTP/3: more than \(Self.maxRefused) refused requests")) }
+                self?.delegate?.h3Refused(sid, status: status, reason: reason, nth: count)
             }
             return 0
         }

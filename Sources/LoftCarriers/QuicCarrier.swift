@@ -554,7 +554,9 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     func h3Writable(_ stream: Int64) { streamWritable(stream) }
     func h3Reset(_ stream: Int64, code: UInt64) { streamReset(stream, code: code) }
     func h3Failed(_ reason: CarrierCloseReason) { fail(reason) }
-    func h3Refused(_ stream: Int64, status: Int, reason: String) { listener?.refusedH3(self, status: status, reason: reason) }
+    func h3Refused(_ stream: Int64, status: Int, reason: String, nth: Int) {
+        listener?.refusedH3(self, status: status, reason: reason, nth: nth)
+    }
 
     /// Server: the session's CONNECT was accepted: the carrier goes to the listener.
     func h3Accepted(_ stream: Int64, session: Bool) {
@@ -919,7 +921,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "quic", "reason": reason])
     }
 
-    func refusedH3(_ c: QuicCarrier, status: Int, reason: String) { owner?.refusedH3(c, status, reason) }
+    func refusedH3(_ c: QuicCarrier, status: Int, reason: String, nth: Int) { owner?.refused(c, status, reason, nth: nth) }
 
     /// The connection is gone: its ids route nowhere.
     func forget(_ c: QuicCarrier) {

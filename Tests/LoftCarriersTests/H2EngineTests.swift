@@ -248,6 +248,35 @@ final class H2EngineTests: XCTestCase {
         XCTAssertEqual(p.sRec.admitted.count, 1)
     }
 
+    /// Requests pipelined in one write reach the engine over several reads (TLS records):
+    /// they are refused up to the cap and no further, whatever the reads: the GOAWAY follows the
+    /// 16th, later requests are reset without an answer or an event (was: 630 refusals, each
+    /// with a response and a log line, before the GOAWAY on one connection).
+    func testPipelinedRefusalsStopAtTheCap() {
+        let out = MemoryOutput()
+        let rec = EngineRecorder()
+        let e = H2Engine(server: true, path: "/loft", output: out)!
+        e.owner = rec
+        var wire = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+        wire += h2Frame(4, 0, 0, [])
+        _ = wire.withUnsafeBytes { e.receive($0) }
+        var stream: UInt32 = 1
+        for _ in 0..<25 {
+            // Eight GET / requests per read (MAX_CONCURRENT_STREAMS), each on its own stream.
+            var batch: [UInt8] = []
+            for _ in 0..<8 {
+                batch += h2Frame(1, 0x5, stream, [0x82, 0x87, 0x84, 0x01, 1, 0x78])
+                stream += 2
+            }
+            _ = batch.withUnsafeBytes { e.receive($0) }
+            e.pump()
+            _ = out.take()
+        }
+        XCTAssertEqual(rec.refused.count, H2Engine.maxRefusals, "refusals answered on one connection")
+        XCTAssertNotNil(e.failure)
+        XCTAssertTrue(rec.refused.allSatisfy { $0 == 404 })
+    }
+
     func testDecisions() {
         func head(_ m: String, _ path: String, _ proto: String = "") -> H2RequestHead {
             var h = H2RequestHead(); h.method = m; h.path = path; h.protocolName = proto; return h

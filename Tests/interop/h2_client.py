@@ -401,6 +401,31 @@ def main(args):
     s.close()
     note("200 streams ->", g)
     alive("alive-after-many-streams", args)
+    # 2000 refused requests (GET /other) pipelined in one write: at most 16 are answered
+    # (docs/front.md), then GOAWAY; nothing more is answered, whatever the front's reads
+    s = raw_conn(args)
+    s.sendall(b"".join(h2frame(1, 0x5, 1 + 2 * i, b"\x82\x87\x04\x06/other\x41\x0afront.test") for i in range(2000)))
+    kinds, buf = {}, bytearray()
+    s.settimeout(0.5)
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        try:
+            b = s.recv(65536)
+        except (socket.timeout, TimeoutError):
+            continue
+        except (ssl.SSLError, OSError):
+            break
+        if not b:
+            break
+        buf += b
+    s.close()
+    while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[0:3], "big"):
+        kinds[buf[3]] = kinds.get(buf[3], 0) + 1
+        del buf[:9 + int.from_bytes(buf[0:3], "big")]
+    note("2000 pipelined refused requests -> %d responses, %d GOAWAY, %d RST_STREAM"
+         % (kinds.get(1, 0), kinds.get(7, 0), kinds.get(3, 0)))
+    emit("pipelined-refusals-capped", 1 <= kinds.get(1, 0) <= 16 and kinds.get(7, 0) >= 1,
+         "%d responses (at most 16), %d GOAWAY" % (kinds.get(1, 0), kinds.get(7, 0)))
     # malformed: DATA on stream 0, a PING of 7 bytes, garbage instead of a frame
     hostile("data-on-stream-0", h2frame(0, 0, 0, b"xx"))
     hostile("ping-wrong-length", h2frame(6, 0, 0, b"1234567"))

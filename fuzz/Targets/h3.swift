@@ -76,7 +76,7 @@ private final class Front: H3StreamsDelegate {
     func h3Response(_ stream: Int64, status: Int) {}
     func h3Accepted(_ stream: Int64, session: Bool) {}
     func h3Failed(_ reason: CarrierCloseReason) { failed = true }
-    func h3Refused(_ stream: Int64, status: Int, reason: String) {}
+    func h3Refused(_ stream: Int64, status: Int, reason: String, nth: Int) {}
 }
 
 nonisolated(unsafe) private let loop = try! EventLoop()
