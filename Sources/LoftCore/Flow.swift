@@ -88,6 +88,10 @@ public protocol ByteStream: AnyObject {
     var events: ByteStreamEvents? { get set }
     /// Bytes the next `write` would take at least (Int.max: not known; write and see).
     var writeRoom: Int { get }
+    /// Bytes written to this end that it still holds in loft's memory: not sent yet, or sent
+    /// and not acknowledged (0: none, or they sit in a kernel buffer). A flow budget counts
+    /// them (docs/vless.md).
+    var heldBytes: Int { get }
     /// Takes as many bytes as it can now from the segments; returns the count (0: full, wait
     /// for streamWritable), or -1 when the connection is broken.
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int
@@ -118,6 +122,7 @@ public protocol ByteStream: AnyObject {
 
 extension ByteStream {
     public var writeRoom: Int { Int.max }
+    public var heldBytes: Int { 0 }
     public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? { nil }
     public func consume(_ n: Int) {}
     public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { nil }

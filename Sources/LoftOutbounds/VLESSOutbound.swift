@@ -162,11 +162,19 @@ public final class VLESSOutbound: Outbound {
 /// One TCP flow through a VLESS server: its end of the splice. Wraps the TLS connection's
 /// stream (`inner`), puts the request header in front of the first bytes written, and takes the
 /// response header off the front of the first bytes read. Every other call passes through.
-final class VLESSStream: ByteStream, ByteStreamEvents {
+final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
     weak var events: ByteStreamEvents?
     private let outbound: VLESSOutbound
     private let loop: EventLoop
     private(set) var inner: ByteStream?
+    private weak var tls: TLSStream?
+    /// The splice's other end (the app's), where what this flow read waits for the app.
+    private weak var appEnd: ByteStream?
+    /// This flow's place in the loop's read budget (nil once it ended).
+    private var budget: ReadBudget.Entry?
+    /// Reads wanted by the driver, and stopped by the budget.
+    private var readWanted = true
+    private var budgetPaused = false
     private var header: [UInt8]
     private var headerSent = 0
     private var headerTimer: TimerHandle?
@@ -188,10 +196,14 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
         self.events = events
         outbound.meter.flows &+= 1
         outbound.meter.live += 1
+        budget = outbound.runtime.readBudget.join(self)
     }
 
     /// Starts on `inner`, a stream whose events come to this one.
-    func start(_ inner: ByteStream) { self.inner = inner }
+    func start(_ inner: ByteStream) {
+        self.inner = inner
+        tls = inner as? TLSStream
+    }
 
     deinit {
         if let h = headerTimer { loop.cancel(h) }
@@ -208,9 +220,28 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     }
 
     private func ended() {
+        if let b = budget { outbound.runtime.readBudget.leave(b); budget = nil }
         guard live else { return }
         live = false
         outbound.meter.live -= 1
+    }
+
+    // MARK: the read budget
+
+    /// Read from the server and not yet taken by the app: the TLS end's input buffer and the
+    /// app end's send queue.
+    func budgetHeld() -> Int {
+        if appEnd == nil { appEnd = (events as? Splice)?.otherEnd(of: self) }
+        return (tls?.bufferedInput ?? 0) + (appEnd?.heldBytes ?? 0)
+    }
+
+    func budgetPause(_ paused: Bool) {
+        budgetPaused = paused
+        inner?.setReadInterest(readWanted && !paused)
+    }
+
+    private func spent() {
+        if let b = budget { outbound.runtime.readBudget.update(b) }
     }
 
     private func count(_ f: VLESSOutbound.Failure, _ detail: String) {
@@ -359,7 +390,9 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
         if !responded, let r = readResponse(inner) { return r }
         let r = inner.read(into: buffer)
         switch r {
-        case .data(let n): outbound.meter.bytesDown &+= UInt64(n)
+        case .data(let n):
+            outbound.meter.bytesDown &+= UInt64(n)
+            spent()
         case .failed: count(.broken, "read failed")
         default: break
         }
@@ -378,9 +411,13 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     func consume(_ n: Int) {
         inner?.consume(n)
         outbound.meter.bytesDown &+= UInt64(n)
+        spent()
     }
 
-    func setReadInterest(_ on: Bool) { inner?.setReadInterest(on) }
+    func setReadInterest(_ on: Bool) {
+        readWanted = on
+        inner?.setReadInterest(on && !budgetPaused)
+    }
 
     func shutdownWrite() {
         guard let inner else { return }

@@ -139,6 +139,7 @@ dropped=$("$LOFT_BIN" status --json -c "$CFG" 2>/dev/null | python3 -c '
 import json, sys
 o = next(x for x in json.load(sys.stdin)["outbounds"] if x["name"] == "v")
 print(o.get("counters", {}).get("udp-dropped", 0))' 2>/dev/null)
+note "udp-burst (echoes of 25, probe back):$results udp-dropped=$dropped"
 expect udp-burst "[ $ok = 1 ]" "echoes of 25 and probe (1: came back):$results udp-dropped=$dropped"
 
 # --- unread-rss, unread-intact ---------------------------------------------------------------
