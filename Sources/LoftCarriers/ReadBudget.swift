@@ -43,7 +43,7 @@ public final class ReadBudget {
     private var entries: [Entry] = []
     private let loop: EventLoop
     private var timer: TimerHandle?
-    public static let defaultLimit = 32 << 20
+    public static let defaultLimit = 16 << 20
     static let recheckMs: UInt64 = 50
 
     public init(loop: EventLoop, limit: Int = ReadBudget.defaultLimit) {
