@@ -161,7 +161,9 @@ public final class VLESSOutbound: Outbound {
 
 /// One TCP flow through a VLESS server: its end of the splice. Wraps the TLS connection's
 /// stream (`inner`), puts the request header in front of the first bytes written, and takes the
-/// response header off the front of the first bytes read. Every other call passes through.
+/// response header off the front of the first bytes read. Every other call passes through,
+/// except that the loop's read budget may stop its reads (docs/vless.md): it counts what the
+/// flow holds each time bytes are taken.
 final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
     weak var events: ByteStreamEvents?
     private let outbound: VLESSOutbound
