@@ -110,6 +110,10 @@ public protocol ByteStream: AnyObject {
     func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer?
     /// The first `n` bytes of the space `writeSpace` gave are written.
     func commitWrite(_ n: Int)
+    /// Asks for one `streamWritable` once the peer has taken (acknowledged) some of the bytes
+    /// written here, even if no write was refused: a flow budget that stopped the other end's
+    /// reads looks again then. An end that holds no such bytes ignores it.
+    func notifyWhenTaken()
     /// Backpressure towards the peer: while off, no streamReadable arrives.
     func setReadInterest(_ on: Bool)
     /// Half-close: no more bytes from this side.
@@ -123,6 +127,7 @@ public protocol ByteStream: AnyObject {
 extension ByteStream {
     public var writeRoom: Int { Int.max }
     public var heldBytes: Int { 0 }
+    public func notifyWhenTaken() {}
     public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? { nil }
     public func consume(_ n: Int) {}
     public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { nil }

@@ -240,10 +240,20 @@ final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
     func budgetPause(_ paused: Bool) {
         budgetPaused = paused
         inner?.setReadInterest(readWanted && !paused)
+        // The app's next ACK brings the splice back here (streamWritable, then a read): the
+        // budget looks again at once instead of on its next recheck.
+        if paused { appEnd?.notifyWhenTaken() }
     }
 
     private func spent() {
         if let b = budget { outbound.runtime.readBudget.update(b) }
+    }
+
+    /// A read while stopped (the splice came back because the app took bytes): ask again.
+    private func recheckIfStopped() {
+        guard budgetPaused else { return }
+        spent()
+        if budgetPaused { appEnd?.notifyWhenTaken() }
     }
 
     private func count(_ f: VLESSOutbound.Failure, _ detail: String) {
@@ -389,6 +399,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard let inner else { return failure.map { .failed($0) } ?? .eof }
+        recheckIfStopped()
         if !responded, let r = readResponse(inner) { return r }
         let r = inner.read(into: buffer)
         switch r {
@@ -404,6 +415,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
     func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count n: inout Int) -> StreamReadResult? {
         n = 0
         guard let inner else { return failure.map { .failed($0) } ?? .eof }
+        recheckIfStopped()
         if !responded, let r = readResponse(inner) { return r }
         let r = inner.peek(iov, max: max, count: &n)
         if case .failed = r { count(.broken, "read failed") }

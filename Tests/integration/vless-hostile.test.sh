@@ -78,7 +78,7 @@ sed -i '/^default: direct$/d' "$CFG"
     echo "default: v"
 } >>"$CFG"
 
-CASES="udp-burst unread-rss unread-intact stop"
+CASES="udp-burst unread-rss reader-beside-unread unread-intact stop"
 require_loft "$CFG" $CASES || exit 1
 
 # expect NAME CONDITION MESSAGE: PASS if CONDITION (evaluated) holds, else FAIL with MESSAGE.
@@ -209,6 +209,26 @@ grown=$(((peak - rss0) / 1024))
 note "unread-rss: $connected flows; loft RSS ${rss0} KiB before, peak ${peak} KiB (+${grown} MiB), bound +$RSS_BOUND_MIB MiB"
 expect unread-rss "[ '${connected:-0}' = $UNREAD_FLOWS ] && [ $grown -lt $RSS_BOUND_MIB ]" \
     "$connected of $UNREAD_FLOWS flows connected; RSS grew ${grown} MiB (${rss0} -> ${peak} KiB), bound $RSS_BOUND_MIB MiB"
+# Beside them (the sum over the budget, the unread flows stopped), a flow whose app reads
+# still gets its 2 MiB, intact, in a few seconds: the flows that hold the most wait, not it.
+cat >"$T_DIR/reader.py" <<'EOF2'
+import hashlib, socket, sys, time
+t0 = time.time()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+h = hashlib.sha256()
+n = 0
+while True:
+    b = s.recv(1 << 20)
+    if not b:
+        break
+    h.update(b)
+    n += len(b)
+print(h.hexdigest(), n, int((time.time() - t0) * 1000))
+EOF2
+read -r rsha rbytes rms < <(timeout 60 ip netns exec "$APP_NS" python3 "$T_DIR/reader.py" "$SRV4" $FAST 2>&1)
+note "reader-beside-unread: $rbytes bytes in $rms ms"
+expect reader-beside-unread "[ '$rsha' = '$FAST_SHA' ] && [ '${rms:-99999}' -lt 10000 ]" \
+    "sha $rsha, $rbytes bytes in $rms ms (want $FAST_SHA within 10 s)"
 touch "$T_DIR/go"
 wait $UPID
 good=$(tail -1 "$T_DIR/unread.out")
