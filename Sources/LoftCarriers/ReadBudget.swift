@@ -17,9 +17,9 @@ public protocol ReadBudgetMember: AnyObject {
 /// `limit`. While the sum is over it, a flow that holds at least its share
 /// (`limit / members`) stops reading from its server when it next reads; flows that hold less
 /// go on (so a new flow still gets its first bytes). A timer on the loop's heap asks every
-/// flow again every `recheckMs` while some are stopped, and lets a stopped one read again once
-/// it holds less than half its share (its app has taken bytes), or once the sum is under the
-/// limit (flows ended, apps read). So the flows that hold the most wait, and what all hold
+/// flow again every `recheckMs` while some are stopped (and a stopped member may ask sooner
+/// with `update`, when its app took bytes), and lets a stopped one read again once it holds
+/// less than half its share, or once the sum is under the limit (flows ended, apps read). So the flows that hold the most wait, and what all hold
 /// stays under twice the limit, plus one read (a TLS record, 16 KiB) per flow: the flows
 /// over their share hold what they held when the sum passed the limit, the others less than
 /// their share each.

@@ -72,7 +72,16 @@ final class ReadBudgetTests: XCTestCase {
         reader.held = 300
         b.update(r)
         XCTAssertTrue(reader.paused)
-        reader.held = 100              // its app read: under half its share (250 / 2)
+        reader.held = 200              // its app read, not enough: still at least half its share
+        b.update(r)
+        XCTAssertTrue(reader.paused)
+        reader.held = 100              // under half its share (250 / 2): an update resumes it at once
+        b.update(r)
+        XCTAssertFalse(reader.paused)
+        reader.held = 300
+        b.update(r)
+        XCTAssertTrue(reader.paused, "stopped again")
+        reader.held = 100              // this time the recheck finds it
         var stop = false
         _ = loop.schedule(after: 200) { stop = true }
         while !stop { loop.runOnce(timeoutMs: 50) }
