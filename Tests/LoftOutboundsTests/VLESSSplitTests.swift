@@ -7,7 +7,7 @@ import XCTest
 @testable import LoftOutbounds
 
 /// A VLESS server of our own on 127.0.0.1 (TLS with the test PKI) for UDP associations: each
-/// connection's first datagram names a split point `k` (2 bytes); the server answers with
+/// connection's first datagram names a split point `k` (4 bytes); the server answers with
 /// `reply` (the response header and frames) in two TLS records, the first `k` bytes, then,
 /// `gapMs` later, the rest. So every byte position of the reply is, on some connection, where
 /// one read ends and the next begins.
@@ -20,8 +20,8 @@ final class SplitVLESSServer: IOHandler, TLSConnectionOwner {
     let gapMs: UInt64
     private var conns: [ObjectIdentifier: (conn: TLSConnection, got: [UInt8], answered: Bool)] = [:]
     private var timers: [TimerHandle] = []
-    /// Request header (IPv4 destination) and one 2-byte frame.
-    static let requestBytes = 26 + 2 + 2
+    /// Request header (IPv4 destination) and one 4-byte frame.
+    static let requestBytes = 26 + 2 + 4
 
     init(runtime: CarrierRuntime, reply: [UInt8], gapMs: UInt64) throws {
         self.runtime = runtime
@@ -67,7 +67,7 @@ final class SplitVLESSServer: IOHandler, TLSConnectionOwner {
         defer { conns[id] = e }
         guard !e.answered, e.got.count >= Self.requestBytes else { return }
         e.answered = true
-        let k = min(Int(e.got[28]) << 8 | Int(e.got[29]), reply.count)
+        let k = min(e.got[28..<32].reduce(0) { $0 << 8 | Int($1) }, reply.count)
         send(c, reply[0..<k])
         timers.append(runtime.after(gapMs) { [weak self, weak c] in
             guard let self, let c else { return }
@@ -92,15 +92,20 @@ final class VLESSSplitTests: XCTestCase {
 
     func testAssociationTakesFramesSplitAtEveryByteAcrossTLSRecords() throws {
         let sc = try Scenario()
-        // The response header, then frames: short ones, an empty one, and one of 20,000 bytes
-        // (which itself spans two records of 16 KiB).
+        // The response header, then frames: short ones, an empty one, one of 20,000 bytes
+        // (which itself spans two records of 16 KiB) and the largest, 65,535 bytes (larger
+        // than the TLS end's 64 KiB input buffer).
         let payloads: [[UInt8]] = [[7, 7, 7], [], [9], (0..<40).map { UInt8($0) },
-                                   (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }]
+                                   (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* 31) },
+                                   (0..<65_535).map { UInt8(truncatingIfNeeded: $0 &* 17) }]
         var reply: [UInt8] = [0, 0]
         for p in payloads { reply += [UInt8(p.count >> 8), UInt8(p.count & 0xff)] + p }
-        let small = reply.count - 20_000
-        // Every position through the short frames and the long frame's header, a few inside it.
-        let splits = Array(0...(small + 1)) + [small + 2, small + 1000, small + 16_000, reply.count - 1]
+        let small = reply.count - 20_002 - 65_537
+        let last = reply.count - 65_537
+        // Every position through the short frames and the long frame's header, a few inside
+        // the long ones and at their edges.
+        let splits = Array(0...(small + 1)) + [small + 2, small + 1000, small + 16_000, last - 1, last, last + 1,
+                                               last + 2, last + 40_000, reply.count - 1]
         let server = try SplitVLESSServer(runtime: sc.runtime, reply: reply, gapMs: 30)
         let o = try VLESSOutbound(name: "v", loop: sc.loop, runtime: sc.runtime,
                                   options: VLESSOptions(host: "127.0.0.1", port: server.port, uuid: uuid,
@@ -112,7 +117,8 @@ final class VLESSSplitTests: XCTestCase {
                 for k in splits {
                     let p = DatagramProbe()
                     let a = o.openAssociation(events: p)!
-                    _ = [UInt8(k >> 8), UInt8(k & 0xff)].withUnsafeBytes { a.send($0, to: .ip(self.destination)) }
+                    let four = [UInt8(k >> 24), UInt8(k >> 16 & 0xff), UInt8(k >> 8 & 0xff), UInt8(k & 0xff)]
+                    _ = four.withUnsafeBytes { a.send($0, to: .ip(self.destination)) }
                     probes.append(p)
                     associations.append(a)
                 }
