@@ -4,9 +4,11 @@
 #  - udp-burst: a cold burst of 25 datagrams of 1,200 bytes to a UDP echo through v2ray, three
 #    times (a new app socket, so a new association and TLS connection, each time): the echoes
 #    come back in frames that span TLS records; nearly all must arrive, and a later probe too.
-#  - unread-rss: UNREAD_FLOWS TCP flows to a server that sends UNREAD_BYTES at once each, the
-#    app reading none of it: loft's RSS (VmRSS) must stay under a bound (the flow budget,
-#    docs/vless.md); then the app reads and every flow's bytes arrive intact (SHA-256).
+#  - unread-rss: UNREAD_FLOWS (300) TCP flows to a server that sends UNREAD_BYTES (2 MiB) at
+#    once each, the app reading none of it: loft's RSS (VmRSS) must stay under a bound (the
+#    read budget, docs/vless.md); reader-beside-unread: one more flow, read, gets its bytes
+#    intact within 10 s meanwhile; unread-intact: then the app reads every flow to its end and
+#    each one's bytes arrive intact (SHA-256).
 . "$(dirname "$0")/lib.sh"
 
 command -v v2ray >/dev/null || die "v2ray not installed (scripts/deps.sh)"
