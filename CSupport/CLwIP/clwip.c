@@ -300,6 +300,11 @@ uint32_t clwip_tcp_sndbuf(clwip_tcp *c) {
     return pcb->snd_buf < by_queue ? pcb->snd_buf : by_queue;
 }
 
+uint32_t clwip_tcp_queued(clwip_tcp *c) {
+    struct tcp_pcb *pcb = (struct tcp_pcb *)c;
+    return pcb->snd_lbb - pcb->lastack;
+}
+
 int clwip_tcp_write(clwip_tcp *c, const void *data, uint32_t len, int summed) {
     struct tcp_pcb *pcb = (struct tcp_pcb *)c;
     if (len > 0xFFFF) len = 0xFFFF;

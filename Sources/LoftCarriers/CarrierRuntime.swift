@@ -11,6 +11,8 @@ public final class CarrierRuntime {
     public let loop: EventLoop
     /// The loop's one resolver: the one given, or one made here.
     public let resolver: Resolver
+    /// What flows reading from servers may hold in memory together (ReadBudget).
+    public private(set) lazy var readBudget = ReadBudget(loop: loop)
     private var randomPool = [UInt8](repeating: 0, count: 4096)
     private var randomUsed = 4096
 

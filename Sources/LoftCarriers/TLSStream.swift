@@ -152,6 +152,10 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     // MARK: ByteStream
 
     private var buffered: Int { conn.map { $0.inEnd - $0.inStart } ?? 0 }
+    /// Decrypted bytes in the input buffer that the reader has not taken yet.
+    public var bufferedInput: Int { buffered }
+    /// The output buffer's bytes not yet taken by TLS.
+    public var heldBytes: Int { conn?.pending ?? 0 }
 
     public var writeRoom: Int {
         guard let c = conn, c.isOpen, !c.writeShut else { return 1 }   // broken: write says so

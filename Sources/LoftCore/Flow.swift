@@ -88,6 +88,10 @@ public protocol ByteStream: AnyObject {
     var events: ByteStreamEvents? { get set }
     /// Bytes the next `write` would take at least (Int.max: not known; write and see).
     var writeRoom: Int { get }
+    /// Bytes written to this end that it still holds in loft's memory: not sent yet, or sent
+    /// and not acknowledged (0: none, or they sit in a kernel buffer). A flow budget counts
+    /// them (docs/vless.md).
+    var heldBytes: Int { get }
     /// Takes as many bytes as it can now from the segments; returns the count (0: full, wait
     /// for streamWritable), or -1 when the connection is broken.
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int
@@ -106,6 +110,10 @@ public protocol ByteStream: AnyObject {
     func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer?
     /// The first `n` bytes of the space `writeSpace` gave are written.
     func commitWrite(_ n: Int)
+    /// Asks for one `streamWritable` once the peer has taken (acknowledged) some of the bytes
+    /// written here, even if no write was refused: a flow budget that stopped the other end's
+    /// reads looks again then. An end that holds no such bytes ignores it.
+    func notifyWhenTaken()
     /// Backpressure towards the peer: while off, no streamReadable arrives.
     func setReadInterest(_ on: Bool)
     /// Half-close: no more bytes from this side.
@@ -118,6 +126,8 @@ public protocol ByteStream: AnyObject {
 
 extension ByteStream {
     public var writeRoom: Int { Int.max }
+    public var heldBytes: Int { 0 }
+    public func notifyWhenTaken() {}
     public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? { nil }
     public func consume(_ n: Int) {}
     public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { nil }

@@ -115,6 +115,14 @@ public final class Splice: ByteStreamEvents {
         outPending.release()
     }
 
+    /// The end joined to `stream` (nil: `stream` is not one of this splice's ends, or the
+    /// other is not attached yet). An end that counts what the flow holds asks for it.
+    public func otherEnd(of stream: ByteStream) -> ByteStream? {
+        if stream === outStream { return inStream }
+        if stream === inStream { return outStream }
+        return nil
+    }
+
     public var isConnected: Bool { state == .connected || state == .relaying }
     public var isRelaying: Bool { state == .relaying }
     public var isFinished: Bool { state == .finished }

@@ -149,6 +149,12 @@ class LwipStream: ByteStream {
         return room
     }
 
+    /// lwIP's send queue: written, not yet sent or not yet acknowledged by the app.
+    var heldBytes: Int { pcb.map { Int(clwip_tcp_queued($0)) } ?? 0 }
+
+    /// The app's next ACK (lwIP's sent callback) brings a streamWritable.
+    func notifyWhenTaken() { if pcb != nil { wantWritable = true } }
+
     func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
         guard let pcb, failure == nil else { return -1 }
         var total = 0

@@ -89,7 +89,9 @@ final class VLESSDatagramConnection: ByteStreamEvents {
     private var queuedPayload = 0
     private var connected = false
     private var responded = false
-    private var response: [UInt8] = []
+    /// The start of the response header or of a frame, taken off the stream until its rest
+    /// comes (at most one frame: 65,537 bytes).
+    private var partial: [UInt8] = []
     private var lastActivity: UInt64
     private var idleTimer: TimerHandle?
     private var connectTimer: TimerHandle?
@@ -105,8 +107,8 @@ final class VLESSDatagramConnection: ByteStreamEvents {
     }
 
     func start() {
-        // A frame up to 65537 bytes must fit in the input buffer whole.
-        stream = outbound.dial(events: self, inputBytes: 80 * 1024)
+        // A frame need not fit in the input buffer: one split across reads waits in `partial`.
+        stream = outbound.dial(events: self)
         armIdle()
         // Datagrams keep the idle deadline away: a connection that never comes up needs its own.
         connectTimer = outbound.loop.schedule(after: outbound.options.connectTimeoutMs) { [weak self] in
@@ -189,40 +191,44 @@ final class VLESSDatagramConnection: ByteStreamEvents {
 
     func streamWritable(_: ByteStream) {}
 
+    /// Reads whole frames in place (zero-copy out of the TLS end's input buffer). What is left
+    /// behind the last whole frame (the start of the response header or of a frame whose rest
+    /// is in a later TLS record) is taken off the stream into `partial`: the TLS end stops
+    /// reading while its reader leaves bytes in it (TLSStream), so a frame's start left there
+    /// would wait for ever for its rest. `partial` takes only what completes its unit; the
+    /// bytes behind it are read in place again.
     func streamReadable(_: ByteStream) {
         guard let stream else { return }
         while !done {
             var iov = iovec()
             var n = 0
-            // The TLS end always peeks (its input buffer holds a whole frame).
             guard let r = stream.peek(&iov, max: 1, count: &n) else { return }
             switch r {
             case .data(let k) where k > 0:
                 let bytes = UnsafeRawBufferPointer(start: iov.iov_base, count: k)
-                var used = 0
-                if !responded {
-                    switch VLESS.parseResponse(bytes) {
-                    case .needMore: return
-                    case .bad(let why):
-                        outbound.failed(.badResponse, why)
-                        end()
-                        return
-                    case .done(_, let len):
-                        used = len
-                        responded = true
-                        outbound.responded()
-                    }
+                if !partial.isEmpty {
+                    // Complete the split unit first: at most what it still needs.
+                    guard let need = partialNeeds() else { return badResponse() }
+                    let t = min(need, k)
+                    partial.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[0..<t]))
+                    stream.consume(t)
+                    // A frame's length, once in, says how much more it needs.
+                    guard let still = partialNeeds() else { return badResponse() }
+                    if still > 0 { continue }
+                    let used = partial.withUnsafeBytes { take(whole: $0) }
+                    if done { return }
+                    assert(used == partial.count, "a completed unit is taken whole")
+                    partial.removeAll(keepingCapacity: true)
+                    continue
                 }
-                while !done {
-                    let rest = UnsafeRawBufferPointer(rebasing: bytes[used...])
-                    guard case .done(let range, let len) = VLESS.parseFrame(rest) else { break }
-                    lastActivity = outbound.loop.now
-                    association.received(UnsafeRawBufferPointer(rebasing: rest[range]), from: destination)
-                    used += len
-                }
+                let used = take(whole: bytes)
                 if done { return }
-                stream.consume(used)
-                if used < k { return }     // a frame's rest is still on its way
+                if used < k {
+                    // The start of a unit whose rest is on its way.
+                    partial.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[used...]))
+                    if partialNeeds() == nil { return badResponse() }
+                }
+                stream.consume(k)
             case .data, .wouldBlock:
                 return
             case .eof:
@@ -236,6 +242,45 @@ final class VLESSDatagramConnection: ByteStreamEvents {
                 return
             }
         }
+    }
+
+    /// Bytes the unit in `partial` (the response header until it came, then a frame) still
+    /// needs; nil when the response is not VLESS.
+    private func partialNeeds() -> Int? {
+        partial.withUnsafeBytes { responded ? VLESS.frameBytesNeeded($0) : VLESS.responseBytesNeeded($0) }
+    }
+
+    private func badResponse() {
+        let why = partial.first.map { "response version \($0)" } ?? "bad response"
+        outbound.failed(.badResponse, why)
+        end()
+    }
+
+    /// Takes the response header (until it came) and every whole frame at the start of
+    /// `bytes`, delivering each datagram; returns the bytes used (the rest is a unit's start).
+    private func take(whole bytes: UnsafeRawBufferPointer) -> Int {
+        var used = 0
+        if !responded {
+            switch VLESS.parseResponse(bytes) {
+            case .needMore: return 0
+            case .bad(let why):
+                outbound.failed(.badResponse, why)
+                end()
+                return 0
+            case .done(_, let len):
+                used = len
+                responded = true
+                outbound.responded()
+            }
+        }
+        while !done {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[used...])
+            guard case .done(let range, let len) = VLESS.parseFrame(rest) else { break }
+            lastActivity = outbound.loop.now
+            association.received(UnsafeRawBufferPointer(rebasing: rest[range]), from: destination)
+            used += len
+        }
+        return used
     }
 
     /// Gone: closed, and out of its association.

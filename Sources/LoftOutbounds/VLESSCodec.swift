@@ -171,6 +171,12 @@ public enum VLESS {
         return (UInt8(length >> 8), UInt8(length & 0xff))
     }
 
+    /// How many bytes a UDP frame still needs after `have`, its first bytes (0: complete).
+    public static func frameBytesNeeded(_ have: UnsafeRawBufferPointer) -> Int {
+        if have.count < 2 { return 2 - have.count }
+        return max(0, 2 + (Int(have[0]) << 8 | Int(have[1])) - have.count)
+    }
+
     /// The first UDP frame in `bytes`: its payload's range and the bytes it takes.
     public static func parseFrame(_ bytes: UnsafeRawBufferPointer) -> Parse<Range<Int>> {
         guard bytes.count >= 2 else { return .needMore }

@@ -161,12 +161,22 @@ public final class VLESSOutbound: Outbound {
 
 /// One TCP flow through a VLESS server: its end of the splice. Wraps the TLS connection's
 /// stream (`inner`), puts the request header in front of the first bytes written, and takes the
-/// response header off the front of the first bytes read. Every other call passes through.
-final class VLESSStream: ByteStream, ByteStreamEvents {
+/// response header off the front of the first bytes read. Every other call passes through,
+/// except that the loop's read budget may stop its reads (docs/vless.md): it counts what the
+/// flow holds each time bytes are taken.
+final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
     weak var events: ByteStreamEvents?
     private let outbound: VLESSOutbound
     private let loop: EventLoop
     private(set) var inner: ByteStream?
+    private weak var tls: TLSStream?
+    /// The splice's other end (the app's), where what this flow read waits for the app.
+    private weak var appEnd: ByteStream?
+    /// This flow's place in the loop's read budget (nil once it ended).
+    private var budget: ReadBudget.Entry?
+    /// Reads wanted by the driver, and stopped by the budget.
+    private var readWanted = true
+    private var budgetPaused = false
     private var header: [UInt8]
     private var headerSent = 0
     private var headerTimer: TimerHandle?
@@ -188,10 +198,14 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
         self.events = events
         outbound.meter.flows &+= 1
         outbound.meter.live += 1
+        budget = outbound.runtime.readBudget.join(self)
     }
 
     /// Starts on `inner`, a stream whose events come to this one.
-    func start(_ inner: ByteStream) { self.inner = inner }
+    func start(_ inner: ByteStream) {
+        self.inner = inner
+        tls = inner as? TLSStream
+    }
 
     deinit {
         if let h = headerTimer { loop.cancel(h) }
@@ -208,9 +222,38 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     }
 
     private func ended() {
+        if let b = budget { outbound.runtime.readBudget.leave(b); budget = nil }
         guard live else { return }
         live = false
         outbound.meter.live -= 1
+    }
+
+    // MARK: the read budget
+
+    /// Read from the server and not yet taken by the app: the TLS end's input buffer and the
+    /// app end's send queue.
+    func budgetHeld() -> Int {
+        if appEnd == nil { appEnd = (events as? Splice)?.otherEnd(of: self) }
+        return (tls?.bufferedInput ?? 0) + (appEnd?.heldBytes ?? 0)
+    }
+
+    func budgetPause(_ paused: Bool) {
+        budgetPaused = paused
+        inner?.setReadInterest(readWanted && !paused)
+        // The app's next ACK brings the splice back here (streamWritable, then a read): the
+        // budget looks again at once instead of on its next recheck.
+        if paused { appEnd?.notifyWhenTaken() }
+    }
+
+    private func spent() {
+        if let b = budget { outbound.runtime.readBudget.update(b) }
+    }
+
+    /// A read while stopped (the splice came back because the app took bytes): ask again.
+    private func recheckIfStopped() {
+        guard budgetPaused else { return }
+        spent()
+        if budgetPaused { appEnd?.notifyWhenTaken() }
     }
 
     private func count(_ f: VLESSOutbound.Failure, _ detail: String) {
@@ -356,10 +399,13 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard let inner else { return failure.map { .failed($0) } ?? .eof }
+        recheckIfStopped()
         if !responded, let r = readResponse(inner) { return r }
         let r = inner.read(into: buffer)
         switch r {
-        case .data(let n): outbound.meter.bytesDown &+= UInt64(n)
+        case .data(let n):
+            outbound.meter.bytesDown &+= UInt64(n)
+            spent()
         case .failed: count(.broken, "read failed")
         default: break
         }
@@ -369,6 +415,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count n: inout Int) -> StreamReadResult? {
         n = 0
         guard let inner else { return failure.map { .failed($0) } ?? .eof }
+        recheckIfStopped()
         if !responded, let r = readResponse(inner) { return r }
         let r = inner.peek(iov, max: max, count: &n)
         if case .failed = r { count(.broken, "read failed") }
@@ -378,9 +425,13 @@ final class VLESSStream: ByteStream, ByteStreamEvents {
     func consume(_ n: Int) {
         inner?.consume(n)
         outbound.meter.bytesDown &+= UInt64(n)
+        spent()
     }
 
-    func setReadInterest(_ on: Bool) { inner?.setReadInterest(on) }
+    func setReadInterest(_ on: Bool) {
+        readWanted = on
+        inner?.setReadInterest(on && !budgetPaused)
+    }
 
     func shutdownWrite() {
         guard let inner else { return }

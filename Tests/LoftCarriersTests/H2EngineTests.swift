@@ -194,6 +194,39 @@ final class H2EngineTests: XCTestCase {
         XCTAssertEqual(m + 9 * ((m + 65535) / 65536), q.sOut.bytes.count, "payload copied once, 9 header bytes per frame")
     }
 
+    /// The engine's framed reader (nghttp2) with its input split into two receives at every
+    /// byte position of a run of DATA frames (two writes: 5 and 300 bytes, so two frames with
+    /// their 9-byte headers): every byte comes out exact and in order (issue 28: any framed
+    /// reader on any stream). One session, the same run again for each split.
+    func testReceiveSplitAtEveryByte() {
+        let p = EnginePair()
+        p.open()
+        let a = (0..<5).map { UInt8($0 + 1) }
+        let b = (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        var wireCount: Int?
+        var k = 0
+        var expected: [UInt8] = []
+        while k <= (wireCount ?? 0) {
+            XCTAssertEqual(a.withUnsafeBytes { p.client.write($0) }, a.count)
+            XCTAssertEqual(b.withUnsafeBytes { p.client.write($0) }, b.count)
+            p.client.pump()
+            let wire = p.cOut.take()
+            if wireCount == nil { wireCount = wire.count }
+            XCTAssertEqual(wire.count, wireCount, "the same frames each time")
+            expected += a + b
+            let cut = min(k, wire.count)
+            let first = wire[0..<cut].withUnsafeBytes { p.server.receive($0) }
+            let second = wire[cut...].withUnsafeBytes { p.server.receive($0) }
+            XCTAssertEqual(first, cut, "split at byte \(k): first read")
+            XCTAssertEqual(second, wire.count - cut, "split at byte \(k): second read")
+            XCTAssertTrue(p.sRec.received == expected, "split at byte \(k) of \(wire.count)")
+            p.run()
+            k += 1
+        }
+        XCTAssertEqual(wireCount, 2 * 9 + a.count + b.count)
+        XCTAssertTrue(p.sRec.events.allSatisfy { !$0.hasPrefix("reset") && !$0.hasPrefix("goaway") })
+    }
+
     /// A reader that pauses keeps the rest of the input unprocessed until the next receive.
     func testPausedReceiveLeavesTheRest() {
         let p = EnginePair()

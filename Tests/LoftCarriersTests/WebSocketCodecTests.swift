@@ -150,6 +150,43 @@ final class WebSocketCodecTests: XCTestCase {
         }
     }
 
+    /// Frames of every length form (7-bit, 16-bit, 64-bit), a control frame between them and a
+    /// close, split into two reads at every byte position, the decoder working in the buffer
+    /// as WSCarrier does (the bytes it has not used stay in front of the next read's): the data
+    /// and events come out exact (issue 28: any framed reader on any stream).
+    func testDecoderSplitAtEveryByte() {
+        let long = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 3) }
+        let mid = (0..<300).map { UInt8(truncatingIfNeeded: $0) }
+        let bytes = frame(WSOpcode.binary, [1, 2, 3]) + frame(WSOpcode.ping, [4, 5]) + frame(WSOpcode.binary, mid, fin: false)
+            + frame(WSOpcode.continuation, []) + frame(WSOpcode.binary, long) + frame(WSOpcode.close, [0x03, 0xE8])
+        // Every position through the first frames and the long frame's header, a few inside it.
+        let head = bytes.count - long.count - 4
+        for k in Array(0...head) + [head + 1000, bytes.count - 5, bytes.count - 1, bytes.count] {
+            var d = WSDecoder(role: .server)
+            var buf = [UInt8]()
+            var pos = 0
+            var data = [UInt8]()
+            var events: [WSDecoder.Event] = []
+            var ended = false
+            for piece in [bytes[0..<k], bytes[k...]] where !ended {
+                buf += piece
+                loop: while true {
+                    let e = buf.withUnsafeMutableBytes { d.next($0, &pos) }
+                    switch e {
+                    case .needMore: break loop
+                    case .data(let r): data += buf[r]
+                    default:
+                        events.append(e)
+                        if case .close = e { ended = true; break loop }
+                        if case .failure = e { ended = true; break loop }
+                    }
+                }
+            }
+            XCTAssertTrue(data == [1, 2, 3] + mid + long, "split at byte \(k) of \(bytes.count)")
+            XCTAssertEqual(events, [.ping([4, 5]), .close(code: 1000, reason: "")], "split at byte \(k)")
+        }
+    }
+
     func testDecoderAcceptsFragmentedBinaryWithInterleavedControl() {
         let bytes = frame(WSOpcode.binary, [1, 2], fin: false) + frame(WSOpcode.pong, [7]) + frame(WSOpcode.continuation, [3], fin: false)
             + frame(WSOpcode.continuation, [4], fin: true) + frame(WSOpcode.close, [0x03, 0xE8] + Array("bye".utf8))

@@ -2,7 +2,7 @@
 // the rest is fed to: 0 a request header (encode and parse again give the same request; an
 // address one without addons encodes back to its bytes), 1 a response header (parse and
 // responseBytesNeeded agree), 2 a run of UDP frames (every payload range inside the input,
-// progress on every frame), 3 a UUID text.
+// progress on every frame, frameBytesNeeded agrees for every frame's start and the tail), 3 a UUID text.
 import LoftCore
 import LoftOutbounds
 
@@ -40,8 +40,18 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         var frames = 0
         while frames < 100_000, case .done(let range, let n) = VLESS.parseFrame(rest) {
             precondition(n >= 2 && n <= rest.count && range.upperBound == n && range.lowerBound == 2)
+            precondition(VLESS.frameBytesNeeded(rest) == 0, "a whole frame needs no more bytes")
+            // Every prefix of the frame (its start in one read) needs exactly the rest.
+            for cut in [0, 1, 2, n - 1] where cut < n {
+                precondition(VLESS.frameBytesNeeded(UnsafeRawBufferPointer(rebasing: rest[0..<cut])) == (cut < 2 ? 2 - cut : n - cut))
+            }
             rest = UnsafeRawBufferPointer(rebasing: rest[n...])
             frames += 1
+        }
+        // What is left is a frame's start: needed and present make up the frame.
+        if frames < 100_000, rest.count >= 2 {
+            let need = VLESS.frameBytesNeeded(rest)
+            precondition(need > 0 && rest.count + need == 2 + (Int(rest[0]) << 8 | Int(rest[1])))
         }
     default:
         let text = String(decoding: body, as: UTF8.self)

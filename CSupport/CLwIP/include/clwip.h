@@ -95,6 +95,8 @@ uint32_t clwip_check_timeouts(void);
 // TCP
 /// Bytes that fit in the send buffer right now (0 also when the segment queue is full).
 uint32_t clwip_tcp_sndbuf(clwip_tcp *pcb);
+/// Bytes written and held in the send queue: not sent yet, or sent and not acknowledged.
+uint32_t clwip_tcp_queued(clwip_tcp *pcb);
 /// Copies data into the send buffer. Returns 0, or a negative lwIP error (ERR_MEM = -1).
 /// `summed` 0: the payload is not checksummed as it is copied, for connections whose segments
 /// leave with a partial checksum the kernel completes (the TUN's offload); the segments'
