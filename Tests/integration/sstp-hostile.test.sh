@@ -137,7 +137,11 @@ print(' '.join(map(str, ok)))" 2>&1)
 
     # --- 5: a server that floods and stops reading: loft's replies wait at most 256 KiB, the
     # rest are dropped and counted, and the link ends; loft's memory stays flat.
+    # Each with a fresh loft (memory a process once had shows in its RSS for good).
     for kind in echo reject; do
+        redial_to
+        loft_stop TERM
+        if ! loft_start "$CFG" || ! wait_up 1; then fail flood-$kind "loft did not start or come up"; continue; fi
         n=$(ups)
         rss0=$(rss_kb)
         peak=$rss0
