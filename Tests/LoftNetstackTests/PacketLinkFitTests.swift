@@ -81,6 +81,34 @@ final class PacketLinkFitTests: XCTestCase {
         XCTAssertTrue(p.packets.isEmpty)
     }
 
+    /// IPv6: fragments carry a fragment header (RFC 8200 4.5) with a 32-bit id.
+    func testIPv6LaterFragmentsFollowTheFirst() {
+        let p = TestPacketOutbound()
+        let h = harness(p)
+        defer { h.shutdown() }
+        let src = Endpoint(IPAddress("fd00:18::2")!, 40000), dst = Endpoint(IPAddress("fd00:19::1")!, 9101)
+        let udp = udpPacket(from: src, to: dst, payload: pattern(3000))   // 40 + 8 + 3000
+        let body = Array(udp[40...])   // the fragmentable part: the UDP header and payload
+        var frags: [[UInt8]] = []
+        var at = 0
+        while at < body.count {
+            let n = min(1448, body.count - at)
+            let more = at + n < body.count
+            var f = Array(udp[0..<40])
+            f[4] = UInt8((8 + n) >> 8); f[5] = UInt8((8 + n) & 0xFF)
+            f[6] = 44
+            let off = UInt16(at / 8) << 3 | (more ? 1 : 0)
+            f += [IPProtocol.udp, 0, UInt8(off >> 8), UInt8(off & 0xFF), 0xCA, 0xFE, 0x00, 0x07]
+            f += body[at..<(at + n)]
+            frags.append(f)
+            at += n
+        }
+        XCTAssertEqual(frags.count, 3)
+        h.send(batch: frags)
+        XCTAssertEqual(p.packets, frags)
+        XCTAssertTrue(h.takePackets().isEmpty)
+    }
+
     func testWhatLeavesFitsASmallerLink() {
         let p = SmallLinkOutbound(mtu: 1000)
         let h = harness(p)

@@ -29,6 +29,8 @@ tun:
   ipv4: 198.18.0.1/30
   ipv6: fd00:18::1/126
   route-all: true
+socks5: off
+bridge: off
 outbounds:
   - name: corp
     type: sstp
@@ -138,14 +140,16 @@ print(' '.join(map(str, ok)))" 2>&1)
     # --- 5: a server that floods and stops reading: loft's replies wait at most 256 KiB, the
     # rest are dropped and counted, and the link ends; loft's memory stays flat.
     # Each with a fresh loft (memory a process once had shows in its RSS for good).
-    for kind in echo reject; do
+    # (Protocol-Rejects quote at most the server's MRU: twice the frames.)
+    for flood in echo:10000 reject:20000; do
+        kind=${flood%%:*}
         redial_to
         loft_stop TERM
         if ! loft_start "$CFG" || ! wait_up 1; then fail flood-$kind "loft did not start or come up"; continue; fi
         n=$(ups)
         rss0=$(rss_kb)
         peak=$rss0
-        redial_to --flood $kind:10000
+        redial_to --flood $flood
         wait_up $((n + 1))
         for i in $(seq 40); do
             r=$(rss_kb); [ "${r:-0}" -gt "$peak" ] && peak=$r
@@ -156,7 +160,7 @@ print(' '.join(map(str, ok)))" 2>&1)
         down=$(grep -c 'event=sstp.down.*does not read' "$LOFT_LOG")
         if [ "$grown" -lt 6 ] && [ "$down" -ge 1 ]; then pass flood-$kind
         else fail flood-$kind "RSS $rss0 -> $peak kB (+$grown MiB), down-lines $down; $(grep -E '^flood' "$RESP_LOG" | tail -1)"; fi
-        note "flood $kind:10000 (4000 bytes each, not read): RSS ${rss0} kB -> peak ${peak} kB; $(grep -E '^flood' "$RESP_LOG" | tail -1)"
+        note "flood $flood (4000 bytes each, not read): RSS ${rss0} kB -> peak ${peak} kB; $(grep -E '^flood' "$RESP_LOG" | tail -1)"
     done
 
     # --- 11: LCP renegotiated 300 ms after every up: loft redials with a growing backoff and
