@@ -196,8 +196,10 @@ enum Application {
         // competes: a holder, if any, owns the overlay), and its packets come back to the TUN.
         if let tun, !runtime.sstps.isEmpty { netstack.packetModeInput = tun.inputIndex }
         for (i, sstp) in runtime.sstps.enumerated() {
-            // IPCP never puts an address the TUN already has on it (HostAddress.problem).
-            sstp.reservedAddresses = [config.tun?.ipv4, config.tun?.ipv6].compactMap { $0?.address }
+            // IPCP never puts an address the TUN already has on it (HostAddress.problem); the
+            // TUN's own address as /32 is what IPCP's goes on as, no change, and passes.
+            sstp.reservedAddresses = [config.tun?.ipv4, config.tun?.ipv6].compactMap { $0 }
+                .filter { !($0.address.isIPv4 && $0.length == 32) }.map(\.address)
             if let tun {
                 if i == 0 && runtime.holders.isEmpty {
                     sstp.onLink = { [unowned tun] link in
