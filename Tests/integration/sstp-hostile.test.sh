@@ -65,6 +65,12 @@ wait_up() {
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$LOFT_PID/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$LOFT_PID/stat"; }
 tun_mtu() { ip -n "$APP_NS" link show dev "$TUN_NAME" | sed -n 's/.* mtu \([0-9]*\) .*/\1/p'; }
+reply_drops() {
+    "$LOFT_BIN" status --json -c "$CFG" 2>/dev/null | python3 -c '
+import json, sys
+o = next(x for x in json.load(sys.stdin)["outbounds"] if x["name"] == "corp")
+print(o.get("counters", {}).get("reply-drops", 0))' 2>/dev/null
+}
 tun_addrs() { ip -n "$APP_NS" -4 addr show dev "$TUN_NAME" | awk '/inet / {print $2}' | tr '\n' ' '; }
 
 CASES="hostile-up udp-fragments ping-fragmented bad-address-127.0.0.1 bad-address-224.0.0.1
@@ -158,9 +164,10 @@ print(' '.join(map(str, ok)))" 2>&1)
         done
         grown=$(((peak - rss0) / 1024))
         down=$(grep -c 'event=sstp.down.*does not read' "$LOFT_LOG")
-        if [ "$grown" -lt 6 ] && [ "$down" -ge 1 ]; then pass flood-$kind
-        else fail flood-$kind "RSS $rss0 -> $peak kB (+$grown MiB), down-lines $down; $(grep -E '^flood' "$RESP_LOG" | tail -1)"; fi
-        note "flood $flood (4000 bytes each, not read): RSS ${rss0} kB -> peak ${peak} kB; $(grep -E '^flood' "$RESP_LOG" | tail -1)"
+        rd=$(reply_drops)
+        if [ "$grown" -lt 6 ] && [ "$down" -ge 1 ] && [ "${rd:-0}" -ge 256 ]; then pass flood-$kind
+        else fail flood-$kind "RSS $rss0 -> $peak kB (+$grown MiB), down-lines $down, reply-drops ${rd:-?}; $(grep -E '^flood' "$RESP_LOG" | tail -1)"; fi
+        note "flood $flood (4000 bytes each, not read): RSS ${rss0} kB -> peak ${peak} kB, reply-drops ${rd:-?}; $(grep -E '^flood' "$RESP_LOG" | tail -1)"
     done
 
     # --- 11: LCP renegotiated 300 ms after every up: loft redials with a growing backoff and
