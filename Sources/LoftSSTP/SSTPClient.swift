@@ -421,7 +421,14 @@ public final class SSTPClient {
             if lcp.opened && phase != .lcp {
                 return fail(.protocolError("the server restarted LCP after the link was open"))
             }
-            let (code, reply, accepted) = SSTPClient.evaluateLCP(options, auth: settings.auth, magic: magic)
+            var (code, reply, accepted) = SSTPClient.evaluateLCP(options, auth: settings.auth, magic: magic)
+            if code == .configureNak && lcp.naks >= settings.maxFailure && !accepted.authRefused {
+                // Max-Failure (RFC 1661 4.6): Naks that did not converge become a Reject of
+                // the options (MRU, Magic-Number); the authentication protocol cannot be, below.
+                let naked = Set(reply.map(\.type))
+                code = .configureReject
+                reply = options.filter { naked.contains($0.type) }
+            }
             ppp(PPP.lcp, PPP.Packet(code: code.rawValue, id: p.id, data: PPP.encodeOptions(reply) ?? []))
             if code == .configureAck {
                 lcp.theirs = true

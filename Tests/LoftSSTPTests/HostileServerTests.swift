@@ -97,4 +97,24 @@ import LoftCore
         #expect(s.rec.ups.isEmpty)
         #expect(s.rec.ends == [.protocolError("IPCP did not converge: the server refused 5 Configure-Requests in a row; it offered 198.18.0.1 (an address the TUN already has) as loft's address, which loft does not take")])
     }
+
+    /// The server asks for an MRU below 576 again and again: 5 Naks (Max-Failure), then the
+    /// option is Rejected (RFC 1661 4.6), and a request without it is Acked.
+    @Test func nakedOptionsBecomeARejectAfterMaxFailure() {
+        var s = ScriptedServer(auth: [.pap])
+        s.client.start(now: s.now)
+        s.feed(Array("HTTP/1.1 200 OK\r\n\r\n".utf8))
+        s.send(SSTP.ControlMessage(.callConnectAck, [SSTP.BindingRequest(hashBitmask: SSTP.hashSHA256, nonce: ScriptedServer.nonce).attribute]))
+        _ = s.take()
+        let small = PPP.encodeOptions([.u16(PPP.LCPOption.mru, 500), PPP.Option(type: PPP.LCPOption.authProtocol, data: [0xC0, 0x23])])!
+        var codes: [UInt8] = []
+        for id in 1...6 {
+            s.send(PPP.lcp, PPP.Packet(.configureRequest, id: UInt8(id), data: small))
+            codes += s.take().ppp.compactMap { $0.0 == PPP.lcp ? $0.1?.code : nil }
+        }
+        #expect(codes == [3, 3, 3, 3, 3, 4])
+        s.send(PPP.lcp, PPP.Packet(.configureRequest, id: 7, data: [3, 4, 0xC0, 0x23]))
+        #expect(s.take().ppp.first?.1 == PPP.Packet(.configureAck, id: 7, data: [3, 4, 0xC0, 0x23]))
+        #expect(s.rec.ends.isEmpty)
+    }
 }
