@@ -175,10 +175,15 @@ public protocol PacketOutbound: Outbound {
     /// outbound's `openStream`/`openAssociation` hand it to its fallback (direct). With `hold`
     /// it stays true: the flow's packets are refused (and counted) by `sendPacket`.
     var takesNewFlows: Bool { get }
+    /// The largest IP packet the link carries now (sstp: the server's MRU, at most 4087). A
+    /// packet flow's TCP segments are cut to it and its SYNs' MSS lowered to fit; a larger IPv4
+    /// datagram is fragmented (or, with DF, answered with ICMP fragmentation-needed).
+    var linkMTU: Int { get }
 }
 
 extension PacketOutbound {
     public var takesNewFlows: Bool { true }
+    public var linkMTU: Int { 65535 }
 }
 
 /// TCP connections loft opens itself over a packet outbound's link, so that streams routed to

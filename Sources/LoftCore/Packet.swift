@@ -222,6 +222,29 @@ public struct PacketSummary: Sendable {
 }
 
 extension PacketSummary {
+    /// The identification of the datagram a fragment belongs to (IPv4's 16-bit field, IPv6's
+    /// fragment header's 32 bits); nil when the packet is not a fragment. Fragments of one
+    /// datagram share it with their source, destination and protocol (RFC 791, RFC 8200 4.5).
+    public func fragmentID(_ p: UnsafeRawBufferPointer) -> UInt32? {
+        if version == 4 {
+            guard p.count >= 20, isFragmented(p) else { return nil }
+            return UInt32(p[4]) << 8 | UInt32(p[5])
+        }
+        guard p.count >= 48 else { return nil }
+        var next = p[6]
+        var off = 40
+        while off + 8 <= p.count {
+            switch next {
+            case 44: return UInt32(p[off + 4]) << 24 | UInt32(p[off + 5]) << 16 | UInt32(p[off + 6]) << 8 | UInt32(p[off + 7])
+            case 0, 43, 60:
+                next = p[off]
+                off += (Int(p[off + 1]) + 1) * 8
+            default: return nil
+            }
+        }
+        return nil
+    }
+
     /// Whether the packet is (part of) a fragmented datagram.
     public func isFragmented(_ p: UnsafeRawBufferPointer) -> Bool {
         if isLaterFragment { return true }

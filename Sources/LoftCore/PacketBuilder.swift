@@ -58,6 +58,21 @@ public enum PacketBuilder {
                         proto: v4 ? IPProtocol.icmp : IPProtocol.icmpv6, payload: icmp)
     }
 
+    /// ICMP "fragmentation needed and DF set" (type 3, code 4, RFC 1191) for an IPv4 packet
+    /// larger than the link's `mtu`, quoting its header and first 8 bytes of payload: the app's
+    /// kernel learns the path MTU and sends smaller packets.
+    public static func fragmentationNeeded(_ original: UnsafeRawBufferPointer, summary s: PacketSummary, mtu: Int) -> [UInt8] {
+        let quote = min(original.count, s.transportOffset + 8)
+        var icmp = [UInt8](repeating: 0, count: 8 + quote)
+        icmp[0] = 3
+        icmp[1] = 4
+        put16(&icmp, 6, UInt16(clamping: mtu))
+        for i in 0..<quote { icmp[8 + i] = original[i] }
+        let sum = icmp.withUnsafeBytes { InternetChecksum.of($0) }
+        put16(&icmp, 2, sum)
+        return ipPacket(source: s.destination, destination: s.source, proto: IPProtocol.icmp, payload: icmp)
+    }
+
     /// Wraps a transport payload in a minimal IPv4 or IPv6 header (TTL/hop limit 64).
     public static func ipPacket(source: IPAddress, destination: IPAddress, proto: UInt8, payload: [UInt8]) -> [UInt8] {
         if source.isIPv4 {

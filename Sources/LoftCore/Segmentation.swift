@@ -38,6 +38,45 @@ public enum TCPSegmentation {
 
 }
 
+/// Fragments an IPv4 datagram larger than a link's MTU (RFC 791 3.2): each fragment gets the
+/// original header (options included) with its own total length, fragment offset, MF flag and
+/// header checksum; the payload is cut at multiples of 8 bytes. A fragment is cut again with
+/// its offset kept. Used where a packet link carries less than the TUN's MTU (sstp with a server
+/// MRU below IPv6's minimum of 1280, which the TUN keeps).
+public enum IPv4Fragmentation {
+    /// Calls `body` with each fragment of `packet`, each at most `maxPacket` bytes. False (and
+    /// no call) when it fits already, is not IPv4, has DF set, or the header leaves no room.
+    @discardableResult
+    public static func split(_ packet: UnsafeRawBufferPointer, maxPacket: Int, scratch: UnsafeMutableRawBufferPointer,
+                             _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        guard packet.count > maxPacket, packet.count >= 20, packet[0] >> 4 == 4, packet[6] & 0x40 == 0 else { return false }
+        let h = Int(packet[0] & 0x0F) * 4
+        let step = (min(maxPacket, scratch.count) - h) & ~7
+        guard h >= 20, h < packet.count, step >= 8 else { return false }
+        let field = Int(packet[6]) << 8 | Int(packet[7])
+        let base = field & 0x1FFF
+        let moreAfter = field & 0x2000 != 0
+        var at = h
+        while at < packet.count {
+            let n = min(step, packet.count - at)
+            let last = at + n == packet.count
+            let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<(h + n)])
+            out.copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[0..<h]))
+            UnsafeMutableRawBufferPointer(rebasing: out[h...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[at..<(at + n)]))
+            let total = h + n
+            out[2] = UInt8(total >> 8); out[3] = UInt8(total & 0xFF)
+            let f = (base + (at - h) / 8) | (last && !moreAfter ? 0 : 0x2000)
+            out[6] = UInt8(f >> 8); out[7] = UInt8(f & 0xFF)
+            out[10] = 0; out[11] = 0
+            let sum = InternetChecksum.of(UnsafeRawBufferPointer(rebasing: out[0..<h]))
+            out[10] = UInt8(sum >> 8); out[11] = UInt8(sum & 0xFF)
+            body(UnsafeRawBufferPointer(out))
+            at += n
+        }
+        return true
+    }
+}
+
 /// Cuts a UDP super-datagram (the TUN's UDP segmentation offload: one UDP header over several
 /// datagrams' payloads back to back, each `segmentSize` bytes, the last possibly shorter) into
 /// the datagrams the app sent, the way the kernel's GSO would: each gets the original IP header

@@ -52,6 +52,20 @@ public enum TCPOptions {
         return true
     }
 
+    /// Lowers the MSS option of the TCP segment in `packet` to `mss` (a link that carries less
+    /// than the TUN's MTU: sstp with a server MRU below IPv6's 1280), keeping the TCP checksum
+    /// right. Nothing changes when there is no MSS option or it is already at most `mss`.
+    @discardableResult
+    public static func lowerMSS(in packet: UnsafeMutableRawBufferPointer, transportOffset t: Int, to mss: UInt16) -> Bool {
+        guard t >= 0, t + 20 <= packet.count else { return false }
+        guard let at = mssOffset(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(packet)[t...])) else { return false }
+        let old = UInt16(packet[t + at]) << 8 | UInt16(packet[t + at + 1])
+        guard old > mss else { return false }
+        set(packet, t, at, UInt8(mss >> 8))
+        set(packet, t, at + 1, UInt8(mss & 0xFF))
+        return true
+    }
+
     /// Sets the window scale option of the TCP segment in `packet` to `shift` (at most 14),
     /// keeping the TCP checksum right. Nothing changes when there is no such option. Returns
     /// whether the packet changed.

@@ -317,6 +317,11 @@ public final class Netstack {
     /// Where a large segment is cut for a packet outbound (made on first use).
     private var segmentScratch: UnsafeMutableRawBufferPointer?
     var packetFlows: [PacketFlowKey: PacketFlow] = [:]
+    /// Fragmented datagrams whose first fragment went to a packet flow: their later fragments
+    /// (no ports to look up) follow it, not lwIP. Bounded; forgotten after `fragmentLifetimeMs`.
+    var packetFragments: [FragmentKey: (flow: PacketFlow, at: UInt64)] = [:]
+    static let maxFragmentedDatagrams = 1024
+    static let fragmentLifetimeMs: UInt64 = 30_000
     /// Source ports of the TUN's UDP packet flows, so that a UDP association over a link never
     /// takes a port an app uses (`NetstackLink`).
     var udpPacketSourcePorts: Set<UInt16> = []
@@ -330,7 +335,16 @@ public final class Netstack {
     /// have, an echo request), and its later packets find it in `packetFlows`. Everything else
     /// goes on to lwIP, with the router's answer when it was asked.
     private func packetPath(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) -> PacketVerdict {
-        guard !s.isLaterFragment else { return .lwip(nil) }
+        if s.isLaterFragment {
+            // A later fragment follows its datagram's first one (it went to a packet flow);
+            // the others are lwIP's, which reassembles its own flows' datagrams.
+            guard let id = s.fragmentID(packet),
+                  let e = packetFragments[FragmentKey(netif: netif, proto: s.proto, source: s.source, destination: s.destination, id: id)],
+                  loop.now - e.at < Self.fragmentLifetimeMs else { return .lwip(nil) }
+            e.flow.lastSeen = loop.now
+            forward(packet, s, e.flow, netif: netif)
+            return .handled
+        }
         let network: FlowNetwork
         switch s.proto {
         case IPProtocol.tcp: network = .tcp
@@ -344,6 +358,7 @@ public final class Netstack {
         if let f = packetFlows[key] {
             f.lastSeen = loop.now
             if network == .tcp && s.tcpFlags & (PacketSummary.tcpRST | PacketSummary.tcpFIN) != 0 { f.closing = true }
+            noteFirstFragment(packet, s, f, netif: netif)
             forward(packet, s, f, netif: netif)
             return .handled
         }
@@ -365,23 +380,68 @@ public final class Netstack {
             if network == .udp { udpPacketSourcePorts.insert(key.source.port) }
             armPacketSweep()
         }
+        noteFirstFragment(packet, s, f, netif: netif)
         forward(packet, s, f, netif: netif)
         return .handled
+    }
+
+    /// The first fragment of a datagram (it carries the ports) went to `f`: its later
+    /// fragments are found by the datagram's id. Past the bound, expired entries go first;
+    /// a table still full leaves the datagram's later fragments to lwIP (as before).
+    private func noteFirstFragment(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, _ f: PacketFlow, netif: Int) {
+        guard let id = s.fragmentID(packet) else { return }
+        let now = loop.now
+        if packetFragments.count >= Self.maxFragmentedDatagrams {
+            packetFragments = packetFragments.filter { now - $0.value.at < Self.fragmentLifetimeMs }
+            guard packetFragments.count < Self.maxFragmentedDatagrams else { return }
+        }
+        packetFragments[FragmentKey(netif: netif, proto: s.proto, source: s.source, destination: s.destination, id: id)] = (f, now)
+        armPacketSweep()
     }
 
     /// A SYN the outbound does not take (its link is down, or it carries no IPv6) is answered
     /// with an RST, so the app fails at once instead of retrying into nothing.
     private func forward(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, _ f: PacketFlow, netif: Int) {
-        // A TCP segment the TUN's offload handed over whole (up to 64 KiB) leaves in pieces
-        // of the input's MTU, which the link's MRU set.
-        if s.proto == IPProtocol.tcp && !s.isLaterFragment && packet.count > inputs[netif].mtu {
-            if segmentScratch == nil { segmentScratch = .allocate(byteCount: 65536, alignment: 16) }
+        // What the link carries: the input's MTU (which the link's MRU set), or less where the
+        // TUN keeps IPv6's minimum of 1280 above a smaller link.
+        let limit = min(inputs[netif].mtu, f.outbound.linkMTU)
+        let tcp = s.proto == IPProtocol.tcp && !s.isLaterFragment
+        if tcp && s.tcpFlags & PacketSummary.tcpSYN != 0 && limit < inputs[netif].mtu,
+           let mss = TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: packet[s.transportOffset...])),
+           Int(mss) > limit - (s.version == 4 ? 40 : 60) {
+            // The SYN's MSS is what the server sends: lowered to what the link carries.
+            var copy = [UInt8](packet)
+            copy.withUnsafeMutableBytes {
+                _ = TCPOptions.lowerMSS(in: $0, transportOffset: s.transportOffset, to: UInt16(limit - (s.version == 4 ? 40 : 60)))
+            }
+            return copy.withUnsafeBytes { forward($0, s, f, netif: netif) }
+        }
+        if packet.count > limit && segmentScratch == nil { segmentScratch = .allocate(byteCount: 65536, alignment: 16) }
+        // A TCP segment the TUN's offload handed over whole (up to 64 KiB), or one larger than
+        // the link, leaves in pieces the link carries.
+        if tcp && packet.count > limit {
             var refused = false
-            let cut = TCPSegmentation.split(packet, transportOffset: s.transportOffset, maxPacket: inputs[netif].mtu,
+            let cut = TCPSegmentation.split(packet, transportOffset: s.transportOffset, maxPacket: limit,
                                             scratch: segmentScratch!) { piece in
                 if f.outbound.sendPacket(piece) { f.bytesUp &+= UInt64(piece.count) } else { refused = true }
             }
             if cut {
+                if refused { drop(.linkDown, netif) }
+                return
+            }
+        }
+        // Another IPv4 datagram larger than the link: fragmented, or with DF the app learns
+        // the link's MTU (ICMP fragmentation-needed, RFC 1191).
+        if packet.count > limit && s.version == 4 {
+            if packet[6] & 0x40 != 0 {
+                drop(.tooLarge, netif)
+                send(PacketBuilder.fragmentationNeeded(packet, summary: s, mtu: limit), netif: netif)
+                return
+            }
+            var refused = false
+            if IPv4Fragmentation.split(packet, maxPacket: limit, scratch: segmentScratch!, { piece in
+                if f.outbound.sendPacket(piece) { f.bytesUp &+= UInt64(piece.count) } else { refused = true }
+            }) {
                 if refused { drop(.linkDown, netif) }
                 return
             }
@@ -415,7 +475,8 @@ public final class Netstack {
                 return f.closing ? idle < 10_000 : idle < self.settings.tcpIdleTimeoutMs
             }
             self.udpPacketSourcePorts = udpPorts
-            if !self.packetFlows.isEmpty { self.armPacketSweep() }
+            self.packetFragments = self.packetFragments.filter { now - $0.value.at < Netstack.fragmentLifetimeMs }
+            if !self.packetFlows.isEmpty || !self.packetFragments.isEmpty { self.armPacketSweep() }
         }
     }
 
@@ -775,6 +836,15 @@ public final class Netstack {
         for a in udpAssociations { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
         return out
     }
+}
+
+/// One fragmented datagram (RFC 791: source, destination, protocol and identification).
+struct FragmentKey: Hashable {
+    var netif: Int
+    var proto: UInt8
+    var source: IPAddress
+    var destination: IPAddress
+    var id: UInt32
 }
 
 struct PacketFlowKey: Hashable {

@@ -107,6 +107,9 @@ public final class HolderOutbound: Outbound {
     }
     /// A STATUS arrived (first, after resume, or changed): apply the overlay.
     public var onStatus: ((Status) -> Void)?
+    /// The TUN's configured addresses: a STATUS handing out one of them (with another prefix)
+    /// is refused (`unusable`), as an SSTP server's IPCP address is.
+    public var reservedAddresses: [IPPrefix] = []
 
     /// Longest wait from the carrier being up to the session's STATUS.
     static let handshakeTimeoutMs: UInt64 = 15_000
@@ -582,7 +585,7 @@ extension HolderOutbound: CarrierDelegate {
 
 extension HolderOutbound: ClientSessionDelegate {
     public func sessionEstablished(_ s: ClientSession, status: Status, resumed: Bool) {
-        if let problem = Self.unusable(status.overlay) {
+        if let problem = Self.unusable(status.overlay, taken: reservedAddresses) {
             // The front is trusted with the overlay, not with the host: an address that would
             // take over loopback, multicast or everything is not put on the TUN. The dial
             // counts as failed, so the backoff grows.
@@ -610,7 +613,7 @@ extension HolderOutbound: ClientSessionDelegate {
     }
 
     public func sessionStatusChanged(_ s: ClientSession, status: Status) {
-        if let problem = Self.unusable(status.overlay) {
+        if let problem = Self.unusable(status.overlay, taken: reservedAddresses) {
             Log.error("holder.status-refused", ["outbound": name, "overlay": describe(status.overlay), "reason": problem])
             return
         }
@@ -669,13 +672,25 @@ extension HolderOutbound: ClientSessionDelegate {
         scheduleFlush()
     }
 
-    /// Why an overlay cannot go on the TUN, or nil when it can.
-    static func unusable(_ o: Overlay) -> String? {
+    /// Why an overlay cannot go on the TUN, or nil when it can: its addresses pass the same
+    /// check as an SSTP server's IPCP address (`HostAddress.problem`: not loopback,
+    /// unspecified, multicast, broadcast or reserved, not the gateway itself, not an address
+    /// the TUN already has), its gateways are not loopback, unspecified or multicast.
+    /// `taken`: the TUN's configured addresses; an overlay prefix equal to one of them is no
+    /// change and passes.
+    static func unusable(_ o: Overlay, taken: [IPPrefix] = []) -> String? {
         func bad(_ a: IPAddress) -> Bool { a.isLoopback || a.isUnspecified || a.isMulticast }
-        if bad(o.ipv4.address) || bad(o.gateway4) { return "IPv4 address or gateway is loopback, unspecified or multicast" }
+        func others(_ p: IPPrefix) -> [IPAddress] { taken.filter { $0 != p }.map(\.address) }
+        if let why = HostAddress.problem(o.ipv4.address, peer: o.gateway4, taken: others(o.ipv4)) {
+            return "IPv4 address \(o.ipv4.address): \(why)"
+        }
+        if bad(o.gateway4) { return "IPv4 address or gateway is loopback, unspecified or multicast" }
         if o.ipv4.length < 8 { return "IPv4 prefix /\(o.ipv4.length) is wider than /8" }
         if let v6 = o.ipv6 {
-            if bad(v6.address) || o.gateway6.map(bad) == true { return "IPv6 address or gateway is loopback, unspecified or multicast" }
+            if let why = HostAddress.problem(v6.address, peer: o.gateway6, taken: others(v6)) {
+                return "IPv6 address \(v6.address): \(why)"
+            }
+            if o.gateway6.map(bad) == true { return "IPv6 address or gateway is loopback, unspecified or multicast" }
             if v6.length < 16 { return "IPv6 prefix /\(v6.length) is wider than /16" }
         }
         if o.dns.contains(where: { $0.isUnspecified || $0.isMulticast }) { return "a DNS server is unspecified or multicast" }

@@ -20,6 +20,10 @@ public struct SSTPOptions: Sendable {
     public var maxBackoffMs: UInt64 = 30_000
     /// The client's timers (tests shorten them).
     public var keepaliveMs: UInt64 = 30_000
+    /// A link that ends sooner than this after coming up does not reset the backoff (nor the
+    /// log's once-per-reason memory): a server that renegotiates or drops every link at once
+    /// is redialled ever more slowly, with one log line.
+    public var stableUpMs: UInt64 = 10_000
 
     public init(host: String, port: UInt16, tls: TLSClientOptions, user: String, password: String,
                 auth: [SSTPClient.AuthMethod], hold: Bool, connectTimeoutMs: UInt64 = 10_000) {
@@ -58,12 +62,16 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     /// Reasons logged since the link was last up (each logged once: a server that keeps
     /// refusing costs one line, not one per redial).
     private var logged = Set<String>()
+    /// When the current link came up (the loop's ms).
+    private var upSince: UInt64 = 0
 
     /// The link came up (first time, after a redial, or renegotiated): apply it to the TUN.
     public var onLink: ((SSTPClient.Link) -> Void)?
     /// An IPv4 packet from the server for the app (valid during the call).
     public var onPacket: ((UnsafeRawBufferPointer) -> Void)?
     public private(set) var link: SSTPClient.Link?
+    /// The TUN's configured addresses: IPCP never takes one (`HostAddress.problem`).
+    public var reservedAddresses: [IPAddress] = []
     /// Where streams routed here are opened (the netstack's link netif); nil: refused.
     public var linkStack: PacketLinkStack?
 
@@ -71,6 +79,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         var dials: UInt64 = 0, ups: UInt64 = 0, authFailures: UInt64 = 0, losses: UInt64 = 0
         var packetsUp: UInt64 = 0, packetsDown: UInt64 = 0, bytesUp: UInt64 = 0, bytesDown: UInt64 = 0
         var dropsDown: UInt64 = 0, dropsFull: UInt64 = 0, foreignDrops: UInt64 = 0, streamRefused: UInt64 = 0, pathChanges: UInt64 = 0
+        var replyDrops: UInt64 = 0
         var streamsOpened: UInt64 = 0, fallbackFlows: UInt64 = 0, lookups: UInt64 = 0, lookupFailures: UInt64 = 0
         var lastError = ""
     }
@@ -123,7 +132,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                    ("fallback-flows", counts.fallbackFlows), ("full-drops", counts.dropsFull), ("foreign-drops", counts.foreignDrops), ("streams", counts.streamsOpened),
                    ("stream-refused", counts.streamRefused), ("lookups", counts.lookups), ("lookup-failures", counts.lookupFailures),
                    // This link's: Neighbor Solicitations for loft's link-local address it answered.
-                   ("nd-answered", UInt64(client?.counters.neighborAdvertisements ?? 0))]
+                   ("nd-answered", UInt64(client?.counters.neighborAdvertisements ?? 0)),
+                   // Echo-Replies, Protocol- and Code-Rejects not queued: the server did not read.
+                   ("reply-drops", counts.replyDrops + UInt64(client?.counters.repliesDropped ?? 0))]
         return s
     }
 
@@ -157,6 +168,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         counts.pathChanges += 1
         Log.info("sstp.path-changed", ["outbound": name, "reason": reason])
         failures = 0
+        logged.removeAll()
         lost("path changed (\(reason))", redialIn: 0)
     }
 
@@ -183,10 +195,16 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     private func lost(_ why: String, redialIn fixed: UInt64? = nil, authFailure: Bool = false) {
         guard state != .stopped else { return }
         let wasUp = state == .up
+        if wasUp && loop.now >= upSince + options.stableUpMs {
+            // The link held: the next down is news again and redials start from the shortest wait.
+            failures = 0
+            logged.removeAll()
+        }
         generation += 1
         if let t = connectTimer { loop.cancel(t) }
         if let t = clientTimer { loop.cancel(t) }
         connectTimer = nil; clientTimer = nil
+        counts.replyDrops &+= UInt64(client?.counters.repliesDropped ?? 0)
         client?.delegate = nil
         client = nil
         stream?.events = nil
@@ -265,8 +283,10 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
         connectTimer = nil
         guard let hashes = s.peerCertificateHashes else { return lost("the server sent no certificate") }
         state = .handshaking
-        let settings = SSTPClient.Settings(host: serverName, user: options.user, password: options.password,
+        var settings = SSTPClient.Settings(host: serverName, user: options.user, password: options.password,
                                            auth: options.auth, keepaliveMilliseconds: options.keepaliveMs)
+        settings.outputLimit = Self.outputLimit
+        settings.reservedAddresses = reservedAddresses
         let c = SSTPClient(settings: settings, certHash: hashes)
         c.delegate = self
         client = c
@@ -333,13 +353,12 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
             return
         }
         state = .up
-        failures = 0
-        logged.removeAll()
+        upSince = loop.now
         counts.ups += 1
         counts.lastError = ""
         if let old = link, old.address != l.address { linkStack?.linkDown() }
         link = l
-        linkStack?.setMTU(max(576, min(l.peerMRU, 1500)))
+        linkStack?.setMTU(max(576, min(l.mtu, 1500)))
         Log.info("sstp.up", ["outbound": name, "address": l.address, "ipv6": l.ipv6?.description ?? "-",
                              "peer-ipv6": l.peerIPv6?.description ?? "-",
                              "dns": l.dns.map(\.description).joined(separator: ","),
@@ -387,6 +406,9 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     /// `openStream`/`openAssociation`, which hand them to the fallback. Down with `hold`: their
     /// packets are refused by `sendPacket` (`hold-drops`).
     public var takesNewFlows: Bool { state == .up || fallback == nil }
+
+    /// What the link carries: the server's MRU, at most what an SSTP packet holds (4087).
+    public var linkMTU: Int { link?.mtu ?? 65535 }
 
     /// While the link is down: the fallback when there is one (counted `fallback-flows`), else
     /// nil and the refusal counted in `hold-drops` (`down-drops` without `hold` and without a

@@ -37,6 +37,20 @@ public final class SSTPClient {
         public var maxConfigure: Int
         /// Negotiate IPV6CP when the server offers it (its Configure-Request); false: Protocol-Reject.
         public var ipv6: Bool
+        /// RFC 1661's Max-Failure, for the server's answers: after this many Configure-Naks
+        /// (or Rejects) of loft's requests in a row a negotiation has not converged and is
+        /// given up (LCP, IPCP: the connection ends; IPV6CP: no IPv6 on this link).
+        public var maxFailure: Int = 5
+        /// At most this much waits in `output`: replies loft makes itself (LCP Echo-Reply,
+        /// Protocol-Reject, Code-Reject, SSTP Echo Response, Neighbor Advertisements) beyond it
+        /// are dropped and counted (`repliesDropped`) — a server that sends and does not read
+        /// cannot make loft queue without bound.
+        public var outputLimit: Int = 256 * 1024
+        /// This many replies dropped in a row (the output never drained meanwhile): the server
+        /// does not read, the connection ends.
+        public var maxDroppedReplies: Int = 256
+        /// Addresses the TUN already has: IPCP never takes one of them (`HostAddress.problem`).
+        public var reservedAddresses: [IPAddress] = []
 
         public init(host: String, user: String, password: String, auth: [AuthMethod] = [.mschapv2, .pap],
                     mru: Int = 1500, keepaliveMilliseconds: UInt64 = 30_000, handshakeMilliseconds: UInt64 = 30_000,
@@ -53,6 +67,9 @@ public final class SSTPClient {
         public var dns: [IPAddress]
         /// The server's MRU: the largest IP packet loft may send.
         public var peerMRU: Int
+        /// The largest IP packet the link carries: the server's MRU, and never more than an
+        /// SSTP packet holds (4095 bytes less its 4-byte header and PPP's 4: 4087).
+        public var mtu: Int { min(peerMRU, SSTP.maxPacket - 8) }
         public var auth: AuthMethod?
         /// IPV6CP opened: loft's link-local address (fe80:: and its interface identifier) and
         /// the server's; nil when the server offers no IPV6CP (or it did not converge).
@@ -96,6 +113,8 @@ public final class SSTPClient {
         /// Neighbor Solicitations from the server's side for loft's link-local address, answered
         /// by the client itself (`NeighborDiscovery`; they never reach the TUN).
         public var neighborAdvertisements = 0
+        /// Replies loft did not queue because `output` was at `outputLimit` (the server does not read).
+        public var repliesDropped = 0
     }
 
     public weak var delegate: SSTPClientDelegate?
@@ -140,6 +159,7 @@ public final class SSTPClient {
         var ours = false              // our request acked
         var theirs = false            // their request acked by us
         var naks = 0                  // Configure-Naks we sent in a row
+        var failures = 0              // Configure-Naks and Rejects of our requests in a row (Max-Failure)
         var opened: Bool { ours && theirs }
     }
     private var lcp = Negotiation()
@@ -149,6 +169,9 @@ public final class SSTPClient {
     private var peerIID: [UInt8]?
     private var magic: UInt32 = 0
     private var peerMRU = 1500
+    private var peerIPCPAddress: IPAddress?      // the server's own, from its IPCP request
+    private var refusedAddress: String?          // why the last address the server offered was not taken
+    private var droppedInRow = 0
     private var authMethod: AuthMethod?
     private var authDone = false
     private var papDeadline: UInt64?
@@ -337,7 +360,7 @@ public final class SSTPClient {
         case .callDisconnectAck:
             if phase == .disconnecting { finish(.stopped) }
         case .echoRequest:
-            control(SSTP.ControlMessage(.echoResponse))
+            if replyFits(8) { control(SSTP.ControlMessage(.echoResponse)) }
         default:
             break   // Echo Response (the byte itself was the news), or a message the client never gets
         }
@@ -352,8 +375,10 @@ public final class SSTPClient {
             // that bridges the link onto Ethernet (SoftEther) stops sending to an address whose
             // solicitations go unanswered, and the TUN's kernel cannot answer them.
             if proto == PPP.ipv6, let mine = link?.ipv6, let na = NeighborDiscovery.answer(info, for: mine) {
-                counters.neighborAdvertisements += 1
-                na.withUnsafeBytes { _ = send($0) }
+                if replyFits(na.count + 8) {
+                    counters.neighborAdvertisements += 1
+                    na.withUnsafeBytes { _ = send($0) }
+                }
                 return
             }
             counters.packetsIn += 1
@@ -382,6 +407,7 @@ public final class SSTPClient {
         // IPv6, IPV6CP and anything else: Protocol-Reject (RFC 1661 5.7) once LCP is open.
         guard lcp.opened else { counters.droppedIn += 1; return }
         let keep = min(info.count, max(0, peerMRU - 6))
+        guard replyFits(keep + 18) else { return }
         ppp(PPP.lcp, PPP.Packet(.protocolReject, id: takeID(),
                                 data: [UInt8(proto >> 8), UInt8(proto & 0xFF)] + Array(info[0..<keep])))
     }
@@ -395,7 +421,14 @@ public final class SSTPClient {
             if lcp.opened && phase != .lcp {
                 return fail(.protocolError("the server restarted LCP after the link was open"))
             }
-            let (code, reply, accepted) = SSTPClient.evaluateLCP(options, auth: settings.auth, magic: magic)
+            var (code, reply, accepted) = SSTPClient.evaluateLCP(options, auth: settings.auth, magic: magic)
+            if code == .configureNak && lcp.naks >= settings.maxFailure && !accepted.authRefused {
+                // Max-Failure (RFC 1661 4.6): Naks that did not converge become a Reject of
+                // the options (MRU, Magic-Number); the authentication protocol cannot be, below.
+                let naked = Set(reply.map(\.type))
+                code = .configureReject
+                reply = options.filter { naked.contains($0.type) }
+            }
             ppp(PPP.lcp, PPP.Packet(code: code.rawValue, id: p.id, data: PPP.encodeOptions(reply) ?? []))
             if code == .configureAck {
                 lcp.theirs = true
@@ -415,10 +448,13 @@ public final class SSTPClient {
         case .configureAck:
             guard p.id == lcp.id, lcp.deadline != nil, p.data == PPP.encodeOptions(lcp.options) else { return }
             lcp.ours = true
+            lcp.failures = 0
             lcp.deadline = nil
             lcpMaybeOpened(now: now)
         case .configureNak:
             guard p.id == lcp.id, lcp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
+            lcp.failures += 1
+            if gaveUp(lcp.failures, "LCP") { return }
             for o in nak {
                 switch o.type {
                 case PPP.LCPOption.mru:
@@ -433,6 +469,8 @@ public final class SSTPClient {
             sendRequest(&lcp, PPP.lcp, now: now, fresh: true)
         case .configureReject:
             guard p.id == lcp.id, lcp.deadline != nil, let rej = PPP.parseOptions(p.data) else { return }
+            lcp.failures += 1
+            if gaveUp(lcp.failures, "LCP") { return }
             lcp.options.removeAll { o in rej.contains { $0.type == o.type } }
             if rej.contains(where: { $0.type == PPP.LCPOption.magicNumber }) { magic = 0 }
             sendRequest(&lcp, PPP.lcp, now: now, fresh: true)
@@ -440,6 +478,7 @@ public final class SSTPClient {
             ppp(PPP.lcp, PPP.Packet(.terminateAck, id: p.id))
             fail(phase == .disconnecting ? .stopped : .serverEnded("LCP Terminate-Request"))
         case .echoRequest:
+            guard replyFits(p.data.count + 12) else { return }
             let m = magic
             ppp(PPP.lcp, PPP.Packet(.echoRequest.replyCode, id: p.id,
                                     data: [UInt8(m >> 24), UInt8((m >> 16) & 0xFF), UInt8((m >> 8) & 0xFF), UInt8(m & 0xFF)] + p.data.dropFirst(4)))
@@ -452,6 +491,7 @@ public final class SSTPClient {
         case .terminateAck, .echoReply, .discardRequest, .codeReject:
             break
         case nil:
+            guard replyFits(min(p.data.count + 4, peerMRU) + 12) else { return }
             ppp(PPP.lcp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
         }
     }
@@ -618,10 +658,18 @@ public final class SSTPClient {
                 phase = .network
                 ipcp.ours = false
                 ipcp.theirs = false
+                ipcp.failures = 0
                 sendRequest(&ipcp, PPP.ipcp, now: now, fresh: true)
             }
-            let reject = options.filter { $0.type != PPP.IPCPOption.address || $0.data.count != 4 }
+            let ours = ipcp.options.first { $0.type == PPP.IPCPOption.address }?.u32 ?? 0
+            // The server's own address: one that cannot be a host's on this link (or is the
+            // one loft asks for) is refused; loft does not need it (no gateway on the TUN).
+            let reject = options.filter { o in
+                guard o.type == PPP.IPCPOption.address, let v = o.u32 else { return true }
+                return v != 0 && HostAddress.problem(.v4(v), peer: ours == 0 ? nil : .v4(ours)) != nil
+            }
             if reject.isEmpty {
+                peerIPCPAddress = options.first.flatMap { $0.u32 }.flatMap { $0 == 0 ? nil : IPAddress.v4($0) }
                 ppp(PPP.ipcp, PPP.Packet(.configureAck, id: p.id, data: p.data))
                 ipcp.theirs = true
             } else {
@@ -631,19 +679,35 @@ public final class SSTPClient {
         case .configureAck:
             guard p.id == ipcp.id, ipcp.deadline != nil, p.data == PPP.encodeOptions(ipcp.options) else { return }
             guard let a = ipcp.options.first(where: { $0.type == PPP.IPCPOption.address })?.u32, a != 0 else {
-                return fail(.protocolError("IPCP: the server acknowledged address 0.0.0.0"))
+                return fail(.protocolError("IPCP: the server acknowledged address 0.0.0.0"
+                                           + (refusedAddress.map { " after offering \($0), which loft does not take" } ?? "")))
+            }
+            if let why = addressProblem(a) {
+                return fail(.protocolError("IPCP: the server acknowledged \(IPAddress.v4(a)) as loft's address: \(why)"))
             }
             ipcp.ours = true
+            ipcp.failures = 0
             ipcp.deadline = nil
             ipcpMaybeOpened()
         case .configureNak:
             guard p.id == ipcp.id, ipcp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
+            ipcp.failures += 1
+            if gaveUp(ipcp.failures, "IPCP") { return }
             for o in nak where o.data.count == 4 && ipcp.options.contains(where: { $0.type == o.type }) {
+                if o.type == PPP.IPCPOption.address, let why = addressProblem(o.u32 ?? 0) {
+                    // Not taken: loft asks for an address again (0.0.0.0), as pppd does with an
+                    // address it will not use; Max-Failure ends it.
+                    refusedAddress = "\(IPAddress.v4(o.u32 ?? 0)) (\(why))"
+                    set(&ipcp.options, .u32(PPP.IPCPOption.address, 0))
+                    continue
+                }
                 set(&ipcp.options, o)
             }
             sendRequest(&ipcp, PPP.ipcp, now: now, fresh: true)
         case .configureReject:
             guard p.id == ipcp.id, ipcp.deadline != nil, let rej = PPP.parseOptions(p.data) else { return }
+            ipcp.failures += 1
+            if gaveUp(ipcp.failures, "IPCP") { return }
             if rej.contains(where: { $0.type == PPP.IPCPOption.address }) {
                 return fail(.protocolError("IPCP: the server will not give an address (it rejects IP-Address)"))
             }
@@ -655,6 +719,7 @@ public final class SSTPClient {
         case .codeReject, .terminateAck:
             break
         default:
+            guard replyFits(min(p.data.count + 4, peerMRU) + 12) else { return }
             ppp(PPP.ipcp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
         }
     }
@@ -666,8 +731,14 @@ public final class SSTPClient {
             return IPAddress.v4(o.u32!)
         }
         guard let a = address(PPP.IPCPOption.address) else { return }
+        if let why = HostAddress.problem(a, peer: peerIPCPAddress, taken: settings.reservedAddresses) {
+            return fail(.protocolError("IPCP: \(a) cannot be loft's address on this link: \(why)"))
+        }
         phase = .up
-        var l = Link(address: a, dns: [address(PPP.IPCPOption.primaryDNS), address(PPP.IPCPOption.secondaryDNS)].compactMap { $0 },
+        // A DNS server that is unspecified, multicast or broadcast is no server.
+        let dns = [address(PPP.IPCPOption.primaryDNS), address(PPP.IPCPOption.secondaryDNS)].compactMap { $0 }
+            .filter { d in HostAddress.problem(d).map { $0 == "loopback" } ?? true }
+        var l = Link(address: a, dns: dns,
                      peerMRU: peerMRU, auth: authMethod)
         if ipv6cp.opened, let ours = ipv6cp.options.first?.data, let theirs = peerIID {
             l.ipv6 = Self.linkLocal(ours)
@@ -742,6 +813,8 @@ public final class SSTPClient {
             ipv6cpMaybeOpened()
         case .configureNak:
             guard p.id == ipv6cp.id, ipv6cp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
+            ipv6cp.failures += 1
+            if ipv6cp.failures >= settings.maxFailure { ipv6cp.deadline = nil; return }   // no IPv6 here; IPv4 carries on
             if let o = nak.first(where: { $0.type == PPP.IPV6CPOption.interfaceID }) {
                 // The server's suggestion, unless it is zero or its own: then another random one.
                 let usable = o.data.count == 8 && !o.data.allSatisfy { $0 == 0 } && o.data != peerIID
@@ -765,6 +838,7 @@ public final class SSTPClient {
         case .codeReject, .terminateAck:
             break
         default:
+            guard replyFits(min(p.data.count + 4, peerMRU) + 12) else { return }
             ppp(PPP.ipv6cp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
         }
     }
@@ -780,6 +854,36 @@ public final class SSTPClient {
         l.peerIPv6 = b
         link = l
         delegate?.sstpUp(self, link: l)
+    }
+
+    /// `failures` Configure-Naks or Rejects of loft's request in a row: at Max-Failure the
+    /// negotiation is not converging (RFC 1661 4.6) and the connection ends (true).
+    private func gaveUp(_ failures: Int, _ name: String) -> Bool {
+        guard failures >= settings.maxFailure else { return false }
+        let offered = name == "IPCP" ? refusedAddress.map { "; it offered \($0) as loft's address, which loft does not take" } ?? "" : ""
+        fail(.protocolError("\(name) did not converge: the server refused \(failures) Configure-Requests in a row\(offered)"))
+        return true
+    }
+
+    /// Why an IPv4 address the server offers cannot be loft's on this link (the check the
+    /// holder's STATUS gets too), nil when it can.
+    private func addressProblem(_ a: UInt32) -> String? {
+        HostAddress.problem(.v4(a), peer: peerIPCPAddress, taken: settings.reservedAddresses)
+    }
+
+    /// A reply loft makes itself fits below `outputLimit`: true, else dropped and counted;
+    /// `maxDroppedReplies` in a row end the connection.
+    private func replyFits(_ n: Int) -> Bool {
+        if output.count + n <= settings.outputLimit {
+            droppedInRow = 0
+            return true
+        }
+        counters.repliesDropped += 1
+        droppedInRow += 1
+        if droppedInRow >= settings.maxDroppedReplies {
+            fail(.protocolError("the server does not read: \(droppedInRow) replies dropped in a row, \(output.count) bytes waiting"))
+        }
+        return false
     }
 
     // MARK: output

@@ -196,12 +196,19 @@ enum Application {
         // competes: a holder, if any, owns the overlay), and its packets come back to the TUN.
         if let tun, !runtime.sstps.isEmpty { netstack.packetModeInput = tun.inputIndex }
         for (i, sstp) in runtime.sstps.enumerated() {
+            // IPCP never puts an address the TUN already has on it (HostAddress.problem); the
+            // TUN's own address as /32 is what IPCP's goes on as, no change, and passes.
+            sstp.reservedAddresses = [config.tun?.ipv4, config.tun?.ipv6].compactMap { $0 }
+                .filter { !($0.address.isIPv4 && $0.length == 32) }.map(\.address)
             if let tun {
                 if i == 0 && runtime.holders.isEmpty {
                     sstp.onLink = { [unowned tun] link in
                         guard let prefix = IPPrefix(link.address, 32) else { return }
+                        // The TUN's MTU is what the link carries (the server's MRU, at most an
+                        // SSTP packet's 4087), but never below IPv6's 1280: under it the netstack
+                        // fits the packet flows to the link (`PacketOutbound.linkMTU`).
                         tun.applyOverlay(ipv4: prefix, gateway4: nil, ipv6: nil, gateway6: nil,
-                                         mtu: max(1280, min(link.peerMRU, 65535)), dns: link.dns)
+                                         mtu: max(1280, link.mtu), dns: link.dns)
                         tun.setLinkLocal(link.ipv6)
                     }
                 }
@@ -216,6 +223,7 @@ enum Application {
         // Holders dial once the inputs exist: the first one's STATUS sets the TUN's overlay.
         for (i, holder) in runtime.holders.enumerated() {
             if i == 0, let tun {
+                holder.reservedAddresses = [config.tun?.ipv4, config.tun?.ipv6].compactMap { $0 }
                 holder.onStatus = { [unowned tun] status in
                     let o = status.overlay
                     tun.applyOverlay(ipv4: o.ipv4, gateway4: o.gateway4, ipv6: o.ipv6, gateway6: o.gateway6,

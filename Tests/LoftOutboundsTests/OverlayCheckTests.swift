@@ -32,4 +32,13 @@ final class OverlayCheckTests: XCTestCase {
         XCTAssertNotNil(HolderOutbound.unusable(overlay("198.18.64.2/7")))
         XCTAssertNotNil(HolderOutbound.unusable(overlay("198.18.64.2/24", v6: "fd00::2/8", gw6: "fd00::1")))
     }
+
+    /// Issue 28: the holder's STATUS gets the same check as an SSTP server's IPCP address
+    /// (`HostAddress.problem`): the limited broadcast, class E and the gateway itself too.
+    func testAddressesNoHostMayHaveAreRefused() {
+        XCTAssertNotNil(HolderOutbound.unusable(overlay("255.255.255.255/8")))
+        XCTAssertNotNil(HolderOutbound.unusable(overlay("240.0.0.2/8")))
+        XCTAssertNotNil(HolderOutbound.unusable(overlay("198.18.64.1/24")), "the front's gateway itself")
+        XCTAssertNotNil(HolderOutbound.unusable(overlay("198.18.64.2/24", v6: "fd00:64::1/64", gw6: "fd00:64::1")))
+    }
 }

@@ -27,9 +27,10 @@ struct ScriptedServer {
     var ipv6cpSeen: [PPP.Packet] = []
 
     init(auth: [SSTPClient.AuthMethod] = [.mschapv2, .pap], password: String = "clientPass", oneByteAtATime: Bool = false,
-         ipv6: Bool = true) {
+         ipv6: Bool = true, reserved: [IPAddress] = []) {
         var n: UInt8 = 0
-        let settings = SSTPClient.Settings(host: "vpn.example", user: "User", password: password, auth: auth, ipv6: ipv6)
+        var settings = SSTPClient.Settings(host: "vpn.example", user: "User", password: password, auth: auth, ipv6: ipv6)
+        settings.reservedAddresses = reserved
         client = SSTPClient(settings: settings, certHash: (sha1: [UInt8](repeating: 0x11, count: 20), sha256: [UInt8](repeating: 0x22, count: 32)),
                             random: { k in (0..<k).map { _ in n &+= 1; return n } })
         client.delegate = rec

@@ -27,12 +27,13 @@ sstp_pki() {        # a throwaway CA and the responder's certificate (sstp.loft.
 
 RESP_LOG=
 # start_responder AUTH [ALLOW]: the SSTP responder in srv, asking for AUTH (mschapv2 | pap);
-# IPV6CP=1: offering IPV6CP (fe80::1 its end, fe80::2 loft's); TLS12=1: TLS 1.2 at most.
+# IPV6CP=1: offering IPV6CP (fe80::1 its end, fe80::2 loft's); TLS12=1: TLS 1.2 at most;
+# RESP_EXTRA: more of its options (a hostile mode: --flood, --nak-all, --offer-address, --mru …).
 start_responder() {
     bg_in "$SRV_NS" "sstp-$1" python3 "$LOFT_REPO/Tests/interop/sstp_server.py" --listen "$SRV4:$SPORT" \
         --cert "$PKI/server.pem" --key "$PKI/server.key" --user "$USER_NAME" --password "$PASSWORD" \
         --auth "$1" --allow "${2:-mschapv2,pap}" --tun "$STUN" --local "$PPP_LOCAL" \
-        --client-address "${CLIENT_ADDRESS:-$PPP_CLIENT}" --dns "$PPP_LOCAL" ${IPV6CP:+--ipv6cp} ${TLS12:+--tls12}
+        --client-address "${CLIENT_ADDRESS:-$PPP_CLIENT}" --dns "$PPP_LOCAL" ${IPV6CP:+--ipv6cp} ${TLS12:+--tls12} ${RESP_EXTRA:-}
     RESP_PID=$LAST_PID
     RESP_LOG=$T_DIR/sstp-$1.log
     wait_listen "$SRV_NS" tcp $SPORT || die "sstp responder did not start: $(tail -3 "$RESP_LOG")"

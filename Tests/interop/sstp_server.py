@@ -16,6 +16,14 @@ link-layer option, every 0.5 s, at most 20 times) with a valid Neighbor Advertis
 behind SoftEther's hub (which bridges the link onto Ethernet) resolves it: nd-ok, or nd-bad WHY.
 Prints one line per event (ready, tls VERSION, auth-ok, auth-failed, binding-ok, binding-bad, up, up6, nd-ok,
 closed).
+Hostile modes (issue 28), each for every session:
+  --flood echo|reject:N   once up, send N LCP Echo-Requests of 4000 bytes (echo) or N frames of
+                          an unknown PPP protocol of 4000 bytes (reject: each draws a
+                          Protocol-Reject), and stop reading the connection (flood-done N)
+  --renegotiate-ms MS     MS after up, an LCP Configure-Request again (renegotiation)
+  --nak-all               Nak every LCP Configure-Request of the client (MRU 1400/1401 in turn),
+                          never Ack; counts them (lcp-requests N once per 10)
+  --offer-address A       IPCP hands out A (the TUN's peer stays --client-address)
 SIGUSR1 mutes the current session (it keeps the connection and reads, but sends nothing more:
 no echo answers, no packets), for the client's keepalive; the next session is not muted."""
 
@@ -131,6 +139,8 @@ class Session:
         self.muted = False
         self.v6_ours = self.v6_theirs = self.v6_naked = self.up6 = False
         self.nd_ok, self.nd_tries, self.v6_held = False, 0, 0
+        self.reading = True
+        self.lcp_requests = 0
 
     def next_id(self):
         self.ident = (self.ident + 1) & 0xFF
@@ -172,6 +182,8 @@ class Session:
             else:
                 self.on_frame(body)
             await self.w.drain()
+            if not self.reading:         # --flood: the client's bytes pile up unread
+                await asyncio.Event().wait()
 
     def on_control(self, b):
         mtype, count = struct.unpack("!HH", b[:4])
@@ -236,6 +248,12 @@ class Session:
             self.on_ipv6cp(code, ident, payload)
 
     def on_lcp(self, code, ident, payload):
+        if code == 1 and self.a.nak_all:
+            self.lcp_requests += 1
+            if self.lcp_requests % 10 == 0:
+                log("lcp-requests", self.lcp_requests)
+            self.send(ppp(LCP, 3, ident, enc([(1, struct.pack("!H", 1400 + self.lcp_requests % 2))])))
+            return
         if code == 1:
             self.send(ppp(LCP, 2, ident, payload))
             self.lcp_theirs = True
@@ -276,7 +294,8 @@ class Session:
     def on_ipcp(self, code, ident, payload):
         if not self.authed:
             return
-        want = {3: bytes(map(int, self.a.client_address.split("."))), 129: bytes(map(int, self.a.dns.split(".")))}
+        want = {3: bytes(map(int, (self.a.offer_address or self.a.client_address).split("."))),
+                129: bytes(map(int, self.a.dns.split(".")))}
         if code == 1:
             opts = options(payload) or []
             reject = [(t, v) for t, v in opts if t not in (3, 129, 131)]
@@ -293,7 +312,38 @@ class Session:
             self.ipcp_ours = True
         if self.ipcp_ours and self.ipcp_theirs and not self.up:
             self.up = True
-            log("up", self.a.client_address)
+            log("up", self.a.offer_address or self.a.client_address)
+            if self.a.flood:
+                asyncio.get_running_loop().create_task(self.flood())
+            if self.a.renegotiate_ms:
+                asyncio.get_running_loop().call_later(self.a.renegotiate_ms / 1000, self.renegotiate)
+
+    def renegotiate(self):
+        if not self.w.is_closing():
+            log("renegotiate")
+            self.lcp_request()
+
+    async def flood(self):
+        kind, n = self.a.flood.split(":")
+        self.reading = False
+        body = os.urandom(3996)
+        for i in range(int(n)):
+            if kind == "echo":
+                self.send(ppp(LCP, 9, i & 0xFF, b"\0\0\0\0" + body))
+            else:
+                self.send(data(b"\xff\x03\x82\x81" + body))
+            if i % 256 == 255:
+                try:
+                    await self.w.drain()
+                except (ConnectionError, ssl.SSLError):
+                    log("flood-cut", i + 1)
+                    return
+        try:
+            await self.w.drain()
+        except (ConnectionError, ssl.SSLError):
+            log("flood-cut", n)
+            return
+        log("flood-done", n)
 
     def on_ipv6cp(self, code, ident, payload):
         if code == 1:
@@ -370,6 +420,10 @@ async def main():
     ap.add_argument("--allow", default="mschapv2,pap")
     ap.add_argument("--mru", type=int, default=1500)
     ap.add_argument("--ipv6cp", action="store_true")
+    ap.add_argument("--flood", default="")
+    ap.add_argument("--renegotiate-ms", type=int, default=0)
+    ap.add_argument("--nak-all", action="store_true")
+    ap.add_argument("--offer-address", default="")
     ap.add_argument("--tls12", action="store_true", help="TLS 1.2 at most (as Windows servers before 2022)")
     a = ap.parse_args()
     a.allow = a.allow.split(",")
