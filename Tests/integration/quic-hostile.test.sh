@@ -18,17 +18,7 @@ quic-alive-after-bad-datagram quic-oversize-dgram-back-on-stream quic-initial-am
 read -r FRONT_PORT SOURCE_PORT ECHO_PORT UDP_ECHO_PORT <<<"$(free_ports 4)"
 [ -n "$UDP_ECHO_PORT" ] || die "could not pick free ports"
 certs
-cat >"$T_DIR/front.yaml" <<YAMLEOF
-log: info
-listen: 127.0.0.1:$FRONT_PORT
-carriers: [quic]
-tls: { certificate: certs/server.pem, key: certs/server.key }
-tokens: ["$TOKEN"]
-pool: { ipv4: 198.18.64.0/24 }
-keepalive: 1s
-max-streams: 250
-control: $T_DIR/front.sock
-YAMLEOF
+front_yaml "$TOKEN" "keepalive: 1s" "max-streams: 250"
 front_up $CASES
 
 t0=$(now_ms)

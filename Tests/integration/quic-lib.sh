@@ -27,6 +27,23 @@ print(" ".join(map(str, out)))
 PYEOF
 }
 
+# front_yaml TOKEN [YAML LINE...]: $T_DIR/front.yaml for a quic front on 127.0.0.1:$FRONT_PORT
+# with the test PKI, TOKEN, the pool 198.18.64.0/24 and a control socket, plus the lines given.
+front_yaml() {
+    local token=$1 l
+    shift
+    cat >"$T_DIR/front.yaml" <<YAMLEOF
+log: info
+listen: 127.0.0.1:$FRONT_PORT
+carriers: [quic]
+tls: { certificate: certs/server.pem, key: certs/server.key }
+tokens: ["$token"]
+pool: { ipv4: 198.18.64.0/24 }
+control: $T_DIR/front.sock
+YAMLEOF
+    for l in "$@"; do echo "$l" >>"$T_DIR/front.yaml"; done
+}
+
 # certs: the test PKI (gen-certs.sh) in $T_DIR/certs.
 certs() { "$INTEROP/gen-certs.sh" "$T_DIR/certs" >/dev/null || die "gen-certs.sh failed"; }
 

@@ -17,17 +17,7 @@ CASES="quic-partial-open-deadline quic-partial-open-memory-flat"
 read -r FRONT_PORT ECHO_PORT <<<"$(free_ports 2)"
 [ -n "$ECHO_PORT" ] || die "could not pick free ports"
 certs
-cat >"$T_DIR/front.yaml" <<YAMLEOF
-log: info
-listen: 127.0.0.1:$FRONT_PORT
-carriers: [quic]
-tls: { certificate: certs/server.pem, key: certs/server.key }
-tokens: ["$TOKEN"]
-pool: { ipv4: 198.18.64.0/24 }
-keepalive: 10s
-connect-timeout: 2s
-control: $T_DIR/front.sock
-YAMLEOF
+front_yaml "$TOKEN" "keepalive: 10s" "connect-timeout: 2s"
 front_up $CASES quic-partial-open-counted
 
 t0=$(now_ms)

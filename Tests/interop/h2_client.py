@@ -220,9 +220,9 @@ def h2frame(ftype, flags, stream, payload, length=None):
     return struct.pack("!I", n)[1:] + bytes([ftype, flags]) + struct.pack("!I", stream) + payload
 
 
-def read_goaway(s, timeout=5.0):
-    """Reads frames until a GOAWAY (its error code) or the end; None if neither came."""
-    buf = bytearray()
+def received(s, timeout):
+    """The socket's bytes as they come, for at most `timeout` seconds; then None once if the
+    connection ended (EOF or an error)."""
     end = time.monotonic() + timeout
     s.settimeout(0.5)
     while time.monotonic() < end:
@@ -231,8 +231,18 @@ def read_goaway(s, timeout=5.0):
         except (socket.timeout, TimeoutError):
             continue
         except (ssl.SSLError, OSError):
-            return "closed"
+            b = b""
         if not b:
+            yield None
+            return
+        yield b
+
+
+def read_goaway(s, timeout=5.0):
+    """Reads frames until a GOAWAY (its error code) or the end; None if neither came."""
+    buf = bytearray()
+    for b in received(s, timeout):
+        if b is None:
             return "closed"
         buf += b
         while len(buf) >= 9:
@@ -406,16 +416,8 @@ def main(args):
     s = raw_conn(args)
     s.sendall(b"".join(h2frame(1, 0x5, 1 + 2 * i, b"\x82\x87\x04\x06/other\x41\x0afront.test") for i in range(2000)))
     kinds, buf = {}, bytearray()
-    s.settimeout(0.5)
-    end = time.monotonic() + 5
-    while time.monotonic() < end:
-        try:
-            b = s.recv(65536)
-        except (socket.timeout, TimeoutError):
-            continue
-        except (ssl.SSLError, OSError):
-            break
-        if not b:
+    for b in received(s, 5.0):
+        if b is None:
             break
         buf += b
     s.close()

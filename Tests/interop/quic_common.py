@@ -19,6 +19,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
 
 
+def rss_kb(pid):
+    """A process's resident set (VmRSS), in kB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def report(name, ok, why=""):
     print(("PASS %s" % name) if ok else ("FAIL %s: %s" % (name, why)), flush=True)
 

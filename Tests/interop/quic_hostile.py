@@ -28,15 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
-from quic_common import Proto, arguments, config, connect, hello, legit_session, report, serve_udp_echo, udp_echo  # noqa: E402
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from quic_common import Proto, arguments, config, connect, hello, legit_session, report, rss_kb, serve_udp_echo, udp_echo  # noqa: E402
 
 
 def source_server(port, per_conn, stop):

@@ -18,16 +18,8 @@ from aioquic.asyncio import connect
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as W  # noqa: E402
-from quic_common import Proto, config, hello, report  # noqa: E402
+from quic_common import Proto, config, hello, report, rss_kb  # noqa: E402
 import argparse  # noqa: E402
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 async def session(args, opened, hold, results):
