@@ -10,8 +10,8 @@ import XCTest
 class OneClientTLSServer: IOHandler, TLSConnectionOwner {
     let runtime: CarrierRuntime
     let context: TLSContext
-    let listenFD: Int32
-    let port: UInt16
+    private(set) var listenFD: Int32 = -1
+    private(set) var port: UInt16 = 0
     let inputBytes: Int
     var conn: TLSConnection?
 
@@ -19,12 +19,7 @@ class OneClientTLSServer: IOHandler, TLSConnectionOwner {
         self.runtime = runtime
         self.inputBytes = inputBytes
         context = try TLSContext(server: TestPKI.shared.server, alpn: [])
-        let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
-        SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
-        listen(fd, 8)
-        listenFD = fd
-        port = Sockets.localEndpoint(fd)!.port
-        runtime.loop.register(fd, IOEvents.readable, self)
+        (listenFD, port) = loopbackListener(loop: runtime.loop, backlog: 8, handler: self)
     }
 
     deinit {

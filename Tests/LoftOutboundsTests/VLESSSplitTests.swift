@@ -14,8 +14,8 @@ import XCTest
 final class SplitVLESSServer: IOHandler, TLSConnectionOwner {
     let runtime: CarrierRuntime
     let context: TLSContext
-    let listenFD: Int32
-    let port: UInt16
+    private(set) var listenFD: Int32 = -1
+    private(set) var port: UInt16 = 0
     let reply: [UInt8]
     let gapMs: UInt64
     private var conns: [ObjectIdentifier: (conn: TLSConnection, got: [UInt8], answered: Bool)] = [:]
@@ -28,12 +28,7 @@ final class SplitVLESSServer: IOHandler, TLSConnectionOwner {
         self.reply = reply
         self.gapMs = gapMs
         context = try TLSContext(server: TestPKI.shared.server, alpn: [])
-        let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
-        SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
-        listen(fd, 512)
-        listenFD = fd
-        port = Sockets.localEndpoint(fd)!.port
-        runtime.loop.register(fd, IOEvents.readable, self)
+        (listenFD, port) = loopbackListener(loop: runtime.loop, backlog: 512, handler: self)
     }
 
     deinit {

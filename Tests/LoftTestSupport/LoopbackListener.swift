@@ -1,0 +1,13 @@
+import Glibc
+import LoftCore
+import LoftIO
+
+/// A TCP listening socket on 127.0.0.1 at a free port, registered on `loop` for `handler`
+/// (the tests' TLS servers accept on it).
+public func loopbackListener(loop: EventLoop, backlog: Int32, handler: IOHandler) -> (fd: Int32, port: UInt16) {
+    let fd = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
+    SocketAddress(Endpoint(IPAddress("127.0.0.1")!, 0)).withSockaddr { _ = bind(fd, $0, $1) }
+    listen(fd, backlog)
+    loop.register(fd, IOEvents.readable, handler)
+    return (fd, Sockets.localEndpoint(fd)!.port)
+}
