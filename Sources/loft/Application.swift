@@ -37,6 +37,29 @@ enum Application {
         return nil
     }
 
+    /// `loft check`'s warnings: a file that holds a secret (a token, a UUID, a password) and that
+    /// its group or others may read. One line per file.
+    static func exposedSecrets(_ config: Configuration, path: String) -> [String] {
+        var files: [(String, String)] = []
+        for o in config.outbounds {
+            switch o.kind {
+            case .loft: files.append((o.position.file, "outbound \(o.name)'s token"))
+            case .vless: files.append((o.position.file, "outbound \(o.name)'s UUID"))
+            case .sstp: files.append((o.passwordFile ?? o.position.file, "outbound \(o.name)'s password"))
+            default: break
+            }
+        }
+        var out: [String] = []
+        var seen: Set<String> = []
+        for (file, what) in files where seen.insert(file).inserted {
+            var st = stat()
+            guard stat(file, &st) == 0, st.st_mode & 0o044 != 0 else { continue }
+            let mode = String(st.st_mode & 0o777, radix: 8)
+            out.append("\(file): warning: holds a secret (\(what)) and is readable by \(st.st_mode & 0o004 != 0 ? "others" : "its group") (mode 0\(mode)); chmod 600 \(file)")
+        }
+        return out
+    }
+
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
         Log.threshold = config.log.threshold
         let nofile = clinux_raise_nofile()
@@ -482,6 +505,7 @@ func tlsOptions(_ verification: TLSVerification, serverName: String?) -> TLSClie
     case .caFile(let path): tls.caFile = path
     case .pinSHA256(let hex): tls.pinSHA256 = TLSClientOptions.parsePin(hex)
     case .insecure: tls.insecure = true
+    case .systemStore: break // neither a CA file nor a pin: the system store (TLSClientOptions)
     }
     return tls
 }
