@@ -81,9 +81,18 @@ public enum Link {
 
     // MARK: parse
 
-    /// Parses one link. `column` of an error counts characters of `text` from 1.
+    /// Parses one link. `column` of an error counts characters of `text` from 1 (a problem at the
+    /// end, such as a missing part, is at the last character).
     public static func parse(_ text: String) throws(LinkError) -> Connection {
         let chars = Array(text)
+        do {
+            return try parse(chars)
+        } catch {
+            throw LinkError(column: max(1, min(error.column, chars.count)), error.message)
+        }
+    }
+
+    static func parse(_ chars: [Character]) throws(LinkError) -> Connection {
         guard chars.count <= maximumLength else {
             throw LinkError(column: 1, "a link is at most \(maximumLength) characters, this one has \(chars.count)")
         }
@@ -300,7 +309,7 @@ public enum Link {
         let portText = String(chars[(colon + 1)..<to])
         guard !portText.isEmpty, portText.allSatisfy({ $0.isASCII && $0.isNumber }), portText.count <= 5,
               let p = Int(portText), (1...65535).contains(p) else {
-            throw LinkError(column: colon + 2, "the port must be 1 to 65535, got \(quote(portText))")
+            throw LinkError(column: portText.isEmpty ? colon + 1 : colon + 2, "the port must be 1 to 65535, got \(quote(portText))")
         }
         let host = String(chars[from..<colon])
         let server = host + ":" + portText
