@@ -48,6 +48,21 @@ let package = Package(
             path: "CSupport/CAres",
             linkerSettings: [.linkedLibrary("cares")]
         ),
+        .target(
+            name: "CQRencode",
+            path: "CSupport/CQRencode",
+            linkerSettings: [.linkedLibrary("qrencode")]
+        ),
+        .target(
+            name: "CZbar",
+            path: "CSupport/CZbar",
+            linkerSettings: [.linkedLibrary("zbar")]
+        ),
+        .target(
+            name: "CImage",
+            path: "CSupport/CImage",
+            linkerSettings: [.linkedLibrary("png16"), .linkedLibrary("jpeg")]
+        ),
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
@@ -62,7 +77,7 @@ let package = Package(
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
-        .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "CTLS"]),
+        .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "CTLS", "CQRencode", "CZbar", "CImage"]),
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",

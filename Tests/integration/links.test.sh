@@ -147,8 +147,8 @@ bad_case() {   # bad_case NAME WANT-IN-ERROR ARGS...
     expect "$name" "[ $rc = 2 ] && [ '$(state "$W/bad")' = '$before' ] && grep -qF -- \"$want\" '$T_DIR/$name.out'" \
         "rc $rc, changed: $([ "$(state "$W/bad")" = "$before" ] && echo no || echo yes): $(cat "$T_DIR/$name.out")"
 }
-bad_case bad-link-malformed "column 45: expected host:port" "vless://$UUID@?security=tls"
-bad_case bad-link-unknown-parameter 'column 79: unknown parameter "mux"' "vless://$UUID@h.example:443?security=tls&type=tcp&mux=1#x"
+bad_case bad-link-malformed "column 46: expected host:port" "vless://$UUID@?security=tls"
+bad_case bad-link-unknown-parameter 'column 82: unknown parameter "mux"' "vless://$UUID@h.example:443?security=tls&type=tcp&mux=1#x"
 bad_case bad-link-in-batch "argument 2" "${links[0]%#*}#new-one" "loft://t@h.example:443?carrier=spdy#y"
 bad_case bad-loft-truncated "truncated" "$W/truncated.loft"
 bad_case bad-loft-cut "truncated" "$W/cut.loft"
