@@ -1,8 +1,8 @@
 #include "cimage.h"
+#include <stdio.h>   // before jpeglib.h, which uses FILE
 #include <jpeglib.h>
 #include <png.h>
 #include <setjmp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

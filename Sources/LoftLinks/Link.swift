@@ -368,7 +368,7 @@ public enum Link {
         return nil
     }
 
-    static func quote(_ s: String) -> String {
+    public static func quote(_ s: String) -> String {
         let shown = s.count > 60 ? String(s.prefix(60)) + "…" : s
         return "\"" + shown.unicodeScalars.map { $0.value < 0x20 ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined() + "\""
     }

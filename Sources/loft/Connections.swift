@@ -35,10 +35,16 @@ enum Connections {
             Terminal.fail("loft: no outbound \"\(name)\" in \(config) (defined: \(c.outbounds.map(\.name).joined(separator: ", ")))", code: 2)
         }
         let link = linkOrFail(o)
-        if qr || png != nil {
-            Terminal.fail("loft: --qr and --png are not in this build", code: 2)
+        if qr {
+            guard let code = QRCode.terminal(link) else { Terminal.fail("loft: the link is too long for a QR code (\(link.utf8.count) bytes)", code: 2) }
+            Terminal.say(code, newline: false)
+        } else if let png {
+            guard let image = QRCode.png(link) else { Terminal.fail("loft: the link is too long for a QR code (\(link.utf8.count) bytes)", code: 2) }
+            if let problem = writeAtomically(png, image, mode: 0o600) { Terminal.fail("loft: \(png): \(problem)", code: 1) }
+            Terminal.say("wrote the QR code of \(name)'s link to \(png) (mode 0600)")
+        } else {
+            Terminal.say(link)
         }
-        Terminal.say(link)
         warn("loft: this link carries the secret of outbound \"\(name)\" (\(secretWord(o))): anyone who has it can connect as you\(o.stateFile != nil ? "; its state-file stays local" : "")")
         exit(0)
     }
@@ -259,6 +265,15 @@ enum Connections {
         if ConnectionFile.looksLike(bytes) {
             do { return try ConnectionFile.read(bytes) } catch {
                 Terminal.fail("loft: \(label):\(error.description)", code: 2)
+            }
+        }
+        if Picture.looksLike(bytes) {
+            let texts: [String]
+            do { texts = try Picture.codes(bytes) } catch { Terminal.fail("loft: \(label): \(error)", code: 2) }
+            return texts.enumerated().map { (n, text) -> Connection in
+                do throws(LinkError) { return try Link.parse(text) } catch {
+                    Terminal.fail("loft: \(label): QR code \(n + 1) of \(texts.count) is not a connection link (column \(error.column): \(error.message)): \(Link.quote(text))", code: 2)
+                }
             }
         }
         // Text: one link a line (what `loft share` prints).

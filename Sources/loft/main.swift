@@ -20,8 +20,10 @@ usage: loft run [-c FILE]      run (built-in default configuration without -c)
        loft reload [-c FILE]   re-read the rules of the running loft's file
        loft import SOURCE... -c FILE [--name NAME] [--replace] [--passphrase-file F]
                                add connections as outbounds: SOURCE is a link (loft://,
-                               vless://, sstp://), a .loft file, an encrypted file, or -
-       loft share NAME -c FILE       print the outbound's link (it holds the secret)
+                               vless://, sstp://), a .loft file, an encrypted file, a PNG
+                               or JPEG with QR codes, or -
+       loft share NAME -c FILE [--qr | --png FILE]
+                               print the outbound's link (it holds the secret), or its QR code
        loft export -c FILE [NAME...] [--encrypt [--passphrase-file F]] -o OUT
                                write connections to a .loft file (encrypted: a passphrase)
        loft --version | --help
