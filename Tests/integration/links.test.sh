@@ -140,11 +140,12 @@ head -c -20 "$W/three.loft" >"$W/truncated.loft"
 head -n 3 "$W/three.loft" >"$W/cut.loft"
 printf 'not a link\n' >"$W/text.txt"
 bad_case() {   # bad_case NAME WANT-IN-ERROR ARGS...
-    local name=$1 want=$2 before rc
+    local name=$1 want=$2 before rc said
     shift 2
     before=$(state "$W/bad")
     L import "$@" -c "$C" >"$T_DIR/$name.out" 2>&1; rc=$?
-    expect "$name" "[ $rc = 2 ] && [ '$(state "$W/bad")' = '$before' ] && grep -qF -- \"$want\" '$T_DIR/$name.out'" \
+    said=no; grep -qF -- "$want" "$T_DIR/$name.out" && said=yes
+    expect "$name" "[ $rc = 2 ] && [ '$(state "$W/bad")' = '$before' ] && [ $said = yes ]" \
         "rc $rc, changed: $([ "$(state "$W/bad")" = "$before" ] && echo no || echo yes): $(cat "$T_DIR/$name.out")"
 }
 bad_case bad-link-malformed "column 46: expected host:port" "vless://$UUID@?security=tls"

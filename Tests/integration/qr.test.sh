@@ -111,10 +111,11 @@ convert -seed 3 -size 800x600 plasma:fractal -quality 80 "$W/nocode.jpg"
 qrencode -o "$W/text.png" "hello, not a link"
 head -c 300 "$W/q.png" >"$W/cut.png"
 bad_case() {   # bad_case NAME WANT-IN-ERROR PICTURE
-    local before rc
+    local before rc said
     before=$(state "$W/bad")
     L import "$3" -c "$C" >"$T_DIR/$1.out" 2>&1; rc=$?
-    expect "$1" "[ $rc = 2 ] && [ '$(state "$W/bad")' = '$before' ] && grep -qF -- \"$2\" '$T_DIR/$1.out'" \
+    said=no; grep -qF -- "$2" "$T_DIR/$1.out" && said=yes
+    expect "$1" "[ $rc = 2 ] && [ '$(state "$W/bad")' = '$before' ] && [ $said = yes ]" \
         "rc $rc: $(cat "$T_DIR/$1.out")"
 }
 bad_case picture-without-code "no QR code found" "$W/nocode.jpg"
