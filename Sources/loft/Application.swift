@@ -373,14 +373,22 @@ final class Runtime {
         guard let path = configPath else { return .failure(.init("reload: loft runs on its built-in default (no file to read)")) }
         let fresh: Configuration
         do { fresh = try ConfigLoader.load(path: path) } catch { return .failure(.init(error.description)) }
+        // Outbounds are made once at start-up (docs/links.md): a change to them in the file is
+        // said, not applied.
+        let changed = fresh.outbounds.filter { f in
+            guard let running = config.outbound(named: f.name) else { return true }
+            return running.kind != f.kind || running.quicMaxPacket != f.quicMaxPacket || running.keepalive != f.keepalive
+                || running.stateFile != f.stateFile
+        }.map(\.name) + config.outbounds.filter { fresh.outbound(named: $0.name) == nil }.map(\.name)
+        let note = changed.isEmpty ? "" : "outbounds added, changed or removed in the file (\(changed.joined(separator: ", "))) are not applied: restart loft to use them\n"
         do {
             try router?.reload(rules: fresh.rules, defaultAction: fresh.defaultAction)
             netstack?.resetRuleUsage()
         } catch {
-            return .failure(.init("reload: \(error)"))
+            return .failure(.init("reload: \(error)" + (note.isEmpty ? "" : "; " + note.dropLast())))
         }
         Log.info("rules.reloaded", ["rules": fresh.rules.count])
-        return .success("rules reloaded: \(fresh.rules.count)\n")
+        return .success("rules reloaded: \(fresh.rules.count)\n" + note)
     }
 
     func report() -> StatusReport {

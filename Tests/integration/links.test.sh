@@ -195,7 +195,7 @@ expect imported-for-traffic "[ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q 'imported v
     "$(cat "$T_DIR/vimp.out" "$T_DIR/fimp.out" | tr '\n' '|')"
 printf 'rules:\n  - { action: via, outbound: front, to: ["%s/128"] }\ndefault: v2ray-test\n' "$SRV6" >>"$CFG"
 L check -c "$CFG" >/dev/null 2>&1 || fail links-config "$(L check -c "$CFG" 2>&1)"
-CASES="vless-link-carries loft-link-carries stop"
+CASES="vless-link-carries loft-link-carries reload-says-restart stop"
 # The system store of this loft: the test CA (OpenSSL's default paths honour SSL_CERT_FILE).
 export SSL_CERT_FILE=$VLESS_CA
 require_loft "$CFG" $CASES || exit 1
@@ -206,5 +206,9 @@ expect vless-link-carries "[ '$got' = '$SHA' ]" "8 MiB through v2ray: sha $got, 
 got=$(in_app curl -sS -g --max-time 60 "http://[$SRV6]/big" 2>"$T_DIR/curl6.err" | sha256sum | cut -d' ' -f1)
 expect loft-link-carries "[ '$got' = '$SHA' ]" "8 MiB through loft-front: sha $got, want $SHA: $(cat "$T_DIR/curl6.err") $(grep -i 'holder\|error' "$LOFT_LOG" | tail -2 | tr '\n' '|')"
 note "status: $(L status -c "$CFG" 2>&1 | grep -E 'v2ray-test|front' | tr -s ' ' | tr '\n' '|')"
+# A connection imported while loft runs: reload applies the rules and says the outbound needs a restart.
+L import "sstp://u:p@gw.example:443?insecure=1#later" -c "$CFG" >/dev/null 2>&1
+L reload -c "$CFG" >"$T_DIR/reload.out" 2>&1; rc=$?
+expect reload-says-restart "[ $rc = 0 ] && grep -q 'rules reloaded' '$T_DIR/reload.out' && grep -q '(later) are not applied: restart loft' '$T_DIR/reload.out'" "rc $rc: $(cat "$T_DIR/reload.out")"
 loft_stop_clean stop
 finish
