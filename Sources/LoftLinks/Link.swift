@@ -103,10 +103,11 @@ public enum Link {
         guard schemes.contains(scheme) else {
             throw LinkError(column: 1, "unknown scheme \(quote(String(chars[0..<sep]))) (expected loft://, vless:// or sstp://)")
         }
-        for (i, c) in chars.enumerated() where c.isWhitespace || (c.unicodeScalars.first!.value < 0x20) {
+        let hash = chars.firstIndex(of: "#") ?? chars.count
+        // Some clients leave spaces in the #name unencoded; elsewhere they end the link.
+        for (i, c) in chars.enumerated() where (c.isWhitespace && i < hash) || c.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
             throw LinkError(column: i + 1, "a link has no spaces or control characters (percent-encode them)")
         }
-        let hash = chars.firstIndex(of: "#") ?? chars.count
         for i in 0..<hash where !chars[i].isASCII {
             throw LinkError(column: i + 1, "only the #name may hold characters outside ASCII (percent-encode them)")
         }

@@ -2,6 +2,7 @@ import XCTest
 import LoftCore
 import LoftConfig
 @testable import LoftLinks
+import CImage
 
 /// The link formats of docs/links.md: every outbound type and carrier survives share → import
 /// field by field; links in the common vless:// form import; bad links fail at their column.
@@ -137,7 +138,7 @@ final class LinkTests: XCTestCase {
         assertError("vless://\(u)@h.example:0?security=tls", column: 56, "port must be 1 to 65535")
         assertError("vless://\(u)@fd00::1:443?security=tls", column: 46, "the host must be")
         assertError("loft://tok@h.example:443?carrier=smoke", column: 26, "carrier must be one of")
-        assertError("loft://tok@h.example:443", column: 25, "needs carrier=")
+        assertError("loft://tok@h.example:443", column: 24, "needs carrier=")
         assertError("loft://tok@h.example:443?carrier=ws&quic-max-packet=1400", column: 37, "quic-max-packet is for carrier quic or h3")
         assertError("loft://tok@h.example:443?carrier=ws&pin-sha256=\(Self.pin)&insecure=1", column: 113, "at most one of")
         assertError("loft://t%zzok@h.example:443?carrier=ws", column: 9, "two hex digits")
@@ -247,5 +248,68 @@ final class OutboundDirTests: XCTestCase {
         XCTAssertThrowsError(try ConfigLoader.load(path: dir + "/main.yaml")) { e in
             XCTAssertTrue("\(e)".hasPrefix(dir + "/o.d/c.yaml:5:25:"), "\(e)")
         }
+    }
+}
+
+/// QR codes drawn with libqrencode read back with zbar; the terminal drawing's size.
+final class QRTests: XCTestCase {
+    static let link = "vless://\(LinkTests.uuid)@vless.example:443?encryption=none&security=tls&sni=cdn.example&alpn=h2%2Chttp%2F1.1&type=tcp#vps"
+
+    func testPNGReadsBack() throws {
+        guard let png = QRCode.png(Self.link) else { return XCTFail("no code") }
+        XCTAssertTrue(Picture.looksLike(png))
+        XCTAssertEqual(try Picture.codes(png), [Self.link])
+        let image = try Picture.gray(png)
+        XCTAssertEqual(image.width, image.height)
+        XCTAssertEqual(image.width % 8, 0)
+    }
+
+    /// A typical link fits an 80-column terminal, two module rows a line.
+    func testTerminalSize() throws {
+        let (w, _) = try XCTUnwrap(QRCode.modules(Self.link))
+        let text = try XCTUnwrap(QRCode.terminal(Self.link))
+        let lines = text.split(separator: "\n")
+        XCTAssertEqual(lines.count, (w + 2 * QRCode.quietZone + 1) / 2)
+        XCTAssertTrue(lines.allSatisfy { $0.count == w + 2 * QRCode.quietZone })
+        XCTAssertLessThanOrEqual(lines[0].count, 80)
+        XCTAssertTrue(text.allSatisfy { "█▀▄ \n".contains($0) })
+    }
+
+    func testPictureErrors() {
+        XCTAssertThrowsError(try Picture.codes([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0])) { e in
+            XCTAssertTrue("\(e)".hasPrefix("PNG"), "\(e)")
+        }
+        XCTAssertThrowsError(try Picture.codes([0xff, 0xd8, 0xff, 0xe0, 0, 16])) { e in
+            XCTAssertTrue("\(e)".hasPrefix("JPEG"), "\(e)")
+        }
+        // A blank picture: no code.
+        XCTAssertThrowsError(try Picture.codes(QRCode.png("x", scale: 1)!.count > 0 ? blank() : [])) { e in
+            XCTAssertTrue("\(e)".contains("no QR code"), "\(e)")
+        }
+        XCTAssertNil(QRCode.modules(String(repeating: "x", count: 8000)))
+    }
+
+    func blank() -> [UInt8] {
+        var len = 0
+        let pixels = [UInt8](repeating: 255, count: 64 * 64)
+        let p = cimage_encode_png(pixels, 64, 64, &len)!
+        defer { cimage_free(p) }
+        return Array(UnsafeBufferPointer(start: p, count: len))
+    }
+
+    /// Halving keeps the mean of each 2×2 block.
+    func testHalve() {
+        let (out, w, h) = Picture.halve([0, 255, 10, 20, 255, 0, 30, 40], 4, 2)
+        XCTAssertEqual(w, 2)
+        XCTAssertEqual(h, 1)
+        XCTAssertEqual(out, [127, 25])
+    }
+}
+
+extension LinkTests {
+    func testSpacesOnlyInTheName() throws {
+        XCTAssertEqual(try Link.parse("sstp://u:p@gw.example:443#My Gateway").name, "My-Gateway")
+        assertError("sstp://u:p@gw.example:443?auth=pap #x", column: 35, "no spaces")
+        assertError("sstp://u:p@gw.example:443#a\u{7}b", column: 28, "control characters")
     }
 }
