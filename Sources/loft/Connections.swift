@@ -38,6 +38,10 @@ enum Connections {
         if qr {
             guard let code = QRCode.terminal(link) else { Terminal.fail("loft: the link is too long for a QR code (\(link.utf8.count) bytes)", code: 2) }
             Terminal.say(code, newline: false)
+            let columns = code.prefix { $0 != "\n" }.count
+            if columns > 80 {
+                warn("loft: the code is \(columns) columns wide (a \(link.count)-character link): a terminal narrower than that breaks it; --png FILE or `loft export` carry it whole")
+            }
         } else if let png {
             guard let image = QRCode.png(link) else { Terminal.fail("loft: the link is too long for a QR code (\(link.utf8.count) bytes)", code: 2) }
             if let problem = writeAtomically(png, image, mode: 0o600) { Terminal.fail("loft: \(png): \(problem)", code: 1) }
