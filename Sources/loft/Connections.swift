@@ -322,8 +322,7 @@ enum Connections {
         guard tty >= 0 else { Terminal.fail("loft: no terminal to ask the passphrase on: give --passphrase-file FILE", code: 2) }
         defer { close(tty) }
         func ask(_ prompt: String) -> [UInt8] {
-            var p = Array(prompt.utf8)
-            _ = write(tty, &p, p.count)
+            // Echo off before the prompt: whatever is typed after it is never shown.
             var saved = termios()
             let isTerm = tcgetattr(tty, &saved) == 0
             if isTerm {
@@ -331,10 +330,12 @@ enum Connections {
                 quiet.c_lflag &= ~tcflag_t(ECHO)
                 tcsetattr(tty, TCSAFLUSH, &quiet)
             }
+            var p = Array(prompt.utf8)
+            _ = write(tty, &p, p.count)
             var line: [UInt8] = []
             var c: UInt8 = 0
             while Glibc.read(tty, &c, 1) == 1, c != UInt8(ascii: "\n") { line.append(c) }
-            if isTerm { tcsetattr(tty, TCSAFLUSH, &saved) }
+            if isTerm { tcsetattr(tty, TCSANOW, &saved) }
             var nl = Array("\n".utf8)
             _ = write(tty, &nl, 1)
             if line.last == UInt8(ascii: "\r") { line.removeLast() }

@@ -91,6 +91,45 @@ for kind in loft enc; do
     expect "export-import-$kind" "[ $rc = 0 ] && [ -z '$bad' ]" "rc $rc, differ:$bad"
 done
 
+# --- the passphrase asked on a terminal (a pty), never read from the command line ------------------
+cat >"$T_DIR/answer_pty.py" <<'PY'
+# answer_pty.py ANSWERS... -- CMD...: runs CMD on a new pty, answering each "passphrase" prompt with the
+# next answer; prints what CMD wrote there and exits with its status. Bounded: 60 s.
+import os, pty, select, signal, sys, time
+sep = sys.argv.index("--")
+answers, cmd = sys.argv[1:sep], sys.argv[sep + 1:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(cmd[0], cmd)
+out, since, deadline = b"", b"", time.time() + 60
+while True:
+    if time.time() > deadline:
+        os.kill(pid, signal.SIGKILL)
+        break
+    if not select.select([fd], [], [], 1)[0]:
+        continue
+    try:
+        b = os.read(fd, 1024)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+    since += b
+    if answers and since.endswith(b": ") and b"passphrase" in since:
+        os.write(fd, answers.pop(0).encode() + b"\n")
+        since = b""
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+PY
+python3 "$T_DIR/answer_pty.py" "tty secret" "tty secret" -- "$LOFT_BIN" export v gw -c "$S" --encrypt -o "$W/tty.enc" >"$T_DIR/tty-export.out" 2>&1; rc1=$?
+C=$(fresh tty)
+python3 "$T_DIR/answer_pty.py" "tty secret" -- "$LOFT_BIN" import "$W/tty.enc" -c "$C" >"$T_DIR/tty-import.out" 2>&1; rc2=$?
+python3 "$T_DIR/answer_pty.py" "tty secret" "tty secreT" -- "$LOFT_BIN" export v -c "$S" --encrypt -o "$W/tty2.enc" >"$T_DIR/tty-differ.out" 2>&1; rc3=$?
+expect passphrase-on-terminal "[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ \"\$(L share gw -c '$C' 2>/dev/null)\" = \"\$(L share gw -c '$S' 2>/dev/null)\" ] && [ $rc3 = 2 ] && grep -q 'passphrases differ' '$T_DIR/tty-differ.out' && [ ! -e '$W/tty2.enc' ] && ! grep -q 'tty secret' '$T_DIR/tty-export.out'" \
+    "export $rc1, import $rc2, differing $rc3: $(cat "$T_DIR/tty-export.out" "$T_DIR/tty-import.out" "$T_DIR/tty-differ.out" | tr '\r\n' '||')"
+
 # --- the encrypted format against an independent implementation (docs/links.md) -----------------
 cat >"$T_DIR/seal.py" <<'PY'
 # docs/links.md, "The encrypted file": header (45 bytes) = "LOFTSEAL", version 1, iterations
