@@ -201,17 +201,18 @@ enum Connections {
 
         // Write: the folder, CA and outbound files (each atomically), then the main file's key.
         var created: [String] = []
+        var replaced: [(String, [UInt8])] = []
         let madeDir = mkdir(dir, 0o700) == 0
         if !madeDir && errno != EEXIST { Terminal.fail("loft: cannot make \(dir): \(String(cString: strerror(errno)))", code: 1) }
         func undo(_ why: String) -> Never {
             for p in created { unlink(p) }
+            for (p, old) in replaced { _ = writeAtomically(p, old, mode: 0o600) }
             if madeDir { rmdir(dir) }
             Terminal.fail(why, code: 2)
         }
         for f in files {
-            let existed = access(f.path, F_OK) == 0
+            if case .success(let old) = readFile(f.path) { replaced.append((f.path, old)) } else { created.append(f.path) }
             if let problem = writeAtomically(f.path, f.bytes, mode: 0o600) { undo("loft: \(f.path): \(problem)") }
-            if !existed { created.append(f.path) }
         }
         if let mainText {
             if let problem = writeAtomically(config, mainText, mode: nil) { undo("loft: \(config): \(problem)") }

@@ -226,7 +226,7 @@ for _ in $(seq 100); do ss -Htln "sport = :$FRONT_PORT" | grep -q . && break; sl
 CFG=$(loft_config links idle=2m)
 sed -i '/^default: direct$/d' "$CFG"
 echo "control: $T_DIR/control.sock" >>"$CFG"
-# The common form, as v2rayN / v2rayNG / Nekobox share it: no CA, so the system store.
+# The common form of the v2ray / Xray clients' share links: no CA, so the system store.
 VLINK="vless://$UUID@$SRV4:8443?encryption=none&security=tls&sni=vless.loft.test&fp=chrome&type=tcp&headerType=none#v2ray%20test%20%F0%9F%9A%80"
 L import "$VLINK" -c "$CFG" >"$T_DIR/vimp.out" 2>&1; rc1=$?
 L import "$(L share f-ca -c "$S" 2>/dev/null)" --name front -c "$CFG" >"$T_DIR/fimp.out" 2>&1; rc2=$?
