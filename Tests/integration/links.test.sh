@@ -71,6 +71,10 @@ expect restart-said "grep -q 'needs a restart' '$T_DIR/import.out'" "import does
 expect main-file-kept "head -1 '$C' | grep -q '^# rt: a consumer' && grep -q '^outbound-dir: outbounds.d$' '$C'" "$(cat "$C" | tr '\n' '|')"
 L share v -c "$S" >/dev/null 2>"$T_DIR/share.err"
 expect share-warns-secret "grep -q 'carries the secret' '$T_DIR/share.err'" "share said: $(cat "$T_DIR/share.err")"
+# From stdin: what `loft share` prints, piped.
+C2=$(fresh stdin)
+L share gw -c "$S" 2>/dev/null | L import - -c "$C2" >"$T_DIR/stdin.out" 2>&1; rc=$?
+expect import-stdin "[ $rc = 0 ] && [ \"\$(L share gw -c '$C2' 2>/dev/null)\" = \"\$(L share gw -c '$S' 2>/dev/null)\" ]" "rc $rc: $(cat "$T_DIR/stdin.out")"
 # An existing name: refused without --replace, replaced with it.
 before=$(state "$W/rt")
 L import "${links[0]}" -c "$C" >"$T_DIR/dup.out" 2>&1; rc=$?
