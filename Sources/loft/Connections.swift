@@ -20,9 +20,9 @@ enum Connections {
         var i = 0
         while i < args.count {
             switch args[i] {
-            case "-c", "--config": config = try? argument(args, &i)
+            case "-c", "--config": config = argument(args, &i)
             case "--qr": qr = true; i += 1
-            case "--png": png = try? argument(args, &i)
+            case "--png": png = argument(args, &i)
             case let a where !a.hasPrefix("-") && name == nil: name = a; i += 1
             default: Terminal.fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
             }
@@ -87,10 +87,10 @@ enum Connections {
         var i = 0
         while i < args.count {
             switch args[i] {
-            case "-c", "--config": config = try? argument(args, &i)
+            case "-c", "--config": config = argument(args, &i)
             case "--encrypt": encrypt = true; i += 1
-            case "--passphrase-file": passphraseFile = try? argument(args, &i)
-            case "-o", "--output": output = try? argument(args, &i)
+            case "--passphrase-file": passphraseFile = argument(args, &i)
+            case "-o", "--output": output = argument(args, &i)
             case let a where !a.hasPrefix("-"): names.append(a); i += 1
             default: Terminal.fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
             }
@@ -133,10 +133,10 @@ enum Connections {
         var i = 0
         while i < args.count {
             switch args[i] {
-            case "-c", "--config": config = try? argument(args, &i)
-            case "--name": rename = try? argument(args, &i)
+            case "-c", "--config": config = argument(args, &i)
+            case "--name": rename = argument(args, &i)
             case "--replace": replace = true; i += 1
-            case "--passphrase-file": passphraseFile = try? argument(args, &i)
+            case "--passphrase-file": passphraseFile = argument(args, &i)
             case "-": sources.append("-"); i += 1
             case let a where !a.hasPrefix("-"): sources.append(a); i += 1
             default: Terminal.fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
@@ -350,7 +350,7 @@ enum Connections {
 
     // MARK: files
 
-    static func argument(_ args: [String], _ i: inout Int) throws -> String {
+    static func argument(_ args: [String], _ i: inout Int) -> String {
         guard i + 1 < args.count else { Terminal.fail("loft: \(args[i]) needs a value", code: 2) }
         defer { i += 2 }
         return args[i + 1]
