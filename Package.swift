@@ -48,6 +48,21 @@ let package = Package(
             path: "CSupport/CAres",
             linkerSettings: [.linkedLibrary("cares")]
         ),
+        .target(
+            name: "CQRencode",
+            path: "CSupport/CQRencode",
+            linkerSettings: [.linkedLibrary("qrencode")]
+        ),
+        .target(
+            name: "CZbar",
+            path: "CSupport/CZbar",
+            linkerSettings: [.linkedLibrary("zbar")]
+        ),
+        .target(
+            name: "CImage",
+            path: "CSupport/CImage",
+            linkerSettings: [.linkedLibrary("png16"), .linkedLibrary("jpeg")]
+        ),
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
@@ -61,10 +76,12 @@ let package = Package(
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
+        // Connections as links, .loft files and encrypted files (docs/links.md).
+        .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "CTLS", "CQRencode", "CZbar", "CImage"]),
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                           "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftSSTP"]
+                           "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux"]),
@@ -72,6 +89,7 @@ let package = Package(
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
+        .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "CImage"]),
         .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
         .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftCore", "LoftIO"], path: "Tests/LoftTestSupport"),

@@ -376,6 +376,33 @@ seed("ppp", b"\xff\x03\xc0\x23" + bytes((3, 1, 0, 8, 3)) + b"bad")              
 seed("ppp", b"\xff\x03\x80\x21" + bytes((3, 2, 0, 22, 3, 6, 198, 18, 0, 2, 129, 6, 198, 18, 0, 1, 131, 6, 0, 0, 0, 0)))
 seed("ppp", b"\x21\x45" + bytes(19))                                                    # PFC, IPv4
 
+# --- connection links, .loft files, encrypted files (docs/links.md) ------------------------------
+
+UUID = "27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b"
+PIN = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+LINKS = [
+    "vless://%s@v.example:443?encryption=none&security=tls&sni=cdn.example&alpn=h2%%2Chttp%%2F1.1&type=tcp#My%%20Server" % UUID,
+    "vless://%s@[2001:db8::1]:8443/?encryption=none&security=tls&fp=chrome&type=tcp&headerType=none&allowInsecure=1#v" % UUID,
+    "loft://t0k%%2Fen@front.example:443?carrier=h3&sni=front.example&pin-sha256=%s&quic-max-packet=1350#home" % PIN,
+    "loft://tok@198.18.0.7:443?carrier=ws&ca=MIIBAAAAAAAAAAAAAAAAAAAA#w",
+    "sstp://me%40corp:p%3Aa%40ss@[fd00::7]:443?insecure=1&auth=pap,mschapv2&keepalive=45s#gw",
+]
+for link in LINKS:
+    seed("link", link)
+seed("connection_file", "loft-connections 1\n" + "\n".join(LINKS[:3]) + "\nend 3\n")
+seed("connection_file", "loft-connections 1\n# a comment\n\n" + LINKS[4] + "\nend 1\n")
+try:
+    import hashlib as _h
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    plain = ("loft-connections 1\n" + LINKS[4] + "\nend 1\n").encode()
+    salt, nonce, it = bytes(16), bytes(12), 100000
+    header = b"LOFTSEAL" + bytes((1,)) + struct.pack(">I", it) + salt + nonce + struct.pack(">I", len(plain))
+    key = _h.pbkdf2_hmac("sha256", b"fuzz", salt, it, 32)
+    seed("sealed_file", header + AESGCM(key).encrypt(nonce, plain, header))
+except ImportError:
+    pass
+seed("sealed_file", b"\x7fseal me")
+
 # --- write -----------------------------------------------------------------------------------
 
 for target, items in sorted(seeds.items()):

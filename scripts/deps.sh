@@ -10,6 +10,9 @@ PACKAGES=(
     # and the Swift toolchain's needs
     liblwip-dev libyaml-dev libssl-dev libc-ares-dev libnghttp2-dev openssl pkg-config
     libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libnghttp3-dev
+    # build: QR codes of connection links (libqrencode to draw, zbar to read, libpng and libjpeg
+    # for the pictures; docs/links.md)
+    libqrencode-dev libzbar-dev libpng-dev libjpeg-dev
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes
@@ -26,6 +29,9 @@ PACKAGES=(
     v2ray
     # status: --watch rendered in a real terminal
     tmux
+    # links: the independent peers of the QR test (zbarimg, qrencode, ImageMagick) and the
+    # encrypted file's independent decryptor (Python's cryptography)
+    zbar-tools qrencode imagemagick python3-cryptography
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the

@@ -477,3 +477,45 @@ void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase) {
     }
     for (; i < len; i++) p[i] ^= k[i & 7];
 }
+
+// MARK: passphrase encryption (loft export --encrypt)
+
+int ctls_pbkdf2_sha256(const uint8_t *pass, size_t passlen, const uint8_t *salt, size_t saltlen,
+                       uint32_t iterations, uint8_t *key, size_t keylen) {
+    if (iterations == 0 || iterations > INT32_MAX) return -1;
+    return PKCS5_PBKDF2_HMAC((const char *)pass, (int)passlen, salt, (int)saltlen, (int)iterations,
+                             EVP_sha256(), (int)keylen, key) == 1 ? 0 : -1;
+}
+
+static int gcm(int enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+               const uint8_t *in, size_t len, uint8_t *out, uint8_t tag[16]) {
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    if (!c) return -1;
+    int ok = 0, n = 0;
+    if (EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, NULL, NULL, enc) != 1) goto done;
+    if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_IVLEN, 12, NULL) != 1) goto done;
+    if (EVP_CipherInit_ex(c, NULL, NULL, key, nonce, enc) != 1) goto done;
+    if (aadlen > 0 && EVP_CipherUpdate(c, NULL, &n, aad, (int)aadlen) != 1) goto done;
+    if (len > 0 && EVP_CipherUpdate(c, out, &n, in, (int)len) != 1) goto done;
+    if (!enc && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16, tag) != 1) goto done;
+    if (EVP_CipherFinal_ex(c, out + len, &n) != 1) goto done;
+    if (enc && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, 16, tag) != 1) goto done;
+    ok = 1;
+done:
+    EVP_CIPHER_CTX_free(c);
+    return ok ? 0 : -1;
+}
+
+int ctls_aes256gcm_seal(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out) {
+    if (len > INT32_MAX - 16) return -1;
+    return gcm(1, key, nonce, aad, aadlen, in, len, out, out + len);
+}
+
+int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out) {
+    if (len < 16 || len > INT32_MAX) return -1;
+    uint8_t tag[16];
+    memcpy(tag, in + len - 16, 16);
+    return gcm(0, key, nonce, aad, aadlen, in, len - 16, out, tag);
+}

@@ -64,6 +64,25 @@ public enum ConfigLoader {
         return .success(out)
     }
 
+    /// The names in a folder (without `.` and `..`).
+    static func listDirectory(_ path: String) -> Result<[String], DirectoryError> {
+        guard let d = opendir(path) else { return .failure(DirectoryError(String(cString: strerror(errno)))) }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let entry = readdir(d) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return .success(names)
+    }
+
+    struct DirectoryError: Error, CustomStringConvertible {
+        let description: String
+        init(_ d: String) { description = d }
+    }
+
     /// The folder part of a path: "a/b.yaml" → "a", "b.yaml" → ".", "/b.yaml" → "/".
     static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
@@ -91,7 +110,7 @@ struct ConfigDecoder {
     }
 
     static let topKeys = ["log", "tun", "socks5", "bridge", "outbounds", "rules", "default", "hold",
-                          "control", "limits", "metrics"]
+                          "control", "limits", "metrics", "outbound-dir"]
     static let tunKeys = ["name", "netns", "mtu", "ipv4", "ipv6", "route-all", "dns", "icmp", "offload"]
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
@@ -105,7 +124,7 @@ struct ConfigDecoder {
         "vless": ["server", "uuid", "tls", "alpn"],
         "sstp": ["server", "user", "password", "password-file", "tls", "auth", "keepalive"],
     ]
-    static let tlsKeys = ["server-name", "ca", "pin-sha256", "insecure"]
+    static let tlsKeys = ["server-name", "ca", "pin-sha256", "system-ca", "insecure"]
     static let ruleKeys = ["action", "outbound", "reset", "to", "to-file", "ports", "network", "domains"]
     static let carriers = ["get", "ws", "h2", "quic", "h3"]
     /// `quic-max-packet` (outbounds of type loft, and the front's): the largest UDP payload of
@@ -130,6 +149,7 @@ struct ConfigDecoder {
         var defaultNode: YAMLNode?
         var socks5Node: YAMLNode?
         var metricsNode: YAMLNode?
+        var outboundDirNode: YAMLNode?
         var ruleOutbounds: [(rule: Int, name: String, node: YAMLNode)] = []
 
         try v.forEachField(root, path: nil, allowed: ConfigDecoder.topKeys) { (key, pair) throws(ConfigError) in
@@ -163,6 +183,9 @@ struct ConfigDecoder {
             case "metrics":
                 config.metrics = try metrics(value)
                 metricsNode = value
+            case "outbound-dir":
+                _ = try v.string(value, path: "outbound-dir")
+                outboundDirNode = value
             default:
                 break // forEachField only passes known keys
             }
@@ -171,6 +194,12 @@ struct ConfigDecoder {
         if let metrics = config.metrics, let socks5 = config.socks5, metrics == socks5.listen,
            let node = metricsNode ?? socks5Node {
             throw v.error(node, "metrics \(metrics) is the same endpoint as socks5.listen")
+        }
+
+        if let node = outboundDirNode {
+            let dir = ConfigLoader.resolve(try v.string(node, path: "outbound-dir"), against: baseDirectory)
+            config.outboundDirectory = dir
+            try includeOutbounds(from: dir, node: node, into: &config.outbounds)
         }
 
         // Names that rules and `default` refer to must exist.
@@ -333,6 +362,35 @@ struct ConfigDecoder {
 
     // MARK: outbounds
 
+    /// `outbound-dir`: every `*.yaml` file in the folder (in byte order of the names; others are
+    /// skipped) is one outbound, a mapping with the keys of an `outbounds` entry. Errors are at
+    /// that file's line and column; relative paths inside it are resolved against the folder.
+    func includeOutbounds(from dir: String, node: YAMLNode, into outbounds: inout [OutboundSettings]) throws(ConfigError) {
+        let names: [String]
+        switch ConfigLoader.listDirectory(dir) {
+        case .success(let n): names = n.filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        case .failure(let message): throw v.error(node, "outbound-dir: cannot read \(Values.quote(dir)): \(message)")
+        }
+        for name in names {
+            let file = ConfigLoader.resolve(name, against: dir)
+            let bytes: [UInt8]
+            switch ConfigLoader.readFile(file, regularOnly: true) {
+            case .success(let b): bytes = b
+            case .failure(let message): throw v.error(node, "outbound-dir: cannot read \(Values.quote(file)): \(message)")
+            }
+            let decoder = ConfigDecoder(file: file, baseDirectory: dir)
+            guard let root = try YAML.parse(bytes: bytes, file: file), case .mapping = root.value else {
+                throw ConfigError(position: SourcePosition(file: file, line: 1, column: 1),
+                                  message: "an outbound file must be one mapping with name and type (the keys of an outbounds entry)")
+            }
+            let outbound = try decoder.outbound(root, path: "outbound")
+            if let first = outbounds.first(where: { $0.name == outbound.name }) {
+                throw decoder.v.error(nameNode(root) ?? root, "outbound.name \(Values.quote(outbound.name)) is already used at \(first.position)")
+            }
+            outbounds.append(outbound)
+        }
+    }
+
     func outbounds(_ node: YAMLNode) throws(ConfigError) -> [OutboundSettings] {
         var result: [OutboundSettings] = []
         var firstByName: [String: Int] = [:]
@@ -367,6 +425,7 @@ struct ConfigDecoder {
         var quicMaxPacket: (Int, YAMLNode)?
         var user: String?
         var password: (String, YAMLNode)?
+        var passwordFileName: String?
         var auth: [SSTPAuthMethod] = [.mschapv2, .pap]
         var keepalive: Duration?
         var typedKeys: [(String, YAMLNode)] = []
@@ -411,6 +470,7 @@ struct ConfigDecoder {
                     throw v.error(pair.key, "\(path) takes one of password and password-file; \(key) is a second one (the first at line \(first.position.line), column \(first.position.column))")
                 }
                 let text = key == "password" ? try v.string(value, path: keyPath) : try passwordFile(value, path: keyPath)
+                if key == "password-file" { passwordFileName = ConfigLoader.resolve(try v.string(value, path: keyPath), against: baseDirectory) }
                 guard text.utf8.count <= 255 else {
                     throw v.error(value, "\(keyPath): the password must be at most 255 bytes (PPP's limit), got \(text.utf8.count)")
                 }
@@ -453,6 +513,7 @@ struct ConfigDecoder {
                 kind: .sstp(server: server!, user: user!, password: password!.0, tls: tls!.0, serverName: tls!.1, auth: auth),
                 position: item.position)
             o.keepalive = keepalive
+            o.passwordFile = passwordFileName
             return o
         default:
             try require([("server", server != nil), ("carrier", carrier != nil), ("token", token != nil), ("tls", tls != nil)])
@@ -540,7 +601,7 @@ struct ConfigDecoder {
 
     func tls(_ node: YAMLNode, path: String) throws(ConfigError) -> (TLSVerification, String?) {
         guard case .mapping = node.value else {
-            throw v.error(node, "\(path) must be a mapping with server-name and one of ca, pin-sha256, insecure: true, got \(Values.describe(node))")
+            throw v.error(node, "\(path) must be a mapping with server-name and one of ca, pin-sha256, system-ca: true, insecure: true, got \(Values.describe(node))")
         }
         var serverName: String?
         var chosen: TLSVerification?
@@ -565,17 +626,19 @@ struct ConfigDecoder {
                 choice = .pinSHA256(text.lowercased())
             case "insecure":
                 if try v.bool(value, path: keyPath) { choice = .insecure }
+            case "system-ca":
+                if try v.bool(value, path: keyPath) { choice = .systemStore }
             default: break
             }
             if let choice {
                 guard chosen == nil else {
-                    throw v.error(pair.key, "\(path) takes exactly one of ca, pin-sha256, insecure: true; \(key) is a second one")
+                    throw v.error(pair.key, "\(path) takes exactly one of ca, pin-sha256, system-ca: true, insecure: true; \(key) is a second one")
                 }
                 chosen = choice
             }
         }
         guard let chosen else {
-            throw v.error(node, "\(path) needs exactly one of ca, pin-sha256, insecure: true")
+            throw v.error(node, "\(path) needs exactly one of ca, pin-sha256, system-ca: true, insecure: true")
         }
         return (chosen, serverName)
     }

@@ -133,6 +133,9 @@ public enum TLSVerification: Sendable, Equatable {
     case caFile(String)
     /// Accept exactly the certificate whose SubjectPublicKeyInfo SHA-256 is this (64 lowercase hex).
     case pinSHA256(String)
+    /// The system's trust store and the hostname check (key `system-ca: true`): what a link from
+    /// another client means, since it carries no CA or pin.
+    case systemStore
     /// No verification (testing only).
     case insecure
 }
@@ -165,6 +168,9 @@ public struct OutboundSettings: Sendable, Equatable {
     /// Type sstp, key `keepalive`: an SSTP Echo Request after this long without a byte from the
     /// server, the link down after twice as long (default 30 s).
     public var keepalive: Duration?
+    /// Type sstp: the file the password was read from (key `password-file`); nil when the
+    /// password is in the config itself.
+    public var passwordFile: String?
     /// Where the outbound's entry starts in the config file.
     public var position: SourcePosition
 
@@ -234,6 +240,9 @@ public struct Configuration: Sendable, Equatable {
     public var limits: LimitSettings
     /// Loopback endpoint of the metrics listener; nil: none.
     public var metrics: Endpoint?
+    /// Key `outbound-dir`, resolved: the folder whose `*.yaml` files are one outbound each
+    /// (where `loft import` writes); nil: none.
+    public var outboundDirectory: String?
 
     public static let defaultControl = "/run/loft/control.sock"
 

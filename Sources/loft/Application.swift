@@ -37,6 +37,29 @@ enum Application {
         return nil
     }
 
+    /// `loft check`'s warnings: a file that holds a secret (a token, a UUID, a password) and that
+    /// its group or others may read. One line per file.
+    static func exposedSecrets(_ config: Configuration, path: String) -> [String] {
+        var files: [(String, String)] = []
+        for o in config.outbounds {
+            switch o.kind {
+            case .loft: files.append((o.position.file, "outbound \(o.name)'s token"))
+            case .vless: files.append((o.position.file, "outbound \(o.name)'s UUID"))
+            case .sstp: files.append((o.passwordFile ?? o.position.file, "outbound \(o.name)'s password"))
+            default: break
+            }
+        }
+        var out: [String] = []
+        var seen: Set<String> = []
+        for (file, what) in files where seen.insert(file).inserted {
+            var st = stat()
+            guard stat(file, &st) == 0, st.st_mode & 0o044 != 0 else { continue }
+            let mode = String(st.st_mode & 0o777, radix: 8)
+            out.append("\(file): warning: holds a secret (\(what)) and is readable by \(st.st_mode & 0o004 != 0 ? "others" : "its group") (mode 0\(mode)); chmod 600 \(file)")
+        }
+        return out
+    }
+
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
         Log.threshold = config.log.threshold
         let nofile = clinux_raise_nofile()
@@ -350,14 +373,22 @@ final class Runtime {
         guard let path = configPath else { return .failure(.init("reload: loft runs on its built-in default (no file to read)")) }
         let fresh: Configuration
         do { fresh = try ConfigLoader.load(path: path) } catch { return .failure(.init(error.description)) }
+        // Outbounds are made once at start-up (docs/links.md): a change to them in the file is
+        // said, not applied.
+        let changed = fresh.outbounds.filter { f in
+            guard let running = config.outbound(named: f.name) else { return true }
+            return running.kind != f.kind || running.quicMaxPacket != f.quicMaxPacket || running.keepalive != f.keepalive
+                || running.stateFile != f.stateFile
+        }.map(\.name) + config.outbounds.filter { fresh.outbound(named: $0.name) == nil }.map(\.name)
+        let note = changed.isEmpty ? "" : "outbounds added, changed or removed in the file (\(changed.joined(separator: ", "))) are not applied: restart loft to use them\n"
         do {
             try router?.reload(rules: fresh.rules, defaultAction: fresh.defaultAction)
             netstack?.resetRuleUsage()
         } catch {
-            return .failure(.init("reload: \(error)"))
+            return .failure(.init("reload: \(error)" + (note.isEmpty ? "" : "; " + note.dropLast())))
         }
         Log.info("rules.reloaded", ["rules": fresh.rules.count])
-        return .success("rules reloaded: \(fresh.rules.count)\n")
+        return .success("rules reloaded: \(fresh.rules.count)\n" + note)
     }
 
     func report() -> StatusReport {
@@ -482,6 +513,7 @@ func tlsOptions(_ verification: TLSVerification, serverName: String?) -> TLSClie
     case .caFile(let path): tls.caFile = path
     case .pinSHA256(let hex): tls.pinSHA256 = TLSClientOptions.parsePin(hex)
     case .insecure: tls.insecure = true
+    case .systemStore: break // neither a CA file nor a pin: the system store (TLSClientOptions)
     }
     return tls
 }

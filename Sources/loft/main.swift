@@ -18,6 +18,14 @@ usage: loft run [-c FILE]      run (built-in default configuration without -c)
                                `control:`, else /run/loft/control.sock)
        loft path-changed [-c FILE]   re-dial sessions after a network change
        loft reload [-c FILE]   re-read the rules of the running loft's file
+       loft import SOURCE... -c FILE [--name NAME] [--replace] [--passphrase-file F]
+                               add connections as outbounds: SOURCE is a link (loft://,
+                               vless://, sstp://), a .loft file, an encrypted file, a PNG
+                               or JPEG with QR codes, or -
+       loft share NAME -c FILE [--qr | --png FILE]
+                               print the outbound's link (it holds the secret), or its QR code
+       loft export -c FILE [NAME...] [--encrypt [--passphrase-file F]] -o OUT
+                               write connections to a .loft file (encrypted: a passphrase)
        loft --version | --help
 
 The built-in default runs SOCKS5 on 127.0.0.1:11080 and the UDP bridge on
@@ -120,6 +128,7 @@ case "check":
         let a = config.rules[shadowed].position, b = config.rules[by].position
         Terminal.say("\(a): warning: rule \(shadowed + 1) can never match: rule \(by + 1) (line \(b.line)) matches everything it would")
     }
+    for warning in Application.exposedSecrets(config, path: path) { Terminal.say(warning) }
     Terminal.say("\(path): ok")
 case "run":
     let path = configPath(args, required: false)
@@ -132,6 +141,12 @@ case "path-changed":
     Terminal.say(ask(controlSocket(args), "path-changed"), newline: false)
 case "reload":
     Terminal.say(ask(controlSocket(args), "reload"), newline: false)
+case "import":
+    Connections.importSources(args)
+case "share":
+    Connections.share(args)
+case "export":
+    Connections.export(args)
 default:
     Terminal.fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
 }

@@ -36,7 +36,7 @@ final class ErrorTests: XCTestCase {
                 token: t
                 tls: { insecure: true, sni: x }
             """, at: 7, 28, "unknown key \"sni\" in outbounds[0].tls",
-                    "expected one of: server-name, ca, pin-sha256, insecure")
+                    "expected one of: server-name, ca, pin-sha256, system-ca, insecure")
         assertError("outbounds:\n  - name: a\n    type: direct\n    via: b\n", at: 4, 5,
                     "unknown key \"via\" in outbounds[0]")
     }

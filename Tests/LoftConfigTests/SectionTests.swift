@@ -155,10 +155,10 @@ final class SectionTests: XCTestCase {
     func testTLSErrors() {
         func with(_ tls: String) -> String { "outbounds:\n  - name: a\n" + Self.loftOutbound + "    tls: \(tls)\n" }
         assertError(with("{ server-name: f.example }"), at: 7, 10,
-                    "outbounds[0].tls needs exactly one of ca, pin-sha256, insecure: true")
+                    "outbounds[0].tls needs exactly one of ca, pin-sha256, system-ca: true, insecure: true")
         assertError(with("{ insecure: false }"), at: 7, 10, "needs exactly one of")
         assertError(with("{ ca: a.pem, insecure: true }"), at: 7, 23,
-                    "outbounds[0].tls takes exactly one of ca, pin-sha256, insecure: true; insecure is a second one")
+                    "outbounds[0].tls takes exactly one of ca, pin-sha256, system-ca: true, insecure: true; insecure is a second one")
         assertError(with("{ pin-sha256: abcd }"), at: 7, 24, "outbounds[0].tls.pin-sha256 must be 64 hex digits",
                     "got abcd")
         assertError(with("{ pin-sha256: \(String(repeating: "g", count: 64)) }"), at: 7, 24, "64 hex digits")

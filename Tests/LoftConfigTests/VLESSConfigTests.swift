@@ -45,7 +45,7 @@ final class VLESSConfigTests: XCTestCase {
         assertError(head + "    uuid: 27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5g\n", at: 4, 11, "must be a UUID")
         assertError(head + "    uuid: 27f0a1c25-b3e-4d6f-9a8b-0c1d2e3f4a5b\n", at: 4, 11, "must be a UUID")
         assertError(head + "    server: v.example\n", at: 4, 13, "outbounds[0].server must be host:port")
-        assertError(head + "    tls: { server-name: x.example }\n", at: 4, 10, "needs exactly one of ca, pin-sha256, insecure")
+        assertError(head + "    tls: { server-name: x.example }\n", at: 4, 10, "needs exactly one of ca, pin-sha256, system-ca: true, insecure")
         assertError(head + "    alpn: [h2, \"a b\"]\n", at: 4, 16, "outbounds[0].alpn must be protocol names")
         assertError(head + "    alpn: { a: 1 }\n", at: 4, 11, "outbounds[0].alpn")
         assertError(head + "    carrier: ws\n", at: 4, 5,

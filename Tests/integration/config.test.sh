@@ -37,6 +37,7 @@ sstp_yaml() {       # sstp_yaml PASSWORD-LINE: an sstp outbound as the default
     printf 'outbounds:\n  - name: corp\n    type: sstp\n    server: 127.0.0.1:8443\n    user: alice\n    %s\n    tls: { server-name: vpn.test, ca: ca.pem }\n    auth: [mschapv2, pap]\ndefault: corp\n' "$1"
 }
 printf 'secret\n' >pw.txt
+chmod 600 pw.txt   # a password file others can read gets a warning from check (docs/links.md)
 sstp_yaml 'password-file: pw.txt' >good-sstp.yaml
 sstp_yaml 'password-file: missing-pw.txt' >bad-sstp.yaml
 

@@ -107,4 +107,19 @@ int ctls_random(void *buf, size_t len);
 /// Plain C here because it is on the data path and C at -O0 is fast enough in debug builds.
 void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase);
 
+/// PBKDF2-HMAC-SHA256 (RFC 8018) of pass with salt, iterations rounds, into key (keylen bytes).
+/// Returns 0, or -1 on failure. Blocks for as long as the iterations take: only the command-line
+/// tools (loft export / import) call it, never the event loop.
+int ctls_pbkdf2_sha256(const uint8_t *pass, size_t passlen, const uint8_t *salt, size_t saltlen,
+                       uint32_t iterations, uint8_t *key, size_t keylen);
+
+/// AES-256-GCM with a 12-byte nonce and a 16-byte tag. seal: out gets len bytes of ciphertext
+/// followed by the tag (len + 16). open: in is ciphertext followed by the tag (len >= 16), out
+/// gets len - 16 bytes. Both return 0; open returns -1 when the tag does not match (a wrong key
+/// or a changed byte of in or aad), and nothing in out is to be used then.
+int ctls_aes256gcm_seal(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out);
+int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out);
+
 #endif
