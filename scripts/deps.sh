@@ -29,9 +29,9 @@ PACKAGES=(
     v2ray
     # status: --watch rendered in a real terminal
     tmux
-    # links: the independent peers of the QR test (zbarimg, qrencode, ImageMagick) and the
-    # encrypted file's independent decryptor (Python's cryptography)
-    zbar-tools qrencode imagemagick python3-cryptography
+    # links: the independent peers of the QR test (zbarimg, qrencode, ImageMagick); the
+    # encrypted file's independent decryptor is PyPI's cryptography (below)
+    zbar-tools qrencode imagemagick
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
@@ -47,6 +47,8 @@ PYPI_PACKAGES=(
     scapy==2.5.0
     # the SSTP test responder's MD4 and DES (MS-CHAPv2), independent of loft's OpenSSL shim
     pycryptodome
+    # the links test's independent decryptor of loft's encrypted files (docs/links.md)
+    cryptography
 )
 
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi
