@@ -218,7 +218,7 @@ if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
 
     # Packet mode: lwIP terminated none of these flows (no TCP flow ever opened in loft's
     # table), and the sstp outbound carried them as packets.
-    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 || true)
+    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1)
     up=$(echo "$st" | sed -n 's/.*packets-up \([0-9]*\).*/\1/p')
     if echo "$st" | grep -q 'tcp-flows-opened - ' && [ "${up:-0}" -gt 36000 ]; then pass packet-mode
     else fail packet-mode "packets-up ${up:-?}: $(echo "$st" | grep -E 'TOTALS|packets-up' | tr '\n' '|')"; fi
@@ -257,7 +257,7 @@ if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     # UDP ASSOCIATE routed to sstp: an lwIP udp pcb over the link, to the echo service.
     got=$(timeout 20 python3 "$T_DIR/socks.py" udp "$PPP_LOCAL" 9101 - "$S5_PORT" 2>&1)
     if [ "$got" = 5 ]; then pass socks5-udp; else fail socks5-udp "$got"; fi
-    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1 || true)
+    st=$("$LOFT_BIN" status -c "$T_DIR/chap.yaml" 2>&1)
     n=$(echo "$st" | sed -n 's/.*link-connections-opened \([0-9]*\).*/\1/p')
     sv=$(echo "$st" | sed -n 's/.* streams \([0-9]*\).*/\1/p')
     if [ "${n:-0}" -ge 3 ] && [ "${sv:-0}" -ge 3 ] && grep -q "$PPP_CLIENT:6[1-5][0-9][0-9][0-9]" "$SINK_LOG" 2>/dev/null; then pass socks5-counted
