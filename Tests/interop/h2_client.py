@@ -220,9 +220,6 @@ def h2frame(ftype, flags, stream, payload, length=None):
     return struct.pack("!I", n)[1:] + bytes([ftype, flags]) + struct.pack("!I", stream) + payload
 
 
-PROTOCOL_ERROR, FRAME_SIZE_ERROR = 0x1, 0x6     # RFC 9113 §7
-
-
 def read_goaway(s, timeout=5.0):
     """Reads frames until a GOAWAY (its error code) or the end; None if neither came."""
     buf = bytearray()
@@ -370,6 +367,8 @@ def main(args):
     # --- hostile input, raw bytes ---
     # want: the GOAWAY error code the case claims (RFC 9113 §7), or "any" (a GOAWAY of any code
     # or a close: garbage need not parse as a frame at all).
+    PROTOCOL_ERROR, FRAME_SIZE_ERROR = 0x1, 0x6
+
     def hostile(name, payload, want=None):
         s = raw_conn(args)
         try:
