@@ -57,13 +57,17 @@ bench_loft_stop() {
     kernel_routes_on
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-hwm_kib() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# A process that is gone (or a zombie) reads as nothing, never as 0: a dead loft must not
+# measure as no CPU and no memory (and meet a "<= N" target).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
+rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null; }
+hwm_kib() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null; }
+# kib_mib KIB: KiB as MiB "%.1f", or "-" when there is no reading.
+kib_mib() { case $1 in ''|-) echo - ;; *) awk -v k="$1" 'BEGIN{printf "%.1f", k/1024}' ;; esac; }
 reset_hwm() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null; }
 
 # CPU % of one core between two cpu_ticks samples over MS milliseconds.
-cpu_pct() { awk -v a="$1" -v b="$2" -v ms="$3" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (b - a) / hz / (ms / 1000) * 100 }'; }
+cpu_pct() { [ -n "$1" ] && [ -n "$2" ] || { echo -; return; }; awk -v a="$1" -v b="$2" -v ms="$3" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (b - a) / hz / (ms / 1000) * 100 }'; }
 # CPU per Gbit/s: the sum of the CPU % figures given (cpu_pct's, e.g. loft's and loft-front's)
 # over GBPS, "%.1f" (% of one core per Gbit/s carried), or "-" when a figure is missing or no
 # traffic was carried. Usage: cpu_per_gbps GBPS CPU [CPU...]

@@ -1,4 +1,4 @@
-import LoftCarriers
+@testable import LoftCarriers
 import XCTest
 
 final class WebSocketCodecTests: XCTestCase {
@@ -31,6 +31,58 @@ final class WebSocketCodecTests: XCTestCase {
     }
 
     // MARK: header encoding
+
+    /// RFC 6455 §5.7's examples, byte for byte (the round trip below alone would pass a codec
+    /// that encodes and parses the same wrong layout).
+    func testRFC6455SectionFiveSevenLayouts() {
+        let key: (UInt8, UInt8, UInt8, UInt8) = (0x37, 0xfa, 0x21, 0x3d)
+        // "A single-frame unmasked text message": 0x81 0x05 "Hello"; the masked one: 0x81 0x85
+        // 0x37 0xfa 0x21 0x3d, then 0x7f 0x9f 0x4d 0x51 0x58.
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.text, payloadLength: 5).encoded(), [0x81, 0x05])
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.text, maskKey: key, payloadLength: 5).encoded(),
+                       [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d])
+        var hello = Array("Hello".utf8)
+        hello.withUnsafeMutableBytes { wsMask($0.baseAddress!, 5, key, phase: 0) }
+        XCTAssertEqual(hello, [0x7f, 0x9f, 0x4d, 0x51, 0x58])
+        // Masking from a phase: the same bytes when the payload comes in two pieces.
+        var split = Array("Hello".utf8)
+        split.withUnsafeMutableBytes {
+            wsMask($0.baseAddress!, 2, key, phase: 0)
+            wsMask($0.baseAddress! + 2, 3, key, phase: 2)
+        }
+        XCTAssertEqual(split, [0x7f, 0x9f, 0x4d, 0x51, 0x58])
+        // "A fragmented unmasked text message": 0x01 0x03 "Hel", then 0x80 0x02 "lo".
+        XCTAssertEqual(WSFrameHeader(fin: false, opcode: WSOpcode.text, payloadLength: 3).encoded(), [0x01, 0x03])
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.continuation, payloadLength: 2).encoded(), [0x80, 0x02])
+        // "Unmasked Ping request and masked Ping response": 0x89 0x05 "Hello"; 0x8a 0x85 + key + masked.
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.ping, payloadLength: 5).encoded(), [0x89, 0x05])
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.pong, maskKey: key, payloadLength: 5).encoded(),
+                       [0x8a, 0x85, 0x37, 0xfa, 0x21, 0x3d])
+        // "256 bytes binary message in a single unmasked frame": 0x82 0x7E 0x0100; "64KiB": 0x82
+        // 0x7F 0x0000000000010000.
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.binary, payloadLength: 256).encoded(), [0x82, 0x7e, 0x01, 0x00])
+        XCTAssertEqual(WSFrameHeader(opcode: WSOpcode.binary, payloadLength: 65536).encoded(),
+                       [0x82, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0])
+
+        // And read back: the client reads the RFC's ping, the server its masked pong, and the
+        // masked "Hello" as a binary frame (the same bytes with opcode 2: loft refuses text).
+        func events(_ bytes: [UInt8], _ role: WSRole) -> [WSDecoder.Event] {
+            var d = WSDecoder(role: role), buf = bytes, pos = 0, out: [WSDecoder.Event] = []
+            while out.count < 4 {
+                let e = buf.withUnsafeMutableBytes { d.next($0, &pos) }
+                if e == .needMore { break }
+                if case .data(let r) = e { out.append(.ping(Array(buf[r]))) } else { out.append(e) }
+            }
+            return out
+        }
+        XCTAssertEqual(events([0x89, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f], .client), [.ping(Array("Hello".utf8))])
+        XCTAssertEqual(events([0x8a, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58], .server),
+                       [.pong(Array("Hello".utf8))])
+        XCTAssertEqual(events([0x82, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58], .server),
+                       [.ping(Array("Hello".utf8))])   // .data's bytes, recorded as .ping for comparing
+        // The RFC's unmasked text frame: a server refuses it (a client must mask, §5.1: 1002).
+        XCTAssertEqual(failureCode(parse([0x81, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f], by: .server)), 1002)
+    }
 
     func testHeaderRoundTripAllLengthForms() {
         for len in [0, 1, 125, 126, 127, 65535, 65536, 1 << 33] as [UInt64] {

@@ -31,8 +31,16 @@ struct ScriptedServer {
         var n: UInt8 = 0
         var settings = SSTPClient.Settings(host: "vpn.example", user: "User", password: password, auth: auth, ipv6: ipv6)
         settings.reservedAddresses = reserved
+        // Counting bytes, except that every 16 random bytes (the correlation id, the MS-CHAPv2
+        // peer challenge) are RFC 2759 §9.2's peer challenge, so the client's answer can be
+        // judged with the RFC's vectors instead of with the client's own MSCHAPv2 code.
+        let random: (Int) -> [UInt8] = { k in
+            var counted: [UInt8] = []
+            for _ in 0..<k { n &+= 1; counted.append(n) }
+            return k == 16 ? RFC2759.peerChallenge : counted
+        }
         client = SSTPClient(settings: settings, certHash: (sha1: [UInt8](repeating: 0x11, count: 20), sha256: [UInt8](repeating: 0x22, count: 32)),
-                            random: { k in (0..<k).map { _ in n &+= 1; return n } })
+                            random: random)
         client.delegate = rec
         self.oneByteAtATime = oneByteAtATime
     }
@@ -106,9 +114,12 @@ struct ScriptedServer {
         return Array(ack.dropFirst())
     }
 
-    /// MS-CHAPv2 as a server checks it; returns the HLAK the server derives.
+    /// MS-CHAPv2 as a server checks it, judged with RFC 2759 §9.2's vectors (user "User",
+    /// password "clientPass", its authenticator and peer challenges), not with the client's own
+    /// MSCHAPv2 code; returns the HLAK the server derives (RFC 3079 §3.5.3's keys).
     mutating func mschapv2(password: String = "clientPass", authenticatorOK: Bool = true) -> [UInt8]? {
-        let challenge = [UInt8](repeating: 0xA5, count: 16)
+        precondition(password == RFC2759.password, "the vectors are for the RFC's password")
+        let challenge = RFC2759.authChallenge
         send(PPP.chap, PPP.Packet(code: CHAP.challenge, id: 42, data: [16] + challenge + Array("srv".utf8)))
         let (_, _, resp) = take()
         guard resp.count == 1, resp[0].0 == PPP.chap, let r = resp[0].1, r.code == CHAP.response, r.id == 42,
@@ -120,31 +131,42 @@ struct ScriptedServer {
         let nt = Array(r.data[25..<49])
         #expect(Array(r.data[17..<25]) == [UInt8](repeating: 0, count: 8) && r.data[49] == 0)
         #expect(Array(r.data[50...]) == Array("User".utf8))
-        let expected = try! MSCHAPv2.ntResponse(authenticatorChallenge: challenge, peerChallenge: peer,
-                                                user: Array("User".utf8), password: password)
-        guard nt == expected else {
+        #expect(peer == RFC2759.peerChallenge, "the peer challenge is not the client's random bytes")
+        guard nt == RFC2759.ntResponse else {
             send(PPP.chap, PPP.Packet(code: CHAP.failure, id: 42,
                                       data: Array("E=691 R=0 C=00000000000000000000000000000000 V=3 M=Authentication failure".utf8)))
             return nil
         }
-        var auth = try! MSCHAPv2.authenticatorResponse(password: password, ntResponse: nt, peerChallenge: peer,
-                                                       authenticatorChallenge: challenge, user: Array("User".utf8))
+        var auth = RFC2759.authenticatorResponse
         if !authenticatorOK { auth = "S=" + String(repeating: "0", count: 40) }
         send(PPP.chap, PPP.Packet(code: CHAP.success, id: 42, data: Array((auth + " M=Welcome").utf8)))
         // The server's HLAK: its MasterReceiveKey | MasterSendKey, which are the client's send
-        // and receive keys.
-        let keys = try! MSCHAPv2.clientMasterKeys(password: password, ntResponse: nt)
-        return keys.send + keys.receive
+        // and receive keys (RFC 3079 §3.5.3).
+        return RFC2759.clientMasterSendKey + RFC2759.clientMasterReceiveKey
     }
 
-    /// Checks the Call Connected message against the server's HLAK.
+    /// Checks the Call Connected message against the server's HLAK: byte for byte against the
+    /// message computed outside loft (Python's hmac and hashlib, MS-SSTP §2.2.10 and §3.2.5.2.2:
+    /// CMK = HMAC-SHA256(HLAK, "SSTP inner method derived CMK" | 32 0 | 1), the MAC an
+    /// HMAC-SHA256 with the CMK over the message with a zero MAC; the same computation as
+    /// Tests/interop/sstp_server.py), for the two HLAKs the tests use: MS-CHAPv2's from RFC
+    /// 3079's keys, and PAP's 32 zero bytes. Nonce 0x5A x 32, certificate hash 0x22 x 32.
     func checkBinding(_ m: SSTP.ControlMessage, hlak: [UInt8]) {
         #expect(m.messageType == .callConnected)
         guard let b = m.attribute(.cryptoBinding).flatMap(SSTP.Binding.init) else { Issue.record("no binding"); return }
         #expect(b.hashProtocol == SSTP.hashSHA256 && b.nonce == Self.nonce && b.certHash == certHash.sha256)
-        let again = CryptoBinding.callConnected(request: SSTP.BindingRequest(hashBitmask: SSTP.hashSHA256, nonce: Self.nonce),
-                                                certHash: certHash.sha256, hlak: hlak)
-        #expect(SSTP.encode(m) == again, "compound MAC does not verify with the server's HLAK")
+        let head = "100100700004000100030068000000025a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+            + "2222222222222222222222222222222222222222222222222222222222222222"
+        let mac: String
+        switch hlak {
+        case RFC2759.clientMasterSendKey + RFC2759.clientMasterReceiveKey:
+            mac = "25fada785c77990c1a49126d00d00cb7081c47a5eed885c7af303a70f9f33fea"
+        case [UInt8](repeating: 0, count: 32):
+            mac = "24309537defd01fe84e74d99375ecc544a6dbbb2cec1d042550f727b09ef58eb"
+        default:
+            Issue.record("no recorded Call Connected for this HLAK"); return
+        }
+        #expect(SSTP.encode(m) == RFC2759.hex(head + mac), "compound MAC does not verify with the server's HLAK")
     }
 
     /// IPCP: the client asks for 0.0.0.0 and DNS, the server Naks with its values, then Acks;
@@ -172,11 +194,26 @@ struct ScriptedServer {
     }
 }
 
+/// RFC 2759 §9.2's MS-CHAPv2 example and RFC 3079 §3.5.3's keys from it.
+enum RFC2759 {
+    static let password = "clientPass"
+    static let authChallenge = hex("5B5D7C7D7B3F2F3E3C2C602132262628")
+    static let peerChallenge = hex("21402324255E262A28295F2B3A337C7E")
+    static let ntResponse = hex("82309ECD8D708B5EA08FAA3981CD83544233114A3D85D6DF")
+    static let authenticatorResponse = "S=407A5589115FD0D6209F510FE9C04566932CDA56"
+    static let clientMasterSendKey = hex("D5F0E9521E3EA9589645E86051C82226")
+    static let clientMasterReceiveKey = hex("8B7CDC149B993A1BA118CB153F56DCCB")
+    static func hex(_ s: String) -> [UInt8] {
+        let c = Array(s.utf8)
+        return stride(from: 0, to: c.count, by: 2).map { UInt8(String(decoding: c[$0..<($0 + 2)], as: UTF8.self), radix: 16)! }
+    }
+}
+
 @Suite struct SSTPClientTests {
     @Test(arguments: [false, true]) func mschapv2ToUp(oneByteAtATime: Bool) {
         var s = ScriptedServer(oneByteAtATime: oneByteAtATime)
         s.upToAuth(authOption: [0xC2, 0x23, 0x81])
-        guard let hlak = s.mschapv2() else { return }
+        guard let hlak = s.mschapv2() else { Issue.record("MS-CHAPv2 did not succeed"); return }
         let (_, cc, _) = s.take()
         #expect(cc.count == 1)
         if let m = cc.first { s.checkBinding(m, hlak: hlak) }

@@ -61,22 +61,24 @@ else
     fail check-good "exit $rc: $out"
 fi
 
-# check_bad NAME FILE LINE COLUMN: exit 2 and a stderr line "FILE:LINE:COLUMN: message"
+# check_bad NAME FILE LINE COLUMN MESSAGE: exit 2 and a stderr line "FILE:LINE:COLUMN: message",
+# the message matching the extended regular expression MESSAGE (what is wrong, not only where)
 check_bad() {
-    local name=$1 f=$2 line=$3 col=$4 rc err
+    local name=$1 f=$2 line=$3 col=$4 msg=$5 rc err
     "$LOFT_BIN" check -c "$f" >"$name.out" 2>"$name.err"; rc=$?
     err=$(head -3 "$name.err" | tr '\n' '|')
     if [ $rc -ne 2 ]; then fail "$name" "exit $rc (want 2): $err"
     elif ! grep -Eq "^$f:$line:$col: .+" "$name.err"; then fail "$name" "want '$f:$line:$col: ...', got: $err"
+    elif ! grep -Eq "^$f:$line:$col: ($msg)" "$name.err"; then fail "$name" "want '$f:$line:$col: $msg', got: $err"
     elif [ -s "$name.out" ] && grep -q ': ok' "$name.out"; then fail "$name" "also printed ok"
     else pass "$name"; fi
 }
-check_bad check-unknown-key bad-key.yaml 4 3          # the key mtux
-check_bad check-bad-mtu bad-mtu.yaml 4 8              # the value 99
-check_bad check-bad-log-level bad-log.yaml 1 6        # the value loud
-check_bad check-unknown-top-key bad-top.yaml 1 1      # the key colour
-check_bad check-bad-duration bad-duration.yaml 4 29   # the value soon
-check_bad check-missing-ca bad-ca.yaml 2 5             # the outbound: its tls.ca cannot be read
+check_bad check-unknown-key bad-key.yaml 4 3 'unknown key "mtux" in tun \(did you mean "mtu"\?'
+check_bad check-bad-mtu bad-mtu.yaml 4 8 'tun.mtu must be an integer from 576 to 65535, got 99'
+check_bad check-bad-log-level bad-log.yaml 1 6 'log must be error, warn, info or debug, got loud'
+check_bad check-unknown-top-key bad-top.yaml 1 1 'unknown key "colour" at the top level'
+check_bad check-bad-duration bad-duration.yaml 4 29 'limits.tcp-idle-timeout must be a duration .*got soon'
+check_bad check-missing-ca bad-ca.yaml 2 5 'outbound "home": tls.ca missing-ca.pem: '   # the outbound: its tls.ca cannot be read
 out=$("$LOFT_BIN" check -c good-holder.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-holder.yaml: ok'; then pass check-holder-good; else fail check-holder-good "exit $rc: $out"; fi
 out=$("$LOFT_BIN" check -c good-h2.yaml 2>&1); rc=$?
@@ -86,7 +88,7 @@ if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-quic.yaml: ok'; then pass check
 out=$("$LOFT_BIN" check -c good-h3.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -qx 'good-h3.yaml: ok'; then pass check-holder-h3-good; else fail check-holder-h3-good "exit $rc: $out"; fi
 
-check_bad check-sstp-missing-password-file bad-sstp.yaml 6 20   # the password-file value
+check_bad check-sstp-missing-password-file bad-sstp.yaml 6 20 '.*password-file'   # the password-file value
 # sstp: a valid outbound (docs/sstp.md).
 out=$("$LOFT_BIN" check -c good-sstp.yaml 2>&1); rc=$?
 if [ $rc -eq 0 ] && [ "$out" = 'good-sstp.yaml: ok' ]; then pass check-sstp-good

@@ -96,24 +96,61 @@ wait_state() {       # wait_state STATE SECONDS
 instance() { grep -o 'instance=[0-9a-f]*' "$LOFT_LOG" | tail -1 | cut -d= -f2; }
 tun_addr4() { ip -n "$APP_NS" -4 addr show dev "$TUN_NAME" | awk '/inet /{print $2}' | head -1; }
 
-download() {        # download NAME URL [curl args]
-    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got
+# carrier_mark: "UP DOWN DIRECT" now: the home outbound's bytes_up and bytes_down and the direct
+# outbound's flows_total (`loft status --json`); empty if loft does not answer.
+carrier_mark() {
+    "$LOFT_BIN" status --json -c "$LOFT_CFG" 2>/dev/null | python3 -c '
+import json, sys
+o = {x["name"]: x for x in json.load(sys.stdin)["outbounds"]}
+print(o["home"]["bytes_up"], o["home"]["bytes_down"], o["direct"]["flows_total"])' 2>/dev/null
+}
+# carried MARK UP DOWN: since MARK (carrier_mark's line) the home outbound carried at least UP
+# bytes up and DOWN bytes down, and no flow went direct: the transfer crossed the carrier, not
+# the direct fallback a session that died after session-up leaves (hold is off in these
+# configs). Read for up to 3 s (the last bytes are counted as they are relayed); on failure
+# CARRIED_WHY says what was seen.
+carried() {
+    local m0 m1 i
+    read -ra m0 <<<"$1"
+    CARRIED_WHY="loft status gave no counters before the transfer"
+    [ ${#m0[@]} -eq 3 ] || return 1
+    for i in $(seq 30); do
+        read -ra m1 <<<"$(carrier_mark)"
+        if [ ${#m1[@]} -eq 3 ]; then
+            CARRIED_WHY="the home outbound carried $((m1[0] - m0[0])) bytes up, $((m1[1] - m0[1])) down (want >= $2, $3); direct flows ${m0[2]} -> ${m1[2]}"
+            [ $((m1[0] - m0[0])) -ge "$2" ] && [ $((m1[1] - m0[1])) -ge "$3" ] && [ "${m1[2]}" = "${m0[2]}" ] && return 0
+        else
+            CARRIED_WHY="loft status gave no counters after the transfer"
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+download() {        # download NAME URL [curl args]: also proves the bytes crossed the carrier
+    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got m0
     shift 2
+    m0=$(carrier_mark)
     t0=$(now_ms)
     if ! in_app curl -gsS --max-time 120 "$@" -o "$out" "$url" 2>"$T_DIR/curl.err"; then
         fail "$name" "curl $url: $(tail -1 "$T_DIR/curl.err")"; return 1
     fi
     got=$(sha_of "$out")
     rm -f "$out"
-    if [ "$got" = "$BIG_SHA" ]; then
-        pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
-    else
+    if [ "$got" != "$BIG_SHA" ]; then
         fail "$name" "sha256 $got != served $BIG_SHA"; return 1
+    fi
+    t0=$(( $(now_ms) - t0 ))
+    if carried "$m0" 1 "$(stat -c %s "$T_DIR/www/big")"; then
+        pass "$name"; note "$name: 50 MiB in $t0 ms"
+    else
+        fail "$name" "sha256 right, but not over the carrier: $CARRIED_WHY"; return 1
     fi
 }
 
-upload() {          # upload NAME HOST
-    local name=$1 host=$2 t0 reply
+upload() {          # upload NAME HOST: also proves the bytes crossed the carrier
+    local name=$1 host=$2 t0 reply m0
+    m0=$(carrier_mark)
     t0=$(now_ms)
     reply=$(in_app timeout 120 python3 - "$host" "$T_DIR/up" <<'EOF' 2>&1
 import socket, sys
@@ -131,15 +168,19 @@ while True:
 print(reply.decode(errors="replace"))
 EOF
 )
-    if [ "${reply%% *}" = "$UP_SHA" ]; then
-        pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
-    else
+    t0=$(( $(now_ms) - t0 ))
+    if [ "${reply%% *}" != "$UP_SHA" ]; then
         fail "$name" "sink's sha256 '${reply:0:120}' != sent $UP_SHA"
+    elif carried "$m0" "$(stat -c %s "$T_DIR/up")" 1; then
+        pass "$name"; note "$name: 50 MiB in $t0 ms"
+    else
+        fail "$name" "sink's sha256 right, but not over the carrier: $CARRIED_WHY"
     fi
 }
 
-concurrent() {      # concurrent NAME N: N transfers of 256 KiB at once (rate-limited, so they overlap)
-    local name=$1 n=$2 bad=0 first= i
+concurrent() {      # concurrent NAME N: N transfers of 256 KiB at once (rate-limited, so they overlap), over the carrier
+    local name=$1 n=$2 bad=0 first= i m0
+    m0=$(carrier_mark)
     rm -rf "$T_DIR/c"; mkdir -p "$T_DIR/c"
     in_app bash -c '
         dir=$1 v4=$2 v6=$3 n=$4
@@ -154,13 +195,18 @@ concurrent() {      # concurrent NAME N: N transfers of 256 KiB at once (rate-li
             [ -z "$first" ] && first="#$i: $(tail -1 "$T_DIR/c/$i.err" 2>/dev/null)"
         fi
     done
-    if [ $bad -eq 0 ]; then pass "$name"; else fail "$name" "$bad of $n wrong or failed; first: $first"; fi
+    if [ $bad -ne 0 ]; then fail "$name" "$bad of $n wrong or failed; first: $first"
+    elif carried "$m0" 1 $((n * 262144)); then pass "$name"
+    else fail "$name" "all $n intact, but not over the carrier: $CARRIED_WHY"; fi
 }
 
-dns() {             # dns NAME SERVER TYPE WANT
-    local got
+dns() {             # dns NAME SERVER TYPE WANT: the answer, over the carrier
+    local got m0
+    m0=$(carrier_mark)
     got=$(in_app dig +short +time=2 +tries=2 "@$2" "$DNS_NAME" "$3" 2>&1 | head -1)
-    if [ "$got" = "$4" ]; then pass "$1"; else fail "$1" "dig @$2 $DNS_NAME $3: '$got' (want $4)"; fi
+    if [ "$got" != "$4" ]; then fail "$1" "dig @$2 $DNS_NAME $3: '$got' (want $4)"
+    elif carried "$m0" 20 20; then pass "$1"
+    else fail "$1" "answer right, but not over the carrier: $CARRIED_WHY"; fi
 }
 
 # hold_checks CARRIER [PREFIX]: `hold: true` fails closed while the session is down. The front

@@ -332,7 +332,10 @@ sleep 1
 final=$(rss_kib)
 trims=$(jq_py 'dict(o["totals"]).get("memory-trims", 0)')
 note "RSS: idle $IDLE_RSS KiB, after the floods (3 s later) $final KiB, memory-trims $trims"
-if [ $((final - IDLE_RSS)) -lt 6144 ]; then pass rss-back-after-floods; else fail rss-back-after-floods "RSS idle $IDLE_RSS KiB, after $final KiB"; fi
+# Both readings must exist and loft must still run: a dead loft reads as no RSS, which is no
+# "back near idle".
+if [ -n "$IDLE_RSS" ] && [ -n "$final" ] && ! loft_died && [ $((final - IDLE_RSS)) -lt 6144 ]; then pass rss-back-after-floods
+else fail rss-back-after-floods "RSS idle '$IDLE_RSS' KiB, after '$final' KiB, loft $(loft_died && echo dead || echo running)"; fi
 
 loft_stop_clean loft-exit-clean
 finish

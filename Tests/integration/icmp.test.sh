@@ -40,8 +40,10 @@ PY
 }
 
 if require_loft "$(loft_config icmp-reply icmp=reply)" ping-reply-v4 ping-reply-v6 udp-port-unreachable-v4 udp-port-unreachable-v6 loft-exit-clean-reply; then
-    ping_ok ping-reply-v4 "$SRV4"
-    ping_ok ping-reply-v6 "$SRV6"
+    # Addresses no host has (in srv's subnets, nothing answers there): only loft's own reply
+    # answers them, so a forwarded ping cannot pass for one.
+    ping_ok ping-reply-v4 "198.18.$NET.77"
+    ping_ok ping-reply-v6 "fd00:$NET::77"
     for v in 4 6; do
         [ $v = 4 ] && host=$SRV4 || host=$SRV6
         out=$(refused "$host" 2>&1)

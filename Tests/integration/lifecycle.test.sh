@@ -112,7 +112,9 @@ if loft_start "$T_DIR/host.yaml" - "$HOST_TUN"; then
     else
         fail host-mode-ping "198.18.5.2 not routed into $HOST_TUN: $(ip route get 198.18.5.2 2>&1)"
     fi
-    ip route show default | grep -q "$HOST_TUN" && fail host-mode-no-default-route "default route via $HOST_TUN with route-all: false" || pass host-mode-no-default-route
+    if { ip route show default; ip -6 route show default; } | grep -q "$HOST_TUN"; then
+        fail host-mode-no-default-route "a default route (IPv4 or IPv6) via $HOST_TUN with route-all: false"
+    else pass host-mode-no-default-route; fi
     teardown host-mode-teardown TERM yes
 else
     fail host-mode-ping "loft did not start"; fail host-mode-no-default-route "loft did not start"

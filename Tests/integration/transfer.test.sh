@@ -183,7 +183,7 @@ bad=0; first=
 for i in $(seq 0 199); do
     if [ "$(sha_of "$T_DIR/c/$i" 2>/dev/null)" != "$(sha_of "$T_DIR/www/f$((i % 8))")" ]; then
         bad=$((bad + 1))
-        [ -z "$first" ] && first="#$i: $(cat "$T_DIR/c/$i.err" 2>/dev/null | tail -1) ($(stat -c %s "$T_DIR/c/$i" 2>/dev/null || echo 0) bytes)"
+        [ -z "$first" ] && first="#$i: $(cat "$T_DIR/c/$i.err" 2>/dev/null | tail -1) ($(stat -c %s "$T_DIR/c/$i" 2>/dev/null || echo no) bytes)"
     fi
 done
 if [ $bad -eq 0 ]; then
