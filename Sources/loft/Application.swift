@@ -37,6 +37,35 @@ enum Application {
         return nil
     }
 
+    /// What this process lacks to carry out `config` (a capability, a folder it must write in),
+    /// said before anything is created; nil when nothing is missing.
+    static func privilegeProblem(_ config: Configuration) -> String? {
+        var needs: [(Capability, String)] = []
+        if let t = config.tun {
+            needs.append((.netAdmin, "the TUN \(t.name), its addresses and routes"))
+            if let ns = t.netns { needs.append((.sysAdmin, "tun.netns \"\(ns)\": ip netns add, setns")) }
+        }
+        let start = Privileges.unprivilegedPortStart
+        let ports = [("socks5", config.socks5.map { Int($0.listen.port) }), ("metrics", config.metrics.map { Int($0.port) }),
+                     ("bridge", config.bridge.map { Int($0.extensionPort) })]
+        for case let (name, port?) in ports where port > 0 && port < start {
+            needs.append((.netBindService, "\(name) port \(port) is below \(start)"))
+        }
+        if let problem = Privileges.missing(needs, program: "loft") { return problem }
+        var folders: [(String, String)] = []
+        if config.tun != nil { folders.append(("/run/loft", "the TUN's lock")) }
+        if let t = config.tun, t.netns != nil, !t.dns.isEmpty { folders.append(("/etc/netns", "tun.dns (the namespace's resolv.conf)")) }
+        let control = config.control.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        folders.append((control.isEmpty ? "/" : control, "the control socket \(config.control)"))
+        for (folder, what) in folders {
+            if let reason = Privileges.writable(folder) {
+                let hint = folder == control ? "run as root, or set control: to a path you can write" : "run as root"
+                return "loft: \(what): \(reason) (\(hint)); nothing was started"
+            }
+        }
+        return nil
+    }
+
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
         Log.threshold = config.log.threshold
         let nofile = clinux_raise_nofile()
@@ -246,7 +275,26 @@ enum Application {
         Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
                            "bridge": bridge != nil ? "on" : "off",
                            "socks5": socks5 != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
+        // Under systemd (Type=notify): READY=1 once the first dial of every session has
+        // settled (up, or failed and waiting), then WATCHDOG=1 from the loop's timer heap.
+        let notifier = ServiceNotifier()
+        if notifier.isActive {
+            let sessions: [Outbound] = (runtime.holders as [Outbound]) + (runtime.sstps as [Outbound])
+            let deadline = monotonicMilliseconds() + config.limits.connectTimeout.milliseconds + 1000
+            func settled() {
+                let dialing = sessions.contains { ["idle", "dialing"].contains($0.status.state) }
+                if dialing && monotonicMilliseconds() < deadline {
+                    loop.schedule(after: 20) { settled() }
+                    return
+                }
+                notifier.ready(status: runtime.serviceStatus())
+                Log.info("notify.ready", ["watchdog_ms": notifier.watchdogIntervalMs.map { "\($0)" } ?? "-"])
+                notifier.startWatchdog(on: loop) { [unowned runtime] in notifier.status(runtime.serviceStatus()) }
+            }
+            loop.schedule(after: 0) { settled() }
+        }
         loop.run()
+        notifier.stopping()
         Log.info("stopping", ["signal": signals.received])
         runtime.logInputStats()
         runtime.stopAll()
@@ -358,6 +406,20 @@ final class Runtime {
         }
         Log.info("rules.reloaded", ["rules": fresh.rules.count])
         return .success("rules reloaded: \(fresh.rules.count)\n")
+    }
+
+    /// One line for systemd's STATUS= (`systemctl status`): each input up and each session's state.
+    func serviceStatus() -> String {
+        var parts: [String] = []
+        if let t = tun { parts.append("tun \(config.tun?.name ?? "")\(t.currentIPv4.map { " \($0)" } ?? "")") }
+        if let s = config.socks5, socks5 != nil { parts.append("socks5 \(s.listen)") }
+        if bridge != nil { parts.append("bridge") }
+        for o in (holders as [Outbound]) + (sstps as [Outbound]) {
+            let st = o.status
+            parts.append("\(st.name) \(st.state)\(st.detail.isEmpty ? "" : " (\(st.detail))")")
+        }
+        if let ns = netstack { parts.append("\(ns.tcpStateCounts().reduce(0) { $0 + $1.1 }) tcp flows") }
+        return parts.joined(separator: "; ")
     }
 
     func report() -> StatusReport {
