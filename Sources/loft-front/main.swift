@@ -65,7 +65,20 @@ case "check":
     }
     Terminal.say("\(path): ok")
 case "run":
-    exit(FrontApp.run(load(configPath(args)), version: version))
+    let settings = load(configPath(args))
+    // Said before anything is bound: what this process lacks for the file.
+    let start = Privileges.unprivilegedPortStart
+    if Int(settings.listen.port) < start, let problem = Privileges.missing(
+        [(.netBindService, "listen port \(settings.listen.port) is below \(start)")], program: "loft-front") {
+        Terminal.fail(problem, code: 1)
+    }
+    for path in [settings.control, settings.stateFile].compactMap({ $0 }) {
+        let folder = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        if let reason = Privileges.writable(folder.isEmpty ? "." : folder) {
+            Terminal.fail("loft-front: \(path): \(reason) (run as root, or as a user who may write there); nothing was started", code: 1)
+        }
+    }
+    exit(FrontApp.run(settings, version: version))
 case "stats":
     let path = configPath(args)
     guard let socket = load(path).control else { Terminal.fail("\(path): no control socket is configured", code: 2) }

@@ -125,6 +125,7 @@ case "run":
     let path = configPath(args, required: false)
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail("loft: \(problem)", code: 2) }
+    if let problem = Application.privilegeProblem(config) { Terminal.fail(problem, code: 1) }
     exit(Application.run(config, configPath: path))
 case "status":
     status(args)
