@@ -362,10 +362,9 @@ final class Runtime {
         case .pathChanged:
             Log.info("path.changed", ["source": "control", "sessions": holders.count + sstps.count])
             if holders.isEmpty && sstps.isEmpty { return .success("no sessions to resume\n") }
-            for h in holders { h.pathChanged(reason: "control") }
+            let said = holders.map { "\($0.name): \($0.pathChanged(reason: "control"))\n" }.joined()
             for s in sstps { s.pathChanged(reason: "control") }
-            return .success(holders.map { "\($0.name): redialling with RESUME\n" }.joined()
-                            + sstps.map { "\($0.name): redialling\n" }.joined())
+            return .success(said + sstps.map { "\($0.name): redialling\n" }.joined())
         case .reload:
             return reload()
         }
@@ -405,7 +404,27 @@ final class Runtime {
             return .failure(.init("reload: \(error)"))
         }
         Log.info("rules.reloaded", ["rules": fresh.rules.count])
-        return .success("rules reloaded: \(fresh.rules.count)\n")
+        // Only the rules and the default are applied to a running loft; anything else that
+        // changed in the file is said, with what it takes.
+        var kept: [String] = []
+        // Where an entry is written is not a change (a rule added above it moves it).
+        let sameOutbounds = fresh.outbounds.count == config.outbounds.count
+            && zip(fresh.outbounds, config.outbounds).allSatisfy { var a = $0; a.position = $1.position; return a == $1 }
+        if !sameOutbounds { kept.append("outbounds") }
+        if fresh.tun != config.tun { kept.append("tun") }
+        if fresh.socks5 != config.socks5 { kept.append("socks5") }
+        if fresh.bridge != config.bridge { kept.append("bridge") }
+        if fresh.limits != config.limits { kept.append("limits") }
+        if fresh.hold != config.hold { kept.append("hold") }
+        if fresh.control != config.control { kept.append("control") }
+        if fresh.metrics != config.metrics { kept.append("metrics") }
+        if fresh.log != config.log { kept.append("log") }
+        var text = "rules reloaded: \(fresh.rules.count)\n"
+        if !kept.isEmpty {
+            Log.warn("reload.restart-needed", ["changed": kept.joined(separator: ",")])
+            text += "changed in the file but not applied (restart loft for them; it runs with the old ones): \(kept.joined(separator: ", "))\n"
+        }
+        return .success(text)
     }
 
     /// One line for systemd's STATUS= (`systemctl status`): each input up and each session's state.
