@@ -547,13 +547,17 @@ extension HolderOutbound: CarrierDelegate {
 
     public func carrier(_ c: Carrier, received bytes: UnsafeRawBufferPointer) {
         guard c === carrier else { return }
-        feed(c) { () throws(ProtocolError) in try session.receive(bytes) }
+        // With the loop's time: the RTT is the PONG's arrival less the PING's sending, not
+        // rounded up to the next keepalive tick (which made a loopback front read 1000 ms).
+        let now = loop.now
+        feed(c) { () throws(ProtocolError) in try session.receive(bytes, now: now) }
     }
 
     public func carrier(_ c: Carrier, datagram bytes: UnsafeRawBufferPointer) {
         guard c === carrier else { return }
         counts.datagramFramesIn += 1
-        feed(c) { () throws(ProtocolError) in try session.receiveDatagram(bytes) }
+        let now = loop.now
+        feed(c) { () throws(ProtocolError) in try session.receiveDatagram(bytes, now: now) }
     }
 
     /// Hands the carrier's bytes to the session and sends what it answers. A protocol error

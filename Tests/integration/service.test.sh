@@ -273,10 +273,49 @@ if loft_start "$cfg"; then
     user=$(awk '/^Uid/ {print $2}' "/proc/$FRONT_PID/status")
     if [ "$got" = "$BIG_SHA" ] && [ "$user" = "$NOBODY" ]; then pass unit-front-unprivileged
     else fail unit-front-unprivileged "sha $got, front uid $user: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"; fi
+    # The round trip loft status shows is the PING/PONG's (loopback: a few ms), not the
+    # keepalive tick's 1000 ms it read before the holder timed PONGs on arrival.
+    rtt=
+    for _ in $(seq 60); do
+        rtt=$("$LOFT_BIN" status --wide -c "$cfg" 2>/dev/null | grep -o 'rtt [0-9]* ms' | head -1 | awk '{print $2}')
+        [ -n "$rtt" ] && break
+        sleep 0.2
+    done
+    if [ -n "$rtt" ] && [ "$rtt" -lt 100 ]; then pass holder-rtt-measured; note "rtt on loopback: $rtt ms"
+    else fail holder-rtt-measured "rtt '${rtt:-none}' ms: $("$LOFT_BIN" status -c "$cfg" 2>&1 | grep home | head -1)"; fi
     loft_stop_clean unit-front-teardown
 else
     fail unit-front-unprivileged "loft did not start"
 fi
+
+# A quic holder dialling that front (whose carriers are the TCP ones): the client says no QUIC
+# listener answered, not only "Connection refused".
+cat >"$T_DIR/quic-none.yaml" <<EOF
+log: info
+socks5: off
+bridge: off
+outbounds:
+  - name: home
+    type: loft
+    server: 127.0.0.1:$FRONT_PORT
+    carrier: quic
+    token: holder-test-token
+    tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem }
+default: home
+control: $T_DIR/quic-none.sock
+EOF
+"$LOFT_BIN" run -c "$T_DIR/quic-none.yaml" >"$T_DIR/quic-none.log" 2>&1 </dev/null &
+qpid=$!
+register_pid "$qpid"; T_PIDS+=("$qpid")
+said=
+for _ in $(seq 50); do
+    said=$("$LOFT_BIN" status --wide -c "$T_DIR/quic-none.yaml" 2>/dev/null | grep -o 'no QUIC listener answered ([^)]*carriers?)' | head -1)
+    [ -n "$said" ] && break
+    sleep 0.2
+done
+kill -TERM "$qpid" 2>/dev/null; wait "$qpid" 2>/dev/null
+if [ -n "$said" ]; then pass quic-no-listener-said
+else fail quic-no-listener-said "$("$LOFT_BIN" status --wide -c "$T_DIR/quic-none.yaml" 2>&1 | grep home | head -1) $(grep -m1 'error' "$T_DIR/quic-none.log")"; fi
 
 # --- readiness, watchdog, stopping ----------------------------------------------------------
 
