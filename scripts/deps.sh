@@ -31,6 +31,8 @@ RUN_PACKAGES=(
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes; the service units' checks
     iproute2 nftables procps psmisc coreutils util-linux
+    # loft try: its web and DNS servers (python3), and the commands it prints
+    python3 curl dnsutils
 )
 TEST_PACKAGES=(
     # tests and benchmarks: real peers and clients

@@ -20,6 +20,12 @@ usage: loft run [-c FILE] [--log-format text|json]
                                FILE's `control:`, else /run/loft/control.sock)
        loft path-changed [-c FILE | --control SOCKET]   re-dial sessions after a network change
        loft reload [-c FILE | --control SOCKET]   re-read the rules of the running loft's file
+       loft exec [-c FILE] -- COMMAND [ARG...]
+                               run COMMAND in the namespace the loft running FILE routes
+                               (as the invoking user under sudo)
+       loft try                a first run: a throwaway destination (web and DNS), the
+                               namespace loft-try routed through loft, three commands to
+                               paste; Ctrl-C removes all of it
        loft -V | --version | -h | --help
 
 The built-in default runs SOCKS5 on 127.0.0.1:11080 and the UDP bridge on
@@ -32,7 +38,8 @@ var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
 // `loft COMMAND --help` is help, not a usage error.
-if args.contains("--help") || args.contains("-h") { Terminal.say(usage); exit(0) }
+let own = args.prefix { $0 != "--" }  // after `--`: exec's command, not loft's
+if own.contains("--help") || own.contains("-h") { Terminal.say(usage); exit(0) }
 
 /// The command's arguments: `-c FILE` (or, where `positional`, a bare FILE), the flags it
 /// knows and the options that take a value; anything else is a usage error (exit 2).
@@ -175,6 +182,16 @@ case "path-changed":
     Terminal.say(ask(controlSocket(args), "path-changed"), newline: false)
 case "reload":
     Terminal.say(ask(controlSocket(args), "reload"), newline: false)
+case "exec":
+    let split = args.firstIndex(of: "--")
+    let path = configPath(Array(args[..<(split ?? args.count)]), required: false)
+    Exec.run(config: loadConfig(path), path: path, command: split.map { Array(args[($0 + 1)...]) } ?? [])
+case "try":
+    _ = configPath(args, required: false)
+    if value(args, "-c") != nil { Terminal.fail("loft try: takes no -c (it writes its own configuration)", code: 2) }
+    var buf = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buf, buf.count - 1)
+    Try.run(loftBinary: n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0])
 default:
     Terminal.fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
 }
