@@ -63,6 +63,14 @@ grep -q '^ExecStart=/usr/local/bin/loft run -c /etc/loft/%i.yaml$' "$D/usr/local
 grep -q '@BINDIR@' "$D"/usr/local/lib/systemd/system/*.service && p+="@BINDIR@ left in a unit;"
 if [ -z "$p" ]; then pass install-man-units; else fail install-man-units "$p"; fi
 
+# The example configurations are valid as installed (the front's with the test's certificate).
+p=
+for c in loft app; do out=$("$LOFT_BIN" check "$D/etc/loft/$c.yaml" 2>&1) || p+="$out;"; done
+sed -e "s|/etc/loft/front.pem|$T_DIR/pki/server.pem|" -e "s|/etc/loft/front.key|$T_DIR/pki/server.key|" \
+    "$D/etc/loft/front.yaml" >"$T_DIR/front-example.yaml"
+out=$("$FRONT_BIN" check "$T_DIR/front-example.yaml" 2>&1) || p+="$out;"
+if [ -z "$p" ]; then pass examples-check; else fail examples-check "$p"; fi
+
 # systemd-analyze verify: against a scratch root holding the installed files and a copy of
 # the host's own unit folder (for sysinit.target and the like); man pages from the install.
 if [ -f "$MANIFEST" ]; then
