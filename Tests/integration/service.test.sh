@@ -270,10 +270,24 @@ cp "$T_DIR/pki/server.pem" "$T_DIR/pki/server.key" "$FD/"
 chown -R "$NOBODY" "$FD"
 sed -e "s|$T_DIR/pki/|$FD/|g" -e "s|state-file: .*|state-file: $FD/front.state|" "$T_DIR/front.yaml" >"$FD/front.yaml"
 echo "control: $FD/control.sock" >>"$FD/front.yaml"
-as_unit "" "$NOBODY" -- "$FRONT_BIN" run -c "$FD/front.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
+# Its readiness too: READY=1 only once the listener accepts (checked the moment it arrives).
+FNS=$FD/notify.sock
+FNLOG=$T_DIR/front-notify.log
+: >"$FNLOG"
+python3 "$LOFT_REPO/Tests/interop/notify-listener.py" "$FNS" "$FNLOG" 30 --on-ready "ss -Htln 'sport = :$FRONT_PORT' | grep -q ." &
+T_PIDS+=($!); register_pid $!
+for _ in $(seq 50); do [ -S "$FNS" ] && break; sleep 0.1; done
+chown "$NOBODY" "$FNS"
+NOTIFY_SOCKET=$FNS WATCHDOG_USEC=2000000 as_unit "" "$NOBODY" -- "$FRONT_BIN" run -c "$FD/front.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
 FRONT_PID=$!
 register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
 for _ in $(seq 100); do ss -Htln "sport = :$FRONT_PORT" | grep -q . && break; sleep 0.1; done
+for _ in $(seq 30); do grep -q 'WATCHDOG=1' "$FNLOG" && break; sleep 0.1; done
+if grep -q 'READY=1|STATUS=listening on 127.0.0.1:' "$FNLOG" && grep -q 'on-ready-exit=0' "$FNLOG" && grep -q 'WATCHDOG=1' "$FNLOG"; then
+    pass front-notify-ready
+else
+    fail front-notify-ready "$(head -3 "$FNLOG" | tr '\n' '|')"
+fi
 cfg=$(holder_config unit-holder ws)
 if loft_start "$cfg"; then
     for _ in $(seq 100); do "$LOFT_BIN" status -c "$cfg" 2>/dev/null | grep -q 'home .* up' && break; sleep 0.1; done
