@@ -48,7 +48,7 @@ for n in loft-try loft-try-dst; do netns_exists "$n" && left+="namespace $n;"; d
 ip link show loft-try0 >/dev/null 2>&1 && left+="link loft-try0;"
 [ -e /etc/netns/loft-try ] && left+="/etc/netns/loft-try;"
 [ -n "$TMPDIR_TRY" ] && [ -e "$TMPDIR_TRY" ] && left+="$TMPDIR_TRY;"
-pgrep -f "$TMPDIR_TRY" >/dev/null 2>&1 && left+="processes: $(pgrep -af "$TMPDIR_TRY" | tr '\n' ' ');"
+[ -n "$TMPDIR_TRY" ] && pgrep -f "$TMPDIR_TRY" >/dev/null 2>&1 && left+="processes: $(pgrep -af "$TMPDIR_TRY" | tr '\n' ' ');"
 if [ $rc -eq 0 ] && [ -z "$left" ] && [ -n "$TMPDIR_TRY" ] && grep -q 'loft try: removed' "$OUT"; then pass try-ctrl-c-leaves-nothing
 else fail try-ctrl-c-leaves-nothing "exit $rc, left: $left $(tail -2 "$OUT" | tr '\n' '|')"; fi
 
