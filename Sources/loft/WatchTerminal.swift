@@ -6,7 +6,12 @@ enum WatchTerminal {
     nonisolated(unsafe) static var saved = termios()
     nonisolated(unsafe) static var changed = false
 
+    nonisolated(unsafe) static var entered = false
+
     static func enter() {
+        entered = true
+        // However loft exits (the control socket gone: Terminal.fail), the terminal comes back.
+        atexit { WatchTerminal.leave() }
         if isatty(0) == 1, tcgetattr(0, &saved) == 0 {
             var raw = saved
             raw.c_lflag &= ~tcflag_t(ICANON | ECHO)
@@ -28,6 +33,8 @@ enum WatchTerminal {
     }
 
     static func leave() {
+        guard entered else { return }
+        entered = false
         if changed { _ = tcsetattr(0, TCSANOW, &saved) }
         let codes = "\u{1B}[?25h\n"
         _ = codes.withCString { write(1, $0, strlen($0)) }
