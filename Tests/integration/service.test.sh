@@ -63,6 +63,16 @@ grep -q '^ExecStart=/usr/local/bin/loft run -c /etc/loft/%i.yaml$' "$D/usr/local
 grep -q '@BINDIR@' "$D"/usr/local/lib/systemd/system/*.service && p+="@BINDIR@ left in a unit;"
 if [ -z "$p" ]; then pass install-man-units; else fail install-man-units "$p"; fi
 
+# The installed sysusers.d file makes the user loft-front (into a scratch root's /etc/passwd).
+U=$T_DIR/users-root
+mkdir -p "$U/etc"
+out=$(systemd-sysusers --root="$U" "$D/usr/local/lib/sysusers.d/loft.conf" 2>&1)
+if grep -q '^loft-front:x:[0-9]*:[0-9]*:loft-front:/var/lib/loft-front:/usr/sbin/nologin$' "$U/etc/passwd" 2>/dev/null; then
+    pass sysusers-front-user
+else
+    fail sysusers-front-user "$out $(cat "$U/etc/passwd" 2>&1)"
+fi
+
 # The example configurations are valid as installed (the front's with the test's certificate).
 p=
 for c in loft app; do out=$("$LOFT_BIN" check "$D/etc/loft/$c.yaml" 2>&1) || p+="$out;"; done
