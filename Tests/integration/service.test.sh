@@ -73,6 +73,20 @@ else
     fail sysusers-front-user "$out $(cat "$U/etc/passwd" 2>&1)"
 fi
 
+# Bash completion: the commands, and each command's options.
+comp() {   # comp FILE WORD...: what completing the last word offers
+    local f=$1
+    shift
+    bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); fn=$(complete -p "$1" | awk "{print \$3}"); "$fn"; echo "${COMPREPLY[*]}"' _ "$f" "$@"
+}
+C=$D/usr/local/share/bash-completion/completions
+p=
+[ "$(comp "$C/loft" loft "")" = "run check status reload path-changed exec try --help --version" ] || p+="loft: $(comp "$C/loft" loft "");"
+[ "$(comp "$C/loft" loft status --w)" = "--watch --wide" ] || p+="loft status --w: $(comp "$C/loft" loft status --w);"
+[ "$(comp "$C/loft" loft status --sort "")" = "bytes age up down" ] || p+="--sort;"
+[ "$(comp "$C/loft-front" loft-front s)" = "stats" ] || p+="loft-front s: $(comp "$C/loft-front" loft-front s);"
+if [ -z "$p" ]; then pass bash-completion; else fail bash-completion "$p"; fi
+
 # The example configurations are valid as installed (the front's with the test's certificate).
 p=
 for c in loft app; do out=$("$LOFT_BIN" check "$D/etc/loft/$c.yaml" 2>&1) || p+="$out;"; done
