@@ -17,7 +17,19 @@ public enum Log {
     /// `<3>` error, `<4>` warn, `<6>` info, `<7>` debug, so `journalctl -p warning` selects.
     /// `json`: one JSON object a line, `{"ts":…,"level":…,"event":…,"key":"value",…}`.
     public enum Format: String, Sendable { case text, journal, json }
-    nonisolated(unsafe) public static var format: Format = getenv("JOURNAL_STREAM") != nil ? .journal : .text
+    nonisolated(unsafe) public static var format: Format = stderrIsJournal() ? .journal : .text
+
+    /// Whether stderr is the journal's stream: JOURNAL_STREAM ("DEVICE:INODE", set by systemd
+    /// for a service whose output goes to the journal) names the file stderr is. A process that
+    /// only inherited the variable (its stderr redirected elsewhere) writes plain text.
+    static func stderrIsJournal() -> Bool {
+        guard let v = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
+        let parts = v.split(separator: ":")
+        guard parts.count == 2, let dev = UInt64(parts[0]), let ino = UInt64(parts[1]) else { return false }
+        var st = stat()
+        guard fstat(2, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+    }
 
     /// Chooses the format from `--log-format` (nil: text, or journal under systemd).
     public static func setFormat(_ name: String?) -> Bool {
