@@ -70,6 +70,20 @@ else
     fail no-root-message "exit $rc: $(echo "$out" | head -2 | tr '\n' '|')"
 fi
 
+# A listener below ip_unprivileged_port_start without CAP_NET_BIND_SERVICE: named, nothing bound.
+start=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start)
+if [ "$start" -gt 80 ]; then
+    sed "s/listen: 127.0.0.1:$PORT/listen: 127.0.0.1:80/" "$T_DIR/cli.yaml" >"$T_DIR/low.yaml"
+    out=$(setpriv --bounding-set=-net_bind_service --inh-caps=-all timeout 10 "$LOFT_BIN" run -c "$T_DIR/low.yaml" 2>&1 </dev/null); rc=$?
+    if [ $rc -eq 1 ] && echo "$out" | grep -q "missing capability CAP_NET_BIND_SERVICE (socks5 port 80 is below $start)" && [ ! -e "$CTL" ]; then
+        pass low-port-capability-named
+    else
+        fail low-port-capability-named "exit $rc: $out"
+    fi
+else
+    note "ip_unprivileged_port_start is $start: any port binds, low-port-capability-named not run"
+fi
+
 # Under the journal: each line starts with its syslog priority, no ts= (the journal keeps it).
 # systemd sets JOURNAL_STREAM to the device and inode of the stream stderr is; here a file's.
 # Inherited with stderr elsewhere, it changes nothing.
