@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Installs every Debian package loft needs to build, run, test and benchmark: the one list,
-# used by scripts/quickstart and .ci/run. Debian 12, as root. Swift itself is expected at
-# /opt/swift (or on PATH); it is not a Debian package.
+# The Debian packages loft needs, in two lists: what building and running loft takes, and what
+# the test suite and the benchmarks add (real peers and clients, the tests' PyPI packages).
+# Debian 12, as root. Swift itself is expected at /opt/swift (or on PATH); it is not a Debian
+# package.
+#
+#   scripts/deps.sh           both lists (.ci/run: everything the suite needs)
+#   scripts/deps.sh --run     building and running loft only (scripts/quickstart)
+#   scripts/deps.sh --test    the test and benchmark peers and the PyPI list (Tests/run runs
+#                             this when one of them is missing)
+#   scripts/deps.sh --test --missing   print the missing test packages, install nothing
 set -eu
 
-PACKAGES=(
+want_run=1 want_test=1 only_missing=
+for a in "$@"; do
+    case $a in
+        --run) want_test= ;;
+        --test) want_run= ;;
+        --missing) only_missing=1 ;;
+        *) echo "scripts/deps.sh: unknown argument \"$a\" (--run, --test, --missing)" >&2; exit 2 ;;
+    esac
+done
+
+RUN_PACKAGES=(
     # build: lwIP, libyaml, OpenSSL (the holder's TLS), c-ares (the resolver), nghttp2 (the h2
     # carrier), ngtcp2 with its GnuTLS crypto helper (the quic carrier), nghttp3 (the h3 carrier)
     # and the Swift toolchain's needs
@@ -15,8 +32,12 @@ PACKAGES=(
     libqrencode-dev libzbar-dev libpng-dev libjpeg-dev
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
-    # run: namespaces, links, routes
-    iproute2 nftables procps psmisc coreutils
+    # run: namespaces, links, routes; the service units' checks
+    iproute2 nftables procps psmisc coreutils util-linux
+    # loft try: its web and DNS servers (python3), and the commands it prints
+    python3 curl dnsutils
+)
+TEST_PACKAGES=(
     # tests and benchmarks: real peers and clients
     nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3 tcpdump
     # h2: nghttp against loft-front (Tests/integration/h2-interop.test.sh)
@@ -32,6 +53,9 @@ PACKAGES=(
     # links: the independent peers of the QR test (zbarimg, qrencode, ImageMagick); the
     # encrypted file's independent decryptor is PyPI's cryptography (below)
     zbar-tools qrencode imagemagick
+    # service: systemd-analyze verify/security of the units, setpriv and capsh (the units'
+    # capabilities), man for the generated pages
+    systemd libcap2-bin man-db
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the
@@ -51,7 +75,25 @@ PYPI_PACKAGES=(
     cryptography
 )
 
+if [ -n "$only_missing" ]; then
+    for p in "${TEST_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+    done
+    python3 - "${PYPI_PACKAGES[@]}" <<'EOF'
+import importlib.util, sys
+names = {"python-socks": "python_socks", "prometheus-client": "prometheus_client", "pycryptodome": "Crypto"}
+for spec in sys.argv[1:]:
+    name = spec.split("==")[0]
+    if importlib.util.find_spec(names.get(name, name)) is None:
+        print("pypi:" + spec)
+EOF
+    exit 0
+fi
+
 if [ "$(id -u)" -ne 0 ]; then echo "scripts/deps.sh: run as root" >&2; exit 1; fi
+PACKAGES=()
+[ -n "$want_run" ] && PACKAGES+=("${RUN_PACKAGES[@]}")
+[ -n "$want_test" ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 
 # Packages with a service (nginx) must not start it on install: the tests start their own
 # servers inside their own namespaces. policy-rc.d 101 = "do not start", only while installing.
@@ -67,7 +109,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends "${PACKAGES[@]}"
 # Debian's own python3 is externally managed (PEP 668); these are test-only clients.
-python3 -m pip install --quiet --root-user-action=ignore --break-system-packages "${PYPI_PACKAGES[@]}"
+[ -n "$want_test" ] && python3 -m pip install --quiet --root-user-action=ignore --break-system-packages "${PYPI_PACKAGES[@]}"
 
 if ! command -v swift >/dev/null 2>&1 && [ ! -x /opt/swift/usr/bin/swift ]; then
     echo "scripts/deps.sh: no Swift toolchain found (expected /opt/swift/usr/bin/swift)" >&2

@@ -630,3 +630,10 @@ void clinux_malloc_keep(size_t keep) {
     mallopt(M_TRIM_THRESHOLD, (int)keep);
     mallopt(M_TOP_PAD, (int)(keep / 8));
 }
+
+// --- build identity -------------------------------------------------------------------------
+
+#ifndef LOFT_COMMIT
+#define LOFT_COMMIT "unknown"
+#endif
+const char *clinux_build_commit(void) { return LOFT_COMMIT; }

@@ -12,6 +12,33 @@ public enum Log {
     // Set once at start-up before the loop runs; read from the loop thread only.
     nonisolated(unsafe) public static var threshold: Level = .info
 
+    /// `text`: `ts=… level=… event=… key=value …`; under systemd's journal (JOURNAL_STREAM set)
+    /// the same line without `ts=` (the journal keeps the time) after a syslog priority prefix,
+    /// `<3>` error, `<4>` warn, `<6>` info, `<7>` debug, so `journalctl -p warning` selects.
+    /// `json`: one JSON object a line, `{"ts":…,"level":…,"event":…,"key":"value",…}`.
+    public enum Format: String, Sendable { case text, journal, json }
+    nonisolated(unsafe) public static var format: Format = stderrIsJournal() ? .journal : .text
+
+    /// Whether stderr is the journal's stream: JOURNAL_STREAM ("DEVICE:INODE", set by systemd
+    /// for a service whose output goes to the journal) names the file stderr is. A process that
+    /// only inherited the variable (its stderr redirected elsewhere) writes plain text.
+    static func stderrIsJournal() -> Bool {
+        guard let v = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
+        let parts = v.split(separator: ":")
+        guard parts.count == 2, let dev = UInt64(parts[0]), let ino = UInt64(parts[1]) else { return false }
+        var st = stat()
+        guard fstat(2, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+    }
+
+    /// Chooses the format from `--log-format` (nil: text, or journal under systemd).
+    public static func setFormat(_ name: String?) -> Bool {
+        guard let name else { return true }
+        guard let f = Format(rawValue: name), f != .journal else { return false }
+        format = f
+        return true
+    }
+
     public static func error(_ event: String, _ fields: KeyValuePairs<String, Any> = [:]) { emit(.error, event, fields) }
     public static func warn(_ event: String, _ fields: KeyValuePairs<String, Any> = [:]) { emit(.warn, event, fields) }
     public static func info(_ event: String, _ fields: KeyValuePairs<String, Any> = [:]) { emit(.info, event, fields) }
@@ -27,16 +54,57 @@ public enum Log {
         guard level <= threshold else { return }
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
-        var line = "ts=\(ts.tv_sec).\(String(ts.tv_nsec / 1_000_000).leftPadded(3)) level=\(level.name) event=\(event)"
-        for (k, v) in fields {
-            let s = "\(v)"
-            line += " \(k)="
-            line += s.contains(" ") || s.contains("\"") || s.isEmpty ? "\"\(s.replacingAll("\"", with: "'"))\"" : s
+        let time = "\(ts.tv_sec).\(String(ts.tv_nsec / 1_000_000).leftPadded(3))"
+        var line: String
+        switch format {
+        case .text, .journal:
+            line = format == .text ? "ts=\(time) " : "<\(level.syslogPriority)>"
+            line += "level=\(level.name) event=\(event)"
+            for (k, v) in fields {
+                let s = "\(v)"
+                line += " \(k)="
+                line += s.contains(" ") || s.contains("\"") || s.isEmpty ? "\"\(s.replacingAll("\"", with: "'"))\"" : s
+            }
+        case .json:
+            line = "{\"ts\":\(time),\"level\":\"\(level.name)\",\"event\":\(jsonString(event))"
+            for (k, v) in fields {
+                line += ",\(jsonString(k)):"
+                switch v {
+                case let n as any BinaryInteger: line += "\(n)"
+                case let b as Bool: line += b ? "true" : "false"
+                default: line += jsonString("\(v)")
+                }
+            }
+            line += "}"
         }
         line += "\n"
         var bytes = Array(line.utf8)
         _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
     }
+}
+
+/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped).
+func jsonString(_ s: String) -> String {
+    var out = "\""
+    for u in s.unicodeScalars {
+        switch u {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where u.value < 0x20:
+            let hex = String(u.value, radix: 16)
+            out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        default: out.unicodeScalars.append(u)
+        }
+    }
+    return out + "\""
+}
+
+extension Log.Level {
+    /// syslog(3)'s priority: LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG.
+    var syslogPriority: Int { switch self { case .error: 3; case .warn: 4; case .info: 6; case .debug: 7 } }
 }
 
 extension String {

@@ -1,8 +1,13 @@
+import CLinux
 import Glibc
 
 /// The release both executables report (`--version`, status, logs, the holder's client name).
 public enum Release {
     public static let version = "0.1.0"
+    /// The git commit of the build (scripts/install passes it; "unknown" otherwise).
+    public static var commit: String { String(cString: clinux_build_commit()) }
+    /// What `--version` prints after the program's name.
+    public static var description: String { "\(version) (commit \(commit))" }
 }
 
 /// Command-line output of the executables: one line each on stdout, errors on stderr.

@@ -22,6 +22,8 @@ public enum FrontApp {
             Log.error("start-failed", ["error": error])
             return 1
         }
+        // Under systemd (Type=notify): READY=1 once listening, WATCHDOG=1 from the loop.
+        let notifier = ServiceNotifier()
         var received: Int32 = 0
         signals.onShutdown = { [unowned server] signal in
             if received != 0 {
@@ -29,6 +31,7 @@ public enum FrontApp {
                 return
             }
             received = signal
+            notifier.stopping()
             Log.info("stopping", ["signal": signal])
             server.shutdown { loop.stop() }
         }
@@ -37,6 +40,9 @@ public enum FrontApp {
                            "carriers": settings.carriers.map(\.rawValue).joined(separator: ","),
                            "pool4": settings.pool.ipv4, "pool6": settings.pool.ipv6.map { "\($0)" } ?? "-",
                            "control": settings.control ?? "-", "state_file": settings.stateFile ?? "-", "version": version, "pid": getpid(), "nofile": nofile])
+        let listening = "listening on \(server.localEndpoint.map { "\($0)" } ?? "\(settings.listen)") (\(settings.carriers.map(\.rawValue).joined(separator: ",")))"
+        notifier.ready(status: listening)
+        notifier.startWatchdog(on: loop)
         loop.run()
         // A clean exit leaves the table on disk as it is now (every instance detached).
         server.saveState(final: true)

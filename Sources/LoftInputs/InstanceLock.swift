@@ -12,6 +12,13 @@ public final class InstanceLock {
         public var description: String { "\(what) is in use by another loft (\(holder)); stop it first" }
     }
 
+    /// The lock file could not be opened at all: a matter of privilege, not of another loft.
+    public struct Unopenable: Error, CustomStringConvertible {
+        public let path: String
+        public let reason: String
+        public var description: String { "cannot open the lock \(path): \(reason) (run as root: /run/loft is root's)" }
+    }
+
     static let directory = "/run/loft"
     private var fd: Int32
 
@@ -21,7 +28,7 @@ public final class InstanceLock {
         mkdir(Self.directory, 0o755)
         let path = "\(Self.directory)/\(key).lock"
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw Busy(what: what, holder: "cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw Unopenable(path: path, reason: String(cString: strerror(errno))) }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let err = errno
             var buf = [UInt8](repeating: 0, count: 64)

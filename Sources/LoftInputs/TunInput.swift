@@ -61,6 +61,7 @@ public final class TunInput: IOHandler, PacketWriter {
     private lazy var acks = AckCoalescer { [unowned self] in self.writeNow($0) }
 
     static let stateDir = "/run/loft"
+    private var isUp = false
 
     /// Host mode only: the policy routes for the rules (nil in namespace mode).
     let hostRoutes: HostRoutes?
@@ -110,6 +111,7 @@ public final class TunInput: IOHandler, PacketWriter {
                                   receiveWindow: large ? Netstack.maxWindow : 0, offload: offload.isOn)
         loop.register(fd, IOEvents.readable, self)
         loop.addAfterEvents { [weak self] in self?.writeHeldAck() }
+        isUp = true
         Log.info("tun.up", ["name": settings.name, "netns": settings.netns ?? "-", "mtu": settings.mtu,
                             "ipv4": settings.ipv4?.description ?? "-", "ipv6": settings.ipv6?.description ?? "-",
                             "route-all": settings.routeAll, "offload": offload.description])
@@ -154,6 +156,9 @@ public final class TunInput: IOHandler, PacketWriter {
     private func openDevice() throws -> Int32 {
         func open(_ vnet: Bool) throws -> Int32 {
             let r = clinux_tun_open(settings.name, netnsPath, vnet ? 1 : 0)
+            if r == -ENOENT || r == -ENODEV, access("/dev/net/tun", F_OK) != 0 {
+                throw StartError(description: "cannot create TUN \(settings.name): /dev/net/tun does not exist (the kernel's tun module: modprobe tun; in a container, pass the device /dev/net/tun in)")
+            }
             guard r >= 0 else {
                 throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(String(cString: strerror(-r)))")
             }
@@ -311,7 +316,9 @@ public final class TunInput: IOHandler, PacketWriter {
         }
         lock?.release()
         lock = nil
-        Log.info("tun.down", ["name": settings.name])
+        // Only a device that came up goes down (a failed start logs start.failed alone).
+        if isUp { Log.info("tun.down", ["name": settings.name]) }
+        isUp = false
     }
 
     // MARK: I/O

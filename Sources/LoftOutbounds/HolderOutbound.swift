@@ -208,8 +208,10 @@ public final class HolderOutbound: Outbound {
 
     /// The host's path changed (or `loft path-changed`): drop the live carrier and dial again at
     /// once; RESUME keeps the instance.
-    public func pathChanged(reason: String) {
-        guard link != .stopped else { return }
+    /// Returns what it does, in words, for `loft path-changed`.
+    @discardableResult
+    public func pathChanged(reason: String) -> String {
+        guard link != .stopped else { return "stopped" }
         counts.pathChanges += 1
         Log.info("holder.path-changed", ["outbound": name, "reason": reason])
         // quic: the connection moves to a new socket and the session with every stream stays;
@@ -225,16 +227,19 @@ public final class HolderOutbound: Outbound {
                 self.carrierLost("path changed (\(reason)); migration failed", redialIn: 0)
             }
         }) {
-            return
+            return "migrating the connection to the new path (the session and its streams stay; RESUME only if the path fails validation)"
         }
         if let c = carrier {
             c.abort()
             failures = 0  // a new path is a fresh start: flows wait for this dial again
             carrierLost("path changed (\(reason))", redialIn: 0)
+            return "redialling with RESUME"
         } else if link == .waiting {
             failures = 0
             dial()
+            return "dialling now"
         }
+        return "dialling already"
     }
 
     /// Ends the session: GOAWAY is not sent (the front expires the instance); carriers close.
@@ -542,13 +547,17 @@ extension HolderOutbound: CarrierDelegate {
 
     public func carrier(_ c: Carrier, received bytes: UnsafeRawBufferPointer) {
         guard c === carrier else { return }
-        feed(c) { () throws(ProtocolError) in try session.receive(bytes) }
+        // With the loop's time: the RTT is the PONG's arrival less the PING's sending, not
+        // rounded up to the next keepalive tick (which made a loopback front read 1000 ms).
+        let now = loop.now
+        feed(c) { () throws(ProtocolError) in try session.receive(bytes, now: now) }
     }
 
     public func carrier(_ c: Carrier, datagram bytes: UnsafeRawBufferPointer) {
         guard c === carrier else { return }
         counts.datagramFramesIn += 1
-        feed(c) { () throws(ProtocolError) in try session.receiveDatagram(bytes) }
+        let now = loop.now
+        feed(c) { () throws(ProtocolError) in try session.receiveDatagram(bytes, now: now) }
     }
 
     /// Hands the carrier's bytes to the session and sends what it answers. A protocol error

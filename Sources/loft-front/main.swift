@@ -11,21 +11,28 @@ import LoftFront
 let version = Release.version
 
 let usage = """
-usage: loft-front run -c FILE     serve loft sessions as FILE says
-       loft-front check -c FILE   validate FILE (and load its certificate and key) and exit
+usage: loft-front run -c FILE [--log-format text|json]
+                                  serve loft sessions as FILE says
+       loft-front check [-c] FILE validate FILE (and load its certificate and key) and exit
        loft-front stats -c FILE   ask the running front (the control socket FILE names)
-       loft-front --version | --help
+       loft-front -V | --version | -h | --help
 
 SIGUSR1 logs the counters; SIGINT/SIGTERM send GOAWAY shutdown to every session and exit.
-See docs/front.md.
+See docs/front.md; as a system service (loft-front.service): docs/service.md.
 """
 
 
 var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
+if args.contains("--help") || args.contains("-h") { Terminal.say(usage); exit(0) }
 
-func configPath(_ args: [String]) -> String {
+func value(_ args: [String], _ name: String) -> String? {
+    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
+    return args[i + 1]
+}
+
+func configPath(_ args: [String], positional: Bool = false, values: Set<String> = []) -> String {
     var path: String?
     var i = 0
     while i < args.count {
@@ -34,11 +41,17 @@ func configPath(_ args: [String]) -> String {
             guard i + 1 < args.count else { Terminal.fail("loft-front: -c needs a file", code: 2) }
             path = args[i + 1]
             i += 2
+        case let v where values.contains(v):
+            guard i + 1 < args.count else { Terminal.fail("loft-front: \(v) needs a value", code: 2) }
+            i += 2
+        case let file where positional && path == nil && !file.hasPrefix("-"):
+            path = file
+            i += 1
         default:
             Terminal.fail("loft-front: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
         }
     }
-    guard let path else { Terminal.fail("loft-front: \(command) needs -c FILE", code: 2) }
+    guard let path else { Terminal.fail("loft-front: \(command) needs a configuration file: loft-front \(command) -c FILE", code: 2) }
     return path
 }
 
@@ -53,10 +66,10 @@ func load(_ path: String) -> FrontSettings {
 switch command {
 case "--help", "-h", "help":
     Terminal.say(usage)
-case "--version", "version":
-    Terminal.say("loft-front \(version)")
+case "--version", "-V", "version":
+    Terminal.say("loft-front \(Release.description)")
 case "check":
-    let path = configPath(args)
+    let path = configPath(args, positional: true)
     let settings = load(path)
     do {
         _ = try TLSContext(server: TLSServerOptions(certificateFile: settings.certificateFile, keyFile: settings.keyFile))
@@ -65,10 +78,26 @@ case "check":
     }
     Terminal.say("\(path): ok")
 case "run":
-    exit(FrontApp.run(load(configPath(args)), version: version))
+    let settings = load(configPath(args, values: ["--log-format"]))
+    if !Log.setFormat(value(args, "--log-format")) { Terminal.fail("loft-front: --log-format is text or json", code: 2) }
+    // Said before anything is bound: what this process lacks for the file.
+    let start = Privileges.unprivilegedPortStart
+    if Int(settings.listen.port) < start, let problem = Privileges.missing(
+        [(.netBindService, "listen port \(settings.listen.port) is below \(start)")], program: "loft-front") {
+        Terminal.fail(problem, code: 1)
+    }
+    for path in [settings.control, settings.stateFile].compactMap({ $0 }) {
+        let folder = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        if let reason = Privileges.writable(folder.isEmpty ? "." : folder) {
+            Terminal.fail("loft-front: \(path): \(reason) (run as root, or as a user who may write there); nothing was started", code: 1)
+        }
+    }
+    exit(FrontApp.run(settings, version: version))
 case "stats":
     let path = configPath(args)
-    guard let socket = load(path).control else { Terminal.fail("\(path): no control socket is configured", code: 2) }
+    guard let socket = load(path).control else {
+        Terminal.fail("\(path): no control socket is configured: add `control: /run/loft-front/control.sock` (docs/front.md) and restart the front", code: 2)
+    }
     do {
         let body = try ControlClient.request(socket, "stats")
         var bytes = Array(body.utf8)

@@ -60,6 +60,35 @@ enum Application {
         return out
     }
 
+    /// What this process lacks to carry out `config` (a capability, a folder it must write in),
+    /// said before anything is created; nil when nothing is missing.
+    static func privilegeProblem(_ config: Configuration) -> String? {
+        var needs: [(Capability, String)] = []
+        if let t = config.tun {
+            needs.append((.netAdmin, "the TUN \(t.name), its addresses and routes"))
+            if let ns = t.netns { needs.append((.sysAdmin, "tun.netns \"\(ns)\": ip netns add, setns")) }
+        }
+        let start = Privileges.unprivilegedPortStart
+        let ports = [("socks5", config.socks5.map { Int($0.listen.port) }), ("metrics", config.metrics.map { Int($0.port) }),
+                     ("bridge", config.bridge.map { Int($0.extensionPort) })]
+        for case let (name, port?) in ports where port > 0 && port < start {
+            needs.append((.netBindService, "\(name) port \(port) is below \(start)"))
+        }
+        if let problem = Privileges.missing(needs, program: "loft") { return problem }
+        var folders: [(String, String)] = []
+        if config.tun != nil { folders.append(("/run/loft", "the TUN's lock")) }
+        if let t = config.tun, t.netns != nil, !t.dns.isEmpty { folders.append(("/etc/netns", "tun.dns (the namespace's resolv.conf)")) }
+        let control = config.control.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        folders.append((control.isEmpty ? "/" : control, "the control socket \(config.control)"))
+        for (folder, what) in folders {
+            if let reason = Privileges.writable(folder) {
+                let hint = folder == control ? "run as root, or set control: to a path you can write" : "run as root"
+                return "loft: \(what): \(reason) (\(hint)); nothing was started"
+            }
+        }
+        return nil
+    }
+
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
         Log.threshold = config.log.threshold
         let nofile = clinux_raise_nofile()
@@ -269,7 +298,26 @@ enum Application {
         Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
                            "bridge": bridge != nil ? "on" : "off",
                            "socks5": socks5 != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
+        // Under systemd (Type=notify): READY=1 once the first dial of every session has
+        // settled (up, or failed and waiting), then WATCHDOG=1 from the loop's timer heap.
+        let notifier = ServiceNotifier()
+        if notifier.isActive {
+            let sessions: [Outbound] = (runtime.holders as [Outbound]) + (runtime.sstps as [Outbound])
+            let deadline = monotonicMilliseconds() + config.limits.connectTimeout.milliseconds + 1000
+            func settled() {
+                let dialing = sessions.contains { ["idle", "dialing"].contains($0.status.state) }
+                if dialing && monotonicMilliseconds() < deadline {
+                    loop.schedule(after: 20) { settled() }
+                    return
+                }
+                notifier.ready(status: runtime.serviceStatus())
+                Log.info("notify.ready", ["watchdog_ms": notifier.watchdogIntervalMs.map { "\($0)" } ?? "-"])
+                notifier.startWatchdog(on: loop) { [unowned runtime] in notifier.status(runtime.serviceStatus()) }
+            }
+            loop.schedule(after: 0) { settled() }
+        }
         loop.run()
+        notifier.stopping()
         Log.info("stopping", ["signal": signals.received])
         runtime.logInputStats()
         runtime.stopAll()
@@ -337,10 +385,9 @@ final class Runtime {
         case .pathChanged:
             Log.info("path.changed", ["source": "control", "sessions": holders.count + sstps.count])
             if holders.isEmpty && sstps.isEmpty { return .success("no sessions to resume\n") }
-            for h in holders { h.pathChanged(reason: "control") }
+            let said = holders.map { "\($0.name): \($0.pathChanged(reason: "control"))\n" }.joined()
             for s in sstps { s.pathChanged(reason: "control") }
-            return .success(holders.map { "\($0.name): redialling with RESUME\n" }.joined()
-                            + sstps.map { "\($0.name): redialling\n" }.joined())
+            return .success(said + sstps.map { "\($0.name): redialling\n" }.joined())
         case .reload:
             return reload()
         }
@@ -388,7 +435,41 @@ final class Runtime {
             return .failure(.init("reload: \(error)" + (note.isEmpty ? "" : "; " + note.dropLast())))
         }
         Log.info("rules.reloaded", ["rules": fresh.rules.count])
-        return .success("rules reloaded: \(fresh.rules.count)\n" + note)
+        // Only the rules and the default are applied to a running loft; anything else that
+        // changed in the file is said, with what it takes.
+        var kept: [String] = []
+        // Where an entry is written is not a change (a rule added above it moves it).
+        let sameOutbounds = fresh.outbounds.count == config.outbounds.count
+            && zip(fresh.outbounds, config.outbounds).allSatisfy { var a = $0; a.position = $1.position; return a == $1 }
+        if !sameOutbounds { kept.append("outbounds") }
+        if fresh.tun != config.tun { kept.append("tun") }
+        if fresh.socks5 != config.socks5 { kept.append("socks5") }
+        if fresh.bridge != config.bridge { kept.append("bridge") }
+        if fresh.limits != config.limits { kept.append("limits") }
+        if fresh.hold != config.hold { kept.append("hold") }
+        if fresh.control != config.control { kept.append("control") }
+        if fresh.metrics != config.metrics { kept.append("metrics") }
+        if fresh.log != config.log { kept.append("log") }
+        var text = "rules reloaded: \(fresh.rules.count)\n" + note
+        if !kept.isEmpty {
+            Log.warn("reload.restart-needed", ["changed": kept.joined(separator: ",")])
+            text += "changed in the file but not applied (restart loft for them; it runs with the old ones): \(kept.joined(separator: ", "))\n"
+        }
+        return .success(text)
+    }
+
+    /// One line for systemd's STATUS= (`systemctl status`): each input up and each session's state.
+    func serviceStatus() -> String {
+        var parts: [String] = []
+        if let t = tun { parts.append("tun \(config.tun?.name ?? "")\(t.currentIPv4.map { " \($0)" } ?? "")") }
+        if let s = config.socks5, socks5 != nil { parts.append("socks5 \(s.listen)") }
+        if bridge != nil { parts.append("bridge") }
+        for o in (holders as [Outbound]) + (sstps as [Outbound]) {
+            let st = o.status
+            parts.append("\(st.name) \(st.state)\(st.detail.isEmpty ? "" : " (\(st.detail))")")
+        }
+        if let ns = netstack { parts.append("\(ns.tcpStateCounts().reduce(0) { $0 + $1.1 }) tcp flows") }
+        return parts.joined(separator: "; ")
     }
 
     func report() -> StatusReport {

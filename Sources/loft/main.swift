@@ -11,13 +11,21 @@ import LoftRouting
 let version = Release.version
 
 let usage = """
-usage: loft run [-c FILE]      run (built-in default configuration without -c)
-       loft check -c FILE      validate a configuration file and exit
-       loft status [-c FILE] [--json] [--watch] [--flows [--sort bytes|age|up|down]]
-                               ask the running loft (its control socket: from FILE's
-                               `control:`, else /run/loft/control.sock)
-       loft path-changed [-c FILE]   re-dial sessions after a network change
-       loft reload [-c FILE]   re-read the rules of the running loft's file
+usage: loft run [-c FILE] [--log-format text|json]
+                               run (built-in default configuration without -c)
+       loft check [-c] FILE    validate a configuration file and exit
+       loft status [-c FILE | --control SOCKET] [--json] [--wide] [--watch]
+                   [--flows [--sort bytes|age|up|down]]
+                               ask the running loft (its control socket: --control, else
+                               FILE's `control:`, else /run/loft/control.sock)
+       loft path-changed [-c FILE | --control SOCKET]   re-dial sessions after a network change
+       loft reload [-c FILE | --control SOCKET]   re-read the rules of the running loft's file
+       loft exec [-c FILE] -- COMMAND [ARG...]
+                               run COMMAND in the namespace the loft running FILE routes
+                               (as the invoking user under sudo)
+       loft try                a first run: a throwaway destination (web and DNS), the
+                               namespace loft-try routed through loft, three commands to
+                               paste; Ctrl-C removes all of it
        loft import SOURCE... -c FILE [--name NAME] [--replace] [--passphrase-file F]
                                add connections as outbounds: SOURCE is a link (loft://,
                                vless://, sstp://), a .loft file, an encrypted file, a PNG
@@ -26,18 +34,25 @@ usage: loft run [-c FILE]      run (built-in default configuration without -c)
                                print the outbound's link (it holds the secret), or its QR code
        loft export -c FILE [NAME...] [--encrypt [--passphrase-file F]] -o OUT
                                write connections to a .loft file (encrypted: a passphrase)
-       loft --version | --help
+       loft -V | --version | -h | --help
 
 The built-in default runs SOCKS5 on 127.0.0.1:11080 and the UDP bridge on
-127.0.0.1:9091 <-> 9090, everything direct, no TUN. See docs/config.md.
+127.0.0.1:9091 <-> 9090, everything direct, no TUN. See docs/config.md; as a
+system service (loft.service, loft@NAME.service): docs/service.md.
 """
 
 
 var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
+// `loft COMMAND --help` is help, not a usage error.
+let own = args.prefix { $0 != "--" }  // after `--`: exec's command, not loft's
+if own.contains("--help") || own.contains("-h") { Terminal.say(usage); exit(0) }
 
-func configPath(_ args: [String], required: Bool, flags: Set<String> = [], values: Set<String> = []) -> String? {
+/// The command's arguments: `-c FILE` (or, where `positional`, a bare FILE), the flags it
+/// knows and the options that take a value; anything else is a usage error (exit 2).
+func configPath(_ args: [String], required: Bool, positional: Bool = false, flags: Set<String> = [],
+                values: Set<String> = []) -> String? {
     var path: String?
     var i = 0
     while i < args.count {
@@ -51,11 +66,14 @@ func configPath(_ args: [String], required: Bool, flags: Set<String> = [], value
         case let v where values.contains(v):
             guard i + 1 < args.count else { Terminal.fail("loft: \(v) needs a value", code: 2) }
             i += 2
+        case let file where positional && path == nil && !file.hasPrefix("-"):
+            path = file
+            i += 1
         default:
             Terminal.fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
         }
     }
-    if required && path == nil { Terminal.fail("loft: \(command) needs -c FILE", code: 2) }
+    if required && path == nil { Terminal.fail("loft: \(command) needs a configuration file: loft \(command) FILE", code: 2) }
     return path
 }
 
@@ -64,9 +82,10 @@ func value(_ args: [String], _ name: String) -> String? {
     return args[i + 1]
 }
 
-/// The control socket named by FILE (or the default), for the client commands.
+/// The control socket for the client commands: --control, else FILE's, else the default.
 func controlSocket(_ args: [String], flags: Set<String> = [], values: Set<String> = []) -> String {
-    let path = configPath(args, required: false, flags: flags, values: values)
+    let path = configPath(args, required: false, flags: flags, values: values.union(["--control"]))
+    if let socket = value(args, "--control") { return socket }
     return path.map { loadConfig($0).control } ?? Configuration.defaultControl
 }
 
@@ -74,34 +93,63 @@ func ask(_ socket: String, _ request: String) -> String {
     do {
         return try ControlClient.request(socket, request)
     } catch {
-        Terminal.fail("loft: \(error.description)", code: 1)
+        var hint = ""
+        if socket == Configuration.defaultControl, let others = otherControlSockets(), !others.isEmpty {
+            hint = " (other lofts answer on \(others.joined(separator: ", ")): loft status --control SOCKET)"
+        }
+        Terminal.fail("loft: \(error.description)\(hint)", code: 1)
     }
 }
 
+/// The fallback sockets a second loft on the default path takes (/run/loft/control.PID.sock).
+func otherControlSockets() -> [String]? {
+    guard let dir = opendir("/run/loft") else { return nil }
+    defer { closedir(dir) }
+    var found: [String] = []
+    while let e = readdir(dir) {
+        let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if name.hasPrefix("control.") && name.hasSuffix(".sock") && name != "control.sock" { found.append("/run/loft/\(name)") }
+    }
+    return found.sorted()
+}
+
 func status(_ args: [String]) -> Never {
-    let socket = controlSocket(args, flags: ["--json", "--watch", "--flows"], values: ["--sort"])
+    let socket = controlSocket(args, flags: ["--json", "--watch", "--flows", "--wide"], values: ["--sort"])
     let json = args.contains("--json")
+    let wide = args.contains("--wide")
     if args.contains("--flows") {
         let sort = value(args, "--sort") ?? "bytes"
         Terminal.say(ask(socket, "flows sort=\(sort)\(json ? " json" : "")"), newline: false)
         exit(0)
     }
+    func request() -> String { json ? "status json" : "status text=\(terminalWidth(wide: wide))" }
     if !args.contains("--watch") {
-        Terminal.say(ask(socket, json ? "status json" : "status text=\(terminalWidth())"), newline: false)
+        Terminal.say(ask(socket, request()), newline: false)
         exit(0)
     }
-    // Like top: redraw in place once a second until interrupted.
-    Terminal.say("\u{1B}[?25l\u{1B}[2J", newline: false)
+    // Piped: one report a second, separated by a blank line, no terminal codes.
+    guard isatty(1) == 1 else {
+        while true {
+            Terminal.say(ask(socket, request()))
+            sleep(1)
+        }
+    }
+    // Like top: redraw in place once a second until q or Ctrl-C.
+    WatchTerminal.enter()
     while true {
-        let body = ask(socket, json ? "status json" : "status text=\(terminalWidth())")
+        let body = ask(socket, request())
         let lines = body.split(separator: "\n", omittingEmptySubsequences: false)
         Terminal.say("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", newline: false)
-        sleep(1)
+        if WatchTerminal.waitForQuit(milliseconds: 1000) { WatchTerminal.leave(); exit(0) }
     }
 }
 
-func terminalWidth() -> Int {
-    let w = Int(clinux_terminal_width(1))
+/// The width status lays its table out for: --wide (no limit), the terminal's, else $COLUMNS,
+/// else 80.
+func terminalWidth(wide: Bool = false) -> Int {
+    if wide { return 1000 }
+    var w = Int(clinux_terminal_width(1))
+    if w == 0, let c = getenv("COLUMNS").flatMap({ Int(String(cString: $0)) }) { w = c }
     return w >= 40 ? min(w, 1000) : 80
 }
 
@@ -117,10 +165,10 @@ func loadConfig(_ path: String?) -> Configuration {
 switch command {
 case "--help", "-h", "help":
     Terminal.say(usage)
-case "--version", "version":
-    Terminal.say("loft \(version)")
+case "--version", "-V", "version":
+    Terminal.say("loft \(Release.description)")
 case "check":
-    let path = configPath(args, required: true)!
+    let path = configPath(args, required: true, positional: true)!
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail(problem, code: 2) }
     // Rules that can never match are reported, not refused: the file is still valid.
@@ -131,9 +179,11 @@ case "check":
     for warning in Application.exposedSecrets(config, path: path) { Terminal.say(warning) }
     Terminal.say("\(path): ok")
 case "run":
-    let path = configPath(args, required: false)
+    let path = configPath(args, required: false, values: ["--log-format"])
+    if !Log.setFormat(value(args, "--log-format")) { Terminal.fail("loft: --log-format is text or json", code: 2) }
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail("loft: \(problem)", code: 2) }
+    if let problem = Application.privilegeProblem(config) { Terminal.fail(problem, code: 1) }
     exit(Application.run(config, configPath: path))
 case "status":
     status(args)
@@ -147,6 +197,16 @@ case "share":
     Connections.share(args)
 case "export":
     Connections.export(args)
+case "exec":
+    let split = args.firstIndex(of: "--")
+    let path = configPath(Array(args[..<(split ?? args.count)]), required: false)
+    Exec.run(config: loadConfig(path), path: path, command: split.map { Array(args[($0 + 1)...]) } ?? [])
+case "try":
+    _ = configPath(args, required: false)
+    if value(args, "-c") != nil { Terminal.fail("loft try: takes no -c (it writes its own configuration)", code: 2) }
+    var buf = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buf, buf.count - 1)
+    Try.run(loftBinary: n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0])
 default:
     Terminal.fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
 }

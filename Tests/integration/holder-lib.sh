@@ -316,16 +316,18 @@ resume_checks() {
 migration_checks() {
     local p=$1 addr=${2:-} r0 l0 m0 m1 pc
     r0=$(field 'c["resumes"]'); l0=$(field 'c["carrier-losses"]'); m0=$(field 'c["migrations"]')
-    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ) &
+    ( sleep 1; "$LOFT_BIN" path-changed -c "$LOFT_CFG" >"$T_DIR/path-changed.out" 2>&1 ) &
     pc=$!
     download "${p}download-across-migration" "http://$SRV4/big" --limit-rate 25M
     wait "$pc" 2>/dev/null
     m1=$(field 'c["migrations"]')
+    # What path-changed says is what it does: it migrates (issue 30: it said "redialling with RESUME").
     if [ "$m1" = $((m0 + 1)) ] && [ "$(field 'c["resumes"]')" = "$r0" ] && [ "$(field 'c["carrier-losses"]')" = "$l0" ] \
+        && grep -q '^home: migrating the connection to the new path' "$T_DIR/path-changed.out" \
         && [ "$(field 'o["state"]')" = up ] && { [ -z "$addr" ] || [ "$(tun_addr4)" = "$addr" ]; }; then
         pass "${p}path-changed-migrates"; note "path-changed: migrations $m0 -> $m1, resumes $r0, carrier-losses $l0"
     else
-        fail "${p}path-changed-migrates" "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]')"
+        fail "${p}path-changed-migrates" "migrations $m0 -> $m1, resumes $r0 -> $(field 'c["resumes"]'), losses $l0 -> $(field 'c["carrier-losses"]'), state $(field 'o["state"]'), said: $(tr '\n' '|' <"$T_DIR/path-changed.out")"
     fi
 }
 

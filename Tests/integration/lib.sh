@@ -470,7 +470,8 @@ loft_start() {
     LOFT_TUN=$tun
     LOFT_RC=
     : >"$LOFT_LOG"
-    "$LOFT_BIN" run -c "$cfg" >"$LOFT_LOG" 2>&1 </dev/null &
+    # LOFT_START_WRAP: a command (or function that execs) loft runs under, e.g. setpriv.
+    ${LOFT_START_WRAP:-} "$LOFT_BIN" run -c "$cfg" >"$LOFT_LOG" 2>&1 </dev/null &
     LOFT_PID=$!
     register_pid "$LOFT_PID"
     for i in $(seq 300); do

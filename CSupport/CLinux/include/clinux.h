@@ -136,3 +136,7 @@ int clinux_rtnl_addr(int fd, int replace, int ifindex, int family, const uint8_t
 int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *gateway);
 
 #endif
+
+/// The git commit loft was built from: -DLOFT_COMMIT="…" (scripts/install and scripts/quickstart
+/// pass it with -Xcc); "unknown" when built without it.
+const char *clinux_build_commit(void);
