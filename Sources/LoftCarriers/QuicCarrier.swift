@@ -271,7 +271,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
                     && (e.code == ECONNREFUSED || (addresses.remaining > 0 && (e.code == EHOSTUNREACH || e.code == ENETUNREACH))) {
                     // Said as what it means: nothing listens for QUIC there (a front without
                     // quic or h3 in its `carriers:` answers TCP only).
-                    let why = e.code == ECONNREFUSED ? "no QUIC listener answered (UDP port unreachable; is quic or h3 in the front's carriers?)" : "\(e)"
+                    let why = e.code == ECONNREFUSED ? "no QUIC listener answered (UDP port unreachable: refused; is quic or h3 in the front's carriers?)" : "\(e)"
                     connectNext(failed: "\(peerAddress.map { "\($0)" } ?? ""): \(why)")
                 }
                 return
