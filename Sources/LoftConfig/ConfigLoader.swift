@@ -84,14 +84,14 @@ public enum ConfigLoader {
     }
 
     /// The folder part of a path: "a/b.yaml" → "a", "b.yaml" → ".", "/b.yaml" → "/".
-    static func directory(of path: String) -> String {
+    public static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])
     }
 
     /// `relative` against `base` unless it is absolute (or base is ".").
-    static func resolve(_ relative: String, against base: String) -> String {
+    public static func resolve(_ relative: String, against base: String) -> String {
         if relative.hasPrefix("/") || base == "." || base.isEmpty { return relative }
         return base.hasSuffix("/") ? base + relative : base + "/" + relative
     }

@@ -1,3 +1,4 @@
+import LoftCore
 /// A minimal JSON value and writer for status output (no Foundation: keeps loft's idle
 /// memory small). Objects keep their key order.
 public indirect enum JSON: Equatable, Sendable {
@@ -45,24 +46,5 @@ public indirect enum JSON: Equatable, Sendable {
         }
     }
 
-    static func quote(_ s: String, into out: inout String) {
-        out += "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 {
-                    let hex = String(u.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(u)
-                }
-            }
-        }
-        out += "\""
-    }
+    static func quote(_ s: String, into out: inout String) { jsonQuote(s, into: &out) }
 }

@@ -83,9 +83,10 @@ public enum Log {
     }
 }
 
-/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped).
-func jsonString(_ s: String) -> String {
-    var out = "\""
+/// A JSON string literal (RFC 8259: quote, backslash and control characters escaped): the
+/// log's JSON lines and the control socket's JSON (LoftControl's `JSON`) write strings with it.
+public func jsonQuote(_ s: String, into out: inout String) {
+    out += "\""
     for u in s.unicodeScalars {
         switch u {
         case "\"": out += "\\\""
@@ -99,7 +100,13 @@ func jsonString(_ s: String) -> String {
         default: out.unicodeScalars.append(u)
         }
     }
-    return out + "\""
+    out += "\""
+}
+
+func jsonString(_ s: String) -> String {
+    var out = ""
+    jsonQuote(s, into: &out)
+    return out
 }
 
 extension Log.Level {

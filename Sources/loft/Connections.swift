@@ -411,14 +411,7 @@ enum Connections {
         return String(path[path.index(after: slash)...])
     }
 
-    static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        if slash == path.startIndex { return "/" }
-        return String(path[..<slash])
-    }
+    static func directory(of path: String) -> String { ConfigLoader.directory(of: path) }
 
-    static func resolve(_ relative: String, against base: String) -> String {
-        if relative.hasPrefix("/") || base == "." || base.isEmpty { return relative }
-        return base.hasSuffix("/") ? base + relative : base + "/" + relative
-    }
+    static func resolve(_ relative: String, against base: String) -> String { ConfigLoader.resolve(relative, against: base) }
 }
