@@ -118,9 +118,9 @@ public final class SSTPClient {
     }
 
     public weak var delegate: SSTPClientDelegate?
-    public private(set) var phase: Phase = .idle
-    public private(set) var link: Link?
-    public private(set) var counters = Counters()
+    public internal(set) var phase: Phase = .idle
+    public internal(set) var link: Link?
+    public internal(set) var counters = Counters()
     /// Bytes for the server, in order. The owner takes them (`output.removeAll(keepingCapacity:)`).
     public var output: [UInt8] = []
 
@@ -143,15 +143,15 @@ public final class SSTPClient {
 
     // MARK: state
 
-    private var pending: [UInt8] = []           // a packet cut by the end of the last read
-    private var lastHeard: UInt64 = 0
-    private var echoOutstanding = false
-    private var handshakeDeadline: UInt64 = 0
-    private var disconnectDeadline: UInt64?
-    private var bindingRequest: SSTP.BindingRequest?
-    private var nextID: UInt8 = 0
+    var pending: [UInt8] = []           // a packet cut by the end of the last read
+    var lastHeard: UInt64 = 0
+    var echoOutstanding = false
+    var handshakeDeadline: UInt64 = 0
+    var disconnectDeadline: UInt64?
+    var bindingRequest: SSTP.BindingRequest?
+    var nextID: UInt8 = 0
 
-    private struct Negotiation {
+    struct Negotiation {
         var options: [PPP.Option] = []
         var id: UInt8 = 0
         var sent = 0                  // Configure-Requests sent for this id's options
@@ -162,23 +162,23 @@ public final class SSTPClient {
         var failures = 0              // Configure-Naks and Rejects of our requests in a row (Max-Failure)
         var opened: Bool { ours && theirs }
     }
-    private var lcp = Negotiation()
-    private var ipcp = Negotiation()
-    private var ipv6cp = Negotiation()
-    private var ipv6cpStarted = false
-    private var peerIID: [UInt8]?
-    private var magic: UInt32 = 0
-    private var peerMRU = 1500
-    private var peerIPCPAddress: IPAddress?      // the server's own, from its IPCP request
-    private var refusedAddress: String?          // why the last address the server offered was not taken
-    private var droppedInRow = 0
-    private var authMethod: AuthMethod?
-    private var authDone = false
-    private var papDeadline: UInt64?
-    private var papSent = 0
-    private var papID: UInt8 = 0
-    private var chapResponse: (id: UInt8, packet: [UInt8], peerChallenge: [UInt8], authChallenge: [UInt8], nt: [UInt8])?
-    private var hlak = CryptoBinding.noKeysHLAK
+    var lcp = Negotiation()
+    var ipcp = Negotiation()
+    var ipv6cp = Negotiation()
+    var ipv6cpStarted = false
+    var peerIID: [UInt8]?
+    var magic: UInt32 = 0
+    var peerMRU = 1500
+    var peerIPCPAddress: IPAddress?      // the server's own, from its IPCP request
+    var refusedAddress: String?          // why the last address the server offered was not taken
+    var droppedInRow = 0
+    var authMethod: AuthMethod?
+    var authDone = false
+    var papDeadline: UInt64?
+    var papSent = 0
+    var papID: UInt8 = 0
+    var chapResponse: (id: UInt8, packet: [UInt8], peerChallenge: [UInt8], authChallenge: [UInt8], nt: [UInt8])?
+    var hlak = CryptoBinding.noKeysHLAK
 
     // MARK: driving
 
@@ -303,7 +303,7 @@ public final class SSTPClient {
     // MARK: input
 
     /// Parses what it can; returns the bytes used.
-    private func consume(_ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+    func consume(_ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
         var at = 0
         if phase == .http {
             switch SSTP.parseHTTPResponse(bytes) {
@@ -335,7 +335,7 @@ public final class SSTPClient {
         return at
     }
 
-    private func controlMessage(_ m: SSTP.ControlMessage, now: UInt64) {
+    func controlMessage(_ m: SSTP.ControlMessage, now: UInt64) {
         switch m.messageType {
         case .callConnectAck where phase == .callConnect:
             guard let a = m.attribute(.cryptoBindingRequest), let req = SSTP.BindingRequest(a),
@@ -366,7 +366,7 @@ public final class SSTPClient {
         }
     }
 
-    private func frame(_ f: UnsafeRawBufferPointer, now: UInt64) {
+    func frame(_ f: UnsafeRawBufferPointer, now: UInt64) {
         guard let (proto, offset) = PPP.parseFrame(f) else { counters.droppedIn += 1; return }
         let info = UnsafeRawBufferPointer(rebasing: f[offset...])
         if proto == PPP.ipv4 || (proto == PPP.ipv6 && link?.ipv6 != nil) {
@@ -412,525 +412,51 @@ public final class SSTPClient {
                                 data: [UInt8(proto >> 8), UInt8(proto & 0xFF)] + Array(info[0..<keep])))
     }
 
-    // MARK: LCP
-
-    private func lcpPacket(_ p: PPP.Packet, now: UInt64) {
-        switch PPP.Code(rawValue: p.code) {
-        case .configureRequest:
-            guard let options = PPP.parseOptions(p.data) else { counters.droppedIn += 1; return }
-            if lcp.opened && phase != .lcp {
-                return fail(.protocolError("the server restarted LCP after the link was open"))
-            }
-            var (code, reply, accepted) = SSTPClient.evaluateLCP(options, auth: settings.auth, magic: magic)
-            if code == .configureNak && lcp.naks >= settings.maxFailure && !accepted.authRefused {
-                // Max-Failure (RFC 1661 4.6): Naks that did not converge become a Reject of
-                // the options (MRU, Magic-Number); the authentication protocol cannot be, below.
-                let naked = Set(reply.map(\.type))
-                code = .configureReject
-                reply = options.filter { naked.contains($0.type) }
-            }
-            ppp(PPP.lcp, PPP.Packet(code: code.rawValue, id: p.id, data: PPP.encodeOptions(reply) ?? []))
-            if code == .configureAck {
-                lcp.theirs = true
-                lcp.naks = 0
-                peerMRU = accepted.mru
-                authMethod = accepted.auth
-            } else {
-                lcp.naks += 1
-                if lcp.naks > settings.maxConfigure {
-                    let offered = options.first { $0.type == PPP.LCPOption.authProtocol }.map(SSTPClient.describeAuth) ?? "?"
-                    return fail(code == .configureNak && accepted.authRefused
-                        ? .authFailed("the server asks for \(offered), and auth allows only \(settings.auth.map(\.rawValue).joined(separator: ", "))")
-                        : .protocolError("LCP did not converge after \(settings.maxConfigure) Configure-Naks"))
-                }
-            }
-            lcpMaybeOpened(now: now)
-        case .configureAck:
-            guard p.id == lcp.id, lcp.deadline != nil, p.data == PPP.encodeOptions(lcp.options) else { return }
-            lcp.ours = true
-            lcp.failures = 0
-            lcp.deadline = nil
-            lcpMaybeOpened(now: now)
-        case .configureNak:
-            guard p.id == lcp.id, lcp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
-            lcp.failures += 1
-            if gaveUp(lcp.failures, "LCP") { return }
-            for o in nak {
-                switch o.type {
-                case PPP.LCPOption.mru:
-                    if let v = o.u16, v >= 576, v <= UInt16(settings.mru) { set(&lcp.options, .u16(o.type, v)) }
-                case PPP.LCPOption.magicNumber:
-                    magic = random(4).reduce(0) { $0 << 8 | UInt32($1) }
-                    set(&lcp.options, .u32(o.type, magic))
-                default:
-                    break   // a hint for an option loft does not ask for: ignored (RFC 1661 5.3)
-                }
-            }
-            sendRequest(&lcp, PPP.lcp, now: now, fresh: true)
-        case .configureReject:
-            guard p.id == lcp.id, lcp.deadline != nil, let rej = PPP.parseOptions(p.data) else { return }
-            lcp.failures += 1
-            if gaveUp(lcp.failures, "LCP") { return }
-            lcp.options.removeAll { o in rej.contains { $0.type == o.type } }
-            if rej.contains(where: { $0.type == PPP.LCPOption.magicNumber }) { magic = 0 }
-            sendRequest(&lcp, PPP.lcp, now: now, fresh: true)
-        case .terminateRequest:
-            ppp(PPP.lcp, PPP.Packet(.terminateAck, id: p.id))
-            fail(phase == .disconnecting ? .stopped : .serverEnded("LCP Terminate-Request"))
-        case .echoRequest:
-            guard replyFits(p.data.count + 12) else { return }
-            let m = magic
-            ppp(PPP.lcp, PPP.Packet(.echoRequest.replyCode, id: p.id,
-                                    data: [UInt8(m >> 24), UInt8((m >> 16) & 0xFF), UInt8((m >> 8) & 0xFF), UInt8(m & 0xFF)] + p.data.dropFirst(4)))
-        case .protocolReject:
-            if p.data.count >= 2, UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == PPP.ipcp {
-                fail(.protocolError("the server rejects IPCP (no IPv4 over this link)"))
-            } else if p.data.count >= 2, UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == PPP.ipv6cp {
-                ipv6cp.deadline = nil   // no IPv6 on this link; nothing more is asked
-            }
-        case .terminateAck, .echoReply, .discardRequest, .codeReject:
-            break
-        case nil:
-            guard replyFits(min(p.data.count + 4, peerMRU) + 12) else { return }
-            ppp(PPP.lcp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
-        }
-    }
-
-    private func lcpMaybeOpened(now: UInt64) {
-        guard lcp.opened, phase == .lcp else { return }
-        phase = .auth
-        switch authMethod {
-        case .pap?: sendPAP(now: now)
-        case .mschapv2?: break   // the server's Challenge comes
-        case nil: authSucceeded(now: now)
-        }
-    }
-
-    /// The answer to the server's LCP Configure-Request (RFC 1661 5.1-5.4): Reject the options
-    /// loft does not know, else Nak the values it cannot take, else Ack. MRU, the
-    /// authentication protocol, Magic-Number, PFC and ACFC are known; ACCM is Acked (no HDLC
-    /// here, it means nothing).
-    public static func evaluateLCP(_ options: [PPP.Option], auth: [AuthMethod], magic: UInt32)
-        -> (code: PPP.Code, reply: [PPP.Option], accepted: (mru: Int, auth: AuthMethod?, authRefused: Bool)) {
-        var reject: [PPP.Option] = []
-        var nak: [PPP.Option] = []
-        var mru = 1500
-        var method: AuthMethod?
-        var authRefused = false
-        for o in options {
-            switch o.type {
-            case PPP.LCPOption.mru:
-                guard let v = o.u16 else { reject.append(o); continue }
-                if v < 576 { nak.append(.u16(o.type, 576)) } else { mru = Int(v) }
-            case PPP.LCPOption.accm:
-                if o.data.count != 4 { reject.append(o) }
-            case PPP.LCPOption.authProtocol:
-                if o.data == [0xC2, 0x23, PPP.chapMSCHAPv2], auth.contains(.mschapv2) {
-                    method = .mschapv2
-                } else if o.data == [0xC0, 0x23], auth.contains(.pap) {
-                    method = .pap
-                } else if let first = auth.first {
-                    authRefused = true
-                    nak.append(PPP.Option(type: o.type, data: first == .mschapv2 ? [0xC2, 0x23, PPP.chapMSCHAPv2] : [0xC0, 0x23]))
-                } else {
-                    reject.append(o)
-                }
-            case PPP.LCPOption.magicNumber:
-                guard let v = o.u32 else { reject.append(o); continue }
-                // Equal to ours, or zero: a looped-back link or an invalid number (RFC 1661 6.4).
-                if v == 0 || (v == magic && magic != 0) { nak.append(.u32(o.type, ~magic &+ 0x5A5A5A5A)) }
-            case PPP.LCPOption.pfc, PPP.LCPOption.acfc:
-                if !o.data.isEmpty { reject.append(o) }
-            default:
-                reject.append(o)
-            }
-        }
-        if !reject.isEmpty { return (.configureReject, reject, (mru, method, authRefused)) }
-        if !nak.isEmpty { return (.configureNak, nak, (mru, method, authRefused)) }
-        return (.configureAck, options, (mru, method, false))
-    }
-
-    static func describeAuth(_ o: PPP.Option) -> String {
-        switch o.data {
-        case [0xC2, 0x23, PPP.chapMSCHAPv2]: return "MS-CHAPv2"
-        case [0xC2, 0x23, 0x05]: return "CHAP-MD5"
-        case [0xC2, 0x23, 0x80]: return "MS-CHAPv1"
-        case [0xC0, 0x23]: return "PAP"
-        case [0xC2, 0x27]: return "EAP"
-        default: return "protocol " + o.data.map { SSTP.hex($0) }.joined()
-        }
-    }
-
-    // MARK: authentication
-
-    private func sendPAP(now: UInt64) {
-        if papSent == 0 { papID = takeID() }
-        papSent += 1
-        papDeadline = now + settings.restartMilliseconds
-        guard let p = PAP.request(id: papID, user: Array(settings.user.utf8), password: Array(settings.password.utf8)) else {
-            return fail(.authFailed("the user or password is longer than PAP's 255 bytes"))
-        }
-        ppp(PPP.pap, p)
-    }
-
-    private func papPacket(_ p: PPP.Packet, now: UInt64) {
-        guard phase == .auth, authMethod == .pap, p.id == papID, let reply = PAP.reply(p) else { return }
-        papDeadline = nil
-        switch reply {
-        case .ack: authSucceeded(now: now)
-        case .nak(let message): fail(.authFailed("PAP: the server refused the user or password" + (message.isEmpty ? "" : " (\(message))")))
-        }
-    }
-
-    private func chapPacket(_ p: PPP.Packet, now: UInt64) {
-        guard authMethod == .mschapv2, phase == .auth else { return }
-        switch p.code {
-        case CHAP.challenge:
-            guard let (value, _) = CHAP.parseChallenge(p), value.count == 16 else {
-                return fail(.protocolError("MS-CHAPv2 challenge of the wrong size"))
-            }
-            if let r = chapResponse, r.id == p.id, r.authChallenge == value {
-                ppp(PPP.chap, nil, raw: r.packet)   // the server repeated its challenge: the same answer
-                return
-            }
-            let user = Array(settings.user.utf8)
-            let peer = random(16)
-            do {
-                let nt = try MSCHAPv2.ntResponse(authenticatorChallenge: value, peerChallenge: peer, user: user,
-                                                 password: settings.password)
-                guard let r = CHAP.response(id: p.id, value: MSCHAPv2.responseValue(peerChallenge: peer, ntResponse: nt),
-                                            name: user), let bytes = r.bytes else {
-                    return fail(.authFailed("the user name is too long for MS-CHAPv2"))
-                }
-                chapResponse = (p.id, bytes, peer, value, nt)
-                ppp(PPP.chap, nil, raw: bytes)
-            } catch {
-                fail(.authFailed("MS-CHAPv2 cannot run: \(error)"))
-            }
-        case CHAP.success:
-            guard let r = chapResponse, p.id == r.id else { return }
-            let message = CHAP.message(p)
-            do {
-                let expected = try MSCHAPv2.authenticatorResponse(password: settings.password, ntResponse: r.nt,
-                                                                  peerChallenge: r.peerChallenge,
-                                                                  authenticatorChallenge: r.authChallenge,
-                                                                  user: Array(settings.user.utf8))
-                guard message.hasPrefix(expected) else {
-                    return fail(.authFailed("MS-CHAPv2: the server's authenticator response is wrong (it does not know the password)"))
-                }
-                let keys = try MSCHAPv2.clientMasterKeys(password: settings.password, ntResponse: r.nt)
-                hlak = CryptoBinding.clientHLAK(send: keys.send, receive: keys.receive)
-            } catch {
-                return fail(.authFailed("MS-CHAPv2 cannot run: \(error)"))
-            }
-            authSucceeded(now: now)
-        case CHAP.failure:
-            guard let r = chapResponse, p.id == r.id else { return }
-            fail(.authFailed("MS-CHAPv2: " + MSCHAPv2.failureReason(CHAP.message(p))))
-        default:
-            break
-        }
-    }
-
-    private func authSucceeded(now: UInt64) {
-        guard !authDone, let req = bindingRequest else { return }
-        authDone = true
-        phase = .network
-        let sha256 = req.hashBitmask & SSTP.hashSHA256 != 0
-        emit(CryptoBinding.callConnected(request: req, certHash: sha256 ? certHash.sha256 : certHash.sha1, hlak: hlak))
-        ipcp = Negotiation()
-        ipcp.options = [.u32(PPP.IPCPOption.address, 0), .u32(PPP.IPCPOption.primaryDNS, 0), .u32(PPP.IPCPOption.secondaryDNS, 0)]
-        sendRequest(&ipcp, PPP.ipcp, now: now)
-        // IPV6CP is asked for too (servers such as SoftEther only answer a client's request); a
-        // server without it Protocol-Rejects it or stays silent, and IPv4 carries on.
-        if settings.ipv6 { startIPV6CP(now: now) }
-    }
-
-    // MARK: IPCP
-
-    private func ipcpPacket(_ p: PPP.Packet, now: UInt64) {
-        guard authDone else { return }   // before authentication NCPs are not negotiated (RFC 1661 3.5)
-        switch PPP.Code(rawValue: p.code) {
-        case .configureRequest:
-            guard let options = PPP.parseOptions(p.data) else { counters.droppedIn += 1; return }
-            if phase == .up {
-                // The server renegotiates: this layer restarts (RFC 1661 4.3) and reports up again.
-                phase = .network
-                ipcp.ours = false
-                ipcp.theirs = false
-                ipcp.failures = 0
-                sendRequest(&ipcp, PPP.ipcp, now: now, fresh: true)
-            }
-            let ours = ipcp.options.first { $0.type == PPP.IPCPOption.address }?.u32 ?? 0
-            // The server's own address: one that cannot be a host's on this link (or is the
-            // one loft asks for) is refused; loft does not need it (no gateway on the TUN).
-            let reject = options.filter { o in
-                guard o.type == PPP.IPCPOption.address, let v = o.u32 else { return true }
-                return v != 0 && HostAddress.problem(.v4(v), peer: ours == 0 ? nil : .v4(ours)) != nil
-            }
-            if reject.isEmpty {
-                peerIPCPAddress = options.first.flatMap { $0.u32 }.flatMap { $0 == 0 ? nil : IPAddress.v4($0) }
-                ppp(PPP.ipcp, PPP.Packet(.configureAck, id: p.id, data: p.data))
-                ipcp.theirs = true
-            } else {
-                ppp(PPP.ipcp, PPP.Packet(.configureReject, id: p.id, data: PPP.encodeOptions(reject) ?? []))
-            }
-            ipcpMaybeOpened()
-        case .configureAck:
-            guard p.id == ipcp.id, ipcp.deadline != nil, p.data == PPP.encodeOptions(ipcp.options) else { return }
-            guard let a = ipcp.options.first(where: { $0.type == PPP.IPCPOption.address })?.u32, a != 0 else {
-                return fail(.protocolError("IPCP: the server acknowledged address 0.0.0.0"
-                                           + (refusedAddress.map { " after offering \($0), which loft does not take" } ?? "")))
-            }
-            if let why = addressProblem(a) {
-                return fail(.protocolError("IPCP: the server acknowledged \(IPAddress.v4(a)) as loft's address: \(why)"))
-            }
-            ipcp.ours = true
-            ipcp.failures = 0
-            ipcp.deadline = nil
-            ipcpMaybeOpened()
-        case .configureNak:
-            guard p.id == ipcp.id, ipcp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
-            ipcp.failures += 1
-            if gaveUp(ipcp.failures, "IPCP") { return }
-            for o in nak where o.data.count == 4 && ipcp.options.contains(where: { $0.type == o.type }) {
-                if o.type == PPP.IPCPOption.address, let why = addressProblem(o.u32 ?? 0) {
-                    // Not taken: loft asks for an address again (0.0.0.0), as pppd does with an
-                    // address it will not use; Max-Failure ends it.
-                    refusedAddress = "\(IPAddress.v4(o.u32 ?? 0)) (\(why))"
-                    set(&ipcp.options, .u32(PPP.IPCPOption.address, 0))
-                    continue
-                }
-                set(&ipcp.options, o)
-            }
-            sendRequest(&ipcp, PPP.ipcp, now: now, fresh: true)
-        case .configureReject:
-            guard p.id == ipcp.id, ipcp.deadline != nil, let rej = PPP.parseOptions(p.data) else { return }
-            ipcp.failures += 1
-            if gaveUp(ipcp.failures, "IPCP") { return }
-            if rej.contains(where: { $0.type == PPP.IPCPOption.address }) {
-                return fail(.protocolError("IPCP: the server will not give an address (it rejects IP-Address)"))
-            }
-            ipcp.options.removeAll { o in rej.contains { $0.type == o.type } }
-            sendRequest(&ipcp, PPP.ipcp, now: now, fresh: true)
-        case .terminateRequest:
-            ppp(PPP.ipcp, PPP.Packet(.terminateAck, id: p.id))
-            fail(.serverEnded("IPCP Terminate-Request"))
-        case .codeReject, .terminateAck:
-            break
-        default:
-            guard replyFits(min(p.data.count + 4, peerMRU) + 12) else { return }
-            ppp(PPP.ipcp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
-        }
-    }
-
-    private func ipcpMaybeOpened() {
-        guard ipcp.opened, phase == .network else { return }
-        func address(_ type: UInt8) -> IPAddress? {
-            guard let o = ipcp.options.first(where: { $0.type == type }), o.data.count == 4, o.u32 != 0 else { return nil }
-            return IPAddress.v4(o.u32!)
-        }
-        guard let a = address(PPP.IPCPOption.address) else { return }
-        if let why = HostAddress.problem(a, peer: peerIPCPAddress, taken: settings.reservedAddresses) {
-            return fail(.protocolError("IPCP: \(a) cannot be loft's address on this link: \(why)"))
-        }
-        phase = .up
-        // A DNS server that is unspecified, multicast or broadcast is no server.
-        let dns = [address(PPP.IPCPOption.primaryDNS), address(PPP.IPCPOption.secondaryDNS)].compactMap { $0 }
-            .filter { d in HostAddress.problem(d).map { $0 == "loopback" } ?? true }
-        var l = Link(address: a, dns: dns,
-                     peerMRU: peerMRU, auth: authMethod)
-        if ipv6cp.opened, let ours = ipv6cp.options.first?.data, let theirs = peerIID {
-            l.ipv6 = Self.linkLocal(ours)
-            l.peerIPv6 = Self.linkLocal(theirs)
-        }
-        link = l
-        delegate?.sstpUp(self, link: l)
-    }
-
-    // MARK: IPV6CP (RFC 5072)
-
-    /// fe80:: with an interface identifier.
-    public static func linkLocal(_ iid: [UInt8]) -> IPAddress {
-        let lo = iid.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-        return .v6(0xFE80_0000_0000_0000, lo)
-    }
-
-    /// The answer to the server's IPV6CP Configure-Request: options other than an 8-byte
-    /// Interface-Identifier are Rejected; an identifier of zero or equal to loft's is Nak'ed
-    /// with `suggestion`; else Ack, and the server's identifier.
-    public static func evaluateIPV6CP(_ options: [PPP.Option], ours: [UInt8], suggestion: [UInt8])
-        -> (code: PPP.Code, reply: [PPP.Option], peer: [UInt8]?) {
-        let reject = options.filter { $0.type != PPP.IPV6CPOption.interfaceID || $0.data.count != 8 }
-        if !reject.isEmpty { return (.configureReject, reject, nil) }
-        guard let iid = options.first?.data else { return (.configureAck, options, nil) }
-        if iid.allSatisfy({ $0 == 0 }) || iid == ours {
-            return (.configureNak, [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: suggestion)], nil)
-        }
-        return (.configureAck, options, iid)
-    }
-
-    /// A random interface identifier, never zero, never `avoid`.
-    private func newIID(avoid: [UInt8]?) -> [UInt8] {
-        var iid = random(8)
-        iid[0] &= 0xFD   // the universal/local bit clear: a locally made identifier (RFC 4291 2.5.1)
-        if iid.allSatisfy({ $0 == 0 }) || iid == avoid { iid[7] = iid[7] &+ 1 }
-        if iid.allSatisfy({ $0 == 0 }) { iid[7] = 1 }
-        return iid
-    }
-
-    private func startIPV6CP(now: UInt64) {
-        ipv6cpStarted = true
-        ipv6cp = Negotiation()
-        ipv6cp.options = [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: newIID(avoid: peerIID))]
-        sendRequest(&ipv6cp, PPP.ipv6cp, now: now)
-    }
-
-    private func ipv6cpPacket(_ p: PPP.Packet, now: UInt64) {
-        switch PPP.Code(rawValue: p.code) {
-        case .configureRequest:
-            guard let options = PPP.parseOptions(p.data) else { counters.droppedIn += 1; return }
-            if !ipv6cpStarted || ipv6cp.opened {
-                // The server starts IPV6CP (again): loft asks for its identifier anew.
-                startIPV6CP(now: now)
-            }
-            let ours = ipv6cp.options.first?.data ?? []
-            let (code, reply, peer) = Self.evaluateIPV6CP(options, ours: ours, suggestion: newIID(avoid: ours))
-            ppp(PPP.ipv6cp, PPP.Packet(code: code.rawValue, id: p.id, data: PPP.encodeOptions(reply) ?? []))
-            if code == .configureAck {
-                ipv6cp.theirs = true
-                ipv6cp.naks = 0
-                peerIID = peer
-            } else {
-                ipv6cp.naks += 1
-                if ipv6cp.naks > settings.maxConfigure { ipv6cp.deadline = nil; ipv6cpStarted = true }
-            }
-            ipv6cpMaybeOpened()
-        case .configureAck:
-            guard p.id == ipv6cp.id, ipv6cp.deadline != nil, p.data == PPP.encodeOptions(ipv6cp.options) else { return }
-            ipv6cp.ours = true
-            ipv6cp.deadline = nil
-            ipv6cpMaybeOpened()
-        case .configureNak:
-            guard p.id == ipv6cp.id, ipv6cp.deadline != nil, let nak = PPP.parseOptions(p.data) else { return }
-            ipv6cp.failures += 1
-            if ipv6cp.failures >= settings.maxFailure { ipv6cp.deadline = nil; return }   // no IPv6 here; IPv4 carries on
-            if let o = nak.first(where: { $0.type == PPP.IPV6CPOption.interfaceID }) {
-                // The server's suggestion, unless it is zero or its own: then another random one.
-                let usable = o.data.count == 8 && !o.data.allSatisfy { $0 == 0 } && o.data != peerIID
-                ipv6cp.options = [PPP.Option(type: PPP.IPV6CPOption.interfaceID, data: usable ? o.data : newIID(avoid: peerIID))]
-            }
-            sendRequest(&ipv6cp, PPP.ipv6cp, now: now, fresh: true)
-        case .configureReject:
-            guard p.id == ipv6cp.id, ipv6cp.deadline != nil else { return }
-            // Without an interface identifier loft has no link-local address: no IPv6 here.
-            ipv6cp.deadline = nil
-        case .terminateRequest:
-            ppp(PPP.ipv6cp, PPP.Packet(.terminateAck, id: p.id))
-            ipv6cp = Negotiation()
-            ipv6cpStarted = false
-            if var l = link, l.ipv6 != nil {
-                l.ipv6 = nil
-                l.peerIPv6 = nil
-                link = l
-                if phase == .up { delegate?.sstpUp(self, link: l) }
-            }
-        case .codeReject, .terminateAck:
-            break
-        default:
-            guard replyFits(min(p.data.count + 4, peerMRU) + 12) else { return }
-            ppp(PPP.ipv6cp, PPP.Packet(.codeReject, id: takeID(), data: Array((p.bytes ?? []).prefix(max(0, peerMRU - 4)))))
-        }
-    }
-
-    /// Both sides acked: the link's IPv6 addresses are known. After IPCP is up, the link is
-    /// reported again with them.
-    private func ipv6cpMaybeOpened() {
-        guard ipv6cp.opened, let ours = ipv6cp.options.first?.data, let theirs = peerIID else { return }
-        guard phase == .up, var l = link else { return }   // IPCP's opening reports them
-        let (a, b) = (Self.linkLocal(ours), Self.linkLocal(theirs))
-        guard l.ipv6 != a || l.peerIPv6 != b else { return }
-        l.ipv6 = a
-        l.peerIPv6 = b
-        link = l
-        delegate?.sstpUp(self, link: l)
-    }
-
-    /// `failures` Configure-Naks or Rejects of loft's request in a row: at Max-Failure the
-    /// negotiation is not converging (RFC 1661 4.6) and the connection ends (true).
-    private func gaveUp(_ failures: Int, _ name: String) -> Bool {
-        guard failures >= settings.maxFailure else { return false }
-        let offered = name == "IPCP" ? refusedAddress.map { "; it offered \($0) as loft's address, which loft does not take" } ?? "" : ""
-        fail(.protocolError("\(name) did not converge: the server refused \(failures) Configure-Requests in a row\(offered)"))
-        return true
-    }
-
-    /// Why an IPv4 address the server offers cannot be loft's on this link (the check the
-    /// holder's STATUS gets too), nil when it can.
-    private func addressProblem(_ a: UInt32) -> String? {
-        HostAddress.problem(.v4(a), peer: peerIPCPAddress, taken: settings.reservedAddresses)
-    }
-
-    /// A reply loft makes itself fits below `outputLimit`: true, else dropped and counted;
-    /// `maxDroppedReplies` in a row end the connection.
-    private func replyFits(_ n: Int) -> Bool {
-        if output.count + n <= settings.outputLimit {
-            droppedInRow = 0
-            return true
-        }
-        counters.repliesDropped += 1
-        droppedInRow += 1
-        if droppedInRow >= settings.maxDroppedReplies {
-            fail(.protocolError("the server does not read: \(droppedInRow) replies dropped in a row, \(output.count) bytes waiting"))
-        }
-        return false
-    }
-
     // MARK: output
 
-    private func sendRequest(_ n: inout Negotiation, _ proto: UInt16, now: UInt64, fresh: Bool = true) {
+    func sendRequest(_ n: inout Negotiation, _ proto: UInt16, now: UInt64, fresh: Bool = true) {
         if fresh { n.id = takeID(); n.sent = 0 }
         n.sent += 1
         n.deadline = now + settings.restartMilliseconds
         ppp(proto, PPP.Packet(.configureRequest, id: n.id, data: PPP.encodeOptions(n.options) ?? []))
     }
 
-    private func set(_ options: inout [PPP.Option], _ o: PPP.Option) {
+    func set(_ options: inout [PPP.Option], _ o: PPP.Option) {
         if let i = options.firstIndex(where: { $0.type == o.type }) { options[i] = o } else { options.append(o) }
     }
 
-    private func takeID() -> UInt8 {
+    func takeID() -> UInt8 {
         nextID &+= 1
         return nextID
     }
 
-    private func ppp(_ proto: UInt16, _ p: PPP.Packet?, raw: [UInt8]? = nil) {
+    func ppp(_ proto: UInt16, _ p: PPP.Packet?, raw: [UInt8]? = nil) {
         guard let body = raw ?? p?.bytes, body.count + 8 <= SSTP.maxPacket else { return }
         let h = SSTP.dataHeader(payloadLength: body.count + 4)
         let ph = PPP.header(proto)
         emit([h.0, h.1, h.2, h.3, ph.0, ph.1, ph.2, ph.3] + body)
     }
 
-    private func control(_ m: SSTP.ControlMessage) {
+    func control(_ m: SSTP.ControlMessage) {
         if let bytes = SSTP.encode(m) { emit(bytes) }
     }
 
-    private func emit(_ bytes: [UInt8]) {
+    func emit(_ bytes: [UInt8]) {
         output.append(contentsOf: bytes)
         delegate?.sstpOutputReady(self)
     }
 
     /// Tells the server why (Call Abort with a status), then ends.
-    private func abort(status: UInt32, _ why: String) {
+    func abort(status: UInt32, _ why: String) {
         if phase != .http && phase != .idle {
             control(SSTP.ControlMessage(.callAbort, [SSTP.StatusInfo(attributeID: 0, status: status).attribute]))
         }
         fail(.protocolError(why))
     }
 
-    private func fail(_ end: End) { finish(end) }
+    func fail(_ end: End) { finish(end) }
 
-    private func finish(_ end: End) {
+    func finish(_ end: End) {
         guard phase != .down else { return }
         phase = .down
         lcp.deadline = nil
