@@ -1,6 +1,5 @@
 import CLinux
 import Glibc
-import LoftConfig
 import LoftCore
 import LoftIO
 import LoftNetstack
@@ -29,7 +28,21 @@ public final class BridgeInput: IOHandler, PacketWriter {
         public var description: String
     }
 
-    let settings: BridgeSettings
+    /// The runtime form of the config's `bridge` section: loft binds 127.0.0.1:`extensionPort`
+    /// and connects to 127.0.0.1:`peerPort`; `mtu` is the largest packet in one datagram.
+    public struct Options: Sendable, Equatable {
+        public var peerPort: UInt16
+        public var extensionPort: UInt16
+        public var mtu: Int
+
+        public init(peerPort: UInt16, extensionPort: UInt16, mtu: Int) {
+            self.peerPort = peerPort
+            self.extensionPort = extensionPort
+            self.mtu = mtu
+        }
+    }
+
+    let settings: Options
     let loop: EventLoop
     unowned let netstack: Netstack
     private var fd: Int32 = -1
@@ -56,7 +69,7 @@ public final class BridgeInput: IOHandler, PacketWriter {
     private var txLens = [Int32](repeating: 0, count: BridgeInput.batch)
     private var txCount = 0
 
-    public init(settings: BridgeSettings, loop: EventLoop, netstack: Netstack) {
+    public init(settings: Options, loop: EventLoop, netstack: Netstack) {
         self.settings = settings
         self.loop = loop
         self.netstack = netstack

@@ -1,6 +1,5 @@
 import CLinux
 import Glibc
-import LoftConfig
 import LoftCore
 import LoftIO
 

@@ -1,6 +1,5 @@
 import CLinux
 import Glibc
-import LoftConfig
 import LoftCore
 import LoftIO
 
@@ -31,10 +30,6 @@ public final class Socks5Server: IOHandler {
         public init(listen: Endpoint, maxClients: Int) {
             self.listen = listen
             self.maxClients = maxClients
-        }
-
-        public init(_ settings: Socks5Settings) {
-            self.init(listen: settings.listen, maxClients: settings.maxClients)
         }
     }
 

@@ -1,6 +1,5 @@
 import CLinux
 import Glibc
-import LoftConfig
 import LoftCore
 import LoftIO
 import LoftNetstack
@@ -14,7 +13,37 @@ public final class TunInput: IOHandler, PacketWriter {
         public var description: String
     }
 
-    let settings: TunSettings
+    /// The device as it is to be made: the runtime form of the config's `tun` section.
+    public struct Options: Sendable, Equatable {
+        /// Interface name: 1...15 characters of `[A-Za-z0-9_.-]`.
+        public var name: String
+        /// Network namespace to create the TUN in (created if missing); nil: the current one.
+        public var netns: String?
+        public var mtu: Int
+        /// The interface's addresses; nil for none.
+        public var ipv4: IPPrefix?
+        public var ipv6: IPPrefix?
+        /// Default routes into the TUN; false: only the TUN's own subnets.
+        public var routeAll: Bool
+        /// Resolvers for the namespace's resolv.conf; empty: none is written.
+        public var dns: [IPAddress]
+        /// Ask the kernel for checksum and segmentation offloads (config `offload: auto`).
+        public var offload: Bool
+
+        public init(name: String, netns: String?, mtu: Int, ipv4: IPPrefix?, ipv6: IPPrefix?,
+                    routeAll: Bool, dns: [IPAddress], offload: Bool) {
+            self.name = name
+            self.netns = netns
+            self.mtu = mtu
+            self.ipv4 = ipv4
+            self.ipv6 = ipv6
+            self.routeAll = routeAll
+            self.dns = dns
+            self.offload = offload
+        }
+    }
+
+    let settings: Options
     let loop: EventLoop
     unowned let netstack: Netstack
     private var fd: Int32 = -1
@@ -66,7 +95,7 @@ public final class TunInput: IOHandler, PacketWriter {
     /// Host mode only: the policy routes for the rules (nil in namespace mode).
     let hostRoutes: HostRoutes?
 
-    public init(settings: TunSettings, loop: EventLoop, netstack: Netstack, hostPlan: HostRoutes.Plan? = nil) {
+    public init(settings: Options, loop: EventLoop, netstack: Netstack, hostPlan: HostRoutes.Plan? = nil) {
         self.settings = settings
         self.hostRoutes = settings.netns == nil ? hostPlan.map(HostRoutes.init) : nil
         self.loop = loop
@@ -164,7 +193,7 @@ public final class TunInput: IOHandler, PacketWriter {
             }
             return r
         }
-        guard settings.offload == .auto else {
+        guard settings.offload else {
             offload = .off(reason: "config")
             return try open(false)
         }

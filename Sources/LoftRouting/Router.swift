@@ -1,11 +1,10 @@
-import LoftConfig
 import LoftCore
 
 /// Joins each new flow to an outbound: the configured rules in order, first match wins, then
 /// the default action. Each rule counts the flows it matched.
 public final class Router: FlowRouter {
     public struct CompiledRule {
-        public let settings: RuleSettings
+        public let rule: Rule
         public let decision: RouteDecision
         public var matches: UInt64 = 0
         let destinations: PrefixSet
@@ -13,28 +12,28 @@ public final class Router: FlowRouter {
         let domainSuffixes: [String]   // "example.com" for "*.example.com"
         let network: FlowNetwork?
 
-        init(settings: RuleSettings, decision: RouteDecision) {
-            self.settings = settings
+        init(rule: Rule, decision: RouteDecision) {
+            self.rule = rule
             self.decision = decision
-            destinations = PrefixSet(settings.to)
-            exactDomains = Set(settings.domains.filter { !$0.hasPrefix("*.") })
-            domainSuffixes = settings.domains.filter { $0.hasPrefix("*.") }.map { String($0.dropFirst(2)) }
-            network = settings.network.flatMap(FlowNetwork.init(rawValue:))
+            destinations = PrefixSet(rule.to)
+            exactDomains = Set(rule.domains.filter { !$0.hasPrefix("*.") })
+            domainSuffixes = rule.domains.filter { $0.hasPrefix("*.") }.map { String($0.dropFirst(2)) }
+            network = rule.network.flatMap(FlowNetwork.init(rawValue:))
         }
 
         /// Every matcher the rule names must match.
         func matches(_ r: FlowRequest) -> Bool {
             if let network, network != r.network { return false }
-            if !settings.ports.isEmpty {
+            if !rule.ports.isEmpty {
                 // ICMP has no ports: a rule about ports never matches it.
                 if r.network == .icmp { return false }
                 let p = r.destination.port
-                if !settings.ports.contains(where: { $0.contains(p) }) { return false }
+                if !rule.ports.contains(where: { $0.contains(p) }) { return false }
             }
-            if !settings.to.isEmpty {
+            if !rule.to.isEmpty {
                 guard case .ip(let e) = r.destination, destinations.contains(e.address.unmappedIPv4) else { return false }
             }
-            if !settings.domains.isEmpty {
+            if !rule.domains.isEmpty {
                 guard case .domain(let name, _) = r.destination else { return false }
                 var n = name.lowercased()
                 if n.hasSuffix(".") { n.removeLast() }
@@ -56,20 +55,20 @@ public final class Router: FlowRouter {
     }
 
     /// `outbounds` holds every outbound by name, including the built-in `direct`.
-    public init(rules: [RuleSettings], defaultAction: RuleAction, outbounds: [String: Outbound]) throws {
+    public init(rules: [Rule], defaultAction: Rule.Action, outbounds: [String: Outbound]) throws {
         self.outbounds = outbounds
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
     }
 
     /// Swaps in new rules (`loft reload`); on error the old ones stay.
-    public func reload(rules: [RuleSettings], defaultAction: RuleAction) throws {
+    public func reload(rules: [Rule], defaultAction: Rule.Action) throws {
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
         defaultMatches = 0
     }
 
-    private static func compile(_ rules: [RuleSettings], _ defaultAction: RuleAction,
+    private static func compile(_ rules: [Rule], _ defaultAction: Rule.Action,
                                 _ outbounds: [String: Outbound]) throws -> ([CompiledRule], RouteDecision) {
-        func decide(_ a: RuleAction) throws -> RouteDecision {
+        func decide(_ a: Rule.Action) throws -> RouteDecision {
             switch a {
             case .direct:
                 guard let d = outbounds["direct"] else { throw UnknownOutbound(name: "direct") }
@@ -81,11 +80,11 @@ public final class Router: FlowRouter {
                 return .outbound(o)
             }
         }
-        return (try rules.map { CompiledRule(settings: $0, decision: try decide($0.action)) }, try decide(defaultAction))
+        return (try rules.map { CompiledRule(rule: $0, decision: try decide($0.action)) }, try decide(defaultAction))
     }
 
     /// One line describing a rule, for status.
-    public static func summary(_ r: RuleSettings) -> String {
+    public static func summary(_ r: Rule) -> String {
         var parts: [String] = []
         switch r.action {
         case .direct: parts.append("direct")
@@ -109,14 +108,14 @@ public final class Router: FlowRouter {
     }
 
     /// One rule against one flow (for tests and `loft check`).
-    public static func matches(_ rule: RuleSettings, _ r: FlowRequest) -> Bool {
-        CompiledRule(settings: rule, decision: .drop(reset: false)).matches(r)
+    public static func matches(_ rule: Rule, _ r: FlowRequest) -> Bool {
+        CompiledRule(rule: rule, decision: .drop(reset: false)).matches(r)
     }
 
     /// Rules that can never match because an earlier rule matches everything they would:
     /// (index of the shadowed rule, index of the rule that shadows it), 0-based.
-    public static func shadowed(_ rules: [RuleSettings]) -> [(Int, Int)] {
-        let compiled = rules.map { CompiledRule(settings: $0, decision: .drop(reset: false)) }
+    public static func shadowed(_ rules: [Rule]) -> [(Int, Int)] {
+        let compiled = rules.map { CompiledRule(rule: $0, decision: .drop(reset: false)) }
         var out: [(Int, Int)] = []
         for j in compiled.indices {
             for i in 0..<j where covers(compiled[i], compiled[j]) {
@@ -130,21 +129,21 @@ public final class Router: FlowRouter {
     /// Whether every flow `b` matches is also matched by `a`.
     static func covers(_ a: CompiledRule, _ b: CompiledRule) -> Bool {
         if let n = a.network, n != b.network { return false }
-        if !a.settings.ports.isEmpty {
-            if b.settings.ports.isEmpty { return false }
-            for r in b.settings.ports where !a.settings.ports.contains(where: { $0.lowerBound <= r.lowerBound && $0.upperBound >= r.upperBound }) {
+        if !a.rule.ports.isEmpty {
+            if b.rule.ports.isEmpty { return false }
+            for r in b.rule.ports where !a.rule.ports.contains(where: { $0.lowerBound <= r.lowerBound && $0.upperBound >= r.upperBound }) {
                 return false
             }
         }
-        if !a.settings.to.isEmpty {
+        if !a.rule.to.isEmpty {
             // b must be limited to addresses inside a's set (a rule with only domains never
             // matches an address destination, and the reverse).
-            if b.settings.to.isEmpty || !b.settings.domains.isEmpty { return false }
+            if b.rule.to.isEmpty || !b.rule.domains.isEmpty { return false }
             if !a.destinations.covers(b.destinations) { return false }
         }
-        if !a.settings.domains.isEmpty {
-            if b.settings.domains.isEmpty || !b.settings.to.isEmpty { return false }
-            for d in b.settings.domains {
+        if !a.rule.domains.isEmpty {
+            if b.rule.domains.isEmpty || !b.rule.to.isEmpty { return false }
+            for d in b.rule.domains {
                 let name = d.hasPrefix("*.") ? String(d.dropFirst(2)) : d
                 let aCovers = a.exactDomains.contains(d) && !d.hasPrefix("*.")
                     || a.domainSuffixes.contains { name == $0 || name.hasSuffix("." + $0) }

@@ -151,7 +151,7 @@ enum Application {
         runtime.outbounds = outbounds
         let router: Router
         do {
-            router = try Router(rules: config.rules, defaultAction: config.defaultAction, outbounds: outbounds)
+            router = try Router(rules: config.rules.map(Rule.init), defaultAction: Rule.Action(config.defaultAction), outbounds: outbounds)
         } catch {
             Log.error("start.failed", ["error": error])
             return 2
@@ -209,7 +209,7 @@ enum Application {
                 }
                 plan = HostRoutes.Plan(tun: t.name, routeAll: t.routeAll, intoTun: into, offTun: off)
             }
-            let input = TunInput(settings: t, loop: loop, netstack: netstack, hostPlan: plan)
+            let input = TunInput(settings: TunInput.Options(t), loop: loop, netstack: netstack, hostPlan: plan)
             do {
                 try input.start()
             } catch {
@@ -234,7 +234,7 @@ enum Application {
         }
         var bridge: BridgeInput?
         if let b = config.bridge {
-            let input = BridgeInput(settings: b, loop: loop, netstack: netstack)
+            let input = BridgeInput(settings: BridgeInput.Options(b), loop: loop, netstack: netstack)
             do {
                 try input.start()
             } catch {
@@ -429,7 +429,7 @@ final class Runtime {
         }.map(\.name) + config.outbounds.filter { fresh.outbound(named: $0.name) == nil }.map(\.name)
         let note = changed.isEmpty ? "" : "outbounds added, changed or removed in the file (\(changed.joined(separator: ", "))) are not applied: restart loft to use them\n"
         do {
-            try router?.reload(rules: fresh.rules, defaultAction: fresh.defaultAction)
+            try router?.reload(rules: fresh.rules.map(Rule.init), defaultAction: Rule.Action(fresh.defaultAction))
             netstack?.resetRuleUsage()
         } catch {
             return .failure(.init("reload: \(error)" + (note.isEmpty ? "" : "; " + note.dropLast())))
@@ -563,7 +563,7 @@ final class Runtime {
         if let router {
             let usage = netstack?.ruleUsageSnapshot() ?? [:]
             r.rules = router.rules.enumerated().map {
-                var rule = StatusReport.Rule(index: $0.offset + 1, summary: Router.summary($0.element.settings), matches: $0.element.matches)
+                var rule = StatusReport.Rule(index: $0.offset + 1, summary: Router.summary($0.element.rule), matches: $0.element.matches)
                 if let u = usage[$0.offset] { rule.flows = u.flows; rule.bytesUp = u.bytesUp; rule.bytesDown = u.bytesDown }
                 return rule
             }

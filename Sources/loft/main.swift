@@ -172,7 +172,7 @@ case "check":
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail(problem, code: 2) }
     // Rules that can never match are reported, not refused: the file is still valid.
-    for (shadowed, by) in Router.shadowed(config.rules) {
+    for (shadowed, by) in Router.shadowed(config.rules.map(Rule.init)) {
         let a = config.rules[shadowed].position, b = config.rules[by].position
         Terminal.say("\(a): warning: rule \(shadowed + 1) can never match: rule \(by + 1) (line \(b.line)) matches everything it would")
     }

@@ -1,5 +1,4 @@
 import XCTest
-import LoftConfig
 import LoftCore
 @testable import LoftRouting
 
@@ -13,7 +12,6 @@ final class StubOutbound: Outbound {
 }
 
 final class RouterTests: XCTestCase {
-    let pos = SourcePosition(file: "t.yaml", line: 1, column: 1)
     let direct = StubOutbound("direct")
     let home = StubOutbound("home")
 
@@ -30,9 +28,9 @@ final class RouterTests: XCTestCase {
 
     func testFirstMatchWinsThenDefault() throws {
         let rules = [
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!], position: pos),
-            RuleSettings(action: .direct, to: [IPPrefix("198.18.0.0/15")!], position: pos),
-            RuleSettings(action: .via(outbound: "home"), to: [IPPrefix("0.0.0.0/0")!, IPPrefix("::/0")!], position: pos),
+            Rule(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!]),
+            Rule(action: .direct, to: [IPPrefix("198.18.0.0/15")!]),
+            Rule(action: .via(outbound: "home"), to: [IPPrefix("0.0.0.0/0")!, IPPrefix("::/0")!]),
         ]
         let r = try Router(rules: rules, defaultAction: .drop(reset: true), outbounds: ["direct": direct, "home": home])
         XCTAssertEqual(name(r.route(req("198.18.99.7", 80))), "drop")
@@ -46,7 +44,7 @@ final class RouterTests: XCTestCase {
     }
 
     func testPortsNetworkAndMappedAddresses() throws {
-        let rules = [RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [53...53, 8000...8100], network: "udp", position: pos)]
+        let rules = [Rule(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [53...53, 8000...8100], network: "udp")]
         let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": direct])
         XCTAssertEqual(name(r.route(req("198.18.1.2", 53, .udp))), "drop")
         XCTAssertEqual(name(r.route(req("198.18.1.2", 8050, .udp))), "drop")
@@ -111,20 +109,19 @@ final class PrefixSetTests: XCTestCase {
 }
 
 final class ShadowTests: XCTestCase {
-    let pos = SourcePosition(file: "t.yaml", line: 1, column: 1)
 
     func testShadowedRulesAreFound() {
         let rules = [
-            RuleSettings(action: .direct, to: [IPPrefix("198.18.0.0/15")!], position: pos),
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!], position: pos),       // shadowed by 0
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!], network: "tcp", position: pos), // shadowed by 0
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("203.0.113.0/24")!], position: pos),       // not
-            RuleSettings(action: .direct, domains: ["*.example.com"], position: pos),
-            RuleSettings(action: .drop(reset: false), domains: ["a.example.com", "*.b.example.com"], position: pos), // by 4
-            RuleSettings(action: .drop(reset: false), domains: ["badexample.com"], position: pos),             // not
-            RuleSettings(action: .direct, ports: [80...80], position: pos),
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("192.0.2.0/24")!], ports: [80...80], position: pos), // by 7
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("192.0.2.0/24")!], ports: [80...81], position: pos), // not
+            Rule(action: .direct, to: [IPPrefix("198.18.0.0/15")!]),
+            Rule(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!]),       // shadowed by 0
+            Rule(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!], network: "tcp"), // shadowed by 0
+            Rule(action: .drop(reset: false), to: [IPPrefix("203.0.113.0/24")!]),       // not
+            Rule(action: .direct, domains: ["*.example.com"]),
+            Rule(action: .drop(reset: false), domains: ["a.example.com", "*.b.example.com"]), // by 4
+            Rule(action: .drop(reset: false), domains: ["badexample.com"]),             // not
+            Rule(action: .direct, ports: [80...80]),
+            Rule(action: .drop(reset: false), to: [IPPrefix("192.0.2.0/24")!], ports: [80...80]), // by 7
+            Rule(action: .drop(reset: false), to: [IPPrefix("192.0.2.0/24")!], ports: [80...81]), // not
         ]
         let found = Router.shadowed(rules).map { "\($0.0)<\($0.1)" }
         XCTAssertEqual(found, ["1<0", "2<0", "5<4", "8<7"])
@@ -132,8 +129,8 @@ final class ShadowTests: XCTestCase {
 
     func testIcmpMatchesOnlyRulesWithoutPorts() throws {
         let rules = [
-            RuleSettings(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [0...65535], position: pos),
-            RuleSettings(action: .drop(reset: true), to: [IPPrefix("198.18.1.0/24")!], position: pos),
+            Rule(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [0...65535]),
+            Rule(action: .drop(reset: true), to: [IPPrefix("198.18.1.0/24")!]),
         ]
         let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": StubOutbound("direct")])
         let icmp = FlowRequest(network: .icmp, source: Endpoint(IPAddress("198.18.0.1")!, 0), destination: .ip(Endpoint(IPAddress("198.18.1.2")!, 0)))

@@ -1,0 +1,40 @@
+// Where the config becomes the runtime: each section's YAML-layer settings (LoftConfig) turned
+// into the value the part that runs it takes. The inputs and the router never see LoftConfig.
+import LoftConfig
+import LoftInputs
+import LoftRouting
+
+extension TunInput.Options {
+    init(_ s: TunSettings) {
+        self.init(name: s.name, netns: s.netns, mtu: s.mtu, ipv4: s.ipv4, ipv6: s.ipv6,
+                  routeAll: s.routeAll, dns: s.dns, offload: s.offload == .auto)
+    }
+}
+
+extension BridgeInput.Options {
+    init(_ s: BridgeSettings) {
+        self.init(peerPort: s.peerPort, extensionPort: s.extensionPort, mtu: s.mtu)
+    }
+}
+
+extension Socks5Server.Options {
+    init(_ s: Socks5Settings) {
+        self.init(listen: s.listen, maxClients: s.maxClients)
+    }
+}
+
+extension Rule.Action {
+    init(_ a: RuleAction) {
+        switch a {
+        case .direct: self = .direct
+        case .drop(let reset): self = .drop(reset: reset)
+        case .via(let outbound): self = .via(outbound: outbound)
+        }
+    }
+}
+
+extension Rule {
+    init(_ s: RuleSettings) {
+        self.init(action: Action(s.action), to: s.to, ports: s.ports, network: s.network, domains: s.domains)
+    }
+}
