@@ -14,6 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mount.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <linux/fib_rules.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -619,6 +623,165 @@ int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *ga
     uint32_t oif = (uint32_t)ifindex;
     rtnl_attr(&r, RTA_OIF, &oif, sizeof oif);
     return rtnl_transact(fd, &r);
+}
+
+int clinux_rtnl_table_route(int fd, int add, int family, uint32_t table, const uint8_t *dst, int dst_len, int ifindex) {
+    int alen = addr_len(family);
+    if (alen < 0 || dst_len < 0 || dst_len > alen * 8) return -EINVAL;
+    struct rtnl_request r;
+    struct rtmsg *rt = rtnl_start(&r, add ? RTM_NEWROUTE : RTM_DELROUTE, add ? NLM_F_CREATE | NLM_F_REPLACE : 0, sizeof *rt);
+    rt->rtm_family = (uint8_t)family;
+    rt->rtm_dst_len = (uint8_t)dst_len;
+    rt->rtm_table = table < 256 ? (uint8_t)table : RT_TABLE_UNSPEC;
+    rt->rtm_protocol = RTPROT_BOOT;
+    rt->rtm_type = RTN_UNICAST;
+    // As `ip route replace DST dev D` chooses without a gateway: link scope for IPv4.
+    rt->rtm_scope = family == AF_INET6 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK;
+    rtnl_attr(&r, RTA_TABLE, &table, sizeof table);
+    if (dst_len > 0) rtnl_attr(&r, RTA_DST, dst, (size_t)alen);
+    uint32_t oif = (uint32_t)ifindex;
+    rtnl_attr(&r, RTA_OIF, &oif, sizeof oif);
+    return rtnl_transact(fd, &r);
+}
+
+int clinux_rtnl_flush_table(int fd, int family, uint32_t table) {
+    // 1. The dump: every route of the family; those of `table` are kept (whole messages, so
+    //    each can be sent back as its own RTM_DELROUTE).
+    struct rtnl_request r;
+    struct rtmsg *rt = rtnl_start(&r, RTM_GETROUTE, NLM_F_DUMP, sizeof *rt);
+    r.h.nlmsg_flags &= (uint16_t)~NLM_F_ACK;
+    rt->rtm_family = (uint8_t)family;
+    static uint32_t dump_seq = 0x40000000u;
+    r.h.nlmsg_seq = ++dump_seq;
+    struct sockaddr_nl kernel;
+    memset(&kernel, 0, sizeof kernel);
+    kernel.nl_family = AF_NETLINK;
+    ssize_t sent;
+    do {
+        sent = sendto(fd, &r.h, r.h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0) return -errno;
+    enum { max_routes = 4096 };
+    struct rtnl_request *found = calloc(max_routes, sizeof *found);
+    if (!found) return -ENOMEM;
+    int count = 0, done = 0, failure = 0;
+    char buf[32768];
+    while (!done) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            failure = errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+            break;
+        }
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_seq != r.h.nlmsg_seq) continue;
+            if (h->nlmsg_type == NLMSG_DONE) { done = 1; break; }
+            if (h->nlmsg_type == NLMSG_ERROR) {
+                const struct nlmsgerr *e = NLMSG_DATA(h);
+                failure = h->nlmsg_len < NLMSG_LENGTH(sizeof *e) ? -EPROTO : (e->error ? e->error : -EPROTO);
+                done = 1;
+                break;
+            }
+            if (h->nlmsg_type != RTM_NEWROUTE || h->nlmsg_len < NLMSG_LENGTH(sizeof(struct rtmsg))) continue;
+            const struct rtmsg *m = NLMSG_DATA(h);
+            uint32_t t = m->rtm_table;
+            int len = (int)RTM_PAYLOAD(h);
+            for (const struct rtattr *a = RTM_RTA(m); RTA_OK(a, len); a = RTA_NEXT(a, len))
+                if (a->rta_type == RTA_TABLE && RTA_PAYLOAD(a) >= sizeof(uint32_t)) memcpy(&t, RTA_DATA(a), sizeof t);
+            if (t != table || count == max_routes) continue;
+            // The route's identity (what RTM_DELROUTE matches on), not its cache and metrics.
+            struct rtmsg *d = rtnl_start(&found[count], RTM_DELROUTE, 0, sizeof *d);
+            *d = *m;
+            d->rtm_scope = RT_SCOPE_NOWHERE;
+            len = (int)RTM_PAYLOAD(h);
+            for (const struct rtattr *a = RTM_RTA(m); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+                switch (a->rta_type) {
+                case RTA_DST: case RTA_OIF: case RTA_TABLE: case RTA_GATEWAY: case RTA_PRIORITY:
+                    if (RTA_PAYLOAD(a) <= 16) rtnl_attr(&found[count], a->rta_type, RTA_DATA(a), RTA_PAYLOAD(a));
+                    break;
+                }
+            }
+            count++;
+        }
+    }
+    // 2. One RTM_DELROUTE per route kept: the kernel's own description of it.
+    int deleted = 0;
+    for (int i = 0; i < count && !failure; i++) {
+        int rc = rtnl_transact(fd, &found[i]);
+        if (rc == 0) deleted++;
+        else if (rc != -ESRCH) failure = rc;
+    }
+    free(found);
+    return failure ? failure : deleted;
+}
+
+int clinux_rtnl_rule(int fd, int add, int family, uint32_t priority, uint32_t fwmark, uint32_t table,
+                     const uint8_t *dst, int dst_len) {
+    int alen = addr_len(family);
+    if (alen < 0 || (dst && (dst_len < 0 || dst_len > alen * 8))) return -EINVAL;
+    struct rtnl_request r;
+    struct fib_rule_hdr *frh = rtnl_start(&r, add ? RTM_NEWRULE : RTM_DELRULE, add ? NLM_F_CREATE | NLM_F_EXCL : 0, sizeof *frh);
+    frh->family = (uint8_t)family;
+    frh->action = add ? FR_ACT_TO_TBL : FR_ACT_UNSPEC;
+    if (table) frh->table = table < 256 ? (uint8_t)table : RT_TABLE_UNSPEC;
+    rtnl_attr(&r, FRA_PRIORITY, &priority, sizeof priority);
+    if (fwmark) rtnl_attr(&r, FRA_FWMARK, &fwmark, sizeof fwmark);
+    if (table) rtnl_attr(&r, FRA_TABLE, &table, sizeof table);
+    if (dst) {
+        frh->dst_len = (uint8_t)dst_len;
+        rtnl_attr(&r, FRA_DST, dst, (size_t)alen);
+    }
+    return rtnl_transact(fd, &r);
+}
+
+// --- network namespaces by name ------------------------------------------------------------
+
+#define NETNS_RUN_DIR "/var/run/netns"
+
+static void *netns_bind(void *arg) {
+    const char *path = arg;
+    intptr_t rc = 0;
+    // This thread alone moves into a new namespace; /proc/thread-self names it.
+    if (unshare(CLONE_NEWNET) != 0) rc = -errno;
+    else if (mount("/proc/thread-self/ns/net", path, "none", MS_BIND, NULL) != 0) rc = -errno;
+    return (void *)rc;
+}
+
+int clinux_netns_add(const char *name) {
+    if (!name || !*name || strchr(name, '/') || strlen(name) > 200 || !strcmp(name, ".") || !strcmp(name, ".."))
+        return -EINVAL;
+    if (mkdir(NETNS_RUN_DIR, 0755) != 0 && errno != EEXIST) return -errno;
+    // As iproute2 does: the folder a shared mount point, made one by binding it to itself if
+    // it is not a mount point yet (EINVAL).
+    int made_mount = 0;
+    while (mount("", NETNS_RUN_DIR, "none", MS_SHARED | MS_REC, NULL) != 0) {
+        if (errno != EINVAL || made_mount) return -errno;
+        if (mount(NETNS_RUN_DIR, NETNS_RUN_DIR, "none", MS_BIND | MS_REC, NULL) != 0) return -errno;
+        made_mount = 1;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", NETNS_RUN_DIR, name);
+    int fd = open(path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    close(fd);
+    pthread_t t;
+    void *result = NULL;
+    int e = pthread_create(&t, NULL, netns_bind, path);
+    if (e != 0) { unlink(path); return -e; }
+    pthread_join(t, &result);
+    int rc = (int)(intptr_t)result;
+    if (rc != 0) unlink(path);
+    return rc;
+}
+
+int clinux_netns_del(const char *name) {
+    if (!name || !*name || strchr(name, '/') || strlen(name) > 200) return -EINVAL;
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", NETNS_RUN_DIR, name);
+    // As iproute2 does: a lazy unmount (a process still inside keeps the namespace), then the file.
+    umount2(path, MNT_DETACH);
+    if (unlink(path) != 0) return -errno;
+    return 0;
 }
 
 int clinux_malloc_trim(void) { return malloc_trim(0); }

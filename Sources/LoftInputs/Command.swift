@@ -1,8 +1,10 @@
 import Glibc
 import LoftCore
 
-/// Runs the system tools loft configures the host with (`ip`), synchronously: only during
-/// start-up and teardown, never while the loop carries traffic.
+/// Runs a system tool synchronously (posix_spawn, then a blocking waitpid): for `loft try`'s
+/// throwaway topology and for tests, never on `loft run`'s path (the device, its namespace,
+/// addresses and routes, and host mode's rules are all made over rtnetlink: `RouteNetlink`,
+/// `NetworkNamespace`).
 public enum Command {
     public struct Failure: Error, CustomStringConvertible {
         public var command: String

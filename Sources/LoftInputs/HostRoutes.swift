@@ -11,8 +11,9 @@ import LoftCore
 /// A mark instead of a /32 per front address: it needs no resolution of front names, follows
 /// them when they change, and covers every outbound socket (direct dials too) at once.
 ///
-/// Every command that changes the host is written to a state file first, so a killed run's
-/// leftovers are removed at the next start (and on every clean exit).
+/// Every change is made over rtnetlink (no `ip` process), and the `ip` command that undoes it is
+/// written to a state file first, so a killed run's leftovers are removed at the next start (and
+/// on every clean exit).
 public final class HostRoutes {
     public struct Plan: Sendable {
         public var tun: String
@@ -42,35 +43,89 @@ public final class HostRoutes {
         statePath = "/run/loft/routes-\(plan.tun).undo"
     }
 
+    /// One change to undo, written to the state file as the `ip` command that undoes it (the
+    /// file reads the same as when loft ran `ip`; loft applies it over rtnetlink itself).
+    enum Undo: Equatable {
+        /// `ip -4|-6 rule del priority P [to PREFIX]`
+        case rule(ipv6: Bool, priority: UInt32, to: IPPrefix?)
+        /// `ip -4|-6 route flush table T`
+        case flush(ipv6: Bool, table: UInt32)
+
+        var line: String {
+            switch self {
+            case .rule(let v6, let priority, let to):
+                return "ip \(v6 ? "-6" : "-4") rule del priority \(priority)" + (to.map { " to \($0.network)" } ?? "")
+            case .flush(let v6, let table):
+                return "ip \(v6 ? "-6" : "-4") route flush table \(table)"
+            }
+        }
+
+        /// A state file's line; nil for anything that is not one of the two forms above.
+        init?(line: String) {
+            let w = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            guard w.count >= 5, w[0] == "ip", w[1] == "-4" || w[1] == "-6" else { return nil }
+            let v6 = w[1] == "-6"
+            if w.count == 6, w[2] == "route", w[3] == "flush", w[4] == "table", let t = UInt32(w[5]) {
+                self = .flush(ipv6: v6, table: t)
+            } else if w[2] == "rule", w[3] == "del", w[4] == "priority", w.count == 6 || w.count == 8,
+                      let p = UInt32(w[5]) {
+                var to: IPPrefix?
+                if w.count == 8 {
+                    guard w[6] == "to", let prefix = IPPrefix(w[7]), prefix.address.isIPv4 != v6 else { return nil }
+                    to = prefix
+                }
+                self = .rule(ipv6: v6, priority: p, to: to)
+            } else {
+                return nil
+            }
+        }
+
+        func apply(_ nl: RouteNetlink) throws {
+            switch self {
+            case .rule(let v6, let priority, let to): try nl.deleteRule(priority: priority, ipv6: v6, to: to)
+            case .flush(let v6, let table): try nl.flushTable(table, ipv6: v6)
+            }
+        }
+    }
+
     /// Removes what an earlier run left (its undo file), then installs the plan.
     public func install() throws {
         HostRoutes.undo(statePath)
         mkdir("/run/loft", 0o755)
-        var undo: [[String]] = []
-        func apply(_ cmd: [String], undoing: [String]) throws {
+        let nl = try RouteNetlink(netns: nil)
+        defer { nl.close() }
+        let tunIndex = try nl.index(of: plan.tun)
+        var undo: [Undo] = []
+        func apply(_ change: () throws -> Void, undoing: Undo) throws {
             undo.append(undoing)
             try write(undo)
-            try Command.run(cmd)
+            do {
+                try change()
+            } catch {
+                Log.error("command.failed", ["command": "\(error)"])
+                throw error
+            }
             installed += 1
         }
-        let fams: [(String, Bool)] = [("-4", true), ("-6", false)]
-        for (f, v4) in fams {
-            try apply(["ip", f, "rule", "add", "priority", "\(priority)", "fwmark", "\(HostRoutes.mark)", "lookup", "main"],
-                      undoing: ["ip", f, "rule", "del", "priority", "\(priority)"])
-            for p in plan.offTun where p.address.isIPv4 == v4 {
-                try apply(["ip", f, "rule", "add", "priority", "\(priority + 1)", "to", p.network, "lookup", "main"],
-                          undoing: ["ip", f, "rule", "del", "priority", "\(priority + 1)", "to", p.network])
+        let main = UInt32(254)  // RT_TABLE_MAIN
+        let prio = UInt32(priority), table = UInt32(self.table)
+        for v6 in [false, true] {
+            try apply({ try nl.addRule(priority: prio, ipv6: v6, fwmark: HostRoutes.mark, table: main) },
+                      undoing: .rule(ipv6: v6, priority: prio, to: nil))
+            for p in plan.offTun where p.address.isIPv4 == !v6 {
+                try apply({ try nl.addRule(priority: prio + 1, ipv6: v6, to: p, table: main) },
+                          undoing: .rule(ipv6: v6, priority: prio + 1, to: p.masked))
             }
-            try apply(["ip", f, "rule", "add", "priority", "\(priority + 2)", "lookup", "\(table)"],
-                      undoing: ["ip", f, "rule", "del", "priority", "\(priority + 2)"])
-            var into = plan.intoTun.filter { $0.address.isIPv4 == v4 }
-            if plan.routeAll { into.append(IPPrefix(v4 ? .v4(0) : .v6(0, 0), 0)!) }
+            try apply({ try nl.addRule(priority: prio + 2, ipv6: v6, table: table) },
+                      undoing: .rule(ipv6: v6, priority: prio + 2, to: nil))
+            var into = plan.intoTun.filter { $0.address.isIPv4 == !v6 }
+            if plan.routeAll { into.append(IPPrefix(v6 ? .v6(0, 0) : .v4(0), 0)!) }
             for p in into {
-                try apply(["ip", f, "route", "replace", p.network, "dev", plan.tun, "table", "\(table)"],
-                          undoing: ["ip", f, "route", "flush", "table", "\(table)"])
+                try apply({ try nl.replaceRoute(p, table: table, index: tunIndex, name: plan.tun) },
+                          undoing: .flush(ipv6: v6, table: table))
             }
         }
-        Log.info("tun.host-routes", ["table": table, "priority": priority, "into-tun": plan.intoTun.count,
+        Log.info("tun.host-routes", ["table": self.table, "priority": priority, "into-tun": plan.intoTun.count,
                                      "off-tun": plan.offTun.count, "route-all": plan.routeAll, "mark": HostRoutes.mark])
     }
 
@@ -79,8 +134,8 @@ public final class HostRoutes {
         installed = 0
     }
 
-    private func write(_ undo: [[String]]) throws {
-        let text = undo.map { $0.joined(separator: " ") }.joined(separator: "\n") + "\n"
+    private func write(_ undo: [Undo]) throws {
+        let text = undo.map(\.line).joined(separator: "\n") + "\n"
         let f = open(statePath + ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard f >= 0 else { throw TunInput.StartError(description: "cannot write \(statePath): \(String(cString: strerror(errno)))") }
         var bytes = Array(text.utf8)
@@ -89,7 +144,8 @@ public final class HostRoutes {
         rename(statePath + ".tmp", statePath)
     }
 
-    /// Runs an undo file's commands in reverse order (each at most once) and deletes it.
+    /// Undoes an undo file's changes in reverse order (each at most once; one already gone is
+    /// no error) and deletes it. A line that is not one loft writes is logged and skipped.
     static func undo(_ path: String) {
         guard let f = fopen(path, "r") else { return }
         var lines: [String] = []
@@ -99,15 +155,24 @@ public final class HostRoutes {
             if !line.isEmpty { lines.append(line) }
         }
         fclose(f)
+        let nl = try? RouteNetlink(netns: nil)
+        defer { nl?.close() }
         var done = Set<String>()
         for line in lines.reversed() where done.insert(line).inserted {
-            _ = try? Command.run(line.split(separator: " ").map(String.init), allowFailure: true)
+            guard let change = Undo(line: line) else {
+                Log.warn("tun.host-routes.undo-skipped", ["file": path, "line": line])
+                continue
+            }
+            if let nl { try? change.apply(nl) }
         }
         unlink(path)
     }
 }
 
 extension IPPrefix {
+    /// The prefix with host bits cleared.
+    var masked: IPPrefix { IPPrefix(network)! }
+
     /// The prefix with host bits cleared, as `ip` wants it.
     var network: String {
         switch address {

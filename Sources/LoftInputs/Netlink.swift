@@ -87,11 +87,69 @@ public final class RouteNetlink {
         try check(r, "cannot set the \(ipv6 ? "IPv6" : "IPv4") default route dev \(name)\(place)")
     }
 
+    /// `ip route replace PREFIX dev NAME table TABLE` (PREFIX with its host bits cleared).
+    public func replaceRoute(_ prefix: IPPrefix, table: UInt32, index: Int32, name: String) throws {
+        let prefix = prefix.masked
+        let r = withAddress(prefix.address) { family, bytes in
+            clinux_rtnl_table_route(fd, 1, family, table, bytes, Int32(prefix.length), index)
+        }
+        try check(r, "cannot add the route \(prefix.network) dev \(name) table \(table)\(place)")
+    }
+
+    /// `ip route flush table TABLE` for one family: how many routes it removed.
+    @discardableResult
+    public func flushTable(_ table: UInt32, ipv6: Bool) throws -> Int {
+        let r = clinux_rtnl_flush_table(fd, ipv6 ? AF_INET6 : AF_INET, table)
+        try check(r, "cannot flush \(ipv6 ? "IPv6" : "IPv4") routing table \(table)\(place)")
+        return Int(r)
+    }
+
+    /// `ip rule add priority P [fwmark M] [to PREFIX] lookup TABLE` (`ipv6`: `ip -6 rule …`).
+    public func addRule(priority: UInt32, ipv6: Bool, fwmark: UInt32 = 0, to prefix: IPPrefix? = nil, table: UInt32) throws {
+        let r = rule(add: true, priority: priority, ipv6: ipv6, fwmark: fwmark, to: prefix, table: table)
+        try check(r, "cannot add the \(ipv6 ? "IPv6" : "IPv4") rule priority \(priority)\(prefix.map { " to \($0.network)" } ?? "") lookup \(table)\(place)")
+    }
+
+    /// `ip rule del priority P [to PREFIX]`.
+    public func deleteRule(priority: UInt32, ipv6: Bool, to prefix: IPPrefix? = nil) throws {
+        let r = rule(add: false, priority: priority, ipv6: ipv6, fwmark: 0, to: prefix, table: 0)
+        try check(r, "cannot remove the \(ipv6 ? "IPv6" : "IPv4") rule priority \(priority)\(prefix.map { " to \($0.network)" } ?? "")\(place)")
+    }
+
+    private func rule(add: Bool, priority: UInt32, ipv6: Bool, fwmark: UInt32, to prefix: IPPrefix?, table: UInt32) -> Int32 {
+        let family = ipv6 ? AF_INET6 : AF_INET
+        guard let prefix = prefix?.masked else { return clinux_rtnl_rule(fd, add ? 1 : 0, family, priority, fwmark, table, nil, 0) }
+        return withAddress(prefix.address) { _, bytes in
+            clinux_rtnl_rule(fd, add ? 1 : 0, family, priority, fwmark, table, bytes, Int32(prefix.length))
+        }
+    }
+
     private func withAddress(_ address: IPAddress, _ body: (Int32, UnsafePointer<UInt8>) -> Int32) -> Int32 {
         var bytes: (UInt64, UInt64) = (0, 0)
         return withUnsafeMutableBytes(of: &bytes) { raw in
             let n = address.write(to: raw.baseAddress!)
             return body(n == 4 ? AF_INET : AF_INET6, raw.bindMemory(to: UInt8.self).baseAddress!)
         }
+    }
+}
+
+/// Network namespaces by name under /var/run/netns, made and removed as `ip netns add` and
+/// `ip netns del` do (CLinux: a shared mount point, a bind mount of a new namespace made by a
+/// short-lived thread), without starting a process.
+public enum NetworkNamespace {
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Creates the namespace `name`; fails if it exists.
+    public static func add(_ name: String) throws {
+        let r = clinux_netns_add(name)
+        if r < 0 { throw Failure(description: "cannot create network namespace \(name): \(String(cString: strerror(-r)))") }
+    }
+
+    /// Removes the name (the namespace itself lives on while a process or socket holds it).
+    public static func delete(_ name: String) throws {
+        let r = clinux_netns_del(name)
+        if r < 0 { throw Failure(description: "cannot remove network namespace \(name): \(String(cString: strerror(-r)))") }
     }
 }

@@ -151,7 +151,7 @@ public final class TunInput: IOHandler, PacketWriter {
         if let ns = settings.netns, let marker = markerPath {
             mkdir(Self.stateDir, 0o755)
             if access("/var/run/netns/\(ns)", F_OK) != 0 {
-                try Command.run(["ip", "netns", "add", ns])
+                try NetworkNamespace.add(ns)
                 createdNetns = true
                 newNetns = true
                 _ = creat(marker, 0o644).closingIfValid()
@@ -338,7 +338,7 @@ public final class TunInput: IOHandler, PacketWriter {
                 wroteResolvConf = false
             }
             if createdNetns {
-                _ = try? Command.run(["ip", "netns", "del", ns], allowFailure: true)
+                try? NetworkNamespace.delete(ns)
                 if let m = markerPath { unlink(m) }
                 createdNetns = false
             }

@@ -104,4 +104,96 @@ final class RouteNetlinkTests: XCTestCase {
             XCTAssertEqual("\(error)", "cannot open rtnetlink in netns loft-nltest-missing: No such file or directory")
         }
     }
+
+    /// Host mode's changes, made over rtnetlink and read back with `ip`: policy rules (fwmark,
+    /// a prefix, a table above 255), routes in a table of their own, and each undone the way its
+    /// undo line says (rule del, table flush).
+    func testRulesAndTableRoutesAndTheirUndo() throws {
+        let nl = try RouteNetlink(netns: ns)
+        defer { nl.close() }
+        let index = try nl.index(of: "nl0")
+        try nl.setUp(index: index, name: "nl0")
+        let table: UInt32 = 27123
+        try nl.addRule(priority: 20100, ipv6: false, fwmark: 0x4C46, table: 254)
+        try nl.addRule(priority: 20101, ipv6: false, to: IPPrefix("198.18.150.7/24")!, table: 254)
+        try nl.addRule(priority: 20102, ipv6: false, table: table)
+        try nl.addRule(priority: 20100, ipv6: true, fwmark: 0x4C46, table: 254)
+        try nl.addRule(priority: 20102, ipv6: true, table: table)
+        let rules4 = inNetns("ip -4 rule show")
+        XCTAssertTrue(rules4.contains("20100:\tfrom all fwmark 0x4c46 lookup main"), rules4)
+        XCTAssertTrue(rules4.contains("20101:\tfrom all to 198.18.150.0/24 lookup main"), rules4)
+        XCTAssertTrue(rules4.contains("20102:\tfrom all lookup 27123"), rules4)
+        XCTAssertTrue(inNetns("ip -6 rule show").contains("20102:\tfrom all lookup 27123"))
+        // A rule added twice is an error (NLM_F_EXCL), as `ip rule add` makes it.
+        XCTAssertThrowsError(try nl.addRule(priority: 20102, ipv6: false, table: table))
+
+        try nl.replaceRoute(IPPrefix("0.0.0.0/0")!, table: table, index: index, name: "nl0")
+        try nl.replaceRoute(IPPrefix("198.18.160.9/24")!, table: table, index: index, name: "nl0")
+        try nl.replaceRoute(IPPrefix("::/0")!, table: table, index: index, name: "nl0")
+        XCTAssertEqual(inNetns("ip -4 route show table 27123"),
+                       "default dev nl0 scope link \n198.18.160.0/24 dev nl0 scope link \n")
+        XCTAssertTrue(inNetns("ip -6 route show table 27123").hasPrefix("default dev nl0 "))
+
+        // The undo lines as the state file holds them, applied in reverse.
+        let undo: [HostRoutes.Undo] = [
+            .rule(ipv6: false, priority: 20100, to: nil), .rule(ipv6: false, priority: 20101, to: IPPrefix("198.18.150.0/24")!),
+            .rule(ipv6: false, priority: 20102, to: nil), .flush(ipv6: false, table: table),
+            .rule(ipv6: true, priority: 20100, to: nil), .rule(ipv6: true, priority: 20102, to: nil), .flush(ipv6: true, table: table),
+        ]
+        for u in undo { XCTAssertEqual(HostRoutes.Undo(line: u.line), u, u.line) }
+        for u in undo.reversed() { try u.apply(nl) }
+        XCTAssertEqual(inNetns("ip -4 route show table 27123"), "")
+        XCTAssertEqual(inNetns("ip -6 route show table 27123"), "")
+        let after = inNetns("ip -4 rule show") + inNetns("ip -6 rule show")
+        XCTAssertFalse(after.contains("2010"), after)
+        // Flushing an empty table removes nothing and is no error; a rule already gone is ESRCH/ENOENT.
+        XCTAssertEqual(try nl.flushTable(table, ipv6: false), 0)
+        XCTAssertThrowsError(try nl.deleteRule(priority: 20100, ipv6: false))
+    }
+
+    /// The undo file's lines: exactly the two forms loft writes, nothing else (the file is run
+    /// as root at the next start).
+    func testUndoLinesParseOnlyWhatLoftWrites() {
+        XCTAssertEqual(HostRoutes.Undo(line: "ip -4 rule del priority 20004"), .rule(ipv6: false, priority: 20004, to: nil))
+        XCTAssertEqual(HostRoutes.Undo(line: "ip -6 rule del priority 20005 to fd00:1::/64"),
+                       .rule(ipv6: true, priority: 20005, to: IPPrefix("fd00:1::/64")!))
+        XCTAssertEqual(HostRoutes.Undo(line: "ip -6 route flush table 27001"), .flush(ipv6: true, table: 27001))
+        for bad in ["", "ip", "ip -4 rule add priority 1", "ip -4 rule del priority x", "ip -4 route flush table",
+                    "ip -4 rule del priority 5 to fd00::/8", "ip -6 rule del priority 5 to 10.0.0.0/8",
+                    "ip -4 rule del priority 5 from 10.0.0.0/8", "rm -rf /", "ip -4 route flush table 1 extra",
+                    "ip netns del x", "ip -4 rule del priority 99999999999"] {
+            XCTAssertNil(HostRoutes.Undo(line: bad), bad)
+        }
+    }
+
+    /// `ip netns add|del` without `ip`: the name appears under /var/run/netns, is a namespace of
+    /// its own (its loopback is down and has no routes), a taken name is refused, and delete
+    /// removes the name.
+    func testNetworkNamespaceAddAndDelete() throws {
+        let name = "loft-nstest-\(getpid())"
+        defer { try? NetworkNamespace.delete(name) }
+        try NetworkNamespace.add(name)
+        XCTAssertTrue(inNetns("ip netns list").contains(name))
+        let nl = try RouteNetlink(netns: name)
+        XCTAssertEqual(try nl.index(of: "lo"), 1)
+        XCTAssertThrowsError(try nl.index(of: "nl0"))  // not the test's other namespace
+        nl.close()
+        var out = ""
+        if let p = popen("ip -n \(name) -o link show 2>&1", "r") {
+            var buf = [CChar](repeating: 0, count: 4096)
+            while fgets(&buf, Int32(buf.count), p) != nil {
+                out += String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
+            pclose(p)
+        }
+        XCTAssertEqual(out.split(separator: "\n").count, 1, out)  // lo alone
+        XCTAssertTrue(out.contains("lo: <LOOPBACK>"), out)
+        XCTAssertThrowsError(try NetworkNamespace.add(name)) { error in
+            XCTAssertEqual("\(error)", "cannot create network namespace \(name): File exists")
+        }
+        XCTAssertThrowsError(try NetworkNamespace.add("a/b"))
+        try NetworkNamespace.delete(name)
+        XCTAssertEqual(access("/var/run/netns/\(name)", F_OK), -1)
+        XCTAssertThrowsError(try NetworkNamespace.delete(name))
+    }
 }

@@ -134,6 +134,25 @@ int clinux_rtnl_addr(int fd, int replace, int ifindex, int family, const uint8_t
 /// `family` via `gateway` (RTNH_F_ONLINK) on the device, or through the device alone when
 /// `gateway` is NULL.
 int clinux_rtnl_default_route(int fd, int ifindex, int family, const uint8_t *gateway);
+/// `route` 1: RTM_NEWROUTE with NLM_F_CREATE|NLM_F_REPLACE (`ip route replace DST/LEN dev D
+/// table T`: unicast, boot protocol, link scope for IPv4, universe for IPv6); 0: RTM_DELROUTE of the same.
+int clinux_rtnl_table_route(int fd, int add, int family, uint32_t table, const uint8_t *dst, int dst_len, int ifindex);
+/// Deletes every route of `family` in `table` (`ip route flush table T`): a dump, then one
+/// RTM_DELROUTE per route found. The number deleted, or -errno.
+int clinux_rtnl_flush_table(int fd, int family, uint32_t table);
+/// A policy rule (`ip rule add|del priority P [fwmark M] [to DST/LEN] lookup T`): `add` 1 sends
+/// RTM_NEWRULE (NLM_F_CREATE|NLM_F_EXCL, action to table), 0 RTM_DELRULE matching the same
+/// attributes. `fwmark` 0 and `dst` NULL leave those out; `table` 0 leaves it out (del only).
+int clinux_rtnl_rule(int fd, int add, int family, uint32_t priority, uint32_t fwmark, uint32_t table,
+                     const uint8_t *dst, int dst_len);
+
+/// Network namespaces by name, as `ip netns add|del NAME` make them: /var/run/netns made a
+/// shared mount point (so later mounts reach other mount namespaces), the file NAME created and
+/// a new network namespace bind-mounted on it from a short-lived thread (loft's own threads stay
+/// where they are). 0 or -errno (EEXIST when the name is taken).
+int clinux_netns_add(const char *name);
+/// Detaches the bind mount and removes the file: 0 or -errno.
+int clinux_netns_del(const char *name);
 
 #endif
 
