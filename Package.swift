@@ -74,8 +74,8 @@ let package = Package(
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
-        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "CLinux"]),
-        .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
+        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
+        .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
         .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "CTLS", "CQRencode", "CZbar", "CImage"]),
         .executableTarget(
@@ -96,7 +96,7 @@ let package = Package(
         .testTarget(name: "LoftResolverTests", dependencies: ["LoftIO", "LoftCore", "LoftTestSupport"]),
         .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
-        .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore"]),
+        .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
     ],

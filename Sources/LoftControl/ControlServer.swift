@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -209,14 +208,14 @@ public final class ControlServer: IOHandler {
         self.handler = handler
         if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
             let dir = String(path[..<slash])
-            if access(dir, F_OK) != 0 { mkdir(dir, 0o755) }
+            if !Syscall.exists(dir) { Syscall.makeDirectory(dir, mode: 0o755) }
         }
-        let r = clinux_unix_listen(path, 0o600)
-        guard r >= 0 else {
-            throw ControlError(-r == EADDRINUSE ? "control socket \(path) is in use by another loft"
-                                                 : "control socket \(path): \(String(cString: strerror(-r)))")
+        switch Syscall.unixListen(path, mode: 0o600) {
+        case .success(let r): fd = r
+        case .failure(let e):
+            throw ControlError(e.code == EADDRINUSE ? "control socket \(path) is in use by another loft"
+                                                    : "control socket \(path): \(e)")
         }
-        fd = r
         loop.register(fd, IOEvents.readable, self)
     }
 
@@ -228,8 +227,8 @@ public final class ControlServer: IOHandler {
         while pacer.admit() {
             guard case .success(let c) = Syscall.accept(fd) else { return }
             // Only root and loft's own user; the file mode says the same, this holds for root too.
-            let uid = clinux_peer_uid(c)
-            if uid < 0 || (uid != 0 && uid != Int(geteuid())) {
+            let uid = Syscall.peerUID(c)
+            if uid == nil || (uid != 0 && uid != geteuid()) {
                 refusedPeers &+= 1
                 refuse(c, "error permission denied\n")
                 continue
@@ -285,8 +284,8 @@ public final class ControlServer: IOHandler {
         for c in Array(table.connections.values) { c.close() }
         pacer.stop()
         loop.unregister(fd)
-        close(fd)
-        unlink(path)
+        _ = Syscall.close(fd)
+        Syscall.unlink(path)
     }
 }
 
@@ -307,13 +306,11 @@ public final class MetricsServer: IOHandler {
         self.render = render
         let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_STREAM.rawValue))
         guard s >= 0 else { throw ControlServer.ControlError("metrics: socket failed") }
-        var one: Int32 = 1
-        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, 4)
-        let addr = SocketAddress(listen)
-        guard addr.withSockaddr({ bind(s, $0, $1) }) == 0, Glibc.listen(s, 64) == 0 else {
-            let e = Sockets.errno
-            close(s)
-            throw ControlServer.ControlError("metrics: cannot listen on \(listen): \(String(cString: strerror(e)))")
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
+        let bound = Syscall.bind(s, to: SocketAddress(listen)).flatMap { Syscall.listen(s, backlog: 64) }
+        if case .failure(let e) = bound {
+            _ = Syscall.close(s)
+            throw ControlServer.ControlError("metrics: cannot listen on \(listen): \(e)")
         }
         fd = s
         loop.register(fd, IOEvents.readable, self)
@@ -383,7 +380,7 @@ public final class MetricsServer: IOHandler {
         for c in Array(table.connections.values) { c.close() }
         pacer.stop()
         loop.unregister(fd)
-        close(fd)
+        _ = Syscall.close(fd)
     }
 }
 
@@ -391,18 +388,17 @@ public final class MetricsServer: IOHandler {
 public enum ControlClient {
     /// Sends one request and returns the body, or throws the server's error.
     public static func request(_ path: String, _ line: String) throws(ControlServer.ControlError) -> String {
-        let fd = clinux_unix_connect(path)
-        guard fd >= 0 else {
-            throw ControlServer.ControlError("cannot reach loft at \(path): \(String(cString: strerror(-fd)))")
+        let fd: Int32
+        switch Syscall.unixConnect(path) {
+        case .success(let c): fd = c
+        case .failure(let e): throw ControlServer.ControlError("cannot reach loft at \(path): \(e)")
         }
-        defer { close(fd) }
-        var req = Array((line + "\n").utf8)
-        _ = write(fd, &req, req.count)
+        defer { _ = Syscall.close(fd) }
+        let req = Array((line + "\n").utf8)
+        _ = req.withUnsafeBytes { Syscall.write(fd, $0.baseAddress!, $0.count) }
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = read(fd, &buf, buf.count)
-            if n <= 0 { break }
+        while case .success(let n) = buf.withUnsafeMutableBytes({ Syscall.read(fd, $0.baseAddress!, $0.count) }), n > 0 {
             out.append(contentsOf: buf[0..<n])
         }
         let text = String(decoding: out, as: UTF8.self)

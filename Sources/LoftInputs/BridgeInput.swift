@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -87,21 +86,18 @@ public final class BridgeInput: IOHandler, PacketWriter {
     public func start() throws {
         let s = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { throw StartError(description: "bridge: socket: \(String(cString: strerror(Sockets.errno)))") }
-        var size: Int32 = 4 << 20
-        setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, 4)
-        setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, 4)
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_RCVBUF, 4 << 20)
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_SNDBUF, 4 << 20)
         let loopback = IPAddress.v4(0x7F00_0001)
         let local = SocketAddress(Endpoint(loopback, settings.extensionPort))
-        guard local.withSockaddr({ bind(s, $0, $1) }) == 0 else {
-            let e = Sockets.errno
-            close(s)
-            throw StartError(description: "bridge: cannot bind 127.0.0.1:\(settings.extensionPort): \(String(cString: strerror(e)))")
+        if case .failure(let e) = Syscall.bind(s, to: local) {
+            _ = Syscall.close(s)
+            throw StartError(description: "bridge: cannot bind 127.0.0.1:\(settings.extensionPort): \(e)")
         }
         let peer = SocketAddress(Endpoint(loopback, settings.peerPort))
-        guard peer.withSockaddr({ connect(s, $0, $1) }) == 0 else {
-            let e = Sockets.errno
-            close(s)
-            throw StartError(description: "bridge: cannot connect to 127.0.0.1:\(settings.peerPort): \(String(cString: strerror(e)))")
+        if case .failure(let e) = Syscall.connect(s, to: peer) {
+            _ = Syscall.close(s)
+            throw StartError(description: "bridge: cannot connect to 127.0.0.1:\(settings.peerPort): \(e)")
         }
         fd = s
         // A round trip through the peer process takes several times the TUN's, and lwIP's
@@ -122,7 +118,7 @@ public final class BridgeInput: IOHandler, PacketWriter {
         guard fd >= 0 else { return }
         flush()
         loop.unregister(fd)
-        close(fd)
+        _ = Syscall.close(fd)
         fd = -1
         Log.info("bridge.down", [:])
     }
@@ -130,14 +126,18 @@ public final class BridgeInput: IOHandler, PacketWriter {
     public func handleIO(_ events: UInt32) {
         // A few batches per wake-up, then let the loop serve others.
         for _ in 0..<4 {
-            let n = rxLens.withUnsafeMutableBufferPointer { lens in
-                clinux_recv_batch(fd, rx.baseAddress!.assumingMemoryBound(to: UInt8.self), slot, Int32(Self.batch), lens.baseAddress)
+            let got = rxLens.withUnsafeMutableBufferPointer { lens in
+                Syscall.receiveBatch(fd, rx.baseAddress!.assumingMemoryBound(to: UInt8.self), slot: slot, count: Int32(Self.batch),
+                                     lens: lens.baseAddress!)
             }
-            if n < 0 {
-                if -n == ECONNREFUSED { tally.peerMissing &+= 1; continue }
+            let n: Int
+            switch got {
+            case .success(let count): n = count
+            case .failure(let e):
+                if e.code == ECONNREFUSED { tally.peerMissing &+= 1; continue }
                 return
             }
-            for i in 0..<Int(n) {
+            for i in 0..<n {
                 tally.datagramsIn &+= 1
                 let len = Int(rxLens[i])
                 if len < 0 || len > settings.mtu {
@@ -181,12 +181,14 @@ public final class BridgeInput: IOHandler, PacketWriter {
         guard txCount > 0, fd >= 0 else { return }
         var sent = 0
         while sent < txCount {
-            let n = txLens.withUnsafeBufferPointer { lens in
-                clinux_send_batch(fd, tx.baseAddress!.assumingMemoryBound(to: UInt8.self) + sent * slot, slot,
-                                  lens.baseAddress! + sent, Int32(txCount - sent))
+            let result = txLens.withUnsafeBufferPointer { lens in
+                Syscall.sendBatch(fd, tx.baseAddress!.assumingMemoryBound(to: UInt8.self) + sent * slot, slot: slot,
+                                  lens: lens.baseAddress! + sent, count: Int32(txCount - sent))
             }
+            var n = 0
+            if case .success(let count) = result { n = count }
             if n <= 0 {
-                if -n == ECONNREFUSED { tally.peerMissing &+= 1 }
+                if case .failure(let e) = result, e.code == ECONNREFUSED { tally.peerMissing &+= 1 }
                 // The peer is gone or its buffer is full: these replies are lost (TCP retransmits).
                 tally.sendDrops &+= UInt64(txCount - sent)
                 break

@@ -1,5 +1,6 @@
 import Glibc
 import LoftCore
+import LoftIO
 
 /// Host mode (the TUN in loft's own namespace): policy routing that sends the right traffic
 /// into the TUN and keeps loft's own traffic out of it.
@@ -91,7 +92,7 @@ public final class HostRoutes {
     /// Removes what an earlier run left (its undo file), then installs the plan.
     public func install() throws {
         HostRoutes.undo(statePath)
-        mkdir("/run/loft", 0o755)
+        Syscall.makeDirectory("/run/loft", mode: 0o755)
         let nl = try RouteNetlink(netns: nil)
         defer { nl.close() }
         let tunIndex = try nl.index(of: plan.tun)
@@ -136,12 +137,9 @@ public final class HostRoutes {
 
     private func write(_ undo: [Undo]) throws {
         let text = undo.map(\.line).joined(separator: "\n") + "\n"
-        let f = open(statePath + ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard f >= 0 else { throw TunInput.StartError(description: "cannot write \(statePath): \(String(cString: strerror(errno)))") }
-        var bytes = Array(text.utf8)
-        _ = Glibc.write(f, &bytes, bytes.count)
-        close(f)
-        rename(statePath + ".tmp", statePath)
+        if case .failure(let e) = Syscall.writeFile(statePath, Array(text.utf8), mode: 0o600, atomically: true) {
+            throw TunInput.StartError(description: "cannot write \(statePath): \(e)")
+        }
     }
 
     /// Undoes an undo file's changes in reverse order (each at most once; one already gone is
@@ -165,24 +163,6 @@ public final class HostRoutes {
             }
             if let nl { try? change.apply(nl) }
         }
-        unlink(path)
-    }
-}
-
-extension IPPrefix {
-    /// The prefix with host bits cleared.
-    var masked: IPPrefix { IPPrefix(network)! }
-
-    /// The prefix with host bits cleared, as `ip` wants it.
-    var network: String {
-        switch address {
-        case .v4(let a):
-            let mask: UInt32 = length == 0 ? 0 : ~UInt32(0) << UInt32(32 - length)
-            return "\(IPAddress.v4(a & mask))/\(length)"
-        case .v6(let hi, let lo):
-            let mh: UInt64 = length == 0 ? 0 : length >= 64 ? ~0 : ~UInt64(0) << UInt64(64 - length)
-            let ml: UInt64 = length <= 64 ? 0 : length == 128 ? ~0 : ~UInt64(0) << UInt64(128 - length)
-            return "\(IPAddress.v6(hi & mh, lo & ml))/\(length)"
-        }
+        Syscall.unlink(path)
     }
 }

@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -23,12 +22,12 @@ public final class PathMonitor: IOHandler {
     }
 
     public func start() {
-        let r = clinux_route_monitor_open()
-        guard r >= 0 else {
-            Log.warn("path-monitor.unavailable", ["error": String(cString: strerror(-r))])
+        switch Syscall.routeMonitorOpen() {
+        case .success(let r): fd = r
+        case .failure(let e):
+            Log.warn("path-monitor.unavailable", ["error": e.description])
             return
         }
-        fd = r
         loop.register(fd, IOEvents.readable, self)
     }
 
@@ -37,13 +36,12 @@ public final class PathMonitor: IOHandler {
         if let t = settleTimer { loop.cancel(t) }
         settleTimer = nil
         loop.unregister(fd)
-        close(fd)
+        _ = Syscall.close(fd)
         fd = -1
     }
 
     public func handleIO(_ events: UInt32) {
-        let n = clinux_route_monitor_read(fd, ignoreInterfaceIndex)
-        guard n > 0 else { return }
+        guard case .success(let n) = Syscall.routeMonitorRead(fd, ignoring: ignoreInterfaceIndex), n > 0 else { return }
         if let t = settleTimer { loop.cancel(t) }
         settleTimer = loop.schedule(after: settleMs) { [weak self] in self?.settle() }
     }

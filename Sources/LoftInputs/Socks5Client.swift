@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -101,14 +100,15 @@ final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
         guard let buf = handshake else { return }
         let room = Self.handshakeCapacity - handshakeCount
         guard room > 0 else { return }
-        let n = recv(fd, buf + handshakeCount, room, 0)
-        if n == 0 { close(graceful: true); return }
-        if n < 0 {
-            let e = Sockets.errno
-            if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return }
+        let n: Int
+        switch Syscall.recv(fd, buf + handshakeCount, room) {
+        case .success(let count): n = count
+        case .failure(let e):
+            if e.wouldBlock { return }
             close(graceful: false)
             return
         }
+        if n == 0 { close(graceful: true); return }
         handshakeCount += n
         processHandshake()
     }
@@ -171,8 +171,8 @@ final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
     /// is not worth keeping.
     @discardableResult
     private func sendHandshake(_ bytes: [UInt8]) -> Bool {
-        let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        if n == bytes.count { return true }
+        let sent = bytes.withUnsafeBytes { Syscall.send(fd, $0.baseAddress!, $0.count, flags: Int32(MSG_NOSIGNAL)) }
+        if case .success(bytes.count) = sent { return true }
         close(graceful: false)
         return false
     }
@@ -182,7 +182,8 @@ final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
         var storage = (UInt64(0), UInt64(0), UInt64(0))
         let n = withUnsafeMutableBytes(of: &storage) { raw -> Int in
             let len = Socks5.writeReply(code, bound: bound, to: raw.baseAddress!)
-            return send(fd, raw.baseAddress, len, Int32(MSG_NOSIGNAL)) == len ? len : -1
+            guard case .success(len) = Syscall.send(fd, raw.baseAddress!, len, flags: Int32(MSG_NOSIGNAL)) else { return -1 }
+            return len
         }
         if n < 0 { Log.debug("socks5.reply-failed", ["client": peer]) }
     }
@@ -193,7 +194,7 @@ final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
         guard phase != .closed else { return }
         splice = nil
         phase = .lingering
-        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        _ = Syscall.shutdown(fd, Int32(SHUT_WR))
         handshake?.deallocate()
         handshake = nil
         handshakeCount = 0
@@ -203,13 +204,13 @@ final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
 
     private func discardInput() {
         for _ in 0..<8 {
-            let n = recv(fd, server.scratch.baseAddress, server.scratch.count, 0)
-            if n > 0 { continue }
-            if n < 0 {
-                let e = Sockets.errno
-                if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return }
+            switch Syscall.recv(fd, server.scratch.baseAddress!, server.scratch.count) {
+            case .success(let n) where n > 0: continue
+            case .success: close(graceful: true)
+            case .failure(let e):
+                if e.wouldBlock { return }
+                close(graceful: false)
             }
-            close(graceful: n == 0)
             return
         }
     }
@@ -345,7 +346,7 @@ final class Socks5Client: IOHandler, SpliceOwner, ActivityListed {
         guard !wasRelaying else { return }
         if registered { server.loop.unregister(fd) }
         registered = false
-        if !graceful { _ = clinux_set_linger_reset(fd) }
-        Glibc.close(fd)
+        if !graceful { Syscall.setLingerReset(fd) }
+        _ = Syscall.close(fd)
     }
 }

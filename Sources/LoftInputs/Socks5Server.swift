@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -87,25 +86,21 @@ public final class Socks5Server: IOHandler {
     public func start() throws {
         let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
         guard s >= 0 else { throw StartError(description: "socks5: socket: \(String(cString: strerror(Sockets.errno)))") }
-        var one: Int32 = 1
-        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let addr = SocketAddress(options.listen)
-        guard addr.withSockaddr({ bind(s, $0, $1) }) == 0 else {
-            let e = Sockets.errno
-            Glibc.close(s)
-            throw StartError(description: "socks5: cannot bind TCP \(options.listen): \(String(cString: strerror(e)))")
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
+        if case .failure(let e) = Syscall.bind(s, to: SocketAddress(options.listen)) {
+            _ = Syscall.close(s)
+            throw StartError(description: "socks5: cannot bind TCP \(options.listen): \(e)")
         }
-        guard listen(s, 4096) == 0 else {
-            let e = Sockets.errno
-            Glibc.close(s)
-            throw StartError(description: "socks5: listen on \(options.listen): \(String(cString: strerror(e)))")
+        if case .failure(let e) = Syscall.listen(s, backlog: 4096) {
+            _ = Syscall.close(s)
+            throw StartError(description: "socks5: listen on \(options.listen): \(e)")
         }
         bound = Sockets.localEndpoint(s) ?? options.listen
         let relay: Socks5UDPRelay
         do {
             relay = try Socks5UDPRelay(server: self, bound: bound)
         } catch {
-            Glibc.close(s)
+            _ = Syscall.close(s)
             throw error
         }
         listenFD = s
@@ -123,7 +118,7 @@ public final class Socks5Server: IOHandler {
         udp?.stop()
         udp = nil
         loop.unregister(listenFD)
-        Glibc.close(listenFD)
+        _ = Syscall.close(listenFD)
         listenFD = -1
         Log.info("socks5.stopped", ["accepted": counters.clientsAccepted, "refused": counters.refusedAtLimit,
                                     "bytes_up": counters.tcpBytesUp, "bytes_down": counters.tcpBytesDown,
@@ -137,15 +132,12 @@ public final class Socks5Server: IOHandler {
         guard running else { return }
         for _ in 0..<64 {
             var peer = SocketAddress()
-            // accept4 is not in Swift's Glibc import: accept, then nonblocking + close-on-exec.
-            let fd = peer.withMutableSockaddr { accept(listenFD, $0, $1) }
-            if fd >= 0 {
-                _ = fcntl(fd, F_SETFL, O_NONBLOCK | O_RDWR)
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            }
-            if fd < 0 {
-                let e = Sockets.errno
-                if e == EINTR || e == ECONNABORTED { continue }
+            // accept4: nonblocking and close-on-exec from the start (EINTR retried inside).
+            let accepted = Syscall.accept(listenFD, peer: &peer)
+            guard case .success(let fd) = accepted else {
+                guard case .failure(let failure) = accepted else { return }
+                let e = failure.code
+                if e == ECONNABORTED { continue }
                 if e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM {
                     // Out of descriptors: stop accepting for a moment instead of spinning.
                     loop.modify(listenFD, 0)
@@ -169,15 +161,15 @@ public final class Socks5Server: IOHandler {
             }
             if tally.openClients >= options.maxClients {
                 tally.refusedAtLimit &+= 1
-                _ = clinux_set_linger_reset(fd)
-                Glibc.close(fd)
+                Syscall.setLingerReset(fd)
+                _ = Syscall.close(fd)
                 if loop.now >= lastLimitLog + 1000 {
                     lastLimitLog = loop.now
                     Log.info("socks5.limit", ["max-clients": options.maxClients, "refused": tally.refusedAtLimit])
                 }
                 continue
             }
-            _ = clinux_set_nodelay(fd)
+            Syscall.setNoDelay(fd)
             let client = Socks5Client(server: self, fd: fd, peer: peer.endpoint ?? Socks5.unspecifiedBound)
             clients[fd] = client
             handshaking.append(client)

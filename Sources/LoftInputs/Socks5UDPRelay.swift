@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -19,14 +18,11 @@ final class Socks5UDPRelay: IOHandler {
     init(server: Socks5Server, bound: Endpoint) throws {
         let s = Sockets.make(family: Sockets.family(of: bound), type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { throw Socks5Server.StartError(description: "socks5: UDP socket: \(String(cString: strerror(Sockets.errno)))") }
-        var size: Int32 = 4 << 20
-        setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, 4)
-        setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, 4)
-        let addr = SocketAddress(bound)
-        guard addr.withSockaddr({ bind(s, $0, $1) }) == 0 else {
-            let e = Sockets.errno
-            Glibc.close(s)
-            throw Socks5Server.StartError(description: "socks5: cannot bind UDP \(bound): \(String(cString: strerror(e)))")
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_RCVBUF, 4 << 20)
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_SNDBUF, 4 << 20)
+        if case .failure(let e) = Syscall.bind(s, to: SocketAddress(bound)) {
+            _ = Syscall.close(s)
+            throw Socks5Server.StartError(description: "socks5: cannot bind UDP \(bound): \(e)")
         }
         self.server = server
         fd = s
@@ -44,7 +40,7 @@ final class Socks5UDPRelay: IOHandler {
         for a in unclaimed { a.close() }
         for a in Array(bySource.values) { a.close() }
         server.loop.unregister(fd)
-        Glibc.close(fd)
+        _ = Syscall.close(fd)
     }
 
     func open(peer: IPAddress, namedPort: UInt16) -> Socks5Association? {
@@ -80,8 +76,8 @@ final class Socks5UDPRelay: IOHandler {
         // Bounded per wake-up so a flood cannot starve the loop.
         for _ in 0..<64 {
             var from = SocketAddress()
-            let n = from.withMutableSockaddr { recvfrom(fd, rx.baseAddress, rx.count, Int32(MSG_DONTWAIT), $0, $1) }
-            if n < 0 { return }
+            guard case .success(let n) = Syscall.recvfrom(fd, rx.baseAddress!, rx.count, flags: Int32(MSG_DONTWAIT), from: &from)
+            else { return }
             guard let source = from.endpoint, let a = association(for: source) else {
                 server.countDrop(.foreignSource)
                 continue
@@ -112,7 +108,8 @@ final class Socks5UDPRelay: IOHandler {
                 msg.msg_namelen = len
                 msg.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
                 msg.msg_iovlen = 2
-                return sendmsg(fd, &msg, Int32(MSG_DONTWAIT))
+                guard case .success(let sent) = Syscall.sendmsg(fd, &msg, flags: Int32(MSG_DONTWAIT)) else { return -1 }
+                return sent
             }
         }
         if n == hlen + payload.count {

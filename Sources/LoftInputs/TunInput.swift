@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -149,13 +148,13 @@ public final class TunInput: IOHandler, PacketWriter {
     private func setUp() throws {
         var newNetns = false
         if let ns = settings.netns, let marker = markerPath {
-            mkdir(Self.stateDir, 0o755)
-            if access("/var/run/netns/\(ns)", F_OK) != 0 {
+            Syscall.makeDirectory(Self.stateDir, mode: 0o755)
+            if !Syscall.exists("/var/run/netns/\(ns)") {
                 try NetworkNamespace.add(ns)
                 createdNetns = true
                 newNetns = true
-                _ = creat(marker, 0o644).closingIfValid()
-            } else if access(marker, F_OK) == 0 {
+                _ = Syscall.touch(marker, mode: 0o644)
+            } else if Syscall.exists(marker) {
                 // Left by an earlier run of loft that did not exit cleanly: it is ours to remove.
                 createdNetns = true
                 Log.warn("tun.netns.adopted", ["netns": ns, "reason": "left by an earlier run"])
@@ -184,34 +183,38 @@ public final class TunInput: IOHandler, PacketWriter {
     /// does not, the device is opened again without them and the reason said once.
     private func openDevice() throws -> Int32 {
         func open(_ vnet: Bool) throws -> Int32 {
-            let r = clinux_tun_open(settings.name, netnsPath, vnet ? 1 : 0)
-            if r == -ENOENT || r == -ENODEV, access("/dev/net/tun", F_OK) != 0 {
-                throw StartError(description: "cannot create TUN \(settings.name): /dev/net/tun does not exist (the kernel's tun module: modprobe tun; in a container, pass the device /dev/net/tun in)")
+            switch Syscall.tunOpen(settings.name, netnsPath: netnsPath, vnetHeader: vnet) {
+            case .success(let fd):
+                return fd
+            case .failure(let e):
+                if e.code == ENOENT || e.code == ENODEV, !Syscall.exists("/dev/net/tun") {
+                    throw StartError(description: "cannot create TUN \(settings.name): /dev/net/tun does not exist (the kernel's tun module: modprobe tun; in a container, pass the device /dev/net/tun in)")
+                }
+                throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(e)")
             }
-            guard r >= 0 else {
-                throw StartError(description: "cannot create TUN \(settings.name)\(settings.netns.map { " in netns \($0)" } ?? ""): \(String(cString: strerror(-r)))")
-            }
-            return r
         }
         guard settings.offload else {
             offload = .off(reason: "config")
             return try open(false)
         }
         let fd = try open(true)
-        let tcp = UInt32(CLINUX_TUN_F_CSUM | CLINUX_TUN_F_TSO4 | CLINUX_TUN_F_TSO6 | CLINUX_TUN_F_TSO_ECN)
+        let tcp = Syscall.tunOffloadTCP
         // UDP segmentation (USO, Linux 6.2+) where the kernel has it; TCP's alone otherwise.
-        if clinux_tun_set_offload(fd, tcp | UInt32(CLINUX_TUN_F_USO4 | CLINUX_TUN_F_USO6)) == 0 {
+        if case .success = Syscall.tunSetOffload(fd, tcp | Syscall.tunOffloadUDP) {
             offload = .on(udp: true)
             return fd
         }
-        let r = clinux_tun_set_offload(fd, tcp)
-        if r == 0 {
+        let refused: Errno
+        switch Syscall.tunSetOffload(fd, tcp) {
+        case .success:
             offload = .on(udp: false)
             return fd
+        case .failure(let e):
+            refused = e
         }
         // The device goes with its only fd; the plain one takes its name.
-        close(fd)
-        offload = .off(reason: "kernel refused TUNSETOFFLOAD: \(String(cString: strerror(-r)))")
+        _ = Syscall.close(fd)
+        offload = .off(reason: "kernel refused TUNSETOFFLOAD: \(refused)")
         Log.warn("tun.offload.unavailable", ["name": settings.name, "reason": offload.description,
                                               "effect": "plain packets of at most the MTU"])
         return try open(false)
@@ -303,19 +306,17 @@ public final class TunInput: IOHandler, PacketWriter {
 
     private func writeResolvConf(_ ns: String) throws {
         let dir = "/etc/netns/\(ns)"
-        if access("/etc/netns", F_OK) != 0 { mkdir("/etc/netns", 0o755) }
-        if access(dir, F_OK) != 0 {
-            guard mkdir(dir, 0o755) == 0 else { throw StartError(description: "cannot create \(dir): \(String(cString: strerror(errno)))") }
+        if !Syscall.exists("/etc/netns") { Syscall.makeDirectory("/etc/netns", mode: 0o755) }
+        if !Syscall.exists(dir) {
+            if case .failure(let e) = Syscall.makeDirectory(dir, mode: 0o755) { throw StartError(description: "cannot create \(dir): \(e)") }
             createdNetnsDir = true
         }
         let path = dir + "/resolv.conf"
         var text = "# written by loft for its TUN in netns \(ns); removed when loft exits\n"
         for s in currentDNS { text += "nameserver \(s)\n" }
-        let f = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard f >= 0 else { throw StartError(description: "cannot write \(path): \(String(cString: strerror(errno)))") }
-        var bytes = Array(text.utf8)
-        _ = write(f, &bytes, bytes.count)
-        close(f)
+        if case .failure(let e) = Syscall.writeFile(path, Array(text.utf8), mode: 0o644) {
+            throw StartError(description: "cannot write \(path): \(e)")
+        }
         wroteResolvConf = true
     }
 
@@ -325,7 +326,7 @@ public final class TunInput: IOHandler, PacketWriter {
         if fd >= 0 {
             writeHeldAck()
             loop.unregister(fd)
-            close(fd)  // the device (and its addresses and routes) goes with the last fd
+            _ = Syscall.close(fd)  // the device (and its addresses and routes) goes with the last fd
             fd = -1
         }
         // The socket holds its namespace: closed before the namespace is deleted.
@@ -333,13 +334,13 @@ public final class TunInput: IOHandler, PacketWriter {
         rtnl = nil
         if let ns = settings.netns {
             if wroteResolvConf {
-                unlink("/etc/netns/\(ns)/resolv.conf")
-                if createdNetnsDir { rmdir("/etc/netns/\(ns)") }
+                Syscall.unlink("/etc/netns/\(ns)/resolv.conf")
+                if createdNetnsDir { Syscall.removeDirectory("/etc/netns/\(ns)") }
                 wroteResolvConf = false
             }
             if createdNetns {
                 try? NetworkNamespace.delete(ns)
-                if let m = markerPath { unlink(m) }
+                if let m = markerPath { Syscall.unlink(m) }
                 createdNetns = false
             }
         }
@@ -490,12 +491,5 @@ public enum OffloadState: Equatable, CustomStringConvertible {
         case .on(let udp): return udp ? "on (csum, tso4, tso6, uso4, uso6)" : "on (csum, tso4, tso6)"
         case .off(let reason): return "off (\(reason))"
         }
-    }
-}
-
-extension Int32 {
-    func closingIfValid() -> Int32 {
-        if self >= 0 { close(self) }
-        return self
     }
 }

@@ -91,7 +91,7 @@ enum Application {
 
     static func run(_ config: Configuration, configPath: String?) -> Int32 {
         Log.threshold = config.log.threshold
-        let nofile = clinux_raise_nofile()
+        let nofile = Syscall.raiseFileLimit()
         let loop: EventLoop
         Syscall.keepFreedMemory(upTo: Netstack.heapKept)
         do { loop = try EventLoop() } catch { Log.error("start.failed", ["error": error]); return 1 }
@@ -477,10 +477,9 @@ final class Runtime {
         r.version = version
         r.pid = getpid()
         r.uptimeMs = monotonicMilliseconds() - started
-        var rss: UInt64 = 0, peak: UInt64 = 0
-        _ = clinux_memory(&rss, &peak)
-        r.residentBytes = rss
-        r.peakResidentBytes = peak
+        let memory = Syscall.memoryUsage()
+        r.residentBytes = memory.rss
+        r.peakResidentBytes = memory.peak
         func drops(_ c: InputCounters) -> [(String, UInt64)] {
             PacketDropReason.allCases.compactMap { c.dropped($0) > 0 ? ($0.description, c.dropped($0)) : nil }
         }

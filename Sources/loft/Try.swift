@@ -1,5 +1,6 @@
 import Glibc
 import LoftCore
+import LoftIO
 import LoftInputs
 
 /// `loft try`: a first run with nothing to prepare. It makes a throwaway destination (the

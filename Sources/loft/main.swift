@@ -3,6 +3,7 @@ import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
+import LoftIO
 import LoftRouting
 
 // `loft`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage or
@@ -148,7 +149,7 @@ func status(_ args: [String]) -> Never {
 /// else 80.
 func terminalWidth(wide: Bool = false) -> Int {
     if wide { return 1000 }
-    var w = Int(clinux_terminal_width(1))
+    var w = Syscall.terminalWidth(1)
     if w == 0, let c = getenv("COLUMNS").flatMap({ Int(String(cString: $0)) }) { w = c }
     return w >= 40 ? min(w, 1000) : 80
 }

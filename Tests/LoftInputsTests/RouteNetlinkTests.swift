@@ -2,6 +2,7 @@ import Glibc
 import LoftCore
 import XCTest
 @testable import LoftInputs
+import LoftIO
 
 /// RouteNetlink against the kernel: a namespace of its own with a veth pair, changed only
 /// over rtnetlink and read back with `ip`. Needs root (Tests/run runs as root).

@@ -1,5 +1,5 @@
 import XCTest
-@testable import LoftInputs
+import LoftIO
 
 final class CommandTests: XCTestCase {
     func testExitStatusIsReported() throws {

@@ -1,5 +1,4 @@
 import Glibc
-import LoftIO
 
 /// What one loft owns on the machine (a namespace it serves, a host-mode TUN and its routes),
 /// held with an exclusive flock for as long as the process lives. A second loft that wants the
@@ -25,7 +24,7 @@ public final class InstanceLock {
     /// Takes the lock named `key` (a file name) or throws `Busy` naming the holder. `what`
     /// says in words what the lock protects.
     public init(key: String, what: String) throws {
-        mkdir(Self.directory, 0o755)
+        Syscall.makeDirectory(Self.directory, mode: 0o755)
         let path = "\(Self.directory)/\(key).lock"
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw Unopenable(path: path, reason: String(cString: strerror(errno))) }

@@ -1,0 +1,170 @@
+import CLinux
+import Glibc
+
+// The rest of the funnel: the calls inputs, the control socket and the executables make (socket
+// set-up, TUN, batches of datagrams, AF_UNIX, route changes, small state files, process limits).
+// Every CLinux and libc system call outside LoftIO goes through `Syscall`: errno is read here,
+// once, and comes back as a value. (rtnetlink requests are `RouteNetlink`, in LoftIO too.)
+extension Syscall {
+    @inline(__always)
+    static func check(_ r: Int32) -> Result<Void, Errno> { r == 0 ? .success(()) : failure() }
+
+    /// The negative-errno convention of the CLinux shims, as a result.
+    @inline(__always)
+    static func shim(_ r: Int32) -> Result<Int32, Errno> { r >= 0 ? .success(r) : .failure(Errno(-r)) }
+
+    // MARK: sockets
+
+    public static func bind(_ fd: Int32, to address: SocketAddress) -> Result<Void, Errno> {
+        check(address.withSockaddr { Glibc.bind(fd, $0, $1) })
+    }
+
+    public static func listen(_ fd: Int32, backlog: Int32) -> Result<Void, Errno> {
+        check(Glibc.listen(fd, backlog))
+    }
+
+    /// setsockopt with an int value.
+    public static func setOption(_ fd: Int32, _ level: Int32, _ name: Int32, _ value: Int32) -> Result<Void, Errno> {
+        var v = value
+        return check(setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size)))
+    }
+
+    /// O_NONBLOCK and FD_CLOEXEC on an fd that came without them.
+    public static func setNonblockingCloexec(_ fd: Int32) {
+        _ = fcntl(fd, F_SETFL, O_NONBLOCK | O_RDWR)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+    }
+
+    /// TCP_NODELAY.
+    @discardableResult
+    public static func setNoDelay(_ fd: Int32) -> Bool { clinux_set_nodelay(fd) == 0 }
+
+    /// SO_LINGER 0: the close that follows sends an RST.
+    @discardableResult
+    public static func setLingerReset(_ fd: Int32) -> Bool { clinux_set_linger_reset(fd) == 0 }
+
+    /// recvmmsg into `count` slots of `slot` bytes at `base` (a connected UDP socket); `lens[i]`
+    /// is each datagram's length, -1 when it did not fit. The count.
+    public static func receiveBatch(_ fd: Int32, _ base: UnsafeMutablePointer<UInt8>, slot: Int, count: Int32,
+                                    lens: UnsafeMutablePointer<Int32>) -> Result<Int, Errno> {
+        shim(clinux_recv_batch(fd, base, slot, count, lens)).map(Int.init)
+    }
+
+    /// sendmmsg of `count` datagrams of `lens[i]` bytes, each at `base + i * slot`: how many went.
+    public static func sendBatch(_ fd: Int32, _ base: UnsafePointer<UInt8>, slot: Int, lens: UnsafePointer<Int32>,
+                                 count: Int32) -> Result<Int, Errno> {
+        shim(clinux_send_batch(fd, base, slot, lens, count)).map(Int.init)
+    }
+
+    /// sendmsg (EINTR retried): the bytes sent.
+    public static func sendmsg(_ fd: Int32, _ message: UnsafePointer<msghdr>, flags: Int32) -> Result<Int, Errno> {
+        while true {
+            let n = Glibc.sendmsg(fd, message, flags)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    // MARK: AF_UNIX
+
+    /// A nonblocking listening stream socket at `path` with `mode`; a stale socket file is
+    /// replaced, a live one is `EADDRINUSE`.
+    public static func unixListen(_ path: String, mode: UInt32) -> Result<Int32, Errno> {
+        shim(clinux_unix_listen(path, mode))
+    }
+
+    /// A blocking stream connection to `path`.
+    public static func unixConnect(_ path: String) -> Result<Int32, Errno> {
+        shim(clinux_unix_connect(path))
+    }
+
+    /// The peer's uid (SO_PEERCRED), nil when the kernel does not say.
+    public static func peerUID(_ fd: Int32) -> UInt32? {
+        let uid = clinux_peer_uid(fd)
+        return uid >= 0 ? UInt32(uid) : nil
+    }
+
+    // MARK: TUN and routes
+
+    /// A TUN device `name` (created inside `netnsPath` when given; the thread returns to its own
+    /// namespace), with the virtio-net header when `vnetHeader`.
+    public static func tunOpen(_ name: String, netnsPath: String?, vnetHeader: Bool) -> Result<Int32, Errno> {
+        shim(clinux_tun_open(name, netnsPath, vnetHeader ? 1 : 0))
+    }
+
+    /// TUNSETOFFLOAD flags: checksum and TCP segmentation (TSO4, TSO6, TSO_ECN) ...
+    public static let tunOffloadTCP = UInt32(CLINUX_TUN_F_CSUM | CLINUX_TUN_F_TSO4 | CLINUX_TUN_F_TSO6 | CLINUX_TUN_F_TSO_ECN)
+    /// ... and UDP segmentation (USO, Linux 6.2+).
+    public static let tunOffloadUDP = UInt32(CLINUX_TUN_F_USO4 | CLINUX_TUN_F_USO6)
+
+    /// TUNSETOFFLOAD with those flags.
+    public static func tunSetOffload(_ fd: Int32, _ flags: UInt32) -> Result<Void, Errno> {
+        shim(clinux_tun_set_offload(fd, flags)).map { _ in () }
+    }
+
+    /// A nonblocking rtnetlink socket subscribed to route changes.
+    public static func routeMonitorOpen() -> Result<Int32, Errno> { shim(clinux_route_monitor_open()) }
+
+    /// Drains it: how many default-route changes of the main table (not through `ignoring`).
+    public static func routeMonitorRead(_ fd: Int32, ignoring ifindex: Int32) -> Result<Int, Errno> {
+        shim(clinux_route_monitor_read(fd, ifindex)).map(Int.init)
+    }
+
+    // MARK: files
+
+    /// Writes `bytes` to `path` (created with `mode`, truncated); `atomically`: to PATH.tmp,
+    /// then renamed over PATH, so a reader sees the old file or the new one.
+    public static func writeFile(_ path: String, _ bytes: [UInt8], mode: mode_t, atomically: Bool = false) -> Result<Void, Errno> {
+        let target = atomically ? path + ".tmp" : path
+        let f = Glibc.open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard f >= 0 else { return failure() }
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(f, $0.baseAddress! + done, bytes.count - done) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = Errno(errno)
+                Glibc.close(f)
+                return .failure(e)
+            }
+            done += n
+        }
+        Glibc.close(f)
+        if atomically, rename(target, path) != 0 { return failure() }
+        return .success(())
+    }
+
+    /// Creates an empty file (mode `mode`) if there is none.
+    public static func touch(_ path: String, mode: mode_t) -> Result<Void, Errno> {
+        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, mode)
+        guard f >= 0 else { return failure() }
+        Glibc.close(f)
+        return .success(())
+    }
+
+    @discardableResult
+    public static func unlink(_ path: String) -> Result<Void, Errno> { check(Glibc.unlink(path)) }
+
+    @discardableResult
+    public static func makeDirectory(_ path: String, mode: mode_t) -> Result<Void, Errno> { check(mkdir(path, mode)) }
+
+    @discardableResult
+    public static func removeDirectory(_ path: String) -> Result<Void, Errno> { check(rmdir(path)) }
+
+    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    // MARK: the process
+
+    /// RLIMIT_NOFILE's soft limit raised to its hard limit: the new soft limit.
+    public static func raiseFileLimit() -> Int { Int(clinux_raise_nofile()) }
+
+    /// Resident set size and its peak (VmRSS, VmHWM) in bytes.
+    public static func memoryUsage() -> (rss: UInt64, peak: UInt64) {
+        var rss: UInt64 = 0, peak: UInt64 = 0
+        _ = clinux_memory(&rss, &peak)
+        return (rss, peak)
+    }
+
+    /// Columns of the terminal on `fd`, 0 when it is not one.
+    public static func terminalWidth(_ fd: Int32) -> Int { Int(clinux_terminal_width(fd)) }
+}
