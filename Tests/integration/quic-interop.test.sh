@@ -48,19 +48,10 @@ read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(free_por
 [ -n "$SOCKS_PORT" ] || die "could not pick free ports"
 certs
 
-cat >"$T_DIR/front.yaml" <<EOF
-log: info
-listen: 127.0.0.1:$FRONT_PORT
-carriers: [quic, h3]
-tls: { certificate: certs/server.pem, key: certs/server.key }
-tokens: ["$TOKEN"]
-pool: { ipv4: 198.18.64.0/24 }
-keepalive: 10s
-control: $T_DIR/front.sock
-EOF
+front_yaml "quic, h3" "pool: { ipv4: 198.18.64.0/24 }" "keepalive: 10s"
 
-front_up $CASES $SHELL_CASES
-rss0=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
+front_up $CASES $SHELL_CASES || finish
+rss0=$(rss_kib "$FRONT_PID")
 
 t0=$(now_ms)
 timeout -k 5 150 python3 "$INTEROP/quic_client.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \
@@ -85,7 +76,7 @@ if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 2 ] && [ "
 else
     fail front-quic-counters "$(echo "$stats" | tr '\n' ' ')"
 fi
-rss1=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
+rss1=$(rss_kib "$FRONT_PID")
 if [ -n "$rss1" ] && [ "$rss1" -lt $((rss0 + 65536)) ]; then pass front-memory-bounded; note "front RSS ${rss0} kB -> ${rss1} kB"
 else fail front-memory-bounded "front RSS ${rss0} kB -> ${rss1} kB (allowed +64 MiB)"; fi
 
