@@ -1,5 +1,5 @@
-# Shared by the tests against independent peers on loopback (ws-interop, h2-interop; quic-lib.sh
-# for the quic ones), sourced after lib.sh, never run: the test PKI
+# Shared by the tests against independent peers on loopback (ws-interop, h2-interop,
+# get-interop; quic-lib.sh for the quic ones), sourced after lib.sh, never run: the test PKI
 # (certs), loft-front beside a TCP echo (front_up), the clients' notes (client_notes), the
 # front's counters (front_stats, sv) and clean exit (front_exit_clean), and loft's own client
 # against a peer's echo server (loft_against_echo).
