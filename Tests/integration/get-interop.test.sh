@@ -19,8 +19,7 @@ short-session-id-400 wrong-path-404 put-405 post-not-chunked-400 second-get-409 
 unjoined-get-408 malformed-chunk-400 alive-after-malformed-chunk bytes-after-get-400 alive-after-bytes-after-get"
 P1_SHELL="front-logged-get-errors front-still-running front-stats-counters front-exit-clean"
 
-read -r FRONT_PORT ECHO_PORT CLOSED_PORT <<<"$(free_ports 3)"
-[ -n "$CLOSED_PORT" ] || die "could not pick free ports"
+interop_ports FRONT_PORT ECHO_PORT CLOSED_PORT
 certs
 
 # GET_INTEROP_CARRIERS=ws: a front without get, against which every get case fails.

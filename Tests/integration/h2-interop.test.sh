@@ -36,8 +36,7 @@ python3 -c 'import h2' 2>/dev/null || die "python3 cannot import h2 (pip install
 command -v nghttp >/dev/null || die "no nghttp (apt-get install nghttp2-client)"
 [ -x "$LOFT_BIN" ] || die "no loft binary at $LOFT_BIN"
 
-read -r FRONT_PORT ECHO_PORT CLOSED_PORT WS_PORT SOCKS_PORT <<<"$(free_ports 5)"
-[ -n "$SOCKS_PORT" ] || die "could not pick free ports"
+interop_ports FRONT_PORT ECHO_PORT CLOSED_PORT WS_PORT SOCKS_PORT
 certs
 
 # --- 1. h2-library client -> loft-front ----------------------------------------------------

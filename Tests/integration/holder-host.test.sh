@@ -31,23 +31,9 @@ control: $T_DIR/front.sock
 EOF
 front_run "$T_DIR/front.yaml" "$SRV_NS" || { fail_all "loft-front did not start: $(tail -2 "$FRONT_LOG" | tr '\n' '|')" $CASES; finish; }
 
-HTUN=lh$((T_ID % 100000))
-cat >"$T_DIR/host.yaml" <<EOF
-tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
-socks5: off
-bridge: off
-control: $T_DIR/host.sock
-outbounds:
-  - { name: home, type: loft, server: "$SRV4:$FPORT", carrier: ws, token: host-test,
-      tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem } }
-default: home
-hold: true
-EOF
-ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$T_DIR/host.yaml" >"$T_DIR/host-loft.log" 2>&1 </dev/null &
-HPID=$!; T_PIDS+=("$HPID"); register_pid "$HPID"
-ready=
-for _ in $(seq 100); do grep -q event=ready "$T_DIR/host-loft.log" && { ready=1; break; }; kill -0 $HPID 2>/dev/null || break; sleep 0.1; done
-[ -n "$ready" ] || { for c in $CASES; do fail "$c" "loft did not start: $(tail -3 "$T_DIR/host-loft.log" | tr '\n' '|')"; done; finish; }
+host_config "outbounds:" "  - { name: home, type: loft, server: \"$SRV4:$FPORT\", carrier: ws, token: host-test," \
+    "      tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem } }" "default: home" "hold: true"
+host_start || { fail_all "loft did not start: $(tail -3 "$T_DIR/host-loft.log" | tr '\n' '|')" $CASES; finish; }
 
 status() { "$LOFT_BIN" status --json -c "$T_DIR/host.yaml" 2>/dev/null; }
 LOFT_CFG=$T_DIR/host.yaml

@@ -7,6 +7,32 @@
 INTEROP=$LOFT_REPO/Tests/interop
 [ -x "$FRONT_BIN" ] || die "no loft-front binary at $FRONT_BIN"
 
+# free_ports N: N loopback port numbers, each free for both TCP and UDP, on one line.
+free_ports() {
+    python3 - "$1" <<'PYEOF'
+import socket, sys
+out, keep = [], []
+while len(out) < int(sys.argv[1]):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", p))
+    except OSError:
+        s.close(); u.close(); continue
+    keep += [s, u]; out.append(p)
+print(" ".join(map(str, out)))
+PYEOF
+}
+
+# interop_ports NAME...: free loopback ports (free_ports) into the variables NAME...
+interop_ports() {
+    local -a got
+    local v
+    read -ra got <<<"$(free_ports $#)"
+    [ ${#got[@]} -eq $# ] || die "could not pick free ports"
+    for v in "$@"; do printf -v "$v" %s "${got[0]}"; got=("${got[@]:1}"); done
+}
+
 # certs: the test PKI (gen-certs.sh) in $T_DIR/certs; CA is its CA's PEM.
 CA=$T_DIR/certs/ca.pem
 certs() { "$INTEROP/gen-certs.sh" "$T_DIR/certs" >/dev/null || die "gen-certs.sh failed"; }

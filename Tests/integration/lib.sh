@@ -311,23 +311,6 @@ wait_tcp() {
     return 1
 }
 
-# free_ports N: N loopback port numbers, each free for both TCP and UDP, on one line.
-free_ports() {
-    python3 - "$1" <<'PYEOF'
-import socket, sys
-out, keep = [], []
-while len(out) < int(sys.argv[1]):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", p))
-    except OSError:
-        s.close(); u.close(); continue
-    keep += [s, u]; out.append(p)
-print(" ".join(map(str, out)))
-PYEOF
-}
-
 # download NAME URL [curl args]: a download in the namespace DL_NS (the app's), at most DL_SECONDS
 # (120), whose SHA-256 must be BIG_SHA's; with CARRIED set (holder-lib.sh) the bytes must also
 # have crossed the carrier (carried).
@@ -553,6 +536,33 @@ host_ns_up() {
     ip -n "$HOST_NS" route add "$SRV_NET4" via 198.18.$((NET + 150)).2
 }
 in_host() { ip netns exec "$HOST_NS" "$@"; }
+
+# host_config [YAML LINE...]: $T_DIR/host.yaml for loft in host mode inside HOST_NS: its TUN
+# HTUN (198.18.(NET+160).1/30, route-all, no IPv6), no SOCKS5, no bridge, a control socket, and
+# the lines given.
+HTUN=lh$((T_ID % 100000))
+host_config() {
+    local l
+    cat >"$T_DIR/host.yaml" <<EOF
+tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
+socks5: off
+bridge: off
+control: $T_DIR/host.sock
+EOF
+    for l in "$@"; do echo "$l" >>"$T_DIR/host.yaml"; done
+}
+
+# host_start: loft from $T_DIR/host.yaml inside HOST_NS (HPID, log $T_DIR/host-loft.log) until it
+# logs event=ready (10 s); 1 if it exits first or is not ready by then.
+host_start() {
+    # Emptied first: the child truncates it only once forked, and the last start's event=ready
+    # must not count for this one. Not through in_host: $! must be loft itself, not a subshell.
+    : >"$T_DIR/host-loft.log"
+    ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$T_DIR/host.yaml" >"$T_DIR/host-loft.log" 2>&1 </dev/null &
+    HPID=$!; T_PIDS+=("$HPID"); register_pid "$HPID"
+    for _ in $(seq 100); do grep -q event=ready "$T_DIR/host-loft.log" && return 0; kill -0 $HPID 2>/dev/null || return 1; sleep 0.1; done
+    return 1
+}
 host_snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table all; ip -6 route show table all' | grep -v ' lo \|fe80::/64\|multicast\|^local ' ; }
 
 # --- loft -----------------------------------------------------------------------------------

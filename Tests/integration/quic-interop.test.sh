@@ -44,8 +44,7 @@ SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 
 # Five free loopback ports: the front's (TCP and UDP), the TCP echo's, the UDP echo's, the
 # aioquic server's, loft's SOCKS5.
-read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(free_ports 5)"
-[ -n "$SOCKS_PORT" ] || die "could not pick free ports"
+interop_ports FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT
 certs
 
 front_yaml "quic, h3" "pool: { ipv4: 198.18.64.0/24 }" "keepalive: 10s"
@@ -190,7 +189,7 @@ else fail holder-tcp-flow-on-own-stream "flows on own streams: $(ev event=flow-o
 if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
 else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
 # --- 3. loft's holder over h3 -> the aioquic server in its HTTP/3 mode ------------------------
-read -r H3_SERVER_PORT H3_SOCKS_PORT <<<"$(free_ports 2)"
+interop_ports H3_SERVER_PORT H3_SOCKS_PORT
 aioquic_holder -h3 h3 "$H3_SERVER_PORT" "$H3_SOCKS_PORT" --alpn h3
 if [ "$(ev event=handshake alpn=h3)" -ge 1 ] && [ "$(ev event=connect stream=0 method=CONNECT protocol=loft path=/loft)" -ge 1 ] \
     && [ "$(ev event=hello version=1 token=t)" -ge 1 ] && [ "$state" = up ]; then pass holder-h3-connect-hello-up

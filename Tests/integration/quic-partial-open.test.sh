@@ -14,7 +14,7 @@
 
 TOKEN=partial-token-$T_ID
 CASES="quic-partial-open-deadline quic-partial-open-memory-flat"
-read -r FRONT_PORT ECHO_PORT <<<"$(free_ports 2)"
+interop_ports FRONT_PORT ECHO_PORT
 [ -n "$ECHO_PORT" ] || die "could not pick free ports"
 certs
 front_yaml quic "pool: { ipv4: 198.18.64.0/24 }" "keepalive: 10s" "connect-timeout: 2s"

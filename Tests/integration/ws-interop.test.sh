@@ -32,8 +32,7 @@ goaway-protocol-error-after-echo client-close-after-goaway redial-sends-hello"
 python3 -c 'import websockets' 2>/dev/null || die "python3 cannot import websockets (pip install websockets)"
 [ -x "$LOFT_BIN" ] || die "no loft binary at $LOFT_BIN"
 
-read -r FRONT_PORT ECHO_PORT CLOSED_PORT WS_PORT SOCKS_PORT <<<"$(free_ports 5)"
-[ -n "$SOCKS_PORT" ] || die "could not pick free ports"
+interop_ports FRONT_PORT ECHO_PORT CLOSED_PORT WS_PORT SOCKS_PORT
 certs
 
 # --- 1. websockets client -> loft-front -----------------------------------------------------

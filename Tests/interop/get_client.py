@@ -360,9 +360,4 @@ def parse_args():
 
 
 if __name__ == "__main__":
-    args = parse_args()
-    try:
-        asyncio.run(asyncio.wait_for(main(args), args.deadline))
-    except asyncio.TimeoutError:
-        emit("get-client-deadline", False, "the client did not finish within %ds" % args.deadline)
-        sys.exit(1)
+    lw.run_client(main, parse_args(), "get-client-deadline")

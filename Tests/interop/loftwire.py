@@ -57,6 +57,24 @@ def client_arguments():
     return p
 
 
+def echo_server_arguments():
+    """The parsed arguments of an echo server loft's client is tested against: `serve --port P
+    --cert PEM --key KEY --results FILE` (one JSON line per connection into FILE) or `check
+    --results FILE --token T --host HOST` (its verdicts on what loft sent)."""
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--cert", required=True)
+    s.add_argument("--key", required=True)
+    s.add_argument("--results", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--results", required=True)
+    c.add_argument("--token", required=True)
+    c.add_argument("--host", required=True)
+    return p.parse_args()
+
+
 def frame(ftype, stream, body=b"", flags=0):
     return struct.pack("!BBIH", ftype, flags, stream, len(body)) + body
 
@@ -322,3 +340,13 @@ async def echo_stream_checks(c, echo_port, closed_port, describe):
         f = "timeout"
     emit("open-refused-open-fail", isinstance(f, tuple) and f[0] == OPEN_FAIL and f[2] == 3 and f[3] == b"\x05",
          "got %s %s" % (f if f == "timeout" else describe(f), f[3].hex() if isinstance(f, tuple) else ""))
+
+
+def run_client(main, args, deadline_case):
+    """Runs the coroutine main(args) within args.deadline seconds; past it, FAIL deadline_case
+    and exit 1."""
+    try:
+        asyncio.run(asyncio.wait_for(main(args), args.deadline))
+    except asyncio.TimeoutError:
+        emit(deadline_case, False, "the client did not finish within %ds" % args.deadline)
+        sys.exit(1)

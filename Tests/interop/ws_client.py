@@ -392,9 +392,4 @@ def parse_args():
 
 
 if __name__ == "__main__":
-    args = parse_args()
-    try:
-        asyncio.run(asyncio.wait_for(main(args), args.deadline))
-    except asyncio.TimeoutError:
-        emit("ws-client-deadline", False, "the client did not finish within %ds" % args.deadline)
-        sys.exit(1)
+    lw.run_client(main, parse_args(), "ws-client-deadline")
