@@ -1,5 +1,7 @@
-# Shared helpers for loft's benchmarks (sourced). Builds on the integration tests' topology
-# (Tests/integration/lib.sh: srv namespace, veth, servers, loft start/stop, trap cleanup).
+# Shared helpers for loft's benchmarks (sourced). Builds on the integration tests' library
+# (Tests/integration/lib.sh: srv namespace, veth, servers, loft and loft-front start/stop, trap
+# cleanup, cpu_ticks and rss_kib): only what the benchmarks alone use is defined here
+# (docs/testing.md, "The shell library").
 #
 # The app namespace loft-app-<id> is made here, before loft starts, and gets two paths to
 # the same servers (198.18.1.2, fd00:1::2):
@@ -12,7 +14,6 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$BENCH_DIR/../Tests/integration/lib.sh"
 RESULTS=${LOFT_BENCH_RESULTS:-$BENCH_DIR/results}
 mkdir -p "$RESULTS"
-CLK_TCK=$(getconf CLK_TCK)
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"  # 10k flows need >10k fds
 
 bench_require_loft() {
@@ -52,15 +53,40 @@ bench_loft_start() {
     loft_start "$(loft_config "bench-$(date +%s%N)" "$@")" "$APP_NS" || {
         echo "loft did not start: $(tail -5 "$LOFT_LOG" 2>/dev/null)" >&2; return 1; }
 }
+# bench_path_start NAME [DEFAULT OUTBOUND]: kernel routes off, loft up in APP_NS with a config
+# bench-NAME (control socket $T_DIR/control-NAME.sock) whose default is direct, or DEFAULT with
+# OUTBOUND (one YAML flow mapping) as its one outbound; LAST_CFG is its path. When loft does not
+# start: one that started but never became ready is stopped (LOFT_PID is reused), the kernel
+# routes are back, and it returns 1.
+bench_path_start() {
+    local cfg
+    cfg=$(loft_config "bench-$1")
+    sed -i '/^default: direct$/d' "$cfg"
+    {
+        echo "control: $T_DIR/control-$1.sock"
+        if [ $# -ge 3 ]; then
+            echo "outbounds:"
+            echo "  - $3"
+            echo "default: $2"
+        else
+            echo "default: direct"
+        fi
+    } >>"$cfg"
+    LAST_CFG=$cfg
+    kernel_routes_off
+    if ! loft_start "$cfg" "$APP_NS"; then
+        echo "loft did not start: $(tail -5 "$LOFT_LOG")" >&2
+        [ -n "$LOFT_PID" ] && loft_stop KILL
+        kernel_routes_on
+        return 1
+    fi
+}
 bench_loft_stop() {
     loft_stop TERM || echo "warning: loft exit status $LOFT_RC" >&2
     kernel_routes_on
 }
 
-# A process that is gone (or a zombie) reads as nothing, never as 0: a dead loft must not
-# measure as no CPU and no memory (and meet a "<= N" target).
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
-rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null; }
+# The peak resident memory (KiB) of a process (nothing when it is gone, as rss_kib), and its reset.
 hwm_kib() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null; }
 # kib_mib KIB: KiB as MiB "%.1f", or "-" when there is no reading.
 kib_mib() { case $1 in ''|-) echo - ;; *) awk -v k="$1" 'BEGIN{printf "%.1f", k/1024}' ;; esac; }
@@ -90,6 +116,27 @@ integrity_check() {
     got=$(in_app timeout 120 socat -t 30 - "TCP4:$SRV4:9000" <"$T_DIR/www/big" | cut -d' ' -f1)
     [ "$got" = "$want" ] || { echo "upload sha256 mismatch"; return 1; }
     echo ok
+}
+
+# free_port [BASE]: the first port from BASE (20000 + the test's id) that no TCP or UDP socket
+# of the root namespace uses, in any state (at most 200 tried).
+free_port() {
+    local p=${1:-$((20000 + T_ID % 20000))} i
+    for i in $(seq 200); do
+        ss -Htuan "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+        p=$((p + 1))
+    done
+    echo "$p"
+}
+
+# gbps_of FILE: the received Gbit/s ("%.3f") of an `iperf3 -J` run, or "error".
+gbps_of() {
+    python3 -c '
+import json,sys
+try:
+    d=json.load(open(sys.argv[1]))
+    print("%.3f" % (d["end"]["sum_received"]["bits_per_second"]/1e9) if "error" not in d else "error")
+except Exception: print("error")' "$1"
 }
 
 bench_meta() {      # JSON object describing this run

@@ -11,7 +11,6 @@
 #   front-evicts-counted       the front counted the handshakes it evicted
 . "$(dirname "$0")/lib.sh"
 
-FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 FPORT=$((20000 + T_ID % 20000))
 S5_PORT=$((FPORT + 1))
 while ss -Htln "sport = :$S5_PORT" 2>/dev/null | grep -q .; do S5_PORT=$((S5_PORT + 1)); done
@@ -32,9 +31,7 @@ pool: { ipv4: 198.18.64.0/24 }
 keepalive: 2s
 control: $T_DIR/front.sock
 EOF
-ip netns exec "$SRV_NS" "$FRONT_BIN" run -c "$T_DIR/front.yaml" >"$T_DIR/front.log" 2>&1 </dev/null &
-FPID=$!; T_PIDS+=("$FPID"); register_pid "$FPID"
-wait_listen "$SRV_NS" tcp "$FPORT" || { for c in $CASES; do fail "$c" "loft-front did not start: $(tail -2 "$T_DIR/front.log" | tr '\n' '|')"; done; finish; }
+front_run "$T_DIR/front.yaml" "$SRV_NS" || { fail_all "loft-front did not start: $(tail -2 "$FRONT_LOG" | tr '\n' '|')" $CASES; finish; }
 
 cat >"$T_DIR/loft.yaml" <<EOF
 log: info
@@ -48,26 +45,16 @@ default: home
 EOF
 loft_start_host "$T_DIR/loft.yaml" || { for c in $CASES; do fail "$c" "loft did not start"; done; finish; }
 
-home_state() {
-    "$LOFT_BIN" status --json -c "$T_DIR/loft.yaml" 2>/dev/null | python3 -c '
-import json, sys
-o = next(x for x in json.load(sys.stdin)["outbounds"] if x["name"] == "home"); print(o["state"])' 2>/dev/null
-}
-home_resumes() {    # the holder's resumes counter (a redial that came back up)
-    "$LOFT_BIN" status --json -c "$T_DIR/loft.yaml" 2>/dev/null | python3 -c '
-import json, sys
-o = next(x for x in json.load(sys.stdin)["outbounds"] if x["name"] == "home"); print(o["counters"]["resumes"])' 2>/dev/null
-}
+LOFT_CFG=$T_DIR/loft.yaml
 wait_up() {     # wait_up SECONDS: until the holder is up; prints the milliseconds it took
     local t0 i
     t0=$(now_ms)
     for i in $(seq $(($1 * 20))); do
-        [ "$(home_state)" = up ] && { echo $(( $(now_ms) - t0 )); return 0; }
+        [ "$(field 'o["state"]')" = up ] && { echo $(( $(now_ms) - t0 )); return 0; }
         sleep 0.05
     done
     echo never; return 1
 }
-front_stat() { "$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>/dev/null | awk -v k="$1" '$1 == k {print $2}'; }
 wait_up 10 >/dev/null || { for c in $CASES; do fail "$c" "the holder never came up: $(tail -3 "$LOFT_LOG" | tr '\n' '|')"; done; finish; }
 
 # The flood: 300 connections that send nothing, each re-opened when the front closes it.
@@ -99,16 +86,16 @@ sleep 2
 
 # A redial in the middle of the flood: it happened (the resumes counter grew) and the session
 # is up again within 3 s. "up" alone would also read so when no redial was made at all.
-r0=$(home_resumes)
+r0=$(field 'c["resumes"]')
 t0=$(now_ms); took=never
 "$LOFT_BIN" path-changed -c "$T_DIR/loft.yaml" >/dev/null 2>&1
 for _ in $(seq 120); do
-    [ "$(home_resumes)" -gt "${r0:-0}" ] 2>/dev/null && [ "$(home_state)" = up ] && { took=$(( $(now_ms) - t0 )); break; }
+    [ "$(field 'c["resumes"]')" -gt "${r0:-0}" ] 2>/dev/null && [ "$(field 'o["state"]')" = up ] && { took=$(( $(now_ms) - t0 )); break; }
     sleep 0.05
 done
-note "holder redialled during the flood: resumes $r0 -> $(home_resumes), up after ${took} ms"
+note "holder redialled during the flood: resumes $r0 -> $(field 'c["resumes"]'), up after ${took} ms"
 if [ -n "$r0" ] && [ "$took" != never ] && [ "$took" -le 3000 ]; then pass front-redial-under-flood
-else fail front-redial-under-flood "resumes $r0 -> $(home_resumes), up after $took ms (state $(home_state)); front: $(tail -2 "$T_DIR/front.log" | tr '\n' '|')"; fi
+else fail front-redial-under-flood "resumes $r0 -> $(field 'c["resumes"]'), up after $took ms (state $(field 'o["state"]')); front: $(tail -2 "$T_DIR/front.log" | tr '\n' '|')"; fi
 
 t0=$(now_ms)
 got=$(curl -sS --max-time 30 --socks5-hostname "127.0.0.1:$S5_PORT" "http://$SRV4/big" 2>"$T_DIR/curl.err" | sha256sum | cut -d' ' -f1)
@@ -138,8 +125,8 @@ except (OSError, ssl.SSLError) as e:
 EOF
 )
 note "garbage after TLS: $g"
-if kill -0 "$FPID" 2>/dev/null && [ "$(home_state)" = up ] && [[ $g == "closed by the front"* ]]; then pass front-garbage-after-tls
-else fail front-garbage-after-tls "front alive: $(kill -0 "$FPID" 2>/dev/null && echo yes || echo no), holder $(home_state); $g"; fi
+if kill -0 "$FRONT_PID" 2>/dev/null && [ "$(field 'o["state"]')" = up ] && [[ $g == "closed by the front"* ]]; then pass front-garbage-after-tls
+else fail front-garbage-after-tls "front alive: $(kill -0 "$FRONT_PID" 2>/dev/null && echo yes || echo no), holder $(field 'o["state"]'); $g"; fi
 
 # A WebSocket frame claiming 2^62 bytes, then a trickle: the front ends that carrier (the
 # session's first frame cannot be that long) and keeps serving.
@@ -168,8 +155,8 @@ except (OSError, ssl.SSLError) as e:
 EOF
 )
 note "a 2^62-byte WebSocket frame: $w"
-if kill -0 "$FPID" 2>/dev/null && [ "$(home_state)" = up ] && echo "$w" | grep -q "closed by the front"; then pass front-absurd-ws-frame
-else fail front-absurd-ws-frame "front alive: $(kill -0 "$FPID" 2>/dev/null && echo yes || echo no), holder $(home_state); $w"; fi
+if kill -0 "$FRONT_PID" 2>/dev/null && [ "$(field 'o["state"]')" = up ] && echo "$w" | grep -q "closed by the front"; then pass front-absurd-ws-frame
+else fail front-absurd-ws-frame "front alive: $(kill -0 "$FRONT_PID" 2>/dev/null && echo yes || echo no), holder $(field 'o["state"]'); $w"; fi
 
 ev=$(front_stat handshakes_evicted)
 failed=$(front_stat handshakes_failed)

@@ -8,7 +8,6 @@
 # both ends, and every route and rule is gone after exit.
 . "$(dirname "$0")/lib.sh"
 
-FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 FPORT=$((20000 + T_ID % 20000))
 CASES="host-holder-up host-holder-carrier-off-tun host-holder-overlay host-holder-download host-holder-counted host-holder-clean-exit"
 
@@ -30,33 +29,17 @@ mtu: 1400
 keepalive: 2s
 control: $T_DIR/front.sock
 EOF
-ip netns exec "$SRV_NS" "$FRONT_BIN" run -c "$T_DIR/front.yaml" >"$T_DIR/front.log" 2>&1 </dev/null &
-FPID=$!; T_PIDS+=("$FPID"); register_pid "$FPID"
-wait_listen "$SRV_NS" tcp "$FPORT" || { for c in $CASES; do fail "$c" "loft-front did not start: $(tail -2 "$T_DIR/front.log" | tr '\n' '|')"; done; finish; }
+front_run "$T_DIR/front.yaml" "$SRV_NS" || { fail_all "loft-front did not start: $(tail -2 "$FRONT_LOG" | tr '\n' '|')" $CASES; finish; }
 
-HTUN=lh$((T_ID % 100000))
-cat >"$T_DIR/host.yaml" <<EOF
-tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
-socks5: off
-bridge: off
-control: $T_DIR/host.sock
-outbounds:
-  - { name: home, type: loft, server: "$SRV4:$FPORT", carrier: ws, token: host-test,
-      tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem } }
-default: home
-hold: true
-EOF
-ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$T_DIR/host.yaml" >"$T_DIR/host-loft.log" 2>&1 </dev/null &
-HPID=$!; T_PIDS+=("$HPID"); register_pid "$HPID"
-ready=
-for _ in $(seq 100); do grep -q event=ready "$T_DIR/host-loft.log" && { ready=1; break; }; kill -0 $HPID 2>/dev/null || break; sleep 0.1; done
-[ -n "$ready" ] || { for c in $CASES; do fail "$c" "loft did not start: $(tail -3 "$T_DIR/host-loft.log" | tr '\n' '|')"; done; finish; }
+host_config "outbounds:" "  - { name: home, type: loft, server: \"$SRV4:$FPORT\", carrier: ws, token: host-test," \
+    "      tls: { server-name: front.test, ca: $T_DIR/pki/ca.pem } }" "default: home" "hold: true"
+host_start || { fail_all "loft did not start: $(tail -3 "$T_DIR/host-loft.log" | tr '\n' '|')" $CASES; finish; }
 
 status() { "$LOFT_BIN" status --json -c "$T_DIR/host.yaml" 2>/dev/null; }
-home() { status | python3 -c 'import json,sys; s=json.load(sys.stdin); o=next(x for x in s["outbounds"] if x["name"]=="home"); print(eval(sys.argv[1]))' "$1" 2>/dev/null; }
+LOFT_CFG=$T_DIR/host.yaml
 up=
-for _ in $(seq 100); do [ "$(home 'o["state"]')" = up ] && { up=1; break; }; sleep 0.1; done
-if [ -n "$up" ]; then pass host-holder-up; else fail host-holder-up "state $(home 'o["state"]'): $(home 'o["detail"]')"; fi
+for _ in $(seq 100); do [ "$(field 'o["state"]')" = up ] && { up=1; break; }; sleep 0.1; done
+if [ -n "$up" ]; then pass host-holder-up; else fail host-holder-up "state $(field 'o["state"]'): $(field 'o["detail"]')"; fi
 
 # The carrier is a TCP connection from the host's veth address to the front, marked 0x4c46.
 conn=$(in_host ss -Htne state established "dst $SRV4:$FPORT")
@@ -69,8 +52,8 @@ if [[ $a4 == 198.18.64.* ]]; then pass host-holder-overlay; else fail host-holde
 got=$(in_host curl -sS --max-time 60 "http://$SRV4/big" 2>"$T_DIR/curl.err" | sha256sum | cut -d' ' -f1)
 if [ "$got" = "$BIG_SHA" ]; then pass host-holder-download; else fail host-holder-download "sha256 $got: $(tail -1 "$T_DIR/curl.err")"; fi
 
-flows=$(home 'o["flows_total"]')
-opened=$("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>/dev/null | awk '$1 == "streams_opened" {print $2}')
+flows=$(field 'o["flows_total"]')
+opened=$(front_stat streams_opened)
 if [ "${flows:-0}" -ge 1 ] && [ "${opened:-0}" -ge 1 ]; then pass host-holder-counted
 else fail host-holder-counted "loft flows via home $flows, front streams opened $opened; rules: $(in_host ip rule | tr '\n' '|'); totals: $(status | python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"])'); front: $("$FRONT_BIN" stats -c "$T_DIR/front.yaml" 2>&1 | head -3 | tr '\n' '|')"; fi
 

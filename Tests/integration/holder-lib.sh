@@ -2,10 +2,7 @@
 # run): the topology and servers, loft-front on 127.0.0.1 (front_start, front_kill), the holder's
 # config (holder_config) and the data-path checks each carrier runs.
 
-FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 FRONT_PORT=$((20000 + T_ID % 20000))
-FRONT_PID=
-FRONT_LOG=$T_DIR/front.log
 CTL=/run/loft/holder-test-$T_ID.sock
 
 topo_up
@@ -31,19 +28,8 @@ instance-expiry: 10m
 state-file: $T_DIR/front.state
 EOF
 
-front_start() {
-    "$FRONT_BIN" run -c "${FRONT_CFG:-$T_DIR/front.yaml}" >>"$FRONT_LOG" 2>&1 </dev/null &
-    FRONT_PID=$!
-    register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
-    local i
-    for i in $(seq 100); do
-        ss -Htln "sport = :$FRONT_PORT" | grep -q . && return 0
-        kill -0 "$FRONT_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    note "loft-front did not start: $(tail -3 "$FRONT_LOG" | tr '\n' '|')"
-    return 1
-}
+# front_start: loft-front from FRONT_CFG ($T_DIR/front.yaml), until it is ready (lib.sh's front_run).
+front_start() { front_run "${FRONT_CFG:-$T_DIR/front.yaml}"; }
 front_kill() { [ -n "$FRONT_PID" ] && kill -KILL "$FRONT_PID" 2>/dev/null; wait "$FRONT_PID" 2>/dev/null; FRONT_PID=; }
 
 # holder_config NAME CARRIER [top-level yaml ...]: a namespace config whose default is the holder
@@ -79,15 +65,6 @@ EOF
     echo "$T_DIR/$name.yaml"
 }
 
-# field EXPR: one value from `loft status --json` (o = the outbound "home", s = everything).
-field() {
-    "$LOFT_BIN" status --json -c "$LOFT_CFG" 2>/dev/null | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-o = next(x for x in s["outbounds"] if x["name"] == "home")
-c = o.get("counters", {})
-print(eval(sys.argv[1]))' "$1" 2>/dev/null
-}
 wait_state() {       # wait_state STATE SECONDS
     local i
     for i in $(seq $(($2 * 10))); do [ "$(field 'o["state"]')" = "$1" ] && return 0; sleep 0.1; done
@@ -104,6 +81,9 @@ import json, sys
 o = {x["name"]: x for x in json.load(sys.stdin)["outbounds"]}
 print(o["home"]["bytes_up"], o["home"]["bytes_down"], o["direct"]["flows_total"])' 2>/dev/null
 }
+# With CARRIED set, lib.sh's download and upload also check that the bytes crossed the carrier.
+CARRIED=1
+
 # carried MARK UP DOWN: since MARK (carrier_mark's line) the home outbound carried at least UP
 # bytes up and DOWN bytes down, and no flow went direct: the transfer crossed the carrier, not
 # the direct fallback a session that died after session-up leaves (hold is off in these
@@ -125,57 +105,6 @@ carried() {
         sleep 0.1
     done
     return 1
-}
-
-download() {        # download NAME URL [curl args]: also proves the bytes crossed the carrier
-    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got m0
-    shift 2
-    m0=$(carrier_mark)
-    t0=$(now_ms)
-    if ! in_app curl -gsS --max-time 120 "$@" -o "$out" "$url" 2>"$T_DIR/curl.err"; then
-        fail "$name" "curl $url: $(tail -1 "$T_DIR/curl.err")"; return 1
-    fi
-    got=$(sha_of "$out")
-    rm -f "$out"
-    if [ "$got" != "$BIG_SHA" ]; then
-        fail "$name" "sha256 $got != served $BIG_SHA"; return 1
-    fi
-    t0=$(( $(now_ms) - t0 ))
-    if carried "$m0" 1 "$(stat -c %s "$T_DIR/www/big")"; then
-        pass "$name"; note "$name: 50 MiB in $t0 ms"
-    else
-        fail "$name" "sha256 right, but not over the carrier: $CARRIED_WHY"; return 1
-    fi
-}
-
-upload() {          # upload NAME HOST: also proves the bytes crossed the carrier
-    local name=$1 host=$2 t0 reply m0
-    m0=$(carrier_mark)
-    t0=$(now_ms)
-    reply=$(in_app timeout 120 python3 - "$host" "$T_DIR/up" <<'EOF' 2>&1
-import socket, sys
-host, src = sys.argv[1], sys.argv[2]
-s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-s.settimeout(60)
-s.connect((host, 9000))
-s.sendall(open(src, "rb").read())
-s.shutdown(socket.SHUT_WR)
-reply = b""
-while True:
-    b = s.recv(65536)
-    if not b: break
-    reply += b
-print(reply.decode(errors="replace"))
-EOF
-)
-    t0=$(( $(now_ms) - t0 ))
-    if [ "${reply%% *}" != "$UP_SHA" ]; then
-        fail "$name" "sink's sha256 '${reply:0:120}' != sent $UP_SHA"
-    elif carried "$m0" "$(stat -c %s "$T_DIR/up")" 1; then
-        pass "$name"; note "$name: 50 MiB in $t0 ms"
-    else
-        fail "$name" "sink's sha256 right, but not over the carrier: $CARRIED_WHY"
-    fi
 }
 
 concurrent() {      # concurrent NAME N: N transfers of 256 KiB at once (rate-limited, so they overlap), over the carrier
@@ -265,6 +194,33 @@ session_up_check() {
     fi
 }
 
+# carrier_data_checks CARRIER DETAIL: a holder over CARRIER (SOCKS5 input too): its session up
+# with the front's STATUS on the TUN (MTU 1400, the outbound's detail matching DETAIL), the data
+# path (data_checks), SOCKS5 through the holder (counted by it), no flow direct, a clean exit.
+# Cases CARRIER-session-up, -download-v4-50MiB, -download-v6-50MiB, -upload-v4-50MiB,
+# -upload-v6-50MiB, -concurrent-100, -dns-v4, -dns-v6, -socks5-via-holder, -nothing-direct,
+# -exit-clean.
+carrier_data_checks() {
+    local carrier=$1 f0 got direct
+    SPORT=$((FRONT_PORT + 3))
+    LOFT_CFG=$(SOCKS_PORT=$SPORT holder_config "holder-$carrier" "$carrier")
+    CASES="$carrier-session-up $carrier-download-v4-50MiB $carrier-download-v6-50MiB $carrier-upload-v4-50MiB
+$carrier-upload-v6-50MiB $carrier-concurrent-100 $carrier-dns-v4 $carrier-dns-v6 $carrier-socks5-via-holder $carrier-nothing-direct $carrier-exit-clean"
+    require_loft "$LOFT_CFG" $CASES || return 0
+    session_up_check "$carrier-" "$2" 1400
+    data_checks "$carrier-"
+    # The SOCKS5 input takes the same router: CONNECT through the holder, counted by it.
+    f0=$(field 'o["flows_total"]')
+    got=$(curl -sS --max-time 60 --socks5 "127.0.0.1:$SPORT" "http://$SRV4/big" 2>"$T_DIR/curl.err" | sha256sum | cut -d' ' -f1)
+    if [ "$got" = "$BIG_SHA" ] && [ "$(field 'o["flows_total"]')" -gt "${f0:-0}" ]; then pass "$carrier-socks5-via-holder"
+    else fail "$carrier-socks5-via-holder" "sha256 $got, flows $f0 -> $(field 'o["flows_total"]'): $(tail -1 "$T_DIR/curl.err")"; fi
+    direct=$("$LOFT_BIN" status --json -c "$LOFT_CFG" | python3 -c '
+import json, sys; s = json.load(sys.stdin); print(next(x for x in s["outbounds"] if x["name"] == "direct")["flows_total"])')
+    if [ "$direct" = 0 ]; then pass "$carrier-nothing-direct"
+    else fail "$carrier-nothing-direct" "$direct flows went direct, not over the carrier"; fi
+    loft_stop_clean "$carrier-exit-clean"
+}
+
 # data_checks P [STREAMS]: the data path through the session: 50 MiB down and up over IPv4 and
 # IPv6 (SHA-256 on both ends), 100 concurrent transfers, DNS over IPv4 and IPv6. Cases
 # Pdownload-v4-50MiB, -download-v6-50MiB, -upload-v4-50MiB, -upload-v6-50MiB, -concurrent-100,
@@ -341,4 +297,74 @@ beside_check() {
         && [[ $(field 'o["detail"]') == *"alpn=$alpn"* ]]; then pass "$name"
     else fail "$name" "state $(field 'o["state"]'), $(field 'o["detail"]')"; fi
     loft_stop_clean "$name-exit-clean"
+}
+
+# resume_in_flight_checks: with the holder up, loft-front is killed (SIGKILL) while a transfer is
+# in flight (it may reset: streams do not survive a resume in this version) and restarted: the
+# session resumes with the same instance and overlay address, a 50 MiB download goes through,
+# then `loft path-changed` resumes it again. Cases resume-after-front-kill, resume-same-overlay,
+# transfer-after-resume, path-changed-resume. Sets id0 and a0, the instance and the overlay
+# address before the kill.
+resume_in_flight_checks() {
+    wait_state up 15
+    id0=$(instance); a0=$(tun_addr4)
+    in_app curl -gs --max-time 30 --limit-rate 2M -o /dev/null "http://$SRV4/big" &
+    CURL=$!
+    sleep 1
+    front_kill
+    wait_state down 10 || note "state after kill: $(field 'o["state"]')"
+    front_start
+    if wait_state up 20; then
+        id1=$(instance); a1=$(tun_addr4); res=$(field 'c["resumes"]')
+        if [ "$id1" = "$id0" ] && [ "${res:-0}" -ge 1 ]; then pass resume-after-front-kill
+        else fail resume-after-front-kill "instance $id0 -> $id1, resumes $res"; fi
+        if [ "$a1" = "$a0" ]; then pass resume-same-overlay; else fail resume-same-overlay "address $a0 -> $a1"; fi
+    else
+        fail resume-after-front-kill "not up again after the restart: $(field 'o["detail"]')"
+        fail resume-same-overlay "not up"
+    fi
+    kill "$CURL" 2>/dev/null; wait "$CURL" 2>/dev/null
+    download transfer-after-resume "http://$SRV4/big"
+
+    r0=$(field 'c["resumes"]')
+    "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1
+    sleep 0.5
+    if wait_state up 10 && [ "$(field 'c["resumes"]')" -gt "$r0" ] && [ "$(instance)" = "$id0" ] && [ "$(tun_addr4)" = "$a0" ]; then
+        pass path-changed-resume
+    else
+        fail path-changed-resume "resumes $r0 -> $(field 'c["resumes"]'), state $(field 'o["state"]')"
+    fi
+}
+
+# stall_checks: a front that stops answering (SIGSTOP: the TCP connection stays up, nothing is
+# read or sent) is noticed within 2 keepalive intervals (the front's STATUS says 2 s), and the
+# session resumes once it runs again (overlay a0). Cases keepalive-dead-carrier, resume-after-stall.
+stall_checks() {
+    l0=$(field 'c["carrier-losses"]'); r0=$(field 'c["resumes"]')
+    kill -STOP "$FRONT_PID"; t0=$(now_ms); ok=
+    for _ in $(seq 100); do [ "$(field 'c["carrier-losses"]')" -gt "$l0" ] && { ok=1; break; }; sleep 0.1; done
+    ms=$(( $(now_ms) - t0 ))
+    kill -CONT "$FRONT_PID"
+    if [ -n "$ok" ] && [ $ms -le 6500 ]; then pass keepalive-dead-carrier; note "silent front noticed after $ms ms (keepalive 2 s)"
+    else fail keepalive-dead-carrier "carrier-losses $l0 -> $(field 'c["carrier-losses"]') after $ms ms"; fi
+    if wait_state up 30 && [ "$(field 'c["resumes"]')" -gt "$r0" ] && [ "$(tun_addr4)" = "$a0" ] \
+        && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/index.html"; then pass resume-after-stall
+    else fail resume-after-stall "state $(field 'o["state"]'), resumes $r0 -> $(field 'c["resumes"]')"; fi
+}
+
+# bad_token_checks CARRIER: a holder over CARRIER with the wrong token gets GOAWAY bad-token, one
+# clear line on each side, and loft keeps running. Cases bad-token-goaway, bad-token-front-log,
+# bad-token-exit-clean.
+bad_token_checks() {
+    LOFT_CFG=$(TOKEN=not-the-token holder_config holder-badtoken "$1")
+    CASES="bad-token-goaway bad-token-front-log bad-token-exit-clean"
+    if require_loft "$LOFT_CFG" $CASES; then
+        ok=
+        for _ in $(seq 50); do grep -q 'event=holder.goaway.*reason=bad-token' "$LOFT_LOG" && { ok=1; break; }; sleep 0.1; done
+        if [ -n "$ok" ] && ! loft_died && [ "$(field 'o["state"]')" != up ]; then pass bad-token-goaway
+        else fail bad-token-goaway "no GOAWAY bad-token in loft's log: $(grep holder "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
+        if grep -q 'event=session-refused.*reason=bad-token' "$FRONT_LOG"; then pass bad-token-front-log
+        else fail bad-token-front-log "no event=session-refused reason=bad-token in loft-front's log"; fi
+        loft_stop_clean bad-token-exit-clean
+    fi
 }

@@ -35,9 +35,7 @@ if ! loft_start "$CFG"; then
     finish
 fi
 
-json() { "$LOFT_BIN" status -c "$CFG" --json; }
 jq_py() { json | python3 -c "import json,sys; o=json.load(sys.stdin); print($1)"; }
-rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$LOFT_PID/status"; }
 established_at_srv() { in_srv ss -Htn state established "( sport = :80 )" | wc -l; }
 
 # The packet tools, run inside the app namespace (raw sockets: the app's kernel answers loft's
@@ -224,15 +222,15 @@ elif case == "upload":                # upload MiB: to the sha256 sink; prints t
 EOF
 hp() { in_app timeout 90 python3 -W ignore "$T_DIR/hostile.py" "$SRV4" "$SRV6" 198.18.0.1 fd00:18::1 "$@"; }
 
-IDLE_RSS=$(rss_kib)
+IDLE_RSS=$(rss_kib "$LOFT_PID")
 
 # --- 1. out-of-order flood (first: on a fresh heap, growth shows in RSS) --------------------
-before=$(rss_kib)
+before=$(rss_kib "$LOFT_PID")
 hp reorder 16000 >"$T_DIR/reorder.out" 2>&1 &
 RP=$!
 for i in $(seq 600); do grep -q segments "$T_DIR/reorder.out" && break; kill -0 $RP 2>/dev/null || break; sleep 0.1; done
 sleep 0.3
-after=$(rss_kib)
+after=$(rss_kib "$LOFT_PID")
 wait $RP
 out=$(cat "$T_DIR/reorder.out")
 capped=$(jq_py 'dict(o["drops"]).get("tcp-reorder-cap", 0)')
@@ -286,7 +284,7 @@ fi
 # --- 5. a UDP flood from 10,000 source ports -----------------------------------------------
 out=$(hp udpflood 10000 2>&1)
 peak_assoc=$(jq_py 'o["udp_associations"]')
-peak_rss=$(rss_kib)
+peak_rss=$(rss_kib "$LOFT_PID")
 sent=$(jq_py 'dict(o["totals"]).get("udp-port-unreachable-sent", 0)')
 limited=$(jq_py 'dict(o["totals"]).get("icmp-rate-limited", 0)')
 sleep 4
@@ -329,7 +327,7 @@ fi
 
 # --- 7. memory back after the floods -------------------------------------------------------
 sleep 1
-final=$(rss_kib)
+final=$(rss_kib "$LOFT_PID")
 trims=$(jq_py 'dict(o["totals"]).get("memory-trims", 0)')
 note "RSS: idle $IDLE_RSS KiB, after the floods (3 s later) $final KiB, memory-trims $trims"
 # Both readings must exist and loft must still run: a dead loft reads as no RSS, which is no

@@ -72,6 +72,46 @@ finish() {
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
+# expect NAME SHELL-TEST WHY: PASS NAME if SHELL-TEST (eval'd) is true, else FAIL NAME: WHY.
+expect() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
+
+# fail_all WHY CASE...: every CASE fails with WHY (a part of the test that could not run).
+fail_all() { local why=$1 c; shift; for c in "$@"; do fail "$c" "$why"; done; }
+
+# relay FILE CASE...: the PASS/FAIL lines a python script printed into FILE become this test's;
+# every CASE it did not report is a FAIL (the script died or was cut short: the tail of its
+# stderr, FILE.err or RELAY_ERR, says why).
+relay() {
+    local file=$1 st name rest c
+    shift
+    while read -r st name rest; do
+        case $st in
+            PASS) pass "$name" ;;
+            FAIL) fail "${name%:}" "$rest" ;;
+        esac
+    done <"$file"
+    for c in "$@"; do
+        grep -qE "^(PASS|FAIL) $c(:|$)" "$file" || fail "$c" "not reported (the script ended early: $(tail -2 "${RELAY_ERR:-$file.err}" 2>/dev/null | tr '\n' '|'))"
+    done
+}
+
+# wait_log FILE PATTERN [SECONDS]: until FILE has a line matching PATTERN (10 s).
+wait_log() {
+    local i
+    for i in $(seq $((${3:-10} * 10))); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# A process's CPU time (user + system, in clock ticks) and resident memory (KiB) now. A process
+# that is gone (or a zombie) reads as nothing, never as 0: a dead process must not measure as
+# no CPU and no memory (and meet a "<= N" target).
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
+rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null; }
+
 # Keep a record of every name made, so that Tests/run can sweep up after a killed test.
 register() {
     [ -n "${LOFT_TEST_REGISTRY:-}" ] && echo "$1 $2" >>"$LOFT_TEST_REGISTRY"
@@ -236,6 +276,80 @@ http {
 EOF
     bg_in "$SRV_NS" nginx nginx -p "$d" -e "$d/error.log" -c "$d/nginx.conf"
     wait_listen "$SRV_NS" tcp 80 || die "nginx did not start: $(tail -3 "$d/error.log" 2>/dev/null)"
+}
+
+# bg_root NAME CMD...: start CMD in the background in the root namespace, log in $T_DIR/NAME.log;
+# remember its PID (LAST_PID).
+bg_root() {
+    local name=$1
+    shift
+    "$@" >"$T_DIR/$name.log" 2>&1 </dev/null &
+    LAST_PID=$!
+    T_PIDS+=("$LAST_PID")
+    register_pid "$LAST_PID"
+}
+
+# run_waited OUT CMD...: CMD in the background (so a SIGTERM to the test is handled at once
+# and cleanup stops CMD), stdout to OUT, stderr to OUT.err; waits for it.
+run_waited() {
+    local out=$1 p
+    shift
+    "$@" >"$out" 2>"$out.err" </dev/null &
+    p=$!
+    T_PIDS+=("$p")
+    register_pid "$p"
+    wait "$p"
+}
+
+# wait_tcp PORT [SECONDS]: until something listens on PORT in the root namespace (10 s).
+wait_tcp() {
+    local i
+    for i in $(seq $((${2:-10} * 10))); do
+        ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# download NAME URL [curl args]: a download in the namespace DL_NS (the app's), at most DL_SECONDS
+# (120), whose SHA-256 must be BIG_SHA's; with CARRIED set (holder-lib.sh) the bytes must also
+# have crossed the carrier (carried).
+download() {
+    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got size m0=
+    shift 2
+    [ -n "${CARRIED:-}" ] && m0=$(carrier_mark)
+    t0=$(now_ms)
+    if ! ip netns exec "${DL_NS:-$APP_NS}" curl -gsS --max-time "${DL_SECONDS:-120}" "$@" -o "$out" "$url" 2>"$T_DIR/curl.err"; then
+        fail "$name" "curl $url: $(tail -1 "$T_DIR/curl.err")"; return 1
+    fi
+    got=$(sha_of "$out"); size=$(stat -c %s "$out")
+    rm -f "$out"
+    t0=$(( $(now_ms) - t0 ))
+    if [ "$got" != "$BIG_SHA" ]; then
+        fail "$name" "sha256 $got != served $BIG_SHA ($size bytes)"; return 1
+    fi
+    if [ -n "${CARRIED:-}" ] && ! carried "$m0" 1 "$size"; then
+        fail "$name" "sha256 right, but not over the carrier: $CARRIED_WHY"; return 1
+    fi
+    pass "$name"; note "$name: $((size / 1048576)) MiB in $t0 ms"
+}
+
+# upload NAME HOST: $T_DIR/up to the sha256 sink on HOST from the app namespace, half-closed
+# (Tests/tools/halfclose.py), at most UL_SECONDS (120); the sink's SHA-256 must be UP_SHA's; with
+# CARRIED set the bytes must also have crossed the carrier.
+upload() {
+    local name=$1 host=$2 t0 reply m0=
+    [ -n "${CARRIED:-}" ] && m0=$(carrier_mark)
+    t0=$(now_ms)
+    reply=$(in_app timeout "${UL_SECONDS:-120}" python3 "$LOFT_REPO/Tests/tools/halfclose.py" "$host" 9000 "$T_DIR/up" 2>&1)
+    t0=$(( $(now_ms) - t0 ))
+    if [ "${reply%% *}" != "$UP_SHA" ]; then
+        fail "$name" "sink's sha256 '${reply:0:120}' != sent $UP_SHA"; return 1
+    fi
+    if [ -n "${CARRIED:-}" ] && ! carried "$m0" "$(stat -c %s "$T_DIR/up")" 1; then
+        fail "$name" "sink's sha256 right, but not over the carrier: $CARRIED_WHY"; return 1
+    fi
+    pass "$name"; note "$name: 50 MiB in $t0 ms"
 }
 
 # TCP "sha256 sink" on :9000: reads until the client's FIN, answers "<sha256>  -", closes.
@@ -422,6 +536,33 @@ host_ns_up() {
     ip -n "$HOST_NS" route add "$SRV_NET4" via 198.18.$((NET + 150)).2
 }
 in_host() { ip netns exec "$HOST_NS" "$@"; }
+
+# host_config [YAML LINE...]: $T_DIR/host.yaml for loft in host mode inside HOST_NS: its TUN
+# HTUN (198.18.(NET+160).1/30, route-all, no IPv6), no SOCKS5, no bridge, a control socket, and
+# the lines given.
+HTUN=lh$((T_ID % 100000))
+host_config() {
+    local l
+    cat >"$T_DIR/host.yaml" <<EOF
+tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
+socks5: off
+bridge: off
+control: $T_DIR/host.sock
+EOF
+    for l in "$@"; do echo "$l" >>"$T_DIR/host.yaml"; done
+}
+
+# host_start: loft from $T_DIR/host.yaml inside HOST_NS (HPID, log $T_DIR/host-loft.log) until it
+# logs event=ready (10 s); 1 if it exits first or is not ready by then.
+host_start() {
+    # Emptied first: the child truncates it only once forked, and the last start's event=ready
+    # must not count for this one. Not through in_host: $! must be loft itself, not a subshell.
+    : >"$T_DIR/host-loft.log"
+    ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$T_DIR/host.yaml" >"$T_DIR/host-loft.log" 2>&1 </dev/null &
+    HPID=$!; T_PIDS+=("$HPID"); register_pid "$HPID"
+    for _ in $(seq 100); do grep -q event=ready "$T_DIR/host-loft.log" && return 0; kill -0 $HPID 2>/dev/null || return 1; sleep 0.1; done
+    return 1
+}
 host_snapshot() { in_host sh -c 'ip -4 rule; ip -6 rule; ip -4 route show table all; ip -6 route show table all' | grep -v ' lo \|fe80::/64\|multicast\|^local ' ; }
 
 # --- loft -----------------------------------------------------------------------------------
@@ -583,6 +724,51 @@ require_loft() {
     return 1
 }
 
+# field [OUTBOUND] EXPR: one value from `loft status --json` of the loft whose config is LOFT_CFG
+# (or CFG): o = the outbound OUTBOUND (home), c = its counters, d = the outbound direct (None
+# without it), s = everything.
+field() {
+    local ob=home
+    [ $# -ge 2 ] && { ob=$1; shift; }
+    "$LOFT_BIN" status --json -c "${LOFT_CFG:-$CFG}" 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+o = next(x for x in s["outbounds"] if x["name"] == sys.argv[1])
+d = next((x for x in s["outbounds"] if x["name"] == "direct"), None)
+c = o.get("counters", {})
+print(eval(sys.argv[2]))' "$ob" "$1" 2>/dev/null
+}
+
+# tree_state DIR: a fingerprint of every file under DIR (names, modes, contents), to show "untouched".
+tree_state() { (cd "$1" && find . -type f -printf '%p %m\n' | sort && find . -type f | sort | xargs -r sha256sum) | sha256sum; }
+
+# --- connection links and files (links.test.sh, qr.test.sh; W is the test's folder) ----------
+
+L() { "$LOFT_BIN" "$@"; }
+
+# fresh NAME: an empty consumer config, $W/NAME/main.yaml (0600, its first line "# NAME: a
+# consumer"); prints its path.
+fresh() {
+    rm -rf "$W/$1"; mkdir -p "$W/$1"
+    printf '# %s: a consumer\nsocks5: off\nbridge: off\n' "$1" >"$W/$1/main.yaml"; chmod 600 "$W/$1/main.yaml"
+    echo "$W/$1/main.yaml"
+}
+
+# bad_case NAME WANT-IN-ERROR ARGS...: `loft import ARGS -c $C` (C in $W/bad) is refused: exit 2,
+# WANT-IN-ERROR in what it says, nothing under $W/bad changed.
+bad_case() {
+    local name=$1 want=$2 before rc said
+    shift 2
+    before=$(tree_state "$W/bad")
+    L import "$@" -c "$C" >"$T_DIR/$name.out" 2>&1; rc=$?
+    said=no; grep -qF -- "$want" "$T_DIR/$name.out" && said=yes
+    expect "$name" "[ $rc = 2 ] && [ '$(tree_state "$W/bad")' = '$before' ] && [ $said = yes ]" \
+        "rc $rc, changed: $([ "$(tree_state "$W/bad")" = "$before" ] && echo no || echo yes): $(cat "$T_DIR/$name.out")"
+}
+
+# json: `loft status --json` of the loft started with config $CFG.
+json() { "$LOFT_BIN" status -c "$CFG" --json; }
+
 # Python snippets run inside the app namespace.
 py_in_app() { ip netns exec "$APP_NS" python3 -c "$@"; }
 
@@ -604,3 +790,31 @@ loft_start_host() {
     note "loft not ready: $(tail -5 "$LOFT_LOG" | tr '\n' '|')"
     return 1
 }
+
+# --- loft-front -----------------------------------------------------------------------------
+
+FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
+FRONT_PID=
+FRONT_LOG=$T_DIR/front.log
+
+# front_run CONFIG [NETNS]: loft-front in the background (inside NETNS if given), its output
+# appended to FRONT_LOG; sets FRONT_PID and waits (10 s) until it logs a new event=ready, which
+# it does once it listens. Returns 1, with a note, if it does not.
+front_run() {
+    local cfg=$1 ns=${2:-} n i
+    n=$(cat "$FRONT_LOG" 2>/dev/null | grep -c 'event=ready')
+    ${ns:+ip netns exec "$ns"} "$FRONT_BIN" run -c "$cfg" >>"$FRONT_LOG" 2>&1 </dev/null &
+    FRONT_PID=$!
+    T_PIDS+=("$FRONT_PID"); register_pid "$FRONT_PID"
+    for i in $(seq 100); do
+        [ "$(grep -c 'event=ready' "$FRONT_LOG" 2>/dev/null)" -gt "$n" ] 2>/dev/null && return 0
+        kill -0 "$FRONT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    note "loft-front did not start: $(tail -3 "$FRONT_LOG" | tr '\n' '|')"
+    return 1
+}
+
+# front_stat NAME: one counter of the running front (`loft-front stats`, config FRONT_CFG or
+# $T_DIR/front.yaml); empty when the front does not answer.
+front_stat() { "$FRONT_BIN" stats -c "${FRONT_CFG:-$T_DIR/front.yaml}" 2>/dev/null | awk -v k="$1" '$1 == k { print $2 }'; }

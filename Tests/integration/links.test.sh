@@ -11,21 +11,14 @@
 
 command -v v2ray >/dev/null || die "v2ray not installed (scripts/deps.sh)"
 python3 -c 'import cryptography' 2>/dev/null || die "python3 cryptography not installed (scripts/deps.sh)"
-FRONT_BIN=${LOFT_FRONT_BIN:-$(dirname "$LOFT_BIN")/loft-front}
 FRONT_PORT=$((20000 + (T_ID + 11) % 20000))
 while ss -Htuln "sport = :$FRONT_PORT" 2>/dev/null | grep -q .; do FRONT_PORT=$((FRONT_PORT + 1)); done
 UUID=5783a3e7-e373-51cd-8642-c83782b807c5
 PIN=9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
-L() { "$LOFT_BIN" "$@"; }
-expect() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
 W=$T_DIR/w
 mkdir -p "$W"
 bash "$(dirname "$0")/../interop/gen-certs.sh" "$T_DIR/fpki" >/dev/null || die "test PKI"
 
-# state DIR: a fingerprint of every file under DIR (names, modes, contents), to show "untouched".
-state() { (cd "$1" && find . -type f -printf '%p %m\n' | sort && find . -type f | sort | xargs -r sha256sum) | sha256sum; }
-# fresh NAME: an empty consumer config.
-fresh() { mkdir -p "$W/$1"; printf '# %s: a consumer\nsocks5: off\nbridge: off\n' "$1" >"$W/$1/main.yaml"; chmod 600 "$W/$1/main.yaml"; echo "$W/$1/main.yaml"; }
 
 # --- the sharer: every outbound type, every carrier, every TLS choice ----------------------------
 S=$W/sharer.yaml
@@ -76,9 +69,9 @@ C2=$(fresh stdin)
 L share gw -c "$S" 2>/dev/null | L import - -c "$C2" >"$T_DIR/stdin.out" 2>&1; rc=$?
 expect import-stdin "[ $rc = 0 ] && [ \"\$(L share gw -c '$C2' 2>/dev/null)\" = \"\$(L share gw -c '$S' 2>/dev/null)\" ]" "rc $rc: $(cat "$T_DIR/stdin.out")"
 # An existing name: refused without --replace, replaced with it.
-before=$(state "$W/rt")
+before=$(tree_state "$W/rt")
 L import "${links[0]}" -c "$C" >"$T_DIR/dup.out" 2>&1; rc=$?
-expect existing-name-refused "[ $rc = 2 ] && [ '$(state "$W/rt")' = '$before' ] && grep -q 'already exists' '$T_DIR/dup.out'" "rc $rc: $(cat "$T_DIR/dup.out")"
+expect existing-name-refused "[ $rc = 2 ] && [ '$(tree_state "$W/rt")' = '$before' ] && grep -q 'already exists' '$T_DIR/dup.out'" "rc $rc: $(cat "$T_DIR/dup.out")"
 L import "${links[1]}" --name f-get --replace -c "$C" >/dev/null 2>&1; rc=$?
 expect replace "[ $rc = 0 ] && [ \"\$(L share f-get -c '$C' 2>/dev/null)\" = '${links[1]%#*}#f-get' ]" "rc $rc: $(L share f-get -c "$C" 2>&1)"
 
@@ -182,15 +175,6 @@ python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[60] ^= 
 head -c -20 "$W/three.loft" >"$W/truncated.loft"
 head -n 3 "$W/three.loft" >"$W/cut.loft"
 printf 'not a link\n' >"$W/text.txt"
-bad_case() {   # bad_case NAME WANT-IN-ERROR ARGS...
-    local name=$1 want=$2 before rc said
-    shift 2
-    before=$(state "$W/bad")
-    L import "$@" -c "$C" >"$T_DIR/$name.out" 2>&1; rc=$?
-    said=no; grep -qF -- "$want" "$T_DIR/$name.out" && said=yes
-    expect "$name" "[ $rc = 2 ] && [ '$(state "$W/bad")' = '$before' ] && [ $said = yes ]" \
-        "rc $rc, changed: $([ "$(state "$W/bad")" = "$before" ] && echo no || echo yes): $(cat "$T_DIR/$name.out")"
-}
 bad_case bad-link-malformed "column 46: expected host:port" "vless://$UUID@?security=tls"
 bad_case bad-link-unknown-parameter 'column 82: unknown parameter "mux"' "vless://$UUID@h.example:443?security=tls&type=tcp&mux=1#x"
 bad_case bad-link-in-batch "argument 2" "${links[0]%#*}#new-one" "loft://t@h.example:443?carrier=spdy#y"
@@ -222,10 +206,7 @@ pool: { ipv4: 198.18.$((NET + 64)).0/24, ipv6: "fd00:$((NET + 64))::/64" }
 mtu: 1400
 dns: [$SRV4]
 EOF
-"$FRONT_BIN" run -c "$T_DIR/front.yaml" >"$T_DIR/front.log" 2>&1 </dev/null &
-FRONT_PID=$!
-register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
-for _ in $(seq 100); do ss -Htln "sport = :$FRONT_PORT" | grep -q . && break; sleep 0.1; done
+front_run "$T_DIR/front.yaml"
 
 CFG=$(loft_config links idle=2m)
 sed -i '/^default: direct$/d' "$CFG"

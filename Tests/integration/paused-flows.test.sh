@@ -96,11 +96,10 @@ T_PIDS+=($APP_PID); register_pid "$APP_PID"
 for _ in $(seq 300); do grep -q '^opened' "$T_DIR/app.out" && break; sleep 0.1; done
 note "app: $(head -1 "$T_DIR/app.out")"
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$LOFT_PID/stat"; }
 sleep 2          # every flow has filled its buffers and paused
-t0=$(cpu_ticks); s0=$(now_ms)
+t0=$(cpu_ticks "$LOFT_PID"); s0=$(now_ms)
 sleep 3
-t1=$(cpu_ticks); s1=$(now_ms)
+t1=$(cpu_ticks "$LOFT_PID"); s1=$(now_ms)
 hz=$(getconf CLK_TCK)
 pct=$(( (t1 - t0) * 1000 * 100 / hz / (s1 - s0) ))
 note "loft with $N paused flows: $pct % of a core over $((s1 - s0)) ms"

@@ -15,11 +15,11 @@
 TOKEN=hostile-token-$T_ID
 CASES="quic-max-streams-is-stream-limit quic-unread-flows-memory-bounded quic-legit-beside-unread-flows quic-keepalive-expiry quic-datagram-bad-length
 quic-alive-after-bad-datagram quic-oversize-dgram-back-on-stream quic-initial-amplification-3x"
-read -r FRONT_PORT SOURCE_PORT ECHO_PORT UDP_ECHO_PORT <<<"$(free_ports 4)"
+interop_ports FRONT_PORT SOURCE_PORT ECHO_PORT UDP_ECHO_PORT
 [ -n "$UDP_ECHO_PORT" ] || die "could not pick free ports"
 certs
-front_yaml "$TOKEN" "keepalive: 1s" "max-streams: 250"
-front_up $CASES
+front_yaml quic "pool: { ipv4: 198.18.64.0/24 }" "keepalive: 1s" "max-streams: 250"
+front_up $CASES || finish
 
 t0=$(now_ms)
 timeout -k 5 100 python3 "$INTEROP/quic_hostile.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \

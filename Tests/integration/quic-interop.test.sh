@@ -44,23 +44,13 @@ SHELL_CASES="front-quic-counters front-memory-bounded front-exit-clean"
 
 # Five free loopback ports: the front's (TCP and UDP), the TCP echo's, the UDP echo's, the
 # aioquic server's, loft's SOCKS5.
-read -r FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT <<<"$(free_ports 5)"
-[ -n "$SOCKS_PORT" ] || die "could not pick free ports"
+interop_ports FRONT_PORT ECHO_PORT UDP_ECHO_PORT SERVER_PORT SOCKS_PORT
 certs
 
-cat >"$T_DIR/front.yaml" <<EOF
-log: info
-listen: 127.0.0.1:$FRONT_PORT
-carriers: [quic, h3]
-tls: { certificate: certs/server.pem, key: certs/server.key }
-tokens: ["$TOKEN"]
-pool: { ipv4: 198.18.64.0/24 }
-keepalive: 10s
-control: $T_DIR/front.sock
-EOF
+front_yaml "quic, h3" "pool: { ipv4: 198.18.64.0/24 }" "keepalive: 10s"
 
-front_up $CASES $SHELL_CASES
-rss0=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
+front_up $CASES $SHELL_CASES || finish
+rss0=$(rss_kib "$FRONT_PID")
 
 t0=$(now_ms)
 timeout -k 5 150 python3 "$INTEROP/quic_client.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \
@@ -85,7 +75,7 @@ if [ "$(sv sessions_opened)" -ge 3 ] && [ "$(sv refused_bad_token)" = 2 ] && [ "
 else
     fail front-quic-counters "$(echo "$stats" | tr '\n' ' ')"
 fi
-rss1=$(awk '/^VmRSS/ {print $2}' "/proc/$FRONT_PID/status")
+rss1=$(rss_kib "$FRONT_PID")
 if [ -n "$rss1" ] && [ "$rss1" -lt $((rss0 + 65536)) ]; then pass front-memory-bounded; note "front RSS ${rss0} kB -> ${rss1} kB"
 else fail front-memory-bounded "front RSS ${rss0} kB -> ${rss1} kB (allowed +64 MiB)"; fi
 
@@ -199,7 +189,7 @@ else fail holder-tcp-flow-on-own-stream "flows on own streams: $(ev event=flow-o
 if loft_stop TERM && [ ! -e "$CTL" ]; then pass loft-exit-clean
 else fail loft-exit-clean "exit status $LOFT_RC after SIGTERM: $(tail -2 "$LOFT_LOG" | tr '\n' '|')"; fi
 # --- 3. loft's holder over h3 -> the aioquic server in its HTTP/3 mode ------------------------
-read -r H3_SERVER_PORT H3_SOCKS_PORT <<<"$(free_ports 2)"
+interop_ports H3_SERVER_PORT H3_SOCKS_PORT
 aioquic_holder -h3 h3 "$H3_SERVER_PORT" "$H3_SOCKS_PORT" --alpn h3
 if [ "$(ev event=handshake alpn=h3)" -ge 1 ] && [ "$(ev event=connect stream=0 method=CONNECT protocol=loft path=/loft)" -ge 1 ] \
     && [ "$(ev event=hello version=1 token=t)" -ge 1 ] && [ "$state" = up ]; then pass holder-h3-connect-hello-up

@@ -25,10 +25,7 @@ else fail netem-rtt-40ms "ping $LINE_FAR4 through the line: avg '${rtt:-no reply
 
 sed "s/^listen: .*/listen: $LINE_FAR4:$FRONT_PORT/" "$T_DIR/front.yaml" >"$T_DIR/front-srv.yaml"
 echo "carriers: [ws, quic, h3]" >>"$T_DIR/front-srv.yaml"
-in_srv "$FRONT_BIN" run -c "$T_DIR/front-srv.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
-FRONT_PID=$!; register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
-for _ in $(seq 100); do grep -q 'event=ready' "$FRONT_LOG" && break; sleep 0.1; done
-grep -q 'event=ready' "$FRONT_LOG" || die "loft-front did not start in srv: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"
+front_run "$T_DIR/front-srv.yaml" "$SRV_NS" || die "loft-front did not start in srv: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"
 
 for i in 0 1 2 3; do head -c $((MIB * 1048576)) /dev/urandom >"$T_DIR/www/m$i"; done
 chmod a+r "$T_DIR/www"/m*

@@ -14,11 +14,11 @@
 
 TOKEN=partial-token-$T_ID
 CASES="quic-partial-open-deadline quic-partial-open-memory-flat"
-read -r FRONT_PORT ECHO_PORT <<<"$(free_ports 2)"
+interop_ports FRONT_PORT ECHO_PORT
 [ -n "$ECHO_PORT" ] || die "could not pick free ports"
 certs
-front_yaml "$TOKEN" "keepalive: 10s" "connect-timeout: 2s"
-front_up $CASES quic-partial-open-counted
+front_yaml quic "pool: { ipv4: 198.18.64.0/24 }" "keepalive: 10s" "connect-timeout: 2s"
+front_up $CASES quic-partial-open-counted || finish
 
 t0=$(now_ms)
 timeout -k 5 150 python3 "$INTEROP/quic_partial_open.py" --port "$FRONT_PORT" --ca "$T_DIR/certs/ca.pem" --token "$TOKEN" \

@@ -44,10 +44,7 @@ ip -n "$HOST_NS" route add default via "198.18.$NA.2" || die "default route via 
 
 sed "s/^listen: .*/listen: $FRONT4:$FRONT_PORT/" "$T_DIR/front.yaml" >"$T_DIR/front-srv.yaml"
 echo "carriers: [quic, h3]" >>"$T_DIR/front-srv.yaml"
-in_srv "$FRONT_BIN" run -c "$T_DIR/front-srv.yaml" >>"$FRONT_LOG" 2>&1 </dev/null &
-FRONT_PID=$!; register_pid "$FRONT_PID"; T_PIDS+=("$FRONT_PID")
-for _ in $(seq 100); do grep -q 'event=ready' "$FRONT_LOG" && break; sleep 0.1; done
-grep -q 'event=ready' "$FRONT_LOG" || die "loft-front did not start in srv: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"
+front_run "$T_DIR/front-srv.yaml" "$SRV_NS" || die "loft-front did not start in srv: $(tail -2 "$FRONT_LOG" | tr '\n' '|')"
 
 on_cleanup "rm -f $CTL"
 # loft_route_config CARRIER SERVER: loft's config (SOCKS5 input, the holder over CARRIER to

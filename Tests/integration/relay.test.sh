@@ -243,10 +243,8 @@ run_app() {
     else timeout 60 python3 "$T_DIR/app.py" "$@"; fi
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
-
-# cpu_pct PID MS: the share of a core PID used over the next MS milliseconds ("12.3").
-cpu_pct() {
+# cpu_share PID MS: the share of a core PID used over the next MS milliseconds ("12.3").
+cpu_share() {
     local c0 c1 t0 t1
     t0=$(now_ms); c0=$(cpu_ticks "$1")
     sleep "$(awk -v ms="$2" 'BEGIN { printf "%.3f", ms / 1000 }')"
@@ -254,7 +252,6 @@ cpu_pct() {
     [ -n "$c0" ] && [ -n "$c1" ] || return 1
     awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" -v ms=$((t1 - t0)) 'BEGIN { printf "%.1f", d * 100000 / hz / ms }'
 }
-CLK_TCK=$(getconf CLK_TCK)
 
 # reset_paused NAME VIA HOST PORT BYTES: cases NAME-paused-cpu and NAME-delivered. The server
 # sends up to BYTES (less if the path stops taking data for 0.5 s) and resets; meanwhile the
@@ -266,14 +263,14 @@ reset_paused() {
         fail "$name-paused-cpu" "reset server did not start"
         fail "$name-delivered" "reset server did not start"; return
     fi
-    idle=$(cpu_pct "$LOFT_PID" 500)             # loft before this case, for comparison
+    idle=$(cpu_share "$LOFT_PID" 500)             # loft before this case, for comparison
     rm -f "$go"
     run_app "$via" reset-paused "$host" "$port" "$go" "$PAUSE_S" >"$T_DIR/$name.app" 2>&1 &
     app_pid=$!
     # The server has reset the connection and the app is still paused: loft must be idle now.
     if ! wait_file "$T_DIR/$name.result" 10; then
         fail "$name-paused-cpu" "the server never got to its reset: $(cat "$T_DIR/$name.app" "$T_DIR/srv-$name.log" 2>/dev/null | tail -2 | tr '\n' '|')"
-    elif ! pct=$(cpu_pct "$LOFT_PID" $((CPU_WINDOW_S * 1000))); then
+    elif ! pct=$(cpu_share "$LOFT_PID" $((CPU_WINDOW_S * 1000))); then
         fail "$name-paused-cpu" "loft (pid $LOFT_PID) is gone"
     else
         note "$name-paused-cpu: server $(cat "$T_DIR/$name.result") bytes then reset; loft $pct % of a core over ${CPU_WINDOW_S} s while the app was paused (before the case: ${idle:-?} %)"
@@ -353,11 +350,10 @@ bridge: off
 default: direct
 limits: { max-flows: 16384, connect-timeout: 10s, tcp-idle-timeout: 2h, udp-idle-timeout: 60s }
 EOF
-s5_start() { loft_start_host "$T_DIR/s5.yaml" "$T_DIR/loft-s5.log"; }
 CASES2="socks5-reset-1MiB-paused-cpu socks5-reset-1MiB-delivered socks5-reset-stalled-paused-cpu
 socks5-reset-stalled-delivered socks5-upload-remote-fin socks5-download-after-app-fin
 loft-exit-clean-socks5"
-if s5_start; then
+if loft_start_host "$T_DIR/s5.yaml" "$T_DIR/loft-s5.log"; then
     reset_paused socks5-reset-1MiB "$S5_PORT" "$SRV4" $((PORT_BASE + 6)) "$RESET_BYTES"
     reset_paused socks5-reset-stalled "$S5_PORT" "$SRV4" $((PORT_BASE + 7)) "$STALL_BYTES"
     upload_fin socks5-upload-remote-fin "$S5_PORT" "$SRV4" $((PORT_BASE + 8))

@@ -119,23 +119,7 @@ if [ $rc -eq 0 ] && [ $ms -lt 1000 ]; then pass prefixes-100k-load; note "100k p
 # --- host mode, inside a namespace standing in for the host -----------------------------------
 host_ns_up
 before=$(host_snapshot)
-HTUN=lh$((T_ID % 100000))
-cat >"$T_DIR/host.yaml" <<EOF
-tun: { name: $HTUN, route-all: true, ipv4: 198.18.$((NET + 160)).1/30, ipv6: off }
-socks5: off
-bridge: off
-control: $T_DIR/host.sock
-rules:
-  - { action: direct, to: [198.18.$((NET + 150)).0/24] }
-default: direct
-EOF
-host_start() {
-    # Not through the in_host function: $! must be loft itself, not a subshell.
-    ip netns exec "$HOST_NS" "$LOFT_BIN" run -c "$T_DIR/host.yaml" >"$T_DIR/host-loft.log" 2>&1 </dev/null &
-    HPID=$!; T_PIDS+=("$HPID"); register_pid "$HPID"
-    for _ in $(seq 100); do grep -q event=ready "$T_DIR/host-loft.log" && return 0; kill -0 $HPID 2>/dev/null || return 1; sleep 0.1; done
-    return 1
-}
+host_config "rules:" "  - { action: direct, to: [198.18.$((NET + 150)).0/24] }" "default: direct"
 if host_start; then
     during=$(host_snapshot)
     if echo "$during" | grep -q "fwmark 0x4c46 lookup main" && echo "$during" | grep -q "to 198.18.$((NET + 150)).0/24 lookup main" \

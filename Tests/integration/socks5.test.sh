@@ -394,8 +394,6 @@ print(hashlib.sha256(data.split(b"\r\n\r\n", 1)[1]).hexdigest())
 EOF
 
 # loft with only socks5: ready, and the listener up.
-s5_start() { loft_start_host "$T_DIR/s5.yaml" "$T_DIR/loft.log"; }
-
 CASES="curl-socks5-v4 curl-socks5-v6 curl-socks5-hostname-v4 curl-socks5-hostname-v6 python-socks-ip
 python-socks-rdns pipelined-data half-close udp-dns-v4 udp-dns-v6 udp-dns-domain udp-frag-dropped
 udp-foreign-source-dropped udp-dies-with-control greeting-bad-version greeting-no-method
@@ -403,7 +401,7 @@ greeting-zero-methods request-bad-version bind-0x07 unknown-command-0x07 atyp-0x
 refused-0x05 host-unreachable-0x04 network-unreachable-0x03 timeout-0x06 drop-rule-0x02
 resolve-failed-0x04 connect-bound-address handshake-deadline-silent handshake-deadline-half-request
 client-limit-129 slowloris-served direct-counts-socks5 counters-and-exit"
-if ! s5_start; then
+if ! loft_start_host "$T_DIR/s5.yaml" "$T_DIR/loft.log"; then
     for c in $CASES; do fail "$c" "loft did not start"; done
     finish
 fi

@@ -44,11 +44,6 @@ default: corp
 control: $T_DIR/hostile.sock
 EOF
 
-wait_log() {    # wait_log FILE PATTERN SECONDS
-    local i
-    for i in $(seq $(($3 * 10))); do grep -q "$2" "$1" && return 0; sleep 0.1; done
-    return 1
-}
 ups() { grep -c 'event=sstp.up' "$LOFT_LOG"; }
 # redial_to ARGS…: the responder restarted with ARGS (RESP_EXTRA), loft dials it at once.
 redial_to() {
@@ -56,14 +51,12 @@ redial_to() {
     RESP_EXTRA="$*" start_responder mschapv2
     "$LOFT_BIN" path-changed -c "$CFG" >/dev/null 2>&1
 }
-# wait_up N: until loft logged its Nth sstp.up (10 s), then the TUN settles.
-wait_up() {
+# wait_sstp_up N: until loft logged its Nth sstp.up (10 s), then the TUN settles.
+wait_sstp_up() {
     local i
     for i in $(seq 100); do [ "$(ups)" -ge "$1" ] && { sleep 0.3; return 0; }; sleep 0.1; done
     return 1
 }
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$LOFT_PID/status"; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$LOFT_PID/stat"; }
 tun_mtu() { ip -n "$APP_NS" link show dev "$TUN_NAME" | sed -n 's/.* mtu \([0-9]*\) .*/\1/p'; }
 reply_drops() {
     "$LOFT_BIN" status --json -c "$CFG" 2>/dev/null | python3 -c '
@@ -79,7 +72,7 @@ mru-1500-mtu mru-1500-upload mru-1000-mtu mru-1000-upload mru-65535-mtu mru-6553
 renegotiate-backoff nak-all-bounded stop-clean"
 start_responder mschapv2
 if require_loft "$CFG" $CASES; then
-    if wait_up 1; then pass hostile-up; else fail hostile-up "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
+    if wait_sstp_up 1; then pass hostile-up; else fail hostile-up "$(grep sstp "$LOFT_LOG" | tail -3 | tr '\n' '|')"; fi
 
     # --- 8: fragmented IPv4 datagrams (MTU 1500): the later fragments follow the first one
     # over the link; the echo's fragmented answers come back to the TUN.
@@ -122,7 +115,7 @@ print(' '.join(map(str, ok)))" 2>&1)
     done
     n=$(ups)
     redial_to
-    if wait_up $((n + 1)) && echo "$(tun_addrs)" | grep -q "$PPP_CLIENT/32" && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then
+    if wait_sstp_up $((n + 1)) && echo "$(tun_addrs)" | grep -q "$PPP_CLIENT/32" && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1; then
         pass bad-address-recovers
     else fail bad-address-recovers "TUN has '$(tun_addrs)'; $(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|')"; fi
 
@@ -132,7 +125,7 @@ print(' '.join(map(str, ok)))" 2>&1)
     for mru in 1500 1000 65535; do
         n=$(ups)
         redial_to --mru $mru
-        wait_up $((n + 1))
+        wait_sstp_up $((n + 1))
         m=$(tun_mtu)
         case $mru in 1500) expect=1500 ;; 1000) expect=1280 ;; *) expect=4087 ;; esac
         if [ "$m" = "$expect" ]; then pass mru-$mru-mtu; else fail mru-$mru-mtu "TUN MTU $m, want $expect"; fi
@@ -151,14 +144,14 @@ print(' '.join(map(str, ok)))" 2>&1)
         kind=${flood%%:*}
         redial_to
         loft_stop TERM
-        if ! loft_start "$CFG" || ! wait_up 1; then fail flood-$kind "loft did not start or come up"; continue; fi
+        if ! loft_start "$CFG" || ! wait_sstp_up 1; then fail flood-$kind "loft did not start or come up"; continue; fi
         n=$(ups)
-        rss0=$(rss_kb)
+        rss0=$(rss_kib "$LOFT_PID")
         peak=$rss0
         redial_to --flood $flood
-        wait_up $((n + 1))
+        wait_sstp_up $((n + 1))
         for i in $(seq 40); do
-            r=$(rss_kb); [ "${r:-0}" -gt "$peak" ] && peak=$r
+            r=$(rss_kib "$LOFT_PID"); [ "${r:-0}" -gt "$peak" ] && peak=$r
             grep -q '^flood-\(done\|cut\)' "$RESP_LOG" && [ $i -ge 10 ] && break
             sleep 0.2
         done
@@ -185,9 +178,9 @@ print(' '.join(map(str, ok)))" 2>&1)
     # with backoff; loft's CPU stays low.
     redial_to --nak-all
     sleep 0.5
-    c0=$(cpu_ticks)
+    c0=$(cpu_ticks "$LOFT_PID")
     sleep 6
-    c1=$(cpu_ticks)
+    c1=$(cpu_ticks "$LOFT_PID")
     reqs=$(grep -c '^tls' "$RESP_LOG")
     nreq=$(sed -n 's/^lcp-requests //p' "$RESP_LOG" | sort -n | tail -1)
     nw=$(grep -c 'event=sstp.down.*LCP did not converge' "$LOFT_LOG")

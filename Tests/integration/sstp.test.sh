@@ -129,25 +129,8 @@ EOF
     echo "$T_DIR/$1.yaml"
 }
 
-# sfield CFG EXPR: one value from `loft status --json` (o = the outbound corp, c = its counters,
-# d = the outbound direct).
-sfield() {
-    "$LOFT_BIN" status --json -c "$1" 2>/dev/null | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-o = next(x for x in s["outbounds"] if x["name"] == "corp")
-d = next(x for x in s["outbounds"] if x["name"] == "direct")
-c = o.get("counters", {})
-print(eval(sys.argv[1]))' "$2" 2>/dev/null
-}
 # echo_direct: one line through the echo service on srv's own address (the direct path).
 echo_direct() { in_app timeout 3 socat -t 1 - "TCP4:$SRV4:9001,connect-timeout=1" <<<"direct-$1" 2>/dev/null; }
-
-wait_log() {    # wait_log FILE PATTERN SECONDS
-    local i
-    for i in $(seq $(($3 * 10))); do grep -q "$2" "$1" && return 0; sleep 0.1; done
-    return 1
-}
 
 # --- MS-CHAPv2: the data path -------------------------------------------------------------------
 IPV6CP=1 start_responder mschapv2
@@ -296,9 +279,9 @@ if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     # Without `hold`, a flow routed to sstp while its link is down goes direct (the fallback),
     # through lwIP like any stream outbound's, counted fallback-flows.
     r=$(echo_direct fb)
-    fb=$(sfield "$T_DIR/chap.yaml" 'c["fallback-flows"]')
-    if [ "$r" = direct-fb ] && [ "${fb:-0}" -ge 1 ] && [ "$(sfield "$T_DIR/chap.yaml" 'o["state"]')" = down ]; then pass fallback-direct
-    else fail fallback-direct "echo '$r', fallback-flows ${fb:-?}, state $(sfield "$T_DIR/chap.yaml" 'o["state"]')"; fi
+    fb=$(LOFT_CFG="$T_DIR/chap.yaml" field corp 'c["fallback-flows"]')
+    if [ "$r" = direct-fb ] && [ "${fb:-0}" -ge 1 ] && [ "$(LOFT_CFG="$T_DIR/chap.yaml" field corp 'o["state"]')" = down ]; then pass fallback-direct
+    else fail fallback-direct "echo '$r', fallback-flows ${fb:-?}, state $(LOFT_CFG="$T_DIR/chap.yaml" field corp 'o["state"]')"; fi
     CLIENT_ADDRESS=198.19.$NET.3 IPV6CP=1 start_responder mschapv2
     for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -ge 2 ] && break; sleep 0.1; done
     sleep 0.5
@@ -359,12 +342,12 @@ if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: tr
     # (Between redial attempts: a refused dial shows `dialing` for a moment.)
     st=
     for i in $(seq 50); do
-        st=$(sfield "$HCFG" 'o["state"]')
+        st=$(LOFT_CFG="$HCFG" field corp 'o["state"]')
         [ "$st" = held ] && "$LOFT_BIN" status -c "$HCFG" 2>/dev/null | grep -q '^corp .*held' && break
         st=; sleep 0.1
     done
     if [ -n "$st" ]; then pass hold-held
-    else fail hold-held "state $(sfield "$HCFG" 'o["state"]'): $("$LOFT_BIN" status -c "$HCFG" 2>&1 | grep -A1 '^corp' | tr '\n' '|')"; fi
+    else fail hold-held "state $(LOFT_CFG="$HCFG" field corp 'o["state"]'): $("$LOFT_BIN" status -c "$HCFG" 2>&1 | grep -A1 '^corp' | tr '\n' '|')"; fi
     in_srv timeout 8 tcpdump -ni "$VETH_SRV" -w "$T_DIR/hold.pcap" "not tcp port $SPORT and not arp and not icmp6" >/dev/null 2>&1 &
     dump=$!
     sleep 1
@@ -376,8 +359,8 @@ if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: tr
     r1=$(echo_direct held)
     wait "$q1" "$q2" 2>/dev/null
     kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null
-    drops=$(sfield "$HCFG" 'c["hold-drops"]')
-    direct=$(sfield "$HCFG" 'd["flows_total"]')
+    drops=$(LOFT_CFG="$HCFG" field corp 'c["hold-drops"]')
+    direct=$(LOFT_CFG="$HCFG" field corp 'd["flows_total"]')
     if [ -z "$r1" ] && [ "${r2%% *}" = error ] && [ "${drops:-0}" -ge 4 ] && [ "$direct" = 0 ]; then
         pass hold-no-leak-counters; note "hold: $drops packets and flows dropped; SOCKS5: $r2"
     else fail hold-no-leak-counters "echo '$r1', socks5 '$r2', hold-drops ${drops:-?}, direct flows ${direct:-?}"; fi
@@ -394,7 +377,7 @@ if require_loft "$(sstp_config pap '[pap]' "$PASSWORD" 'keepalive: 1s' 'hold: tr
     sleep 0.3
     a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
     if echo "$a" | grep -q "inet 198.19.$NET.4/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
-        && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1 && [ "$(sfield "$HCFG" 'o["state"]')" = up ]; then pass hold-redial-address
+        && in_app ping -c 1 -W 2 "$PPP_LOCAL" >/dev/null 2>&1 && [ "$(LOFT_CFG="$HCFG" field corp 'o["state"]')" = up ]; then pass hold-redial-address
     else fail hold-redial-address "$(grep sstp "$LOFT_LOG" | tail -2 | tr '\n' '|') / $(echo "$a" | grep inet | tr '\n' '|')"; fi
     loft_stop_clean hold-exit-clean
 fi

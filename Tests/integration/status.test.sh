@@ -27,7 +27,6 @@ status-watch-tmux control-refuses-other-users control-malformed-request control-
 control-storm-bounded loft-exit-clean"
 require_loft "$CFG" $CASES || finish
 
-json() { "$LOFT_BIN" status -c "$CFG" --json; }
 jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
 
 # Before any bridge traffic: the bridge row exists with placeholders.

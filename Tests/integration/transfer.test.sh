@@ -14,31 +14,6 @@ head -c $((50 * 1048576)) /dev/urandom >"$T_DIR/up"
 start_nginx 1 4096
 start_sink
 
-# Client for the sink: sends FILE (or TEXT), shuts its write side (FIN), then reads the reply
-# until the server closes. Prints the reply; exits 3 if the connection broke.
-cat >"$T_DIR/halfclose.py" <<'EOF'
-import socket, sys, time
-host, port, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-data = open(src, "rb").read() if src != "-" else b"half-close probe\n"
-fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_STREAM)
-s.settimeout(60)
-s.connect((host, port))
-s.sendall(data)
-s.shutdown(socket.SHUT_WR)          # half-close: no more data from us
-t0 = time.time()
-reply = b""
-try:
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        reply += chunk
-except OSError as e:
-    print("error after half-close: %r (got %r)" % (e, reply)); sys.exit(3)
-sys.stdout.write(reply.decode(errors="replace"))
-EOF
-
 CASES="download-v4-50MiB download-v6-50MiB upload-v4-50MiB upload-v6-50MiB half-close-v4
 half-close-v6 concurrent-200 udp-8000-each-way udp-gso-datagrams offload-state memory-back-when-calm loft-exit-clean"
 [ "$MTU" -gt 1500 ] && CASES+=" large-mss-v4 large-mss-v6"
@@ -46,41 +21,16 @@ CFG=$(loft_config transfer mtu="$MTU")
 echo "control: $T_DIR/control.sock" >>"$CFG"
 require_loft "$CFG" $CASES || finish
 
-rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$LOFT_PID/status"; }
-IDLE_RSS=$(rss_kib)
+IDLE_RSS=$(rss_kib "$LOFT_PID")
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 UP_SHA=$(sha_of "$T_DIR/up")
 
-download() {        # download NAME URL
-    local name=$1 url=$2 out=$T_DIR/dl.$1 t0 got
-    t0=$(now_ms)
-    if ! in_app curl -gsS --max-time 180 -o "$out" "$url" 2>"$T_DIR/curl.err"; then
-        fail "$name" "curl $url: $(tail -1 "$T_DIR/curl.err")"; return
-    fi
-    got=$(sha_of "$out")
-    if [ "$got" = "$BIG_SHA" ]; then
-        pass "$name"; note "$name: $(( $(stat -c %s "$out") / 1048576 )) MiB in $(( $(now_ms) - t0 )) ms"
-    else
-        fail "$name" "sha256 $got != served $BIG_SHA ($(stat -c %s "$out") bytes)"
-    fi
-    rm -f "$out"
-}
-
-upload() {          # upload NAME HOST
-    local name=$1 host=$2 t0 reply
-    t0=$(now_ms)
-    reply=$(in_app timeout 180 python3 "$T_DIR/halfclose.py" "$host" 9000 "$T_DIR/up" 2>&1)
-    if [ "${reply%% *}" = "$UP_SHA" ]; then
-        pass "$name"; note "$name: 50 MiB in $(( $(now_ms) - t0 )) ms"
-    else
-        fail "$name" "sink's sha256 '${reply:0:120}' != sent $UP_SHA"
-    fi
-}
+DL_SECONDS=180 UL_SECONDS=180       # lib.sh's download and upload: 50 MiB each, at most 3 minutes
 
 halfclose() {       # half-close NAME HOST: a short request, FIN, the reply still arrives
     local name=$1 host=$2 want reply
     want=$(printf 'half-close probe\n' | sha256sum | cut -d' ' -f1)
-    reply=$(in_app timeout 30 python3 "$T_DIR/halfclose.py" "$host" 9000 - 2>&1)
+    reply=$(in_app timeout 30 python3 "$LOFT_REPO/Tests/tools/halfclose.py" "$host" 9000 - 2>&1)
     if [ "${reply%% *}" = "$want" ]; then pass "$name"; else fail "$name" "reply '${reply:0:120}' != $want"; fi
 }
 
@@ -201,7 +151,7 @@ for _ in $(seq 1 24); do
     [ "$trims" -gt 0 ] && break
     sleep 0.5
 done
-final=$(rss_kib)
+final=$(rss_kib "$LOFT_PID")
 note "memory: RSS idle $IDLE_RSS KiB, peak $peak KiB, after the calm $final KiB, memory-trims $trims"
 if [ "$trims" -gt 0 ] && [ $((final - IDLE_RSS)) -lt 8192 ]; then
     pass memory-back-when-calm

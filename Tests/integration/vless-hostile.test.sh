@@ -83,8 +83,6 @@ sed -i '/^default: direct$/d' "$CFG"
 CASES="udp-burst unread-rss reader-beside-unread unread-intact stop"
 require_loft "$CFG" $CASES || exit 1
 
-# expect NAME CONDITION MESSAGE: PASS if CONDITION (evaluated) holds, else FAIL with MESSAGE.
-expect() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
 
 # --- udp-burst ------------------------------------------------------------------------------
 # Each round: a new socket sends 25 datagrams of 1,200 bytes back to back (before the TLS
@@ -190,9 +188,8 @@ while hashes and time.time() < end:
         del hashes[s]
 print(good)
 EOF
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$LOFT_PID/status" 2>/dev/null; }
 rm -f "$T_DIR/go" "$T_DIR/unread.status"
-rss0=$(rss_kib)
+rss0=$(rss_kib "$LOFT_PID")
 timeout 300 ip netns exec "$APP_NS" python3 "$T_DIR/unread.py" "$SRV4" $FAST $UNREAD_FLOWS "$FAST_SHA" "$T_DIR" \
     >"$T_DIR/unread.out" 2>"$T_DIR/unread.err" &
 UPID=$!
@@ -200,10 +197,10 @@ for _ in $(seq 600); do [ -s "$T_DIR/unread.status" ] && break; sleep 0.1; done
 connected=$(awk '{print $2}' "$T_DIR/unread.status" 2>/dev/null)
 # Every flow is connected; the servers send, nobody reads. Take the highest RSS while the
 # buffers fill: sampled every 0.5 s until it has not grown for 3 s (at most 30 s).
-peak=$(rss_kib); still=0
+peak=$(rss_kib "$LOFT_PID"); still=0
 for _ in $(seq 60); do
     sleep 0.5
-    r=$(rss_kib)
+    r=$(rss_kib "$LOFT_PID")
     if [ "${r:-0}" -gt "$peak" ]; then peak=$r; still=0; else still=$((still + 1)); fi
     [ $still -ge 6 ] && break
 done

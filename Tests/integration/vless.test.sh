@@ -140,16 +140,6 @@ vl() {   # vl NAME SERVER UUID TLS
 } >>"$CFG"
 LOFT_CFG=$CFG
 
-# field OUTBOUND EXPR: one value of the outbound's row in `loft status --json` (o; c = counters).
-field() {
-    "$LOFT_BIN" status --json -c "$CFG" 2>/dev/null | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-o = next(x for x in s["outbounds"] if x["name"] == sys.argv[1])
-c = o.get("counters", {})
-print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null
-}
-
 # field_wait OUTBOUND EXPR WANT: field, read again for up to 2 s until it is WANT. A read less
 # than 100 ms after the previous one can get its cached answer (docs/testing.md); a failing
 # case here takes about 10 ms.
@@ -168,8 +158,6 @@ wrong-uuid wrong-cert server-down killed-mid-transfer hostile-garbage hostile-tr
 still-serving logged-once stop"
 require_loft "$CFG" $CASES || exit 1
 
-# expect NAME CONDITION MESSAGE: PASS if CONDITION (evaluated) holds, else FAIL with MESSAGE.
-expect() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
 
 curl_app() { in_app curl -sS -g --max-time "${CT:-60}" "$@"; }
 

@@ -27,17 +27,9 @@ import h2.settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as lw  # noqa: E402
+from loftwire import emit, note  # noqa: E402
 
 WAIT = 10.0
-
-
-def emit(name, ok, why=""):
-    print(("PASS %s" % name) if ok else ("FAIL %s: %s" % (name, why or "failed")), flush=True)
-    return ok
-
-
-def note(*a):
-    print("  #", *a, file=sys.stderr, flush=True)
 
 
 def tls_socket(args, alpn=("h2",)):

@@ -6,7 +6,6 @@
 #
 # Prints one "PASS name" or "FAIL name: why" line per check on stdout (the shell test counts
 # them), notes on stderr. Every wait is bounded; the whole run is bounded by --deadline.
-import argparse
 import asyncio
 import ipaddress
 import os
@@ -21,20 +20,9 @@ from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loftwire as lw  # noqa: E402
+from loftwire import emit, note  # noqa: E402
 
 WAIT = 10.0          # seconds for any one answer from the front
-
-
-def emit(name, ok, why=""):
-    if ok:
-        print("PASS %s" % name, flush=True)
-    else:
-        print("FAIL %s: %s" % (name, why or "failed"), flush=True)
-    return ok
-
-
-def note(*a):
-    print("  #", *a, file=sys.stderr, flush=True)
 
 
 class Conn:
@@ -99,6 +87,11 @@ class Conn:
         except asyncio.TimeoutError:
             return False
         return True
+
+    @property
+    def ended(self):
+        """What ended the carrier, for a failure message."""
+        return "websocket closed (code %d)" % self.close_code
 
     @property
     def close_code(self):
@@ -232,95 +225,6 @@ async def malformed(args, label, setup_hello, bad, expect):
     await alive(args, label)
 
 
-async def bulk_echo(args, c, stream, payload):
-    """Sends `payload` on an open stream in DATA frames of at most 16 KiB within the send
-    credit (cut into websocket messages of random sizes, not on frame boundaries), reads the
-    echo back granting CREDIT as docs/protocol.md section 6 says, then FIN; returns a dict."""
-    r = {"received": bytearray(), "credits": 0, "granted": 0, "overrun": None, "fin": False,
-         "data_after_fin": False, "error": None, "pings": 0}
-    state = {"credit": lw.INITIAL_WINDOW}
-    credit_event = asyncio.Event()
-    rng = random.Random(6455)
-
-    async def sender():
-        off = 0
-        while off < len(payload):
-            while state["credit"] == 0:
-                credit_event.clear()
-                await credit_event.wait()
-            batch = bytearray()
-            while off < len(payload) and state["credit"] > 0 and len(batch) < 96 * 1024:
-                n = min(16384, state["credit"], len(payload) - off)
-                batch += lw.data(stream, payload[off:off + n])
-                off += n
-                state["credit"] -= n
-            pos = 0
-            while pos < len(batch):
-                k = rng.randint(1, 40000)
-                await c.send(bytes(batch[pos:pos + k]))
-                pos += k
-        await c.send(lw.fin(stream))
-
-    task = asyncio.create_task(sender())
-    front_credit = lw.INITIAL_WINDOW   # what the front may still send us
-    unacked = 0                        # read since our last CREDIT
-    half = lw.INITIAL_WINDOW // 2
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                r["error"] = "timeout: %d of %d bytes back, fin %s" % (len(r["received"]), len(payload), r["fin"])
-                break
-            if task.done() and task.exception() is not None:
-                r["error"] = "sender: %r" % task.exception()
-                break
-            try:
-                f = await c.next(min(left, 1.0))
-            except asyncio.TimeoutError:
-                continue
-            if f is None:
-                r["error"] = "websocket closed (code %d) after %d bytes" % (c.close_code, len(r["received"]))
-                break
-            t, fl, sid, body = f
-            if t == lw.CREDIT and sid == stream:
-                inc = struct.unpack("!I", body)[0]
-                r["credits"] += 1
-                r["granted"] += inc
-                state["credit"] += inc
-                credit_event.set()
-            elif t == lw.DATA and sid == stream:
-                if r["fin"]:
-                    r["data_after_fin"] = True
-                front_credit -= len(body)
-                if front_credit < 0 and r["overrun"] is None:
-                    r["overrun"] = "front sent %d bytes beyond our credit at offset %d" % (-front_credit, len(r["received"]))
-                r["received"] += body
-                unacked += len(body)
-                if unacked >= half and not r["fin"]:
-                    await c.send(lw.credit(stream, unacked))
-                    front_credit += unacked
-                    unacked = 0
-            elif t == lw.FIN and sid == stream:
-                r["fin"] = True
-                if len(r["received"]) >= len(payload):
-                    break
-            else:
-                r["error"] = "unexpected %s" % describe(f)
-                if t == lw.GOAWAY:
-                    r["error"] += " %r" % (lw.parse_goaway(body),)
-                break
-    finally:
-        if not task.done():
-            task.cancel()
-            try:
-                await task
-            except BaseException:  # lint: ok: cancelling the sender after the verdict
-                pass
-    r["pings"] = c.front_pings
-    return r
-
-
 async def main(args):
     # 1. the upgrade and HELLO -> STATUS
     try:
@@ -390,38 +294,9 @@ async def main(args):
     except Exception as e:
         emit("ws-control-ping-pong", False, "no Pong: %r" % e)
 
-    # 3. a TCP stream to the echo server: OPEN, 1 MiB both ways with flow control, FIN / FIN
-    await c.send(lw.open_tcp(1, "127.0.0.1", args.echo_port))
-    try:
-        f = await c.next()
-    except asyncio.TimeoutError:
-        f = "timeout"
-    if emit("open-tcp-ok", isinstance(f, tuple) and f[0] == lw.OPEN_OK and f[2] == 1 and f[3] == b"",
-            "got %s" % (f if f == "timeout" else describe(f))):
-        payload = os.urandom(1 << 20)
-        t0 = time.monotonic()
-        r = await bulk_echo(args, c, 1, payload)
-        dt = time.monotonic() - t0
-        note("1 MiB echo in %.2f s, %d CREDIT frames from the front (%d bytes), %d front PINGs"
-             % (dt, r["credits"], r["granted"], r["pings"]))
-        emit("tcp-echo-1mib-intact", r["error"] is None and bytes(r["received"]) == payload,
-             r["error"] or "%d bytes back, equal %s" % (len(r["received"]), bytes(r["received"]) == payload))
-        emit("front-grants-credit", r["granted"] >= len(payload) - lw.INITIAL_WINDOW,
-             "%d CREDIT frames, %d bytes granted, needed %d" % (r["credits"], r["granted"], len(payload) - lw.INITIAL_WINDOW))
-        emit("front-respects-credit", r["overrun"] is None, r["overrun"])
-        emit("fin-answered-with-fin", r["fin"] and not r["data_after_fin"],
-             "fin %s, data after fin %s" % (r["fin"], r["data_after_fin"]))
-    else:
-        for n in ("tcp-echo-1mib-intact", "front-grants-credit", "front-respects-credit", "fin-answered-with-fin"):
-            emit(n, False, "stream not opened")
-    # A destination that refuses: OPEN_FAIL refused (5).
-    await c.send(lw.open_tcp(3, "127.0.0.1", args.closed_port))
-    try:
-        f = await c.next()
-    except asyncio.TimeoutError:
-        f = "timeout"
-    emit("open-refused-open-fail", isinstance(f, tuple) and f[0] == lw.OPEN_FAIL and f[2] == 3 and f[3] == b"\x05",
-         "got %s %s" % (f if f == "timeout" else describe(f), f[3].hex() if isinstance(f, tuple) else ""))
+    # 3. a TCP stream to the echo server: OPEN, 1 MiB both ways with flow control, FIN / FIN;
+    #    OPEN_FAIL from a port that refuses
+    await lw.echo_stream_checks(c, args.echo_port, args.closed_port, describe)
     await c.ws.close()
     await c.wait_closed(5)
     emit("ws-close-handshake", c.close_code == 1000, "the front answered our Close with %d" % c.close_code)
@@ -501,15 +376,7 @@ async def bulk_echo_small(c, stream):
 
 
 def parse_args():
-    p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--path", default="/loft")
-    p.add_argument("--ca", required=True)
-    p.add_argument("--server-name", default="front.test")
-    p.add_argument("--token", required=True)
-    p.add_argument("--echo-port", type=int, required=True)
-    p.add_argument("--closed-port", type=int, required=True)
-    p.add_argument("--pool4", type=ipaddress.ip_network, required=True)
+    p = lw.client_arguments()
     p.add_argument("--pool6", type=ipaddress.ip_network, required=True)
     p.add_argument("--mtu", type=int, required=True)
     p.add_argument("--dns", required=True, help="comma-separated, in order")
@@ -525,9 +392,4 @@ def parse_args():
 
 
 if __name__ == "__main__":
-    args = parse_args()
-    try:
-        asyncio.run(asyncio.wait_for(main(args), args.deadline))
-    except asyncio.TimeoutError:
-        emit("ws-client-deadline", False, "the client did not finish within %ds" % args.deadline)
-        sys.exit(1)
+    lw.run_client(main, parse_args(), "ws-client-deadline")

@@ -8,7 +8,6 @@
 #       one JSON line per finished connection is appended to FILE
 #   ws_echo_server.py check --results FILE --token T --host HOST
 #       prints "PASS name" / "FAIL name: why" lines about what loft's client did
-import argparse
 import asyncio
 import base64
 import binascii
@@ -252,18 +251,7 @@ def check(args):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve")
-    s.add_argument("--port", type=int, required=True)
-    s.add_argument("--cert", required=True)
-    s.add_argument("--key", required=True)
-    s.add_argument("--results", required=True)
-    c = sub.add_parser("check")
-    c.add_argument("--results", required=True)
-    c.add_argument("--token", required=True)
-    c.add_argument("--host", required=True)
-    a = p.parse_args()
+    a = lw.echo_server_arguments()
     if a.cmd == "serve":
         asyncio.run(serve(a))
     else:
