@@ -2,6 +2,7 @@ import CLinux
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// Where and how the front listens.
 public struct CarrierServerOptions: Sendable {

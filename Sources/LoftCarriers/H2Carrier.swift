@@ -1,6 +1,7 @@
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 extension TLSConnection: H2Output {
     var h2Free: Int { outCap - pending }

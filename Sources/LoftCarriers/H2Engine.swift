@@ -1,5 +1,6 @@
 import CNghttp2
 import LoftCore
+import LoftTLS
 
 /// Where an H2Engine's frames go: a TLS connection's output buffer, or memory (tests, fuzzing).
 protocol H2Output: AnyObject {

@@ -2,6 +2,7 @@ import CNghttp3
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// What the quic carrier and its flows need of a connection's streams: QuicConnection itself
 /// (quic: raw QUIC streams) or `H3Streams` (h3: request-stream bodies over nghttp3).

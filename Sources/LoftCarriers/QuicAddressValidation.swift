@@ -2,6 +2,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// Client: the servers' NEW_TOKEN tokens (RFC 9000 §8.1.3), one per server address, each used
 /// for one next connection so its Initial skips a Retry. At most 64 servers (the oldest goes).

@@ -3,6 +3,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// The ALPN of the quic carrier.
 let quicALPN = "loft"

@@ -2,6 +2,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// Events of one QUIC connection, on the loop, never from inside ngtcp2.
 protocol QuicConnectionDelegate: AnyObject {

@@ -2,6 +2,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// A QUIC connection id (at most 20 bytes) as a dictionary key.
 struct QuicCID: Hashable {

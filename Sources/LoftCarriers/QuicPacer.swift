@@ -1,3 +1,5 @@
+import LoftTLS
+
 /// The QUIC sender's pacer: a token bucket filled at the congestion controller's pacing rate
 /// (ngtcp2's BBR), at most `depthNs` worth of it (and never less than `minPackets` packets).
 ///

@@ -2,6 +2,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// Where a QUIC connection's packets go: the client's own UDP socket, or the front's listening
 /// socket. `bytes` holds back-to-back datagrams of `segment` bytes (the last may be shorter),

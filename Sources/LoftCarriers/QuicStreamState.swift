@@ -2,6 +2,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// One stream's buffers. Bytes written stay in `send` (a ring) until the peer acknowledges
 /// them (ngtcp2 retransmits from it); received bytes wait in `recv` until read, and the

@@ -1,4 +1,5 @@
 import Glibc
+import LoftTLS
 
 /// A stream's received bytes not yet read, for the QUIC streams and HTTP/3 request bodies:
 /// appended at the end, read from the front, or shown in place (`readable`) and consumed, so a

@@ -1,4 +1,6 @@
 import CTLS
+import LoftCore
+import LoftTLS
 
 // RFC 6455 framing and handshake as value types: no I/O here.
 

@@ -1,4 +1,6 @@
 @testable import LoftCarriers
+import LoftCore
+import LoftTLS
 import XCTest
 
 final class WebSocketCodecTests: XCTestCase {

@@ -11,6 +11,7 @@ import CNghttp3
 @testable import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTLS
 
 private final class Memory: H3Transport {
     let loop: EventLoop
