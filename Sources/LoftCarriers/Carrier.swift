@@ -1,6 +1,7 @@
 import CNgtcp2
 import LoftCore
 import LoftIO
+import LoftQUIC
 import LoftTLS
 
 /// The carriers this module builds.

@@ -1,6 +1,5 @@
 import CNghttp2
 import LoftCore
-import LoftTLS
 
 /// Where an H2Engine's frames go: a TLS connection's output buffer, or memory (tests, fuzzing).
 protocol H2Output: AnyObject {

@@ -1,5 +1,4 @@
 import LoftCore
-import LoftTLS
 
 // Strict HTTP/1.1 message heads (RFC 9112) and the chunked transfer coding, as value types.
 // Used by the ws handshake and the get carrier; nothing here does I/O.

@@ -3,6 +3,7 @@ import CNgtcp2
 import Glibc
 import LoftCore
 import LoftIO
+import LoftQUIC
 import LoftTLS
 
 /// The front's QUIC side: one UDP socket on the listener's port. Packets are routed to their

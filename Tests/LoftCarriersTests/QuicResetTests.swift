@@ -3,6 +3,7 @@ import Foundation
 @testable import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftQUIC
 import LoftTLS
 import LoftTestSupport
 import XCTest

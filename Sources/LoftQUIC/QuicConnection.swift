@@ -5,7 +5,7 @@ import LoftIO
 import LoftTLS
 
 /// Events of one QUIC connection, on the loop, never from inside ngtcp2.
-protocol QuicConnectionDelegate: AnyObject {
+package protocol QuicConnectionDelegate: AnyObject {
     func quicHandshakeDone(_ c: QuicConnection)
     /// Bytes (or the FIN) are waiting on `stream` (`read`).
     func quicReadable(_ c: QuicConnection, stream: Int64)
@@ -21,36 +21,36 @@ protocol QuicConnectionDelegate: AnyObject {
 }
 
 extension QuicConnectionDelegate {
-    func quicConnectionID(_ c: QuicConnection, _ id: QuicCID, add: Bool) {}
+    package func quicConnectionID(_ c: QuicConnection, _ id: QuicCID, add: Bool) {}
 }
 
 /// One QUIC connection (client or server), driven by the event loop: packets in from the
 /// socket's owner (`receive`), packets out after each batch (a SoonOnce flush), ngtcp2's
 /// deadline as one timer on the loop's heap. Streams are bidirectional byte pipes with
 /// bounded buffers on both sides; datagrams are sent at once or dropped.
-final class QuicConnection {
-    weak var delegate: QuicConnectionDelegate?
-    let isServer: Bool
-    let loop: EventLoop
-    private(set) var conn: OpaquePointer?
+package final class QuicConnection {
+    package weak var delegate: QuicConnectionDelegate?
+    package let isServer: Bool
+    package let loop: EventLoop
+    package private(set) var conn: OpaquePointer?
     /// Held until the connection is over (`finish`): the front's listener, or the client's
     /// carrier. A listener closed or dropped by its owner lives on, with its socket, while one
     /// of its connections still sends (its CONNECTION_CLOSE at a shutdown, say); the cycle
     /// ends with the connection.
     private var sink: QuicPacketSink?
     private var events = cquic_events()
-    let limits: QuicLimits
-    private(set) var streams: [Int64: QuicStreamState] = [:]
+    package let limits: QuicLimits
+    package private(set) var streams: [Int64: QuicStreamState] = [:]
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
     /// and copies it into a packet. The ring stays until `stream_close` (or the connection
     /// goes) with only its unacknowledged bytes' pages kept (`dropUnheldPages`), and those
     /// bytes stay in `heldTotal`, so the budget bounds what retired streams hold.
-    private(set) var retired: [Int64: QuicStreamState] = [:]
+    package private(set) var retired: [Int64: QuicStreamState] = [:]
     /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
     /// for the budget to free up.
-    private(set) var heldTotal = 0
+    package private(set) var heldTotal = 0
     private var budgetWaiters: [Int64] = []
     private var sendQueue: [Int64] = []
     private var pendingReadable: [Int64] = []
@@ -61,7 +61,7 @@ final class QuicConnection {
     private var timer: TimerHandle?
     private var pacer = QuicPacer(now: quicNow())
     private var timerAt: UInt64 = .max
-    private(set) var closed = false
+    package private(set) var closed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
     private var closingGracefully = false
     private var blockedOnSocket = false
@@ -73,8 +73,8 @@ final class QuicConnection {
     private var outCount = 0
     private var outSegment = 0
     private var outTo = SocketAddress()
-    static let batchBytes = 65_000
-    static let batchPackets = 64
+    package static let batchBytes = 65_000
+    package static let batchPackets = 64
     private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
     private lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
         guard let self else { return }
@@ -82,10 +82,10 @@ final class QuicConnection {
         self.dispatchEvents()
     }
     /// Where the connection's packets came from last (the server answers there).
-    private(set) var remote: SocketAddress
-    private(set) var local: SocketAddress
-    var datagramsDropped = 0
-    var migrations = 0
+    package private(set) var remote: SocketAddress
+    package private(set) var local: SocketAddress
+    package var datagramsDropped = 0
+    package var migrations = 0
 
     private init(isServer: Bool, loop: EventLoop, sink: QuicPacketSink, limits: QuicLimits, local: SocketAddress, remote: SocketAddress) {
         self.isServer = isServer
@@ -126,7 +126,7 @@ final class QuicConnection {
     }
 
     /// A client connection from `local` to `remote` offering `alpn`.
-    static func client(loop: EventLoop, sink: QuicPacketSink, creds: OpaquePointer, serverName: String?, alpn: String,
+    package static func client(loop: EventLoop, sink: QuicPacketSink, creds: OpaquePointer, serverName: String?, alpn: String,
                        local: SocketAddress, remote: SocketAddress, limits: QuicLimits) throws -> QuicConnection {
         let q = QuicConnection(isServer: false, loop: loop, sink: sink, limits: limits, local: local, remote: remote)
         var params = limits.params
@@ -151,7 +151,7 @@ final class QuicConnection {
     }
 
     /// A server connection for an Initial packet that arrived at `local` from `remote`.
-    static func server(loop: EventLoop, sink: QuicPacketSink, creds: OpaquePointer, alpn: String, secret: [UInt8],
+    package static func server(loop: EventLoop, sink: QuicPacketSink, creds: OpaquePointer, alpn: String, secret: [UInt8],
                        local: SocketAddress, remote: SocketAddress, packet: UnsafeRawBufferPointer,
                        limits: QuicLimits, delegate: QuicConnectionDelegate) -> QuicConnection? {
         let q = QuicConnection(isServer: true, loop: loop, sink: sink, limits: limits, local: local, remote: remote)
@@ -182,25 +182,25 @@ final class QuicConnection {
 
     // MARK: state
 
-    var handshakeDone: Bool { handshakeReported }
-    var alpn: String {
+    package var handshakeDone: Bool { handshakeReported }
+    package var alpn: String {
         guard let conn else { return "" }
         var b = [CChar](repeating: 0, count: 64)
         cquic_alpn(conn, &b, b.count)
         return cText(b)
     }
-    var tlsDescription: String {
+    package var tlsDescription: String {
         guard let conn else { return "" }
         var b = [CChar](repeating: 0, count: 160)
         cquic_describe(conn, &b, b.count)
         return cText(b)
     }
-    var peerTakesDatagrams: Int { conn.map { Int(min(cquic_peer_max_datagram($0), 65_535)) } ?? 0 }
+    package var peerTakesDatagrams: Int { conn.map { Int(min(cquic_peer_max_datagram($0), 65_535)) } ?? 0 }
     /// The largest packet on the path now (cquic_path_max_packet).
-    var pathMaxPacket: Int { conn.map { cquic_path_max_packet($0) } ?? 0 }
+    package var pathMaxPacket: Int { conn.map { cquic_path_max_packet($0) } ?? 0 }
     /// The largest datagram that fits one packet with room to spare for the short header
     /// (1 + 20-byte id + 4-byte number), the AEAD tag (16) and the frame's type and length (4).
-    var datagramCapacity: Int {
+    package var datagramCapacity: Int {
         guard let conn else { return 0 }
         return max(0, min(peerTakesDatagrams, cquic_path_max_packet(conn) - 45))
     }
@@ -208,7 +208,7 @@ final class QuicConnection {
     // MARK: packets in
 
     /// One UDP payload from `from`, received on `at`.
-    func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress) {
+    package func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress) {
         guard let conn, !closed else { return }
         if !addressValidated { amplification.received(bytes.count) }
         remote = from
@@ -231,7 +231,7 @@ final class QuicConnection {
     /// Up to 1452 that is a path MTU probe QUIC expects to lose; true, once, when it is a
     /// configured larger size (quic-max-packet) the path does not carry, so every full packet
     /// would be lost: the socket's owner says so (the client ends the carrier, the front logs).
-    func packetTooBig(_ size: Int) -> Bool {
+    package func packetTooBig(_ size: Int) -> Bool {
         guard limits.packetAboveDiscovery, size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigReported else { return false }
         tooBigReported = true
         return true
@@ -239,7 +239,7 @@ final class QuicConnection {
     private var tooBigReported = false
 
     /// The socket can take packets again.
-    func socketWritable() {
+    package func socketWritable() {
         blockedOnSocket = false
         flush()
     }
@@ -247,7 +247,7 @@ final class QuicConnection {
     // MARK: streams
 
     /// Opens a bidirectional stream of ours; nil when the peer allows no more now.
-    func openStream(ringCap: Int? = nil) -> Int64? {
+    package func openStream(ringCap: Int? = nil) -> Int64? {
         guard let conn, !closed else { return nil }
         var sid: Int64 = -1
         guard cquic_open_bidi(conn, &sid) == 0 else { return nil }
@@ -256,7 +256,7 @@ final class QuicConnection {
     }
 
     /// Opens a unidirectional stream of ours (h3's control and QPACK streams).
-    func openUniStream(ringCap: Int = 64 << 10) -> Int64? {
+    package func openUniStream(ringCap: Int = 64 << 10) -> Int64? {
         guard let conn, !closed else { return nil }
         var sid: Int64 = -1
         guard cquic_open_uni(conn, &sid) == 0 else { return nil }
@@ -264,12 +264,12 @@ final class QuicConnection {
         return sid
     }
 
-    var streamsLeft: UInt64 { conn.map { cquic_streams_bidi_left($0) } ?? 0 }
+    package var streamsLeft: UInt64 { conn.map { cquic_streams_bidi_left($0) } ?? 0 }
 
-    func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
+    package func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
 
     /// Copies up to the stream's free send buffer; returns the bytes taken.
-    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
+    package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard !closed, let s = streams[id] else { return 0 }
         var n = 0
         // At most two pieces: up to the ring's end, then from its start.
@@ -286,13 +286,13 @@ final class QuicConnection {
     /// The stream's free send ring from its end, up to `max` bytes and the ring's wrap (the
     /// rest comes on the next call). Short of `max` because it is full: marked for
     /// `quicWritable`.
-    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? {
+    package func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? {
         guard !closed, let s = streams[id] else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
         return writeSpace(s, max: max)
     }
 
     /// `n` bytes at the end of the stream's ring (from `writeSpace`) are written.
-    func commitWrite(_ id: Int64, _ n: Int) {
+    package func commitWrite(_ id: Int64, _ n: Int) {
         guard n > 0, !closed, let s = streams[id] else { return }
         commitWrite(s, n)
     }
@@ -314,7 +314,7 @@ final class QuicConnection {
 
     /// The stream's free send buffer; 0 marks the stream, so `quicWritable` follows once half of
     /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
-    func writeRoom(_ id: Int64) -> Int {
+    package func writeRoom(_ id: Int64) -> Int {
         guard let s = streams[id] else { return 0 }
         let r = room(s)
         if r == 0 { s.wantWritable = true }
@@ -366,7 +366,7 @@ final class QuicConnection {
     }
 
     /// Ends our direction of the stream after the bytes written.
-    func finish(_ id: Int64) {
+    package func finish(_ id: Int64) {
         guard let s = streams[id], !s.finQueued, !s.sendClosed else { return }
         s.finQueued = true
         queueSend(s)
@@ -374,7 +374,7 @@ final class QuicConnection {
 
     /// Its owner is done with the stream (after `finish`): unread bytes are dropped, and the
     /// state goes once ngtcp2 has closed the stream (our FIN acknowledged).
-    func release(_ id: Int64) {
+    package func release(_ id: Int64) {
         guard let s = streams[id] else { return }
         s.released = true
         discardReceived(s)
@@ -395,7 +395,7 @@ final class QuicConnection {
     }
 
     /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
-    func reset(_ id: Int64, code: UInt64) {
+    package func reset(_ id: Int64, code: UInt64) {
         guard let s = streams[id] else { return }
         forget(id)
         s.sendClosed = true
@@ -405,14 +405,14 @@ final class QuicConnection {
 
     /// The stream's received bytes in place (until `consume` or the next packet) and whether
     /// its FIN has been reached (no bytes left and the FIN received).
-    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+    package func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         let b = s.recv.readable
         return (b, finReached(s))
     }
 
     /// `n` bytes of what `peek` showed were taken.
-    func consume(_ id: Int64, _ n: Int) {
+    package func consume(_ id: Int64, _ n: Int) {
         guard n > 0, let s = streams[id] else { return }
         s.recv.consume(n)
         consumed(s, n)
@@ -420,7 +420,7 @@ final class QuicConnection {
 
     /// Hands up to `max` received bytes to `body` (h3: what a request's body buffer has room
     /// for); true once the FIN was reached.
-    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let s = streams[id] else { return true }
         let n = s.recv.drain(upTo: max, body)
         if n > 0 { consumed(s, n) }
@@ -459,7 +459,7 @@ final class QuicConnection {
 
     /// Sends one DATAGRAM frame in the next flush; false when it cannot (too big, closed).
     @discardableResult
-    func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    package func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard !closed, bytes.count <= datagramCapacity, pendingDatagramBytes + bytes.count <= 1 << 20 else {
             datagramsDropped += 1
             return false
@@ -476,7 +476,7 @@ final class QuicConnection {
 
     /// Graceful: the CONNECTION_CLOSE (application, `code`) goes out once every stream's bytes
     /// are acknowledged, at most `waitMs` later.
-    func close(code: UInt64 = 0, waitMs: UInt64 = 2000) {
+    package func close(code: UInt64 = 0, waitMs: UInt64 = 2000) {
         guard !closed else { return }
         delegate = nil
         closingGracefully = true
@@ -487,7 +487,7 @@ final class QuicConnection {
     private var closeCode: UInt64 = 0
 
     /// Immediate: CONNECTION_CLOSE now, the connection is freed.
-    func abort(code: UInt64 = 0) {
+    package func abort(code: UInt64 = 0) {
         delegate = nil
         closeCode = code
         sendCloseNow()
@@ -511,7 +511,7 @@ final class QuicConnection {
     }
 
     /// Runs once (after the current batch) when the connection is over.
-    var onFinished: (() -> Void)?
+    package var onFinished: (() -> Void)?
 
     /// The connection is over: no timer, no streams.
     private func finish() {
@@ -575,7 +575,7 @@ final class QuicConnection {
         if s == nil {
             // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
             guard isPeerStream(sid), !forgottenPeerStream(sid) else { return 0 }
-            let n = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicCarrier.flowSendBuffer)
+            let n = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicLimits.flowSendBuffer)
             streams[sid] = n
             s = n
         }
@@ -601,7 +601,7 @@ final class QuicConnection {
 
     private func onStreamOpen(_ sid: Int64) -> Int32 {
         if isPeerStream(sid) {
-            if streams[sid] == nil { streams[sid] = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicCarrier.flowSendBuffer) }
+            if streams[sid] == nil { streams[sid] = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicLimits.flowSendBuffer) }
             highestPeerStream = max(highestPeerStream, sid)
         }
         return 0
@@ -684,7 +684,7 @@ final class QuicConnection {
     }
     private var pendingValidation: Bool?
     /// Client: the outcome of a migration's path validation.
-    var onPathValidated: ((Bool) -> Void)?
+    package var onPathValidated: ((Bool) -> Void)?
 
     /// What the callbacks recorded, to the delegate (which may call back in).
     private func dispatchEvents() {
@@ -734,9 +734,9 @@ final class QuicConnection {
     // MARK: packets out
 
     /// Packets per flush at most; then a timer for the next loop turn.
-    static let burst = 64
+    package static let burst = 64
 
-    func flush() {
+    package func flush() {
         guard let conn, !closed, !blockedOnSocket else { return }
         let now = quicNow()
         var to = sockaddr_storage()
@@ -930,10 +930,10 @@ final class QuicConnection {
     /// it received from it (RFC 9000 §8.1). ngtcp2 0.12.1 keeps that for its first flight but
     /// not for its probe timeouts (1,200 bytes in got 7,200 out within 5 s), so the limit is
     /// kept here, on every batch, whatever ngtcp2 wrote. A client always: true.
-    private(set) var addressValidated: Bool
+    package private(set) var addressValidated: Bool
     private var amplification = AmplificationLimit()
     /// Packets not sent for the limit (what ngtcp2 then takes as lost).
-    var amplificationHeld: Int { amplification.held }
+    package var amplificationHeld: Int { amplification.held }
 
     /// Cuts the batch to the packets that fit within 3x what came in (all of them once the
     /// address is validated); the rest are dropped as if lost. False: nothing is left.
@@ -955,7 +955,7 @@ final class QuicConnection {
     }
 
     /// Moves the connection to a new local address (the sink sends from its new socket now).
-    func migrate(local newLocal: SocketAddress) -> Bool {
+    package func migrate(local newLocal: SocketAddress) -> Bool {
         guard let conn, !closed, !isServer else { return false }
         let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cquic_migrate(conn, l, ll, r, rl, quicNow()) } }
         guard rv == 0 else { return false }
