@@ -71,7 +71,8 @@ let package = Package(
         // carriers and their listeners (docs/architecture.md).
         .target(name: "LoftTLS", dependencies: ["LoftCore", "LoftIO", "CTLS", "CLinux"]),
         .target(name: "LoftQUIC", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "CNgtcp2", "CLinux"]),
-        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
+        .target(name: "LoftHTTP", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "CTLS", "CNghttp2", "CNghttp3"]),
+        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "LoftHTTP", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
         .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftTLS", "LoftControl"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
@@ -99,7 +100,7 @@ let package = Package(
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
         .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftTLS", "LoftCore", "LoftIO"], path: "Tests/LoftTestSupport"),
         .testTarget(name: "LoftResolverTests", dependencies: ["LoftIO", "LoftCore", "LoftTestSupport"]),
-        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftTLS", "LoftQUIC", "LoftCore", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftTLS", "LoftQUIC", "LoftHTTP", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),

@@ -1,5 +1,6 @@
 import CNgtcp2
 import LoftCore
+import LoftHTTP
 import LoftIO
 import LoftQUIC
 import LoftTLS

@@ -1,6 +1,7 @@
 import CLinux
 import Glibc
 import LoftCore
+import LoftHTTP
 import LoftIO
 import LoftTLS
 

@@ -1,4 +1,5 @@
 import Glibc
+import LoftHTTP
 import LoftTLS
 
 /// Builds ws frames or HTTP chunks in place in a TLSConnection's output buffer. Bytes written

@@ -2,6 +2,7 @@ import CLinux
 import CNgtcp2
 import Glibc
 import LoftCore
+import LoftHTTP
 import LoftIO
 import LoftQUIC
 import LoftTLS

@@ -1,4 +1,5 @@
 import LoftCore
+import LoftHTTP
 import LoftIO
 import LoftTLS
 

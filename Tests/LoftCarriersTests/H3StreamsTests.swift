@@ -1,6 +1,7 @@
 import Foundation
 @testable import LoftCarriers
 import LoftCore
+import LoftHTTP
 import LoftIO
 import LoftTLS
 import LoftTestSupport

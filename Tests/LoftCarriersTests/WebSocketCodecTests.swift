@@ -1,5 +1,6 @@
 @testable import LoftCarriers
 import LoftCore
+import LoftHTTP
 import LoftTLS
 import XCTest
 

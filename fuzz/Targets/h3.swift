@@ -10,6 +10,7 @@
 import CNghttp3
 @testable import LoftCarriers
 import LoftCore
+import LoftHTTP
 import LoftIO
 import LoftTLS
 

@@ -7,7 +7,7 @@ import LoftTLS
 
 /// What `H3Streams` needs of the QUIC connection beneath it (QuicConnection; unit tests and
 /// the fuzz target put an in-memory pair of stream sets there).
-protocol H3Transport: QuicStreamLayer {
+package protocol H3Transport: QuicStreamLayer {
     var loop: EventLoop { get }
     var closed: Bool { get }
     /// A unidirectional stream of ours (control, QPACK encoder, QPACK decoder).
@@ -18,11 +18,11 @@ protocol H3Transport: QuicStreamLayer {
 }
 
 extension QuicConnection: H3Transport {
-    func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
+    package func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
 }
 
 /// Events of `H3Streams` for its carrier (the same shape as the QUIC ones).
-protocol H3StreamsDelegate: AnyObject {
+package protocol H3StreamsDelegate: AnyObject {
     func h3Readable(_ stream: Int64)
     func h3Writable(_ stream: Int64)
     func h3Reset(_ stream: Int64, code: UInt64)
@@ -41,61 +41,61 @@ protocol H3StreamsDelegate: AnyObject {
 /// of its own. Bodies are bounded both ways: a request stream's received body waits here up to
 /// `bodyCap` bytes (QUIC is read no further, so its window holds the peer back), and a body
 /// written waits in nghttp3's buffer (`ch3_body_write`) until QUIC's stream takes it.
-final class H3Streams: QuicFlowLayer {
-    static let protocolSession = "loft"
-    static let protocolFlow = "loft-flow"
-    static let alpn = "h3"
+package final class H3Streams: QuicFlowLayer {
+    package static let protocolSession = "loft"
+    package static let protocolFlow = "loft-flow"
+    package static let alpn = "h3"
 
-    final class Request {
-        let id: Int64
-        var h: OpaquePointer?
-        var session = false
+    package final class Request {
+        package let id: Int64
+        package var h: OpaquePointer?
+        package var session = false
         /// Server: the CONNECT was answered 200; client: the 200 arrived.
         var open = false
-        var body = ReceiveQueue()
-        var peerFin = false
-        var peerFinRead = false
+        package var body = ReceiveQueue()
+        package var peerFin = false
+        package var peerFinRead = false
         /// QUIC's FIN of the stream was read and handed to nghttp3.
-        var quicFin = false
-        var ourFin = false
-        var ourFinSent = false
-        var released = false
-        var wantWritable = false
-        var blocked = false
-        let cap: Int
-        init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
+        package var quicFin = false
+        package var ourFin = false
+        package var ourFinSent = false
+        package var released = false
+        package var wantWritable = false
+        package var blocked = false
+        package let cap: Int
+        package init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
         deinit { body.release() }
-        var available: Int { body.available }
+        package var available: Int { body.available }
     }
 
-    let isServer: Bool
+    package let isServer: Bool
     /// Held (the connection never holds its h3 layer): an h3 layer its carrier let go of
     /// after the connection can still reach it.
-    let quic: H3Transport
-    weak var delegate: H3StreamsDelegate?
+    package let quic: H3Transport
+    package weak var delegate: H3StreamsDelegate?
     private let loop: EventLoop
     private var h3: OpaquePointer?
     private var events = ch3_events()
     private var requests: [Int64: Request] = [:]
     private var sessionOpened = false
     /// Client: the session's CONNECT target.
-    var path = "/loft"
-    var authority = ""
-    private(set) var failedReason: CarrierCloseReason?
+    package var path = "/loft"
+    package var authority = ""
+    package private(set) var failedReason: CarrierCloseReason?
     private var toPull: [Int64] = []
     private var wakeWritable: [Int64] = []
     private lazy var pullSoon = SoonOnce(loop: loop) { [weak self] in self?.pullPending() }
     /// Requests refused (server); past `maxRefused` the connection is closed.
-    private(set) var refused = 0
-    static let maxRefused = 16
+    package private(set) var refused = 0
+    package static let maxRefused = 16
 
     /// Request streams held (tests: none left once every stream ended).
-    var openRequests: Int { requests.count }
+    package var openRequests: Int { requests.count }
 
-    static let sessionBodyCap = 4 << 20
-    static let flowBodyCap = 1 << 20
+    package static let sessionBodyCap = 4 << 20
+    package static let flowBodyCap = 1 << 20
 
-    init?(quic: H3Transport, server: Bool, maxRequests: UInt64) {
+    package init?(quic: H3Transport, server: Bool, maxRequests: UInt64) {
         self.quic = quic
         self.isServer = server
         self.loop = quic.loop
@@ -129,7 +129,7 @@ final class H3Streams: QuicFlowLayer {
 
     /// Bytes (or a FIN) on a QUIC stream: the peer's control/QPACK streams are read whole; a
     /// request stream as far as its body buffer allows.
-    func quicReadable(_ sid: Int64) {
+    package func quicReadable(_ sid: Int64) {
         guard h3 != nil, failedReason == nil else { return }
         if sid & 2 != 0 { pullUni(sid); return }
         var r = requests[sid]
@@ -145,7 +145,7 @@ final class H3Streams: QuicFlowLayer {
         pull(r!)
     }
 
-    func quicWritable(_ sid: Int64) {
+    package func quicWritable(_ sid: Int64) {
         if let h3, let r = requests[sid], r.blocked {
             r.blocked = false
             _ = ch3_unblock(h3, sid)
@@ -155,7 +155,7 @@ final class H3Streams: QuicFlowLayer {
         pump()
     }
 
-    func quicReset(_ sid: Int64, code: UInt64) {
+    package func quicReset(_ sid: Int64, code: UInt64) {
         guard let r = requests.removeValue(forKey: sid) else { return }
         if let h3 { ch3_close_stream(h3, sid, code) }
         r.h = nil
@@ -259,7 +259,7 @@ final class H3Streams: QuicFlowLayer {
     /// over the limits 431; another path 404; another method 405; `:protocol loft` on the first
     /// request stream while no session is open 200, else 429; `loft-flow` once the session's
     /// CONNECT was accepted 200, before it 425; any other or no `:protocol` 400.
-    static func decide(method: String, protocol proto: String, path: String, tooLarge: Bool,
+    package static func decide(method: String, protocol proto: String, path: String, tooLarge: Bool,
                        sessionPath: String, stream: Int64, sessionOpened: Bool) -> Int {
         if tooLarge { return 431 }
         let bare = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -307,7 +307,7 @@ final class H3Streams: QuicFlowLayer {
 
     /// Moves what nghttp3 has (frames, headers, bodies) into QUIC's streams, as far as they
     /// take it.
-    func pump() {
+    package func pump() {
         guard let h3, failedReason == nil, !quic.closed else { return }
         for _ in 0..<4096 {
             var sid: Int64 = -1
@@ -359,7 +359,7 @@ final class H3Streams: QuicFlowLayer {
     // MARK: QuicStreamLayer
 
     /// Client: the session's CONNECT (the first stream) or a flow's.
-    func openStream(ringCap: Int?) -> Int64? {
+    package func openStream(ringCap: Int?) -> Int64? {
         guard let h3, !isServer, failedReason == nil, let sid = quic.openStream(ringCap: ringCap) else { return nil }
         let session = !sessionOpened
         let r = Request(id: sid, cap: session ? Self.sessionBodyCap : Self.flowBodyCap)
@@ -375,14 +375,14 @@ final class H3Streams: QuicFlowLayer {
         return sid
     }
 
-    func writeRoom(_ id: Int64) -> Int {
+    package func writeRoom(_ id: Int64) -> Int {
         guard let h3, let r = requests[id], let h = r.h else { return 0 }
         let n = ch3_body_room(h3, h)
         if n == 0 { r.wantWritable = true }
         return n
     }
 
-    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
+    package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard let h3, let r = requests[id], let h = r.h, let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
         let n = ch3_body_write(h3, h, base.assumingMemoryBound(to: UInt8.self), bytes.count)
         if n < bytes.count { r.wantWritable = true }
@@ -390,22 +390,22 @@ final class H3Streams: QuicFlowLayer {
         return n
     }
 
-    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? { nil }
-    func commitWrite(_ id: Int64, _ n: Int) {}
+    package func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? { nil }
+    package func commitWrite(_ id: Int64, _ n: Int) {}
 
-    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+    package func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         let b = r.body.readable
         return (b, finReached(r))
     }
 
-    func consume(_ id: Int64, _ n: Int) {
+    package func consume(_ id: Int64, _ n: Int) {
         guard n > 0, let r = requests[id] else { return }
         r.body.consume(n)
         took(r, n)
     }
 
-    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let r = requests[id] else { return true }
         let n = r.body.drain(upTo: max, body)
         if n > 0 { took(r, n) }
@@ -428,14 +428,14 @@ final class H3Streams: QuicFlowLayer {
         }
     }
 
-    func finish(_ id: Int64) {
+    package func finish(_ id: Int64) {
         guard let h3, let r = requests[id], let h = r.h, !r.ourFin else { return }
         r.ourFin = true
         ch3_body_end(h3, h)
         pump()
     }
 
-    func release(_ id: Int64) {
+    package func release(_ id: Int64) {
         guard let r = requests[id] else { return }
         r.released = true
         r.body.release()
@@ -443,14 +443,14 @@ final class H3Streams: QuicFlowLayer {
         maybeDone(r)
     }
 
-    func reset(_ id: Int64, code: UInt64) {
+    package func reset(_ id: Int64, code: UInt64) {
         guard let r = requests.removeValue(forKey: id) else { return }
         if let h3 { ch3_close_stream(h3, id, code) }
         r.h = nil
         quic.reset(id, code: code)
     }
 
-    func unsent(_ id: Int64) -> Int {
+    package func unsent(_ id: Int64) -> Int {
         guard let h3, let h = requests[id]?.h else { return 0 }
         return ch3_body_unsent(h3, h) + quic.unsent(id)
     }
