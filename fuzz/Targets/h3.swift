@@ -10,9 +10,9 @@
 import CNghttp3
 @testable import LoftCarriers
 import LoftCore
-import LoftHTTP
+@testable import LoftHTTP
 import LoftIO
-import LoftTLS
+@testable import LoftTLS
 
 private final class Memory: H3Transport {
     let loop: EventLoop

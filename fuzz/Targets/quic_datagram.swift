@@ -14,7 +14,7 @@ import CNgtcp2
 @testable import LoftCarriers
 import LoftCore
 @testable import LoftProtocol
-import LoftQUIC
+@testable import LoftQUIC
 
 private let overlay = Overlay(ipv4: IPPrefix("198.18.64.2/24")!, gateway4: IPAddress("198.18.64.1")!,
                               ipv6: nil, gateway6: nil, mtu: 1400, dns: [])
