@@ -35,6 +35,7 @@ let package = Package(
         ),
         .target(
             name: "CNgtcp2",
+            dependencies: ["CTLS"],
             path: "CSupport/CNgtcp2",
             linkerSettings: [.linkedLibrary("ngtcp2"), .linkedLibrary("ngtcp2_crypto_gnutls"), .linkedLibrary("gnutls")]
         ),
