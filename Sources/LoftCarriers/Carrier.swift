@@ -185,7 +185,7 @@ public final class CarrierClient {
             var err = [CChar](repeating: 0, count: 256)
             let pin = options.tls.pinSHA256
             let c = pin.withOptionalBytes { p in
-                cquic_client_creds_new(options.tls.caFile, p, options.tls.insecure ? 1 : 0, &err, err.count)
+                cngtcp2_client_creds_new(options.tls.caFile, p, options.tls.insecure ? 1 : 0, &err, err.count)
             }
             guard let c else { throw TLSError("quic: \(cText(err))") }
             quicCreds = c
@@ -193,7 +193,7 @@ public final class CarrierClient {
     }
 
     deinit {
-        if let quicCreds { cquic_creds_free(quicCreds) }
+        if let quicCreds { cngtcp2_creds_free(quicCreds) }
     }
 
     /// Starts a connection; its outcome arrives as `carrierConnected` or `carrier(_:closed:)`

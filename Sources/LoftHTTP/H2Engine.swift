@@ -125,7 +125,7 @@ package final class H2Engine {
         self.path = path
         self.settings = settings
         self.output = output
-        var cb = cnh2_callbacks()
+        var cb = cnghttp2_callbacks()
         cb.send = { u, data, len in H2Engine.of(u).sendRaw(data!, len) }
         cb.send_data = { u, stream, header, len in H2Engine.of(u).sendData(stream, header!, len) }
         cb.data_length = { u, stream, max, eof in H2Engine.of(u).dataLength(stream, max, eof!) }
@@ -136,14 +136,14 @@ package final class H2Engine {
         cb.data = { u, stream, data, len in H2Engine.of(u).dataChunk(stream, data, len) }
         cb.stream_closed = { u, stream, code in H2Engine.of(u).events.append(.closed(stream, code)) }
         cb.frame_sent = { u, type, stream, code in H2Engine.of(u).frameSent(type, stream, code) }
-        var st = cnh2_settings(max_concurrent_streams: settings.maxConcurrentStreams, initial_window: settings.initialWindow,
+        var st = cnghttp2_settings(max_concurrent_streams: settings.maxConcurrentStreams, initial_window: settings.initialWindow,
                                connection_window: settings.connectionWindow, max_frame_size: settings.maxFrameSize,
                                max_header_list: settings.maxHeaderList, enable_connect_protocol: server ? 1 : 0)
-        guard let handle = cnh2_new(server ? 1 : 0, &cb, Unmanaged.passUnretained(self).toOpaque(), &st) else { return nil }
+        guard let handle = cnghttp2_new(server ? 1 : 0, &cb, Unmanaged.passUnretained(self).toOpaque(), &st) else { return nil }
         h = handle
     }
 
-    deinit { cnh2_free(h) }
+    deinit { cnghttp2_free(h) }
 
     private static func of(_ u: UnsafeMutableRawPointer?) -> H2Engine {
         Unmanaged<H2Engine>.fromOpaque(u!).takeUnretainedValue()
@@ -152,16 +152,16 @@ package final class H2Engine {
     // MARK: state
 
     /// Neither side has anything left: the connection is over (after a GOAWAY, or an error).
-    package var isFinished: Bool { h == nil || (cnh2_want_read(h) == 0 && cnh2_want_write(h) == 0) }
+    package var isFinished: Bool { h == nil || (cnghttp2_want_read(h) == 0 && cnghttp2_want_write(h) == 0) }
     /// nghttp2 has frames it could not hand to the output yet.
-    package var wantsWrite: Bool { h != nil && cnh2_want_write(h) != 0 }
+    package var wantsWrite: Bool { h != nil && cnghttp2_want_write(h) != 0 }
     /// Payload bytes the session stream may send now (both windows).
     package var sendWindow: Int {
         guard let h, sessionStreamOpen, !ending else { return 0 }
-        return Int(max(0, cnh2_send_window(h, sessionStream)))
+        return Int(max(0, cnghttp2_send_window(h, sessionStream)))
     }
     /// The peer allows extended CONNECT (its SETTINGS_ENABLE_CONNECT_PROTOCOL).
-    package var peerAllowsConnect: Bool { h.map { cnh2_remote_setting($0, 8) == 1 } ?? false }
+    package var peerAllowsConnect: Bool { h.map { cnghttp2_remote_setting($0, 8) == 1 } ?? false }
     /// The session stream exists and is not closed yet (nghttp2 keeps closed streams around, so
     /// the engine tracks this itself).
     package var sessionStreamOpen: Bool { h != nil && sessionStream > 0 && !sessionClosed }
@@ -172,7 +172,7 @@ package final class H2Engine {
         guard let h else { return 0 }
         let room = output.h2Free - Self.controlReserve
         guard room > 9 else { return 0 }
-        let frameSize = max(16384, Int(cnh2_remote_setting(h, 5)))    // the peer's SETTINGS_MAX_FRAME_SIZE
+        let frameSize = max(16384, Int(cnghttp2_remote_setting(h, 5)))    // the peer's SETTINGS_MAX_FRAME_SIZE
         let frames = room / frameSize + 1
         return max(0, min(sendWindow, room - 9 * frames))
     }
@@ -187,9 +187,9 @@ package final class H2Engine {
         var pos = 0
         while pos < bytes.count && !paused {
             pendingData = nil
-            let n = cnh2_recv(h, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + pos, bytes.count - pos)
+            let n = cnghttp2_recv(h, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + pos, bytes.count - pos)
             if n < 0 {
-                failure = failure ?? String(cString: cnh2_strerror(Int32(n)))
+                failure = failure ?? String(cString: cnghttp2_strerror(Int32(n)))
                 drain()
                 return nil
             }
@@ -205,9 +205,9 @@ package final class H2Engine {
     @discardableResult
     package func pump() -> Bool {
         guard let h else { return false }
-        let r = cnh2_send(h)
+        let r = cnghttp2_send(h)
         if r != 0 {
-            failure = failure ?? String(cString: cnh2_strerror(r))
+            failure = failure ?? String(cString: cnghttp2_strerror(r))
             return false
         }
         drain()
@@ -219,12 +219,12 @@ package final class H2Engine {
         guard let h, sessionStream > 0, !ending, bytes.count > 0 else { return 0 }
         offer = bytes
         offerTaken = 0
-        _ = cnh2_resume(h, sessionStream)
-        let r = cnh2_send(h)
+        _ = cnghttp2_resume(h, sessionStream)
+        let r = cnghttp2_send(h)
         let taken = offerTaken
         offer = nil
         offerTaken = 0
-        if r != 0 { failure = failure ?? String(cString: cnh2_strerror(r)) }
+        if r != 0 { failure = failure ?? String(cString: cnghttp2_strerror(r)) }
         drain()
         return taken
     }
@@ -232,8 +232,8 @@ package final class H2Engine {
     /// Client: the extended CONNECT for the session.
     package func connect(authority: String, path: String) -> Bool {
         guard let h, !isServer, sessionStream == 0 else { return false }
-        let id = cnh2_submit_connect(h, authority, path, Self.protocolName)
-        guard id > 0 else { failure = String(cString: cnh2_strerror(id)); return false }
+        let id = cnghttp2_submit_connect(h, authority, path, Self.protocolName)
+        guard id > 0 else { failure = String(cString: cnghttp2_strerror(id)); return false }
         sessionStream = id
         return pump()
     }
@@ -244,30 +244,30 @@ package final class H2Engine {
         guard let h else { return }
         if sessionStreamOpen, !ending {
             ending = true
-            if cnh2_send_window(h, sessionStream) > 0 {
-                _ = cnh2_resume(h, sessionStream)
+            if cnghttp2_send_window(h, sessionStream) > 0 {
+                _ = cnghttp2_resume(h, sessionStream)
             } else {
-                _ = cnh2_submit_rst(h, sessionStream, UInt32(CNH2_CANCEL))
+                _ = cnghttp2_submit_rst(h, sessionStream, UInt32(CNGHTTP2_CANCEL))
             }
             // END_STREAM goes out before the GOAWAY (nghttp2 would put GOAWAY first): a peer
             // that takes GOAWAY as the end of everything still sees the stream end.
             guard pump(), self.h != nil else { return }
         }
-        _ = cnh2_submit_goaway(h, UInt32(CNH2_NO_ERROR))
+        _ = cnghttp2_submit_goaway(h, UInt32(CNGHTTP2_NO_ERROR))
         pump()
     }
 
     /// Resets the session stream with `code` and ends the connection with GOAWAY `code`.
     package func fail(_ code: UInt32) {
         guard let h else { return }
-        if sessionStreamOpen { _ = cnh2_submit_rst(h, sessionStream, code) }
-        _ = cnh2_submit_goaway(h, code)
+        if sessionStreamOpen { _ = cnghttp2_submit_rst(h, sessionStream, code) }
+        _ = cnghttp2_submit_goaway(h, code)
         pump()
     }
 
     /// The nghttp2 state is dropped; nothing more is read or written.
     package func close() {
-        cnh2_free(h)
+        cnghttp2_free(h)
         h = nil
         events.removeAll()
     }
@@ -327,20 +327,20 @@ package final class H2Engine {
     }
 
     private func frameReceived(_ type: UInt8, _ flags: UInt8, _ stream: Int32, _ code: UInt32) -> Int32 {
-        let endStream = flags & UInt8(CNH2_FLAG_END_STREAM) != 0
+        let endStream = flags & UInt8(CNGHTTP2_FLAG_END_STREAM) != 0
         switch Int(type) {
-        case Int(CNH2_HEADERS):
+        case Int(CNGHTTP2_HEADERS):
             events.append(.headers(stream, endStream: endStream))
-        case Int(CNH2_DATA):
+        case Int(CNGHTTP2_DATA):
             if endStream { events.append(.endStream(stream)) }
-        case Int(CNH2_SETTINGS):
-            if flags & UInt8(CNH2_FLAG_ACK) == 0 {
+        case Int(CNGHTTP2_SETTINGS):
+            if flags & UInt8(CNGHTTP2_FLAG_ACK) == 0 {
                 if !sawPeerSettings { sawPeerSettings = true; events.append(.peerSettings) }
                 events.append(.windowOpened)
             }
-        case Int(CNH2_WINDOW_UPDATE):
+        case Int(CNGHTTP2_WINDOW_UPDATE):
             if stream == 0 || stream == sessionStream { events.append(.windowOpened) }
-        case Int(CNH2_GOAWAY):
+        case Int(CNGHTTP2_GOAWAY):
             events.append(.goAway(code))
         default:
             break
@@ -356,14 +356,14 @@ package final class H2Engine {
     }
 
     private func frameSent(_ type: UInt8, _ stream: Int32, _ code: UInt32) {
-        guard code != UInt32(CNH2_NO_ERROR), failure == nil else { return }
-        let what = Int(type) == Int(CNH2_GOAWAY) ? "GOAWAY" : "RST_STREAM"
-        if Int(type) == Int(CNH2_GOAWAY) || stream == sessionStream {
+        guard code != UInt32(CNGHTTP2_NO_ERROR), failure == nil else { return }
+        let what = Int(type) == Int(CNGHTTP2_GOAWAY) ? "GOAWAY" : "RST_STREAM"
+        if Int(type) == Int(CNGHTTP2_GOAWAY) || stream == sessionStream {
             failure = "sent \(what) \(Self.errorName(code))"
         }
     }
 
-    package static func errorName(_ code: UInt32) -> String { String(cString: cnh2_error_name(code)) }
+    package static func errorName(_ code: UInt32) -> String { String(cString: cnghttp2_error_name(code)) }
 
     // MARK: events, after nghttp2 returned
 
@@ -405,7 +405,7 @@ package final class H2Engine {
                 refusals += 1
                 owner?.h2Event(self, .refused(status: 431, reason: "request header fields too large"))
             }
-            if s == sessionStream && code != UInt32(CNH2_NO_ERROR) { owner?.h2Event(self, .streamReset(code)) }
+            if s == sessionStream && code != UInt32(CNGHTTP2_NO_ERROR) { owner?.h2Event(self, .streamReset(code)) }
         case .headers(let s, let endStream):
             guard let head = heads[s] else { return }
             if isServer {
@@ -442,7 +442,7 @@ package final class H2Engine {
         heads.removeValue(forKey: s)
         // Past the cap (the GOAWAY is queued): no answer and no event, whatever the reads.
         guard refusals < Self.maxRefusals else {
-            _ = cnh2_submit_rst(h, s, UInt32(CNH2_REFUSED_STREAM))
+            _ = cnghttp2_submit_rst(h, s, UInt32(CNGHTTP2_REFUSED_STREAM))
             return
         }
         var (status, reason) = Self.decide(head, path: path)
@@ -450,7 +450,7 @@ package final class H2Engine {
         if status == 200, let o = owner, !o.h2Admit(self, head) { (status, reason) = (403, "refused by the front") }
         if status == 200 {
             sessionStream = s
-            _ = cnh2_submit_response(h, s, 200, 1, nil, 0)
+            _ = cnghttp2_submit_response(h, s, 200, 1, nil, 0)
             owner?.h2Event(self, .accepted(head))
             return
         }
@@ -460,15 +460,15 @@ package final class H2Engine {
             "allow".withCString { n in
                 "CONNECT".withCString { v in
                     let pair: [UnsafePointer<CChar>?] = [n, v]
-                    _ = pair.withUnsafeBufferPointer { cnh2_submit_response(h, s, Int32(status), 0, $0.baseAddress, 1) }
+                    _ = pair.withUnsafeBufferPointer { cnghttp2_submit_response(h, s, Int32(status), 0, $0.baseAddress, 1) }
                 }
             }
         } else {
-            _ = cnh2_submit_response(h, s, Int32(status), 0, nil, 0)
+            _ = cnghttp2_submit_response(h, s, Int32(status), 0, nil, 0)
         }
         if refusals >= Self.maxRefusals {
             failure = "\(refusals) requests refused"
-            _ = cnh2_submit_goaway(h, UInt32(CNH2_NO_ERROR))
+            _ = cnghttp2_submit_goaway(h, UInt32(CNGHTTP2_NO_ERROR))
         }
     }
 }

@@ -40,7 +40,7 @@ package protocol H3StreamsDelegate: AnyObject {
 /// request stream, each flow the body of an extended CONNECT `loft-flow` on a request stream
 /// of its own. Bodies are bounded both ways: a request stream's received body waits here up to
 /// `bodyCap` bytes (QUIC is read no further, so its window holds the peer back), and a body
-/// written waits in nghttp3's buffer (`ch3_body_write`) until QUIC's stream takes it.
+/// written waits in nghttp3's buffer (`cnghttp3_body_write`) until QUIC's stream takes it.
 package final class H3Streams: QuicFlowLayer {
     package static let protocolSession = "loft"
     package static let protocolFlow = "loft-flow"
@@ -75,7 +75,7 @@ package final class H3Streams: QuicFlowLayer {
     package weak var delegate: H3StreamsDelegate?
     private let loop: EventLoop
     private var h3: OpaquePointer?
-    private var events = ch3_events()
+    private var events = cnghttp3_events()
     private var requests: [Int64: Request] = [:]
     private var sessionOpened = false
     /// Client: the session's CONNECT target.
@@ -105,15 +105,15 @@ package final class H3Streams: QuicFlowLayer {
         events.end_stream = { ctx, sid in H3Streams.from(ctx).onEnd(sid) }
         events.reset = { ctx, sid, code, stop in H3Streams.from(ctx).onResetAsked(sid, code, stopOnly: stop != 0) }
         events.acked = { ctx, sid in H3Streams.from(ctx).onAcked(sid) }
-        guard let c = withUnsafePointer(to: &events, { ch3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
+        guard let c = withUnsafePointer(to: &events, { cnghttp3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
         h3 = c
         guard let ctrl = quic.openUniStream(ringCap: 64 << 10), let enc = quic.openUniStream(ringCap: 64 << 10),
               let dec = quic.openUniStream(ringCap: 64 << 10),
-              ch3_bind(c, ctrl, enc, dec) == 0 else { return nil }
+              cnghttp3_bind(c, ctrl, enc, dec) == 0 else { return nil }
         pump()
     }
 
-    deinit { if let h3 { ch3_free(h3) } }
+    deinit { if let h3 { cnghttp3_free(h3) } }
 
     private static func from(_ ctx: UnsafeMutableRawPointer?) -> H3Streams {
         Unmanaged<H3Streams>.fromOpaque(ctx!).takeUnretainedValue()
@@ -148,16 +148,16 @@ package final class H3Streams: QuicFlowLayer {
     package func quicWritable(_ sid: Int64) {
         if let h3, let r = requests[sid], r.blocked {
             r.blocked = false
-            _ = ch3_unblock(h3, sid)
+            _ = cnghttp3_unblock(h3, sid)
         } else if let h3, sid & 2 != 0 {
-            _ = ch3_unblock(h3, sid)
+            _ = cnghttp3_unblock(h3, sid)
         }
         pump()
     }
 
     package func quicReset(_ sid: Int64, code: UInt64) {
         guard let r = requests.removeValue(forKey: sid) else { return }
-        if let h3 { ch3_close_stream(h3, sid, code) }
+        if let h3 { cnghttp3_close_stream(h3, sid, code) }
         r.h = nil
         if r.open || !isServer { delegate?.h3Reset(sid, code: code) }
     }
@@ -170,10 +170,10 @@ package final class H3Streams: QuicFlowLayer {
         var got = 0
         let eof = quic.drain(sid, upTo: max) { bytes in
             got = bytes.count
-            rv = ch3_read(h3, sid, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, 0)
+            rv = cnghttp3_read(h3, sid, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, 0)
         }
-        if rv >= 0 && eof { rv = ch3_read(h3, sid, nil, 0, 1) }
-        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(rv)))")); return false }
+        if rv >= 0 && eof { rv = cnghttp3_read(h3, sid, nil, 0, 1) }
+        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: cnghttp3_strerror(rv)))")); return false }
         fin = eof
         return got > 0 || eof
     }
@@ -205,7 +205,7 @@ package final class H3Streams: QuicFlowLayer {
 
     // MARK: nghttp3 callbacks (inside nghttp3: record, act after)
 
-    private func onHeaders(_ sid: Int64, _ s: OpaquePointer?, _ head: ch3_head, _ fin: Bool) -> Int32 {
+    private func onHeaders(_ sid: Int64, _ s: OpaquePointer?, _ head: cnghttp3_head, _ fin: Bool) -> Int32 {
         guard let r = requests[sid] else { return 0 }
         r.h = s
         var h = head
@@ -234,7 +234,7 @@ package final class H3Streams: QuicFlowLayer {
                 }
                 return 0
             }
-            _ = ch3_respond(h3, s, Int32(status), 0)
+            _ = cnghttp3_respond(h3, s, Int32(status), 0)
             let reason = "\(method) \(path.prefix(64))\(proto.isEmpty ? "" : " :protocol \(proto)")"
             let count = refused
             loop.soon { [weak self] in
@@ -244,7 +244,7 @@ package final class H3Streams: QuicFlowLayer {
         }
         let session = proto == Self.protocolSession
         if session { sessionOpened = true }
-        _ = ch3_respond(h3, s, 200, session ? Self.sessionBodyCap : Self.flowBodyCap)
+        _ = cnghttp3_respond(h3, s, 200, session ? Self.sessionBodyCap : Self.flowBodyCap)
         r.session = session
         r.open = true
         loop.soon { [weak self] in
@@ -303,7 +303,7 @@ package final class H3Streams: QuicFlowLayer {
 
     // MARK: bytes out
 
-    nonisolated(unsafe) private static let vecs = UnsafeMutablePointer<ch3_vec>.allocate(capacity: 16)
+    nonisolated(unsafe) private static let vecs = UnsafeMutablePointer<cnghttp3_vec>.allocate(capacity: 16)
 
     /// Moves what nghttp3 has (frames, headers, bodies) into QUIC's streams, as far as they
     /// take it.
@@ -312,8 +312,8 @@ package final class H3Streams: QuicFlowLayer {
         for _ in 0..<4096 {
             var sid: Int64 = -1
             var fin: Int32 = 0
-            let n = ch3_writev(h3, &sid, &fin, Self.vecs, 16)
-            if n < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(n)))")); return }
+            let n = cnghttp3_writev(h3, &sid, &fin, Self.vecs, 16)
+            if n < 0 { fail(.protocolError("HTTP/3: \(String(cString: cnghttp3_strerror(n)))")); return }
             if sid < 0 { break }
             var total = 0
             var taken = 0
@@ -325,9 +325,9 @@ package final class H3Streams: QuicFlowLayer {
                 taken += w
                 if w < v.len { break }
             }
-            _ = ch3_written(h3, sid, taken)
+            _ = cnghttp3_written(h3, sid, taken)
             if taken < total {
-                ch3_block(h3, sid)
+                cnghttp3_block(h3, sid)
                 requests[sid]?.blocked = true
                 continue
             }
@@ -340,7 +340,7 @@ package final class H3Streams: QuicFlowLayer {
             let ws = wakeWritable
             wakeWritable.removeAll()
             for sid in ws {
-                guard let r = requests[sid], r.wantWritable, let h = r.h, ch3_body_room(h3, h) >= r.cap / 2 else { continue }
+                guard let r = requests[sid], r.wantWritable, let h = r.h, cnghttp3_body_room(h3, h) >= r.cap / 2 else { continue }
                 r.wantWritable = false
                 loop.soon { [weak self] in self?.delegate?.h3Writable(sid) }
             }
@@ -351,7 +351,7 @@ package final class H3Streams: QuicFlowLayer {
     private func maybeDone(_ r: Request) {
         guard let h3, r.quicFin, r.ourFinSent, r.released || r.peerFinRead else { return }
         requests[r.id] = nil
-        ch3_close_stream(h3, r.id, 0x100)
+        cnghttp3_close_stream(h3, r.id, 0x100)
         r.h = nil
         quic.release(r.id)
     }
@@ -363,7 +363,7 @@ package final class H3Streams: QuicFlowLayer {
         guard let h3, !isServer, failedReason == nil, let sid = quic.openStream(ringCap: ringCap) else { return nil }
         let session = !sessionOpened
         let r = Request(id: sid, cap: session ? Self.sessionBodyCap : Self.flowBodyCap)
-        guard let s = ch3_connect(h3, sid, session ? Self.protocolSession : Self.protocolFlow, path, authority, r.cap) else {
+        guard let s = cnghttp3_connect(h3, sid, session ? Self.protocolSession : Self.protocolFlow, path, authority, r.cap) else {
             quic.reset(sid, code: 0x102)
             return nil
         }
@@ -377,14 +377,14 @@ package final class H3Streams: QuicFlowLayer {
 
     package func writeRoom(_ id: Int64) -> Int {
         guard let h3, let r = requests[id], let h = r.h else { return 0 }
-        let n = ch3_body_room(h3, h)
+        let n = cnghttp3_body_room(h3, h)
         if n == 0 { r.wantWritable = true }
         return n
     }
 
     package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard let h3, let r = requests[id], let h = r.h, let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
-        let n = ch3_body_write(h3, h, base.assumingMemoryBound(to: UInt8.self), bytes.count)
+        let n = cnghttp3_body_write(h3, h, base.assumingMemoryBound(to: UInt8.self), bytes.count)
         if n < bytes.count { r.wantWritable = true }
         if n > 0 { pump() }
         return n
@@ -431,7 +431,7 @@ package final class H3Streams: QuicFlowLayer {
     package func finish(_ id: Int64) {
         guard let h3, let r = requests[id], let h = r.h, !r.ourFin else { return }
         r.ourFin = true
-        ch3_body_end(h3, h)
+        cnghttp3_body_end(h3, h)
         pump()
     }
 
@@ -445,13 +445,13 @@ package final class H3Streams: QuicFlowLayer {
 
     package func reset(_ id: Int64, code: UInt64) {
         guard let r = requests.removeValue(forKey: id) else { return }
-        if let h3 { ch3_close_stream(h3, id, code) }
+        if let h3 { cnghttp3_close_stream(h3, id, code) }
         r.h = nil
         quic.reset(id, code: code)
     }
 
     package func unsent(_ id: Int64) -> Int {
         guard let h3, let h = requests[id]?.h else { return 0 }
-        return ch3_body_unsent(h3, h) + quic.unsent(id)
+        return cnghttp3_body_unsent(h3, h) + quic.unsent(id)
     }
 }

@@ -38,7 +38,7 @@ package final class QuicConnection {
     /// of its connections still sends (its CONNECTION_CLOSE at a shutdown, say); the cycle
     /// ends with the connection.
     private var sink: QuicPacketSink?
-    private var events = cquic_events()
+    private var events = cngtcp2_events()
     package let limits: QuicLimits
     package private(set) var streams: [Int64: QuicStreamState] = [:]
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
@@ -139,7 +139,7 @@ package final class QuicConnection {
             return local.withSockaddr { l, ll in
                 remote.withSockaddr { r, rl in
                     withUnsafePointer(to: &q.events) { ev in
-                        cquic_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
                     }
                 }
             }
@@ -161,7 +161,7 @@ package final class QuicConnection {
         let c = local.withSockaddr { l, ll in
             remote.withSockaddr { r, rl in
                 withUnsafePointer(to: &q.events) { ev in
-                    cquic_server_new(ev, creds, alpn, l, ll, r, rl, packet.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                    cngtcp2_server_new(ev, creds, alpn, l, ll, r, rl, packet.baseAddress?.assumingMemoryBound(to: UInt8.self),
                                      packet.count, secret, &params, quicNow(), &err, err.count)
                 }
             }
@@ -176,7 +176,7 @@ package final class QuicConnection {
 
     deinit {
         if let timer { loop.cancel(timer) }
-        if let conn { cquic_free(conn) }
+        if let conn { cngtcp2_free(conn) }
         out.deallocate()
     }
 
@@ -186,23 +186,23 @@ package final class QuicConnection {
     package var alpn: String {
         guard let conn else { return "" }
         var b = [CChar](repeating: 0, count: 64)
-        cquic_alpn(conn, &b, b.count)
+        cngtcp2_alpn(conn, &b, b.count)
         return cText(b)
     }
     package var tlsDescription: String {
         guard let conn else { return "" }
         var b = [CChar](repeating: 0, count: 160)
-        cquic_describe(conn, &b, b.count)
+        cngtcp2_describe(conn, &b, b.count)
         return cText(b)
     }
-    package var peerTakesDatagrams: Int { conn.map { Int(min(cquic_peer_max_datagram($0), 65_535)) } ?? 0 }
-    /// The largest packet on the path now (cquic_path_max_packet).
-    package var pathMaxPacket: Int { conn.map { cquic_path_max_packet($0) } ?? 0 }
+    package var peerTakesDatagrams: Int { conn.map { Int(min(cngtcp2_peer_max_datagram($0), 65_535)) } ?? 0 }
+    /// The largest packet on the path now (cngtcp2_path_max_packet).
+    package var pathMaxPacket: Int { conn.map { cngtcp2_path_max_packet($0) } ?? 0 }
     /// The largest datagram that fits one packet with room to spare for the short header
     /// (1 + 20-byte id + 4-byte number), the AEAD tag (16) and the frame's type and length (4).
     package var datagramCapacity: Int {
         guard let conn else { return 0 }
-        return max(0, min(peerTakesDatagrams, cquic_path_max_packet(conn) - 45))
+        return max(0, min(peerTakesDatagrams, cngtcp2_path_max_packet(conn) - 45))
     }
 
     // MARK: packets in
@@ -214,7 +214,7 @@ package final class QuicConnection {
         remote = from
         let rv = at.withSockaddr { l, ll in
             from.withSockaddr { r, rl in
-                cquic_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, quicNow())
+                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, quicNow())
             }
         }
         if rv != 0 {
@@ -232,7 +232,7 @@ package final class QuicConnection {
     /// configured larger size (quic-max-packet) the path does not carry, so every full packet
     /// would be lost: the socket's owner says so (the client ends the carrier, the front logs).
     package func packetTooBig(_ size: Int) -> Bool {
-        guard limits.packetAboveDiscovery, size > Int(CQUIC_DEFAULT_MAX_PACKET), !tooBigReported else { return false }
+        guard limits.packetAboveDiscovery, size > Int(CNGTCP2_DEFAULT_MAX_PACKET), !tooBigReported else { return false }
         tooBigReported = true
         return true
     }
@@ -250,7 +250,7 @@ package final class QuicConnection {
     package func openStream(ringCap: Int? = nil) -> Int64? {
         guard let conn, !closed else { return nil }
         var sid: Int64 = -1
-        guard cquic_open_bidi(conn, &sid) == 0 else { return nil }
+        guard cngtcp2_open_bidi(conn, &sid) == 0 else { return nil }
         streams[sid] = QuicStreamState(id: sid, ringCap: ringCap ?? limits.sendBuffer)
         return sid
     }
@@ -259,12 +259,12 @@ package final class QuicConnection {
     package func openUniStream(ringCap: Int = 64 << 10) -> Int64? {
         guard let conn, !closed else { return nil }
         var sid: Int64 = -1
-        guard cquic_open_uni(conn, &sid) == 0 else { return nil }
+        guard cngtcp2_open_uni(conn, &sid) == 0 else { return nil }
         streams[sid] = QuicStreamState(id: sid, ringCap: ringCap)
         return sid
     }
 
-    package var streamsLeft: UInt64 { conn.map { cquic_streams_bidi_left($0) } ?? 0 }
+    package var streamsLeft: UInt64 { conn.map { cngtcp2_streams_bidi_left($0) } ?? 0 }
 
     package func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
 
@@ -390,7 +390,7 @@ package final class QuicConnection {
         let n = s.recv.available
         s.recv.release()
         guard n > 0, let conn, !closed else { return }
-        _ = cquic_consumed(conn, s.id, UInt64(n))
+        _ = cngtcp2_consumed(conn, s.id, UInt64(n))
         flushSoon.schedule()
     }
 
@@ -399,7 +399,7 @@ package final class QuicConnection {
         guard let s = streams[id] else { return }
         forget(id)
         s.sendClosed = true
-        if let conn, !closed { _ = cquic_shutdown_stream(conn, id, code) }
+        if let conn, !closed { _ = cngtcp2_shutdown_stream(conn, id, code) }
         flushSoon.schedule()
     }
 
@@ -438,7 +438,7 @@ package final class QuicConnection {
     /// `n` bytes of the stream were read: the peer may send that much more.
     private func consumed(_ s: QuicStreamState, _ n: Int) {
         if let conn, !closed {
-            _ = cquic_consumed(conn, s.id, UInt64(n))
+            _ = cngtcp2_consumed(conn, s.id, UInt64(n))
             flushSoon.schedule()
         }
     }
@@ -498,9 +498,9 @@ package final class QuicConnection {
         closed = true
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
-        if cquic_is_closing(conn) == 0 {
+        if cngtcp2_is_closing(conn) == 0 {
             let n = closePacket.withUnsafeMutableBytes { p in
-                cquic_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, quicNow())
+                cngtcp2_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, quicNow())
             }
             if n > 0 {
                 let addr = address(to, toLen)
@@ -537,16 +537,16 @@ package final class QuicConnection {
         dispatchEvents()
         guard !closed else { return }
         let reason: CarrierCloseReason
-        if rv == CQUIC_ERR_DRAINING || rv == CQUIC_ERR_CLOSING {
+        if rv == CNGTCP2_ERR_DRAINING || rv == CNGTCP2_ERR_CLOSING {
             reason = peerCloseReason()
             finish()
-        } else if rv == CQUIC_ERR_IDLE_CLOSE {
+        } else if rv == CNGTCP2_ERR_IDLE_CLOSE {
             reason = .timeout("QUIC idle timeout")
             finish()
         } else {
-            let tlsErr = conn.map { String(cString: cquic_last_error($0)) } ?? ""
-            reason = rv == -215 ? .tls(tlsErr.isEmpty ? String(cString: cquic_strerror(rv)) : tlsErr)
-                                : .protocolError("QUIC: \(String(cString: cquic_strerror(rv)))")
+            let tlsErr = conn.map { String(cString: cngtcp2_last_error($0)) } ?? ""
+            reason = rv == -215 ? .tls(tlsErr.isEmpty ? String(cString: cngtcp2_strerror(rv)) : tlsErr)
+                                : .protocolError("QUIC: \(String(cString: cngtcp2_strerror(rv)))")
             sendCloseNow(liberr: rv)
         }
         let d = delegate
@@ -559,8 +559,8 @@ package final class QuicConnection {
         var code: UInt64 = 0
         var isApp: Int32 = 0
         var text = [CChar](repeating: 0, count: 128)
-        if cquic_got_stateless_reset(conn) != 0 { return .io("the peer reset the QUIC connection (stateless reset)") }
-        _ = cquic_peer_close(conn, &code, &isApp, &text, text.count)
+        if cngtcp2_got_stateless_reset(conn) != 0 { return .io("the peer reset the QUIC connection (stateless reset)") }
+        _ = cngtcp2_peer_close(conn, &code, &isApp, &text, text.count)
         if code == 0 { return .closed }
         let t = cText(text)
         return .io("the peer closed the QUIC connection: \(isApp != 0 ? "application" : "transport") error \(code)\(t.isEmpty ? "" : " \(t)")")
@@ -582,7 +582,7 @@ package final class QuicConnection {
         let st = s!
         if st.released {
             // Nobody reads it any more: the bytes are dropped, the peer's window moves on.
-            if let conn, len > 0 { _ = cquic_consumed(conn, sid, UInt64(len)) }
+            if let conn, len > 0 { _ = cngtcp2_consumed(conn, sid, UInt64(len)) }
             return 0
         }
         if len > 0, let data { st.recv.append(data, len) }
@@ -673,7 +673,7 @@ package final class QuicConnection {
 
     private func onCID(_ data: UnsafePointer<UInt8>?, _ len: Int, _ add: Bool) -> Int32 {
         guard let data, let id = QuicCID(UnsafeRawBufferPointer(start: data, count: len)) else { return 0 }
-        // Called from cquic_server_new before `conn` is set: the delegate is already there.
+        // Called from cngtcp2_server_new before `conn` is set: the delegate is already there.
         delegate?.quicConnectionID(self, id, add: add)
         return 0
     }
@@ -711,7 +711,7 @@ package final class QuicConnection {
                 forget(sid)
                 // Both directions end (the flow is gone): without our RESET_STREAM ngtcp2 would
                 // keep the stream, and the retired ring, open.
-                if let conn { _ = cquic_shutdown_stream(conn, sid, code) }
+                if let conn { _ = cngtcp2_shutdown_stream(conn, sid, code) }
                 delegate?.quicStreamReset(self, stream: sid, code: code)
             }
         }
@@ -741,9 +741,9 @@ package final class QuicConnection {
         let now = quicNow()
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
-        let maxPkt = max(1200, cquic_max_packet(conn))
+        let maxPkt = max(1200, cngtcp2_max_packet(conn))
         defer { _ = sendBatch() }
-        let rate = cquic_pacing_rate(conn)
+        let rate = cngtcp2_pacing_rate(conn)
         pacer.fill(now: now, rate: rate, packet: maxPkt)
         var budget = min(Self.burst, pacer.packets(of: maxPkt))
         // With the bucket empty only acknowledgments and control frames go (one packet).
@@ -756,7 +756,7 @@ package final class QuicConnection {
             var accepted: Int32 = 0
             let d = outDatagrams[0]
             let n = d.withUnsafeBytes { db in
-                    cquic_write_datagram(conn, (out + outUsed).assumingMemoryBound(to: UInt8.self), maxPkt,
+                    cngtcp2_write_datagram(conn, (out + outUsed).assumingMemoryBound(to: UInt8.self), maxPkt,
                                          db.baseAddress?.assumingMemoryBound(to: UInt8.self), db.count, &accepted, &to, &toLen, now)
             }
             if n < 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count; datagramsDropped += 1; continue }
@@ -779,7 +779,7 @@ package final class QuicConnection {
                 more = true
                 s = nil
             }
-            var iov = (cquic_vec(), cquic_vec())
+            var iov = (cngtcp2_vec(), cngtcp2_vec())
             var count = 0
             var fin: Int32 = 0
             if let s {
@@ -788,9 +788,9 @@ package final class QuicConnection {
                 let len = s.unsent
                 let first = min(len, s.ringCap - start)
                 if len > 0 {
-                    iov.0 = cquic_vec(base: UnsafePointer((s.ring! + start).assumingMemoryBound(to: UInt8.self)), len: first)
+                    iov.0 = cngtcp2_vec(base: UnsafePointer((s.ring! + start).assumingMemoryBound(to: UInt8.self)), len: first)
                     count = 1
-                    if first < len { iov.1 = cquic_vec(base: UnsafePointer(s.ring!.assumingMemoryBound(to: UInt8.self)), len: len - first); count = 2 }
+                    if first < len { iov.1 = cngtcp2_vec(base: UnsafePointer(s.ring!.assumingMemoryBound(to: UInt8.self)), len: len - first); count = 2 }
                 }
                 fin = s.finQueued ? 1 : 0
             }
@@ -799,24 +799,24 @@ package final class QuicConnection {
             guard roomInBatch(maxPkt) else { return }
             let dest = (out + outUsed).assumingMemoryBound(to: UInt8.self)
             let n = withUnsafePointer(to: &iov) { ip in
-                ip.withMemoryRebound(to: cquic_vec.self, capacity: 2) { v in
-                    cquic_write_stream(conn, dest, maxPkt, sid, v, count, fin, s != nil ? 1 : 0, &consumed, &to, &toLen, now)
+                ip.withMemoryRebound(to: cngtcp2_vec.self, capacity: 2) { v in
+                    cngtcp2_write_stream(conn, dest, maxPkt, sid, v, count, fin, s != nil ? 1 : 0, &consumed, &to, &toLen, now)
                 }
             }
             if let s, consumed >= 0 {
                 s.sent += UInt64(consumed)
                 if fin != 0 && s.sent == s.end { s.finSent = true }
             }
-            if n == CQUIC_ERR_WRITE_MORE {
+            if n == CNGTCP2_ERR_WRITE_MORE {
                 // The packet has room for the next stream's bytes (or is finished with none).
                 qi += 1
                 continue
             }
-            if n == CQUIC_ERR_STREAM_DATA_BLOCKED {
+            if n == CNGTCP2_ERR_STREAM_DATA_BLOCKED {
                 s?.blocked = true
                 continue
             }
-            if n == CQUIC_ERR_STREAM_SHUT_WR || n == CQUIC_ERR_STREAM_NOT_FOUND {
+            if n == CNGTCP2_ERR_STREAM_SHUT_WR || n == CNGTCP2_ERR_STREAM_NOT_FOUND {
                 s?.sendClosed = true
                 continue
             }
@@ -898,7 +898,7 @@ package final class QuicConnection {
 
     private func armTimer() {
         guard let conn, !closed else { return }
-        let exp = cquic_expiry(conn)
+        let exp = cngtcp2_expiry(conn)
         if exp == timerAt && timer != nil { return }
         if let timer { loop.cancel(timer); self.timer = nil }
         timerAt = exp
@@ -916,7 +916,7 @@ package final class QuicConnection {
         timer = nil
         timerAt = .max
         guard let conn, !closed else { return }
-        let rv = cquic_expire(conn, quicNow())
+        let rv = cngtcp2_expire(conn, quicNow())
         if rv != 0 { failed(rv); return }
         dispatchEvents()
         flush()
@@ -938,7 +938,7 @@ package final class QuicConnection {
     /// Cuts the batch to the packets that fit within 3x what came in (all of them once the
     /// address is validated); the rest are dropped as if lost. False: nothing is left.
     private func withinAmplificationLimit() -> Bool {
-        if let conn, cquic_address_validated(conn) != 0 {
+        if let conn, cngtcp2_address_validated(conn) != 0 {
             addressValidated = true
             return true
         }
@@ -957,7 +957,7 @@ package final class QuicConnection {
     /// Moves the connection to a new local address (the sink sends from its new socket now).
     package func migrate(local newLocal: SocketAddress) -> Bool {
         guard let conn, !closed, !isServer else { return false }
-        let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cquic_migrate(conn, l, ll, r, rl, quicNow()) } }
+        let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cngtcp2_migrate(conn, l, ll, r, rl, quicNow()) } }
         guard rv == 0 else { return false }
         local = newLocal
         flushSoon.schedule()

@@ -48,10 +48,10 @@ package struct QuicLimits {
     /// known to carry it (docs/holder.md, "Packet size").
     package var maxPacket: Int = 0
     /// `maxPacket` is above what path MTU discovery reaches: packets that size go unprobed.
-    package var packetAboveDiscovery: Bool { maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET) }
+    package var packetAboveDiscovery: Bool { maxPacket > Int(CNGTCP2_DEFAULT_MAX_PACKET) }
 
-    package var params: cquic_params {
-        cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
+    package var params: cngtcp2_params {
+        cngtcp2_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
                      max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0,
@@ -66,4 +66,4 @@ package func cText(_ a: [CChar]) -> String {
 }
 
 /// Nanoseconds on the monotonic clock (ngtcp2's timestamps; the shim's one clock).
-@inline(__always) package func quicNow() -> UInt64 { cquic_now() }
+@inline(__always) package func quicNow() -> UInt64 { cngtcp2_now() }
