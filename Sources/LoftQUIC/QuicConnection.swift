@@ -32,62 +32,62 @@ package final class QuicConnection {
     package weak var delegate: QuicConnectionDelegate?
     package let isServer: Bool
     package let loop: EventLoop
-    package private(set) var conn: OpaquePointer?
+    package internal(set) var conn: OpaquePointer?
     /// Held until the connection is over (`finish`): the front's listener, or the client's
     /// carrier. A listener closed or dropped by its owner lives on, with its socket, while one
     /// of its connections still sends (its CONNECTION_CLOSE at a shutdown, say); the cycle
     /// ends with the connection.
-    private var sink: QuicPacketSink?
-    private var events = cngtcp2_events()
+    var sink: QuicPacketSink?
+    var events = cngtcp2_events()
     package let limits: QuicLimits
-    package private(set) var streams: [Int64: QuicStreamState] = [:]
+    package internal(set) var streams: [Int64: QuicStreamState] = [:]
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
     /// and copies it into a packet. The ring stays until `stream_close` (or the connection
     /// goes) with only its unacknowledged bytes' pages kept (`dropUnheldPages`), and those
     /// bytes stay in `heldTotal`, so the budget bounds what retired streams hold.
-    package private(set) var retired: [Int64: QuicStreamState] = [:]
+    package internal(set) var retired: [Int64: QuicStreamState] = [:]
     /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
     /// for the budget to free up.
-    package private(set) var heldTotal = 0
-    private var budgetWaiters: [Int64] = []
-    private var sendQueue: [Int64] = []
-    private var pendingReadable: [Int64] = []
-    private var pendingResets: [(Int64, UInt64)] = []
-    private var pendingDatagrams: [[UInt8]] = []
-    private var handshakeReported = false
-    private var handshakeJustDone = false
-    private var timer: TimerHandle?
-    private var pacer = QuicPacer(now: quicNow())
-    private var timerAt: UInt64 = .max
-    package private(set) var closed = false
+    package internal(set) var heldTotal = 0
+    var budgetWaiters: [Int64] = []
+    var sendQueue: [Int64] = []
+    var pendingReadable: [Int64] = []
+    var pendingResets: [(Int64, UInt64)] = []
+    var pendingDatagrams: [[UInt8]] = []
+    var handshakeReported = false
+    var handshakeJustDone = false
+    var timer: TimerHandle?
+    var pacer = QuicPacer(now: quicNow())
+    var timerAt: UInt64 = .max
+    package internal(set) var closed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
-    private var closingGracefully = false
-    private var blockedOnSocket = false
-    private var closePacket = [UInt8](repeating: 0, count: 1500)
+    var closingGracefully = false
+    var blockedOnSocket = false
+    var closePacket = [UInt8](repeating: 0, count: 1500)
     /// Packets written this flush and not yet sent: `outCount` of `outSegment` bytes (the
     /// last may be shorter) for `outTo`, sent as one batch (GSO).
-    private let out = UnsafeMutableRawPointer.allocate(byteCount: QuicConnection.batchBytes, alignment: 16)
-    private var outUsed = 0
-    private var outCount = 0
-    private var outSegment = 0
-    private var outTo = SocketAddress()
+    let out = UnsafeMutableRawPointer.allocate(byteCount: QuicConnection.batchBytes, alignment: 16)
+    var outUsed = 0
+    var outCount = 0
+    var outSegment = 0
+    var outTo = SocketAddress()
     package static let batchBytes = 65_000
     package static let batchPackets = 64
-    private lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
-    private lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
+    lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
+    lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
         guard let self else { return }
         guard !self.closed else { return }
         self.dispatchEvents()
     }
     /// Where the connection's packets came from last (the server answers there).
-    package private(set) var remote: SocketAddress
-    package private(set) var local: SocketAddress
+    package internal(set) var remote: SocketAddress
+    package internal(set) var local: SocketAddress
     package var datagramsDropped = 0
     package var migrations = 0
 
-    private init(isServer: Bool, loop: EventLoop, sink: QuicPacketSink, limits: QuicLimits, local: SocketAddress, remote: SocketAddress) {
+    init(isServer: Bool, loop: EventLoop, sink: QuicPacketSink, limits: QuicLimits, local: SocketAddress, remote: SocketAddress) {
         self.isServer = isServer
         addressValidated = !isServer
         self.loop = loop
@@ -115,13 +115,13 @@ package final class QuicConnection {
         }
     }
 
-    private static func from(_ ctx: UnsafeMutableRawPointer?) -> QuicConnection {
+    static func from(_ ctx: UnsafeMutableRawPointer?) -> QuicConnection {
         Unmanaged<QuicConnection>.fromOpaque(ctx!).takeUnretainedValue()
     }
 
     /// Runs `body` on the connection behind a callback's context without retaining it: ngtcp2
     /// calls back only from inside a call the connection made (it is alive), once per frame.
-    private static func with<R>(_ ctx: UnsafeMutableRawPointer?, _ body: (QuicConnection) -> R) -> R {
+    static func with<R>(_ ctx: UnsafeMutableRawPointer?, _ body: (QuicConnection) -> R) -> R {
         Unmanaged<QuicConnection>.fromOpaque(ctx!)._withUnsafeGuaranteedRef(body)
     }
 
@@ -236,223 +236,12 @@ package final class QuicConnection {
         tooBigReported = true
         return true
     }
-    private var tooBigReported = false
+    var tooBigReported = false
 
     /// The socket can take packets again.
     package func socketWritable() {
         blockedOnSocket = false
         flush()
-    }
-
-    // MARK: streams
-
-    /// Opens a bidirectional stream of ours; nil when the peer allows no more now.
-    package func openStream(ringCap: Int? = nil) -> Int64? {
-        guard let conn, !closed else { return nil }
-        var sid: Int64 = -1
-        guard cngtcp2_open_bidi(conn, &sid) == 0 else { return nil }
-        streams[sid] = QuicStreamState(id: sid, ringCap: ringCap ?? limits.sendBuffer)
-        return sid
-    }
-
-    /// Opens a unidirectional stream of ours (h3's control and QPACK streams).
-    package func openUniStream(ringCap: Int = 64 << 10) -> Int64? {
-        guard let conn, !closed else { return nil }
-        var sid: Int64 = -1
-        guard cngtcp2_open_uni(conn, &sid) == 0 else { return nil }
-        streams[sid] = QuicStreamState(id: sid, ringCap: ringCap)
-        return sid
-    }
-
-    package var streamsLeft: UInt64 { conn.map { cngtcp2_streams_bidi_left($0) } ?? 0 }
-
-    package func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
-
-    /// Copies up to the stream's free send buffer; returns the bytes taken.
-    package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
-        guard !closed, let s = streams[id] else { return 0 }
-        var n = 0
-        // At most two pieces: up to the ring's end, then from its start.
-        while n < bytes.count {
-            let space = writeSpace(s, max: bytes.count - n)
-            guard space.count > 0 else { break }
-            space.baseAddress!.copyMemory(from: bytes.baseAddress! + n, byteCount: space.count)
-            commitWrite(s, space.count)
-            n += space.count
-        }
-        return n
-    }
-
-    /// The stream's free send ring from its end, up to `max` bytes and the ring's wrap (the
-    /// rest comes on the next call). Short of `max` because it is full: marked for
-    /// `quicWritable`.
-    package func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? {
-        guard !closed, let s = streams[id] else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
-        return writeSpace(s, max: max)
-    }
-
-    /// `n` bytes at the end of the stream's ring (from `writeSpace`) are written.
-    package func commitWrite(_ id: Int64, _ n: Int) {
-        guard n > 0, !closed, let s = streams[id] else { return }
-        commitWrite(s, n)
-    }
-
-    private func writeSpace(_ s: QuicStreamState, max: Int) -> UnsafeMutableRawBufferPointer {
-        let r = room(s)
-        if r < max { s.wantWritable = true }
-        guard r > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
-        if s.ring == nil { s.ring = .allocate(byteCount: s.ringCap, alignment: 16) }
-        let at = Int(s.end % UInt64(s.ringCap))
-        return UnsafeMutableRawBufferPointer(start: s.ring! + at, count: min(max, r, s.ringCap - at))
-    }
-
-    private func commitWrite(_ s: QuicStreamState, _ n: Int) {
-        if s.budgeted { heldTotal += n }
-        s.end += UInt64(n)
-        queueSend(s)
-    }
-
-    /// The stream's free send buffer; 0 marks the stream, so `quicWritable` follows once half of
-    /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
-    package func writeRoom(_ id: Int64) -> Int {
-        guard let s = streams[id] else { return 0 }
-        let r = room(s)
-        if r == 0 { s.wantWritable = true }
-        return r
-    }
-
-    /// The stream's free send buffer within the connection's send budget; a stream the budget
-    /// cuts short waits for it (woken with `quicWritable` once a quarter of it is free).
-    private func room(_ s: QuicStreamState) -> Int {
-        let r = s.room
-        guard s.budgeted else { return r }
-        let b = max(0, limits.sendBudget - heldTotal)
-        guard b < r else { return r }
-        if !s.waitsBudget {
-            s.waitsBudget = true
-            budgetWaiters.append(s.id)
-        }
-        return b
-    }
-
-    /// Held bytes left the budget: wake its waiters once a quarter of it is free.
-    private func budgetFreed() {
-        guard !budgetWaiters.isEmpty, limits.sendBudget - heldTotal >= limits.sendBudget / 4 else { return }
-        let ws = budgetWaiters
-        budgetWaiters.removeAll()
-        for sid in ws {
-            guard let s = streams[sid] else { continue }
-            s.waitsBudget = false
-            s.wantWritable = false
-            pendingWritable.append(sid)
-        }
-        dispatchSoon.schedule()
-    }
-
-    /// The stream's state goes (its held bytes leave the budget); a ring ngtcp2 may still read
-    /// is retired until the stream closes.
-    private func forget(_ id: Int64) {
-        guard let s = streams.removeValue(forKey: id) else { return }
-        discardReceived(s)
-        if !s.stackClosed && !closed && s.ring != nil && s.acked < s.end {
-            retired[id] = s
-            s.dropUnheldPages()
-            return
-        }
-        if s.budgeted {
-            heldTotal -= s.held
-            budgetFreed()
-        }
-    }
-
-    /// Ends our direction of the stream after the bytes written.
-    package func finish(_ id: Int64) {
-        guard let s = streams[id], !s.finQueued, !s.sendClosed else { return }
-        s.finQueued = true
-        queueSend(s)
-    }
-
-    /// Its owner is done with the stream (after `finish`): unread bytes are dropped, and the
-    /// state goes once ngtcp2 has closed the stream (our FIN acknowledged).
-    package func release(_ id: Int64) {
-        guard let s = streams[id] else { return }
-        s.released = true
-        discardReceived(s)
-        if s.stackClosed { forget(id) }
-    }
-
-    /// Drops the bytes a stream received that nobody will read, giving their credit back: they
-    /// count against the peer's connection window (RFC 9000 section 4.5) and only reading
-    /// them extends it. Kept, a released or reset flow's unread bytes would shrink the window
-    /// for good, and enough of them stop every stream, the session stream's PINGs too.
-    /// (Bytes ngtcp2 has not handed over yet it credits itself at the reset.)
-    private func discardReceived(_ s: QuicStreamState) {
-        let n = s.recv.available
-        s.recv.release()
-        guard n > 0, let conn, !closed else { return }
-        _ = cngtcp2_consumed(conn, s.id, UInt64(n))
-        flushSoon.schedule()
-    }
-
-    /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
-    package func reset(_ id: Int64, code: UInt64) {
-        guard let s = streams[id] else { return }
-        forget(id)
-        s.sendClosed = true
-        if let conn, !closed { _ = cngtcp2_shutdown_stream(conn, id, code) }
-        flushSoon.schedule()
-    }
-
-    /// The stream's received bytes in place (until `consume` or the next packet) and whether
-    /// its FIN has been reached (no bytes left and the FIN received).
-    package func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
-        guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
-        let b = s.recv.readable
-        return (b, finReached(s))
-    }
-
-    /// `n` bytes of what `peek` showed were taken.
-    package func consume(_ id: Int64, _ n: Int) {
-        guard n > 0, let s = streams[id] else { return }
-        s.recv.consume(n)
-        consumed(s, n)
-    }
-
-    /// Hands up to `max` received bytes to `body` (h3: what a request's body buffer has room
-    /// for); true once the FIN was reached.
-    package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
-        guard let s = streams[id] else { return true }
-        let n = s.recv.drain(upTo: max, body)
-        if n > 0 { consumed(s, n) }
-        return finReached(s)
-    }
-
-    /// Every received byte was read and the FIN came: the reader has its EOF.
-    private func finReached(_ s: QuicStreamState) -> Bool {
-        guard s.recvAvailable == 0 && s.recvFin else { return false }
-        s.recvFinDelivered = true
-        maybeForget(s)
-        return true
-    }
-
-    /// `n` bytes of the stream were read: the peer may send that much more.
-    private func consumed(_ s: QuicStreamState, _ n: Int) {
-        if let conn, !closed {
-            _ = cngtcp2_consumed(conn, s.id, UInt64(n))
-            flushSoon.schedule()
-        }
-    }
-
-    private func maybeForget(_ s: QuicStreamState) {
-        if s.recvFinDelivered && (s.stackClosed || (s.finSent && s.acked == s.end)) { forget(s.id) }
-    }
-
-    private func queueSend(_ s: QuicStreamState) {
-        if !s.inSendQueue {
-            s.inSendQueue = true
-            sendQueue.append(s.id)
-        }
-        flushSoon.schedule()
     }
 
     // MARK: datagrams
@@ -469,8 +258,8 @@ package final class QuicConnection {
         flushSoon.schedule()
         return true
     }
-    private var outDatagrams: [[UInt8]] = []
-    private var pendingDatagramBytes = 0
+    var outDatagrams: [[UInt8]] = []
+    var pendingDatagramBytes = 0
 
     // MARK: closing
 
@@ -484,7 +273,7 @@ package final class QuicConnection {
         loop.schedule(after: waitMs) { [weak self] in self?.sendCloseNow() }
         flush()
     }
-    private var closeCode: UInt64 = 0
+    var closeCode: UInt64 = 0
 
     /// Immediate: CONNECTION_CLOSE now, the connection is freed.
     package func abort(code: UInt64 = 0) {
@@ -493,7 +282,7 @@ package final class QuicConnection {
         sendCloseNow()
     }
 
-    private func sendCloseNow(liberr: Int32 = 0) {
+    func sendCloseNow(liberr: Int32 = 0) {
         guard !closed, let conn else { return }
         closed = true
         var to = sockaddr_storage()
@@ -514,7 +303,7 @@ package final class QuicConnection {
     package var onFinished: (() -> Void)?
 
     /// The connection is over: no timer, no streams.
-    private func finish() {
+    func finish() {
         closed = true
         if let f = onFinished {
             onFinished = nil
@@ -531,7 +320,7 @@ package final class QuicConnection {
         outCount = 0
     }
 
-    private func failed(_ rv: Int32) {
+    func failed(_ rv: Int32) {
         guard !closed else { return }
         // What the batch's earlier packets brought (the last bytes, a FIN) goes first.
         dispatchEvents()
@@ -554,7 +343,7 @@ package final class QuicConnection {
         d?.quicClosed(self, reason)
     }
 
-    private func peerCloseReason() -> CarrierCloseReason {
+    func peerCloseReason() -> CarrierCloseReason {
         guard let conn else { return .closed }
         var code: UInt64 = 0
         var isApp: Int32 = 0
@@ -568,9 +357,9 @@ package final class QuicConnection {
 
     // MARK: callbacks (inside ngtcp2: record, act later)
 
-    private func onHandshakeDone() -> Int32 { handshakeJustDone = true; return 0 }
+    func onHandshakeDone() -> Int32 { handshakeJustDone = true; return 0 }
 
-    private func onStreamData(_ sid: Int64, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
+    func onStreamData(_ sid: Int64, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
         var s = streams[sid]
         if s == nil {
             // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
@@ -594,12 +383,12 @@ package final class QuicConnection {
         return 0
     }
 
-    private func isPeerStream(_ sid: Int64) -> Bool { (sid & 1) == (isServer ? 0 : 1) }
+    func isPeerStream(_ sid: Int64) -> Bool { (sid & 1) == (isServer ? 0 : 1) }
     /// Peer streams at or below the highest one seen that are not held were ours and are done.
-    private var highestPeerStream: Int64 = -1
-    private func forgottenPeerStream(_ sid: Int64) -> Bool { sid <= highestPeerStream && streams[sid] == nil }
+    var highestPeerStream: Int64 = -1
+    func forgottenPeerStream(_ sid: Int64) -> Bool { sid <= highestPeerStream && streams[sid] == nil }
 
-    private func onStreamOpen(_ sid: Int64) -> Int32 {
+    func onStreamOpen(_ sid: Int64) -> Int32 {
         if isPeerStream(sid) {
             if streams[sid] == nil { streams[sid] = QuicStreamState(id: sid, ringCap: sid == 0 ? limits.sendBuffer : QuicLimits.flowSendBuffer) }
             highestPeerStream = max(highestPeerStream, sid)
@@ -607,7 +396,7 @@ package final class QuicConnection {
         return 0
     }
 
-    private func onStreamClose(_ sid: Int64, _ code: UInt64, _ has: Bool) -> Int32 {
+    func onStreamClose(_ sid: Int64, _ code: UInt64, _ has: Bool) -> Int32 {
         if let r = retired.removeValue(forKey: sid), r.budgeted, !closed {
             heldTotal -= r.held
             budgetFreed()
@@ -620,12 +409,12 @@ package final class QuicConnection {
         return 0
     }
 
-    private func onStreamReset(_ sid: Int64, _ code: UInt64) -> Int32 {
+    func onStreamReset(_ sid: Int64, _ code: UInt64) -> Int32 {
         if streams[sid] != nil { pendingResets.append((sid, code)) }
         return 0
     }
 
-    private func onStopSending(_ sid: Int64, _ code: UInt64) -> Int32 {
+    func onStopSending(_ sid: Int64, _ code: UInt64) -> Int32 {
         if let s = streams[sid] {
             s.sendClosed = true
             pendingResets.append((sid, code))
@@ -633,7 +422,7 @@ package final class QuicConnection {
         return 0
     }
 
-    private func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
+    func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
         guard let s = streams[sid] else {
             // A retired stream's bytes acknowledged after its reset leave the budget.
             if let r = retired[sid], upTo > r.acked, !closed {
@@ -655,9 +444,9 @@ package final class QuicConnection {
         }
         return 0
     }
-    private var pendingWritable: [Int64] = []
+    var pendingWritable: [Int64] = []
 
-    private func onStreamExtended(_ sid: Int64) -> Int32 {
+    func onStreamExtended(_ sid: Int64) -> Int32 {
         if let s = streams[sid], s.blocked {
             s.blocked = false
             if !s.inSendQueue { s.inSendQueue = true; sendQueue.append(sid) }
@@ -665,29 +454,29 @@ package final class QuicConnection {
         return 0
     }
 
-    private func onDatagram(_ data: UnsafePointer<UInt8>?, _ len: Int) -> Int32 {
+    func onDatagram(_ data: UnsafePointer<UInt8>?, _ len: Int) -> Int32 {
         guard let data else { return 0 }
         if pendingDatagrams.count < 4096 { pendingDatagrams.append(Array(UnsafeBufferPointer(start: data, count: len))) }
         return 0
     }
 
-    private func onCID(_ data: UnsafePointer<UInt8>?, _ len: Int, _ add: Bool) -> Int32 {
+    func onCID(_ data: UnsafePointer<UInt8>?, _ len: Int, _ add: Bool) -> Int32 {
         guard let data, let id = QuicCID(UnsafeRawBufferPointer(start: data, count: len)) else { return 0 }
         // Called from cngtcp2_server_new before `conn` is set: the delegate is already there.
         delegate?.quicConnectionID(self, id, add: add)
         return 0
     }
 
-    private func onPathValidated(_ ok: Bool) -> Int32 {
+    func onPathValidated(_ ok: Bool) -> Int32 {
         pendingValidation = ok
         return 0
     }
-    private var pendingValidation: Bool?
+    var pendingValidation: Bool?
     /// Client: the outcome of a migration's path validation.
     package var onPathValidated: ((Bool) -> Void)?
 
     /// What the callbacks recorded, to the delegate (which may call back in).
-    private func dispatchEvents() {
+    func dispatchEvents() {
         if let ok = pendingValidation {
             pendingValidation = nil
             if ok { migrations += 1 }
@@ -731,197 +520,6 @@ package final class QuicConnection {
         }
     }
 
-    // MARK: packets out
-
-    /// Packets per flush at most; then a timer for the next loop turn.
-    package static let burst = 64
-
-    package func flush() {
-        guard let conn, !closed, !blockedOnSocket else { return }
-        let now = quicNow()
-        var to = sockaddr_storage()
-        var toLen: socklen_t = 0
-        let maxPkt = max(1200, cngtcp2_max_packet(conn))
-        defer { _ = sendBatch() }
-        let rate = cngtcp2_pacing_rate(conn)
-        pacer.fill(now: now, rate: rate, packet: maxPkt)
-        var budget = min(Self.burst, pacer.packets(of: maxPkt))
-        // With the bucket empty only acknowledgments and control frames go (one packet).
-        let paced = budget == 0
-        if paced { budget = 1 }
-        var more = paced && !outDatagrams.isEmpty
-        // Datagrams first: they are small and time-sensitive.
-        while !outDatagrams.isEmpty && budget > 0 && !paced {
-            guard roomInBatch(maxPkt) else { return }
-            var accepted: Int32 = 0
-            let d = outDatagrams[0]
-            let n = d.withUnsafeBytes { db in
-                    cngtcp2_write_datagram(conn, (out + outUsed).assumingMemoryBound(to: UInt8.self), maxPkt,
-                                         db.baseAddress?.assumingMemoryBound(to: UInt8.self), db.count, &accepted, &to, &toLen, now)
-            }
-            if n < 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count; datagramsDropped += 1; continue }
-            if n == 0 { break }
-            if accepted != 0 { outDatagrams.removeFirst(); pendingDatagramBytes -= d.count }
-            budget -= 1
-            pacer.spend(n)
-            if !queue(n, to, toLen) { return }
-        }
-        var qi = 0
-        while budget > 0 {
-            // The next stream with something to send, round robin.
-            var s: QuicStreamState?
-            while qi < sendQueue.count {
-                if let c = streams[sendQueue[qi]], c.hasSendWork { s = c; break }
-                streams[sendQueue[qi]]?.inSendQueue = false
-                sendQueue.remove(at: qi)
-            }
-            if paced && s != nil {
-                more = true
-                s = nil
-            }
-            var iov = (cngtcp2_vec(), cngtcp2_vec())
-            var count = 0
-            var fin: Int32 = 0
-            if let s {
-                let cap = UInt64(s.ringCap)
-                let start = Int(s.sent % cap)
-                let len = s.unsent
-                let first = min(len, s.ringCap - start)
-                if len > 0 {
-                    iov.0 = cngtcp2_vec(base: UnsafePointer((s.ring! + start).assumingMemoryBound(to: UInt8.self)), len: first)
-                    count = 1
-                    if first < len { iov.1 = cngtcp2_vec(base: UnsafePointer(s.ring!.assumingMemoryBound(to: UInt8.self)), len: len - first); count = 2 }
-                }
-                fin = s.finQueued ? 1 : 0
-            }
-            var consumed = -1
-            let sid = s?.id ?? -1
-            guard roomInBatch(maxPkt) else { return }
-            let dest = (out + outUsed).assumingMemoryBound(to: UInt8.self)
-            let n = withUnsafePointer(to: &iov) { ip in
-                ip.withMemoryRebound(to: cngtcp2_vec.self, capacity: 2) { v in
-                    cngtcp2_write_stream(conn, dest, maxPkt, sid, v, count, fin, s != nil ? 1 : 0, &consumed, &to, &toLen, now)
-                }
-            }
-            if let s, consumed >= 0 {
-                s.sent += UInt64(consumed)
-                if fin != 0 && s.sent == s.end { s.finSent = true }
-            }
-            if n == CNGTCP2_ERR_WRITE_MORE {
-                // The packet has room for the next stream's bytes (or is finished with none).
-                qi += 1
-                continue
-            }
-            if n == CNGTCP2_ERR_STREAM_DATA_BLOCKED {
-                s?.blocked = true
-                continue
-            }
-            if n == CNGTCP2_ERR_STREAM_SHUT_WR || n == CNGTCP2_ERR_STREAM_NOT_FOUND {
-                s?.sendClosed = true
-                continue
-            }
-            if n < 0 {
-                failed(Int32(n))
-                return
-            }
-            if n == 0 { break }
-            budget -= 1
-            pacer.spend(n)
-            if !queue(n, to, toLen) { return }
-            if let s, s.hasSendWork { qi = (qi + 1) % max(1, sendQueue.count) } else { qi = 0 }
-            if budget == 0 && sendQueue.contains(where: { streams[$0]?.hasSendWork == true }) { more = true }
-        }
-        if closingGracefully && streams.values.allSatisfy({ $0.acked == $0.end }) {
-            guard sendBatch() else { return }
-            sendCloseNow()
-            return
-        }
-        if more {
-            if pacer.packets(of: maxPkt) > 0 {
-                // Yield a loop turn (epoll runs) and go on.
-                loop.schedule(at: loop.now) { [weak self] in self?.flush() }
-            } else {
-                loop.schedule(after: pacer.waitMs(packet: maxPkt, rate: rate)) { [weak self] in self?.flush() }
-            }
-        }
-        armTimer()
-    }
-
-    private func address(_ to: sockaddr_storage, _ toLen: socklen_t) -> SocketAddress {
-        if toLen == 0 { return remote }
-        var addr = SocketAddress()
-        addr.storage = to
-        addr.length = toLen
-        return addr
-    }
-
-    /// The batch has room for one more packet of `maxPkt` bytes (it is sent first if not);
-    /// false when the socket is full.
-    private func roomInBatch(_ maxPkt: Int) -> Bool {
-        if outUsed + maxPkt <= Self.batchBytes && outCount < Self.batchPackets { return true }
-        return sendBatch()
-    }
-
-    /// The packet of `n` bytes just written at the end of the batch joins it: a packet for
-    /// another address, or larger than the batch's segment, goes in a batch of its own; a
-    /// shorter one ends the batch (only the last segment may be short).
-    private func queue(_ n: Int, _ to: sockaddr_storage, _ toLen: socklen_t) -> Bool {
-        let addr = address(to, toLen)
-        if outCount > 0 && (n > outSegment || !sameAddress(addr, outTo)) {
-            let pkt = out + outUsed
-            guard sendBatch() else { return false }
-            out.copyMemory(from: pkt, byteCount: n)
-        }
-        if outCount == 0 { outSegment = n; outTo = addr }
-        outUsed += n
-        outCount += 1
-        if n < outSegment { return sendBatch() }
-        return true
-    }
-
-    private func sameAddress(_ a: SocketAddress, _ b: SocketAddress) -> Bool {
-        guard a.length == b.length else { return false }
-        return a.withSockaddr { pa, l in b.withSockaddr { pb, _ in memcmp(pa, pb, Int(l)) == 0 } }
-    }
-
-    /// Sends the batch (false: the socket is full and the connection waits for it).
-    @discardableResult
-    private func sendBatch() -> Bool {
-        guard outCount > 0, let sink else { outUsed = 0; outCount = 0; return true }
-        if !addressValidated && !withinAmplificationLimit() { return true }
-        let ok = sink.sendPackets(UnsafeRawBufferPointer(start: out, count: outUsed), segment: outSegment, to: outTo, from: self)
-        outUsed = 0
-        outCount = 0
-        if !ok { blockedOnSocket = true }
-        return ok
-    }
-
-    private func armTimer() {
-        guard let conn, !closed else { return }
-        let exp = cngtcp2_expiry(conn)
-        if exp == timerAt && timer != nil { return }
-        if let timer { loop.cancel(timer); self.timer = nil }
-        timerAt = exp
-        guard exp != .max else { return }
-        let now = quicNow()
-        // The heap counts milliseconds. ngtcp2's pacing asks for the next burst in a fraction
-        // of one on a fast path: a deadline less than 1 ms away runs on the loop's next turn
-        // (after an epoll that does not wait) instead of a whole millisecond later.
-        let ms = exp > now ? (exp - now) / 1_000_000 : 0
-        timer = ms == 0 ? loop.schedule(at: loop.now) { [weak self] in self?.expired() }
-                        : loop.schedule(after: ms) { [weak self] in self?.expired() }
-    }
-
-    private func expired() {
-        timer = nil
-        timerAt = .max
-        guard let conn, !closed else { return }
-        let rv = cngtcp2_expire(conn, quicNow())
-        if rv != 0 { failed(rv); return }
-        dispatchEvents()
-        flush()
-    }
-
     // MARK: migration (client)
 
     // MARK: anti-amplification (server)
@@ -930,29 +528,10 @@ package final class QuicConnection {
     /// it received from it (RFC 9000 §8.1). ngtcp2 0.12.1 keeps that for its first flight but
     /// not for its probe timeouts (1,200 bytes in got 7,200 out within 5 s), so the limit is
     /// kept here, on every batch, whatever ngtcp2 wrote. A client always: true.
-    package private(set) var addressValidated: Bool
-    private var amplification = AmplificationLimit()
+    package internal(set) var addressValidated: Bool
+    var amplification = AmplificationLimit()
     /// Packets not sent for the limit (what ngtcp2 then takes as lost).
     package var amplificationHeld: Int { amplification.held }
-
-    /// Cuts the batch to the packets that fit within 3x what came in (all of them once the
-    /// address is validated); the rest are dropped as if lost. False: nothing is left.
-    private func withinAmplificationLimit() -> Bool {
-        if let conn, cngtcp2_address_validated(conn) != 0 {
-            addressValidated = true
-            return true
-        }
-        let fit = amplification.send(packets: outCount, segment: outSegment, bytes: outUsed)
-        if fit == outCount { return true }
-        if fit == 0 {
-            outUsed = 0
-            outCount = 0
-            return false
-        }
-        outUsed = fit * outSegment
-        outCount = fit
-        return true
-    }
 
     /// Moves the connection to a new local address (the sink sends from its new socket now).
     package func migrate(local newLocal: SocketAddress) -> Bool {
