@@ -46,26 +46,26 @@ package final class H3Streams: QuicFlowLayer {
     package static let protocolFlow = "loft-flow"
     package static let alpn = "h3"
 
-    package final class Request {
-        package let id: Int64
-        package var h: OpaquePointer?
-        package var session = false
+    final class Request {
+        let id: Int64
+        var h: OpaquePointer?
+        var session = false
         /// Server: the CONNECT was answered 200; client: the 200 arrived.
         var open = false
-        package var body = ReceiveQueue()
-        package var peerFin = false
-        package var peerFinRead = false
+        var body = ReceiveQueue()
+        var peerFin = false
+        var peerFinRead = false
         /// QUIC's FIN of the stream was read and handed to nghttp3.
-        package var quicFin = false
-        package var ourFin = false
-        package var ourFinSent = false
-        package var released = false
-        package var wantWritable = false
-        package var blocked = false
-        package let cap: Int
-        package init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
+        var quicFin = false
+        var ourFin = false
+        var ourFinSent = false
+        var released = false
+        var wantWritable = false
+        var blocked = false
+        let cap: Int
+        init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
         deinit { body.release() }
-        package var available: Int { body.available }
+        var available: Int { body.available }
     }
 
     package let isServer: Bool
