@@ -1,6 +1,9 @@
 /// What the quic carrier and its flows need of a connection's streams: QuicConnection itself
 /// (quic: raw QUIC streams) or `H3Streams` (h3: request-stream bodies over nghttp3).
-package protocol QuicStreamLayer: AnyObject {
+/// Public, not `package`: the h3 fuzz target (compiled outside the package) puts an in-memory
+/// stream set under H3Streams, and a conformance outside the package to a `package` protocol
+/// with `package` default implementations crashes Swift 6.3.1's type checker.
+public protocol QuicStreamLayer: AnyObject {
     func openStream(ringCap: Int?) -> Int64?
     func writeRoom(_ id: Int64) -> Int
     func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int
@@ -18,7 +21,7 @@ package protocol QuicStreamLayer: AnyObject {
 
 extension QuicStreamLayer {
     /// Takes up to `into.count` received bytes; true once the peer's FIN was read.
-    package func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
+    public func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
         var n = 0
         let eof = drain(id, upTo: into.count) { b in
             into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
@@ -28,7 +31,7 @@ extension QuicStreamLayer {
     }
 
     /// Hands every received byte of the stream to `body` (which takes them all).
-    package func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+    public func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
 }
 
 /// The stream layer a `QuicFlow` goes through (raw QUIC streams, or HTTP/3 request bodies),
