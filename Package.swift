@@ -35,6 +35,7 @@ let package = Package(
         ),
         .target(
             name: "CNgtcp2",
+            dependencies: ["CTLS"],
             path: "CSupport/CNgtcp2",
             linkerSettings: [.linkedLibrary("ngtcp2"), .linkedLibrary("ngtcp2_crypto_gnutls"), .linkedLibrary("gnutls")]
         ),
@@ -66,22 +67,28 @@ let package = Package(
         .target(name: "LoftCore", dependencies: ["CLinux"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
-        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
-        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
-        .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
+        // The carrier stack in layers, each using only those above it: TLS (OpenSSL connections,
+        // contexts, the pin policy) <- QUIC <- HTTP (HTTP/1.1, WebSocket, HTTP/2, HTTP/3) <- the
+        // carriers and their listeners (docs/architecture.md).
+        .target(name: "LoftTLS", dependencies: ["LoftCore", "LoftIO", "CTLS", "CLinux"]),
+        .target(name: "LoftQUIC", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "CNgtcp2", "CLinux"]),
+        .target(name: "LoftHTTP", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "CTLS", "CNghttp2", "CNghttp3"]),
+        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "LoftHTTP", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
+        .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftTLS", "LoftControl"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
-        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
-        .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "CTLS", "CQRencode", "CZbar", "CImage"]),
+        .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "LoftTLS", "CTLS", "CQRencode", "CZbar", "CImage"]),
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                           "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftSSTP", "LoftLinks"]
+                           "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux"]),
@@ -89,16 +96,16 @@ let package = Package(
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftCore"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
-        .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "CImage"]),
+        .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "LoftTLS", "CImage"]),
         .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
-        .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftCore", "LoftIO"], path: "Tests/LoftTestSupport"),
+        .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftTLS", "LoftCore", "LoftIO"], path: "Tests/LoftTestSupport"),
         .testTarget(name: "LoftResolverTests", dependencies: ["LoftIO", "LoftCore", "LoftTestSupport"]),
-        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftCore", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftTLS", "LoftQUIC", "LoftHTTP", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
-        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,15 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct cnh2 {
+struct cnghttp2 {
     nghttp2_session *s;
-    cnh2_callbacks cb;
+    cnghttp2_callbacks cb;
     void *u;
 };
 
 static ssize_t on_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *ud) {
     (void)s; (void)flags;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     size_t n = h->cb.send(h->u, data, len);
     return n == 0 ? NGHTTP2_ERR_WOULDBLOCK : (ssize_t)n;
 }
@@ -19,7 +19,7 @@ static ssize_t on_send(nghttp2_session *s, const uint8_t *data, size_t len, int 
 static int on_send_data(nghttp2_session *s, nghttp2_frame *f, const uint8_t *hd, size_t length,
                         nghttp2_data_source *src, void *ud) {
     (void)s; (void)src;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     if (f->data.padlen > 0) return NGHTTP2_ERR_CALLBACK_FAILURE;  // we never pad
     return h->cb.send_data(h->u, f->hd.stream_id, hd, length) == 0 ? 0 : NGHTTP2_ERR_WOULDBLOCK;
 }
@@ -27,7 +27,7 @@ static int on_send_data(nghttp2_session *s, nghttp2_frame *f, const uint8_t *hd,
 static ssize_t on_read(nghttp2_session *s, int32_t stream, uint8_t *buf, size_t max, uint32_t *flags,
                        nghttp2_data_source *src, void *ud) {
     (void)s; (void)buf; (void)src;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     int eof = 0;
     size_t n = h->cb.data_length(h->u, stream, max, &eof);
     if (n > max) n = max;
@@ -50,13 +50,13 @@ static ssize_t on_read_length(nghttp2_session *s, uint8_t type, int32_t stream, 
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *ud) {
     (void)s; (void)flags;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     return h->cb.header(h->u, f->hd.stream_id, name, nlen, value, vlen) == 0 ? 0 : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 }
 
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
     (void)s;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     uint32_t code = 0;
     if (f->hd.type == NGHTTP2_RST_STREAM) code = f->rst_stream.error_code;
     if (f->hd.type == NGHTTP2_GOAWAY) code = f->goaway.error_code;
@@ -65,27 +65,27 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
 
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t stream, const uint8_t *data, size_t len, void *ud) {
     (void)s; (void)flags;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     return h->cb.data(h->u, stream, data, len) == 0 ? 0 : NGHTTP2_ERR_PAUSE;
 }
 
 static int on_close(nghttp2_session *s, int32_t stream, uint32_t code, void *ud) {
     (void)s;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     h->cb.stream_closed(h->u, stream, code);
     return 0;
 }
 
 static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
     (void)s;
-    cnh2 *h = ud;
+    cnghttp2 *h = ud;
     if (f->hd.type == NGHTTP2_GOAWAY) h->cb.frame_sent(h->u, NGHTTP2_GOAWAY, 0, f->goaway.error_code);
     else if (f->hd.type == NGHTTP2_RST_STREAM) h->cb.frame_sent(h->u, NGHTTP2_RST_STREAM, f->hd.stream_id, f->rst_stream.error_code);
     return 0;
 }
 
-cnh2 *cnh2_new(int server, const cnh2_callbacks *cb, void *u, const cnh2_settings *st) {
-    cnh2 *h = calloc(1, sizeof *h);
+cnghttp2 *cnghttp2_new(int server, const cnghttp2_callbacks *cb, void *u, const cnghttp2_settings *st) {
+    cnghttp2 *h = calloc(1, sizeof *h);
     if (!h) return NULL;
     h->cb = *cb;
     h->u = u;
@@ -124,26 +124,26 @@ cnh2 *cnh2_new(int server, const cnh2_callbacks *cb, void *u, const cnh2_setting
     if (server && st->enable_connect_protocol) e[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1};
     if (nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, e, n) != 0
         || nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, (int32_t)st->connection_window) != 0) {
-        cnh2_free(h);
+        cnghttp2_free(h);
         return NULL;
     }
     return h;
 }
 
-void cnh2_free(cnh2 *h) {
+void cnghttp2_free(cnghttp2 *h) {
     if (!h) return;
     if (h->s) nghttp2_session_del(h->s);
     free(h);
 }
 
-long cnh2_recv(cnh2 *h, const uint8_t *data, size_t len) { return (long)nghttp2_session_mem_recv(h->s, data, len); }
-int cnh2_send(cnh2 *h) { return nghttp2_session_send(h->s); }
-int cnh2_want_read(cnh2 *h) { return nghttp2_session_want_read(h->s); }
-int cnh2_want_write(cnh2 *h) { return nghttp2_session_want_write(h->s); }
+long cnghttp2_recv(cnghttp2 *h, const uint8_t *data, size_t len) { return (long)nghttp2_session_mem_recv(h->s, data, len); }
+int cnghttp2_send(cnghttp2 *h) { return nghttp2_session_send(h->s); }
+int cnghttp2_want_read(cnghttp2 *h) { return nghttp2_session_want_read(h->s); }
+int cnghttp2_want_write(cnghttp2 *h) { return nghttp2_session_want_write(h->s); }
 
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME}
 
-int32_t cnh2_submit_connect(cnh2 *h, const char *authority, const char *path, const char *protocol) {
+int32_t cnghttp2_submit_connect(cnghttp2 *h, const char *authority, const char *path, const char *protocol) {
     nghttp2_nv nv[] = {
         NV(":method", "CONNECT"), NV(":protocol", protocol), NV(":scheme", "https"),
         NV(":path", path), NV(":authority", authority),
@@ -152,7 +152,7 @@ int32_t cnh2_submit_connect(cnh2 *h, const char *authority, const char *path, co
     return nghttp2_submit_request(h->s, NULL, nv, sizeof nv / sizeof nv[0], &dp, NULL);
 }
 
-int cnh2_submit_response(cnh2 *h, int32_t stream, int status, int with_body, const char *const *extra, size_t nextra) {
+int cnghttp2_submit_response(cnghttp2 *h, int32_t stream, int status, int with_body, const char *const *extra, size_t nextra) {
     char code[4];
     if (status < 100 || status > 999) return NGHTTP2_ERR_INVALID_ARGUMENT;
     code[0] = (char)('0' + status / 100); code[1] = (char)('0' + status / 10 % 10); code[2] = (char)('0' + status % 10); code[3] = 0;
@@ -166,19 +166,19 @@ int cnh2_submit_response(cnh2 *h, int32_t stream, int status, int with_body, con
     return nghttp2_submit_response(h->s, stream, nv, n, with_body ? &dp : NULL);
 }
 
-int cnh2_resume(cnh2 *h, int32_t stream) { return nghttp2_session_resume_data(h->s, stream); }
-int cnh2_submit_rst(cnh2 *h, int32_t stream, uint32_t code) { return nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, stream, code); }
-int cnh2_submit_goaway(cnh2 *h, uint32_t code) {
+int cnghttp2_resume(cnghttp2 *h, int32_t stream) { return nghttp2_session_resume_data(h->s, stream); }
+int cnghttp2_submit_rst(cnghttp2 *h, int32_t stream, uint32_t code) { return nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, stream, code); }
+int cnghttp2_submit_goaway(cnghttp2 *h, uint32_t code) {
     return nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s), code, NULL, 0);
 }
 
-int32_t cnh2_send_window(cnh2 *h, int32_t stream) {
+int32_t cnghttp2_send_window(cnghttp2 *h, int32_t stream) {
     int32_t c = nghttp2_session_get_remote_window_size(h->s);
     int32_t s = nghttp2_session_get_stream_remote_window_size(h->s, stream);
     if (s < 0) return 0;
     return c < s ? c : s;
 }
 
-uint32_t cnh2_remote_setting(cnh2 *h, int32_t id) { return nghttp2_session_get_remote_settings(h->s, (nghttp2_settings_id)id); }
-const char *cnh2_strerror(int code) { return nghttp2_strerror(code); }
-const char *cnh2_error_name(uint32_t code) { return nghttp2_http2_strerror(code); }
+uint32_t cnghttp2_remote_setting(cnghttp2 *h, int32_t id) { return nghttp2_session_get_remote_settings(h->s, (nghttp2_settings_id)id); }
+const char *cnghttp2_strerror(int code) { return nghttp2_strerror(code); }
+const char *cnghttp2_error_name(uint32_t code) { return nghttp2_http2_strerror(code); }

@@ -6,24 +6,24 @@
 // One request stream's state: the header block as read, and the body buffer (a ring) whose
 // bytes nghttp3 frames as DATA. nghttp3 holds pointers into the ring until it counts the bytes
 // acknowledged (`acked_stream_data`); loft acknowledges as soon as QUIC took a copy.
-typedef struct ch3_stream {
-    struct ch3_stream *prev, *next;
+typedef struct cnghttp3_stream {
+    struct cnghttp3_stream *prev, *next;
     int64_t id;
-    ch3_head head;
+    cnghttp3_head head;
     uint8_t *ring;
     size_t cap;
     uint64_t acked, sent, end;
     int eof;
-} ch3_stream;
+} cnghttp3_stream;
 
-struct ch3_conn {
+struct cnghttp3_conn {
     nghttp3_conn *h3;
-    ch3_events ev;
-    ch3_stream *streams;
+    cnghttp3_events ev;
+    cnghttp3_stream *streams;
 };
 
-static ch3_stream *stream_new(ch3_conn *c, int64_t sid) {
-    ch3_stream *s = calloc(1, sizeof *s);
+static cnghttp3_stream *stream_new(cnghttp3_conn *c, int64_t sid) {
+    cnghttp3_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->id = sid;
     s->next = c->streams;
@@ -32,19 +32,19 @@ static ch3_stream *stream_new(ch3_conn *c, int64_t sid) {
     return s;
 }
 
-static void stream_free(ch3_conn *c, ch3_stream *s) {
+static void stream_free(cnghttp3_conn *c, cnghttp3_stream *s) {
     if (s->prev) s->prev->next = s->next; else c->streams = s->next;
     if (s->next) s->next->prev = s->prev;
     free(s->ring);
     free(s);
 }
 
-static ch3_stream *find(ch3_conn *c, int64_t sid) {
-    for (ch3_stream *s = c->streams; s; s = s->next) if (s->id == sid) return s;
+static cnghttp3_stream *find(cnghttp3_conn *c, int64_t sid) {
+    for (cnghttp3_stream *s = c->streams; s; s = s->next) if (s->id == sid) return s;
     return NULL;
 }
 
-static int body_ring(ch3_stream *s, size_t cap) {
+static int body_ring(cnghttp3_stream *s, size_t cap) {
     if (cap == 0 || s->ring) return 0;
     s->ring = malloc(cap);
     if (!s->ring) return -1;
@@ -56,8 +56,8 @@ static int body_ring(ch3_stream *s, size_t cap) {
 
 static int acked_cb(nghttp3_conn *h, int64_t sid, uint64_t n, void *ud, void *sud) {
     (void)h;
-    ch3_conn *c = ud;
-    ch3_stream *s = sud;
+    cnghttp3_conn *c = ud;
+    cnghttp3_stream *s = sud;
     if (!s) return 0;
     s->acked += n;
     if (s->acked > s->sent) s->acked = s->sent;
@@ -72,13 +72,13 @@ static int close_cb(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void 
 
 static int recv_data_cb(nghttp3_conn *h, int64_t sid, const uint8_t *data, size_t len, void *ud, void *sud) {
     (void)h; (void)sud;
-    ch3_conn *c = ud;
+    cnghttp3_conn *c = ud;
     FORWARD(c->ev.data(c->ev.ctx, sid, data, len));
 }
 
 static int begin_headers_cb(nghttp3_conn *h, int64_t sid, void *ud, void *sud) {
-    ch3_conn *c = ud;
-    ch3_stream *s = sud;
+    cnghttp3_conn *c = ud;
+    cnghttp3_stream *s = sud;
     if (!s) {
         // A request of the client's (server side).
         if (!(s = stream_new(c, sid))) return NGHTTP3_ERR_NOMEM;
@@ -88,7 +88,7 @@ static int begin_headers_cb(nghttp3_conn *h, int64_t sid, void *ud, void *sud) {
     return 0;
 }
 
-static void copy_field(ch3_head *hd, char *dst, size_t cap, nghttp3_rcbuf *v) {
+static void copy_field(cnghttp3_head *hd, char *dst, size_t cap, nghttp3_rcbuf *v) {
     nghttp3_vec b = nghttp3_rcbuf_get_buf(v);
     if (b.len >= cap) { hd->too_large = 1; return; }
     memcpy(dst, b.base, b.len);
@@ -98,9 +98,9 @@ static void copy_field(ch3_head *hd, char *dst, size_t cap, nghttp3_rcbuf *v) {
 static int recv_header_cb(nghttp3_conn *h, int64_t sid, int32_t token, nghttp3_rcbuf *name, nghttp3_rcbuf *value,
                           uint8_t flags, void *ud, void *sud) {
     (void)h; (void)sid; (void)name; (void)flags; (void)ud;
-    ch3_stream *s = sud;
+    cnghttp3_stream *s = sud;
     if (!s) return 0;
-    ch3_head *hd = &s->head;
+    cnghttp3_head *hd = &s->head;
     if (++hd->fields > 100) { hd->too_large = 1; return 0; }
     switch (token) {
     case NGHTTP3_QPACK_TOKEN__METHOD: copy_field(hd, hd->method, sizeof hd->method, value); break;
@@ -121,35 +121,35 @@ static int recv_header_cb(nghttp3_conn *h, int64_t sid, int32_t token, nghttp3_r
 
 static int end_headers_cb(nghttp3_conn *h, int64_t sid, int fin, void *ud, void *sud) {
     (void)h;
-    ch3_conn *c = ud;
-    ch3_stream *s = sud;
+    cnghttp3_conn *c = ud;
+    cnghttp3_stream *s = sud;
     if (!s) return 0;
     FORWARD(c->ev.headers(c->ev.ctx, sid, s, &s->head, fin));
 }
 
 static int end_stream_cb(nghttp3_conn *h, int64_t sid, void *ud, void *sud) {
     (void)h; (void)sud;
-    ch3_conn *c = ud;
+    cnghttp3_conn *c = ud;
     FORWARD(c->ev.end_stream(c->ev.ctx, sid));
 }
 
 // nghttp3 asks for the stream's reading to stop, or for the stream to be reset.
 static int stop_cb(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud) {
     (void)h; (void)sud;
-    ch3_conn *c = ud;
+    cnghttp3_conn *c = ud;
     FORWARD(c->ev.reset(c->ev.ctx, sid, code, 1));
 }
 
 static int reset_cb(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud) {
     (void)h; (void)sud;
-    ch3_conn *c = ud;
+    cnghttp3_conn *c = ud;
     FORWARD(c->ev.reset(c->ev.ctx, sid, code, 0));
 }
 
 static nghttp3_ssize read_data(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, size_t veccnt, uint32_t *pflags,
                                void *ud, void *sud) {
     (void)h; (void)sid; (void)ud;
-    ch3_stream *s = sud;
+    cnghttp3_stream *s = sud;
     if (!s) { *pflags |= NGHTTP3_DATA_FLAG_EOF; return 0; }
     size_t unsent = (size_t)(s->end - s->sent);
     if (unsent == 0) {
@@ -173,8 +173,8 @@ static nghttp3_ssize read_data(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
     return n;
 }
 
-ch3_conn *ch3_new(int server, const ch3_events *ev, uint64_t max_bidi) {
-    ch3_conn *c = calloc(1, sizeof *c);
+cnghttp3_conn *cnghttp3_new(int server, const cnghttp3_events *ev, uint64_t max_bidi) {
+    cnghttp3_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->ev = *ev;
     nghttp3_callbacks cb;
@@ -202,43 +202,43 @@ ch3_conn *ch3_new(int server, const ch3_events *ev, uint64_t max_bidi) {
     return c;
 }
 
-void ch3_free(ch3_conn *c) {
+void cnghttp3_free(cnghttp3_conn *c) {
     if (!c) return;
     nghttp3_conn_del(c->h3);
     while (c->streams) stream_free(c, c->streams);
     free(c);
 }
 
-int ch3_bind(ch3_conn *c, int64_t control, int64_t enc, int64_t dec) {
+int cnghttp3_bind(cnghttp3_conn *c, int64_t control, int64_t enc, int64_t dec) {
     int rv = nghttp3_conn_bind_control_stream(c->h3, control);
     if (rv == 0) rv = nghttp3_conn_bind_qpack_streams(c->h3, enc, dec);
     return rv;
 }
 
-int64_t ch3_read(ch3_conn *c, int64_t sid, const uint8_t *data, size_t len, int fin) {
+int64_t cnghttp3_read(cnghttp3_conn *c, int64_t sid, const uint8_t *data, size_t len, int fin) {
     return nghttp3_conn_read_stream(c->h3, sid, data, len, fin);
 }
 
-int64_t ch3_writev(ch3_conn *c, int64_t *sid, int *fin, ch3_vec *vec, size_t veccnt) {
+int64_t cnghttp3_writev(cnghttp3_conn *c, int64_t *sid, int *fin, cnghttp3_vec *vec, size_t veccnt) {
     return nghttp3_conn_writev_stream(c->h3, sid, fin, (nghttp3_vec *)vec, veccnt);
 }
 
-int ch3_written(ch3_conn *c, int64_t sid, size_t n) {
+int cnghttp3_written(cnghttp3_conn *c, int64_t sid, size_t n) {
     int rv = nghttp3_conn_add_write_offset(c->h3, sid, n);
     if (rv == 0 && n > 0) rv = nghttp3_conn_add_ack_offset(c->h3, sid, n);
     return rv;
 }
 
-void ch3_block(ch3_conn *c, int64_t sid) { nghttp3_conn_block_stream(c->h3, sid); }
-int ch3_unblock(ch3_conn *c, int64_t sid) { return nghttp3_conn_unblock_stream(c->h3, sid); }
+void cnghttp3_block(cnghttp3_conn *c, int64_t sid) { nghttp3_conn_block_stream(c->h3, sid); }
+int cnghttp3_unblock(cnghttp3_conn *c, int64_t sid) { return nghttp3_conn_unblock_stream(c->h3, sid); }
 
 static nghttp3_nv nv(const char *n, const char *v) {
     nghttp3_nv x = { (uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP3_NV_FLAG_NONE };
     return x;
 }
 
-ch3_stream *ch3_connect(ch3_conn *c, int64_t sid, const char *protocol, const char *path, const char *authority, size_t cap) {
-    ch3_stream *s = stream_new(c, sid);
+cnghttp3_stream *cnghttp3_connect(cnghttp3_conn *c, int64_t sid, const char *protocol, const char *path, const char *authority, size_t cap) {
+    cnghttp3_stream *s = stream_new(c, sid);
     if (!s || body_ring(s, cap) != 0) { if (s) stream_free(c, s); return NULL; }
     nghttp3_nv h[] = { nv(":method", "CONNECT"), nv(":protocol", protocol), nv(":scheme", "https"),
                        nv(":path", path), nv(":authority", authority) };
@@ -248,7 +248,7 @@ ch3_stream *ch3_connect(ch3_conn *c, int64_t sid, const char *protocol, const ch
     return s;
 }
 
-int ch3_respond(ch3_conn *c, ch3_stream *s, int status, size_t cap) {
+int cnghttp3_respond(cnghttp3_conn *c, cnghttp3_stream *s, int status, size_t cap) {
     int64_t sid = s->id;
     if (body_ring(s, cap) != 0) return NGHTTP3_ERR_NOMEM;
     char st[8];
@@ -258,18 +258,18 @@ int ch3_respond(ch3_conn *c, ch3_stream *s, int status, size_t cap) {
     return nghttp3_conn_submit_response(c->h3, sid, h, status == 405 ? 2 : 1, cap > 0 ? &dr : NULL);
 }
 
-size_t ch3_body_room(ch3_conn *c, ch3_stream *s) {
+size_t cnghttp3_body_room(cnghttp3_conn *c, cnghttp3_stream *s) {
     (void)c;
     if (!s->ring || s->eof) return 0;
     return s->cap - (size_t)(s->end - s->acked);
 }
 
-size_t ch3_body_unsent(ch3_conn *c, ch3_stream *s) {
+size_t cnghttp3_body_unsent(cnghttp3_conn *c, cnghttp3_stream *s) {
     (void)c;
     return (size_t)(s->end - s->sent);
 }
 
-size_t ch3_body_write(ch3_conn *c, ch3_stream *s, const uint8_t *data, size_t len) {
+size_t cnghttp3_body_write(cnghttp3_conn *c, cnghttp3_stream *s, const uint8_t *data, size_t len) {
     if (!s->ring || s->eof) return 0;
     size_t room = s->cap - (size_t)(s->end - s->acked);
     size_t n = len < room ? len : room;
@@ -283,17 +283,17 @@ size_t ch3_body_write(ch3_conn *c, ch3_stream *s, const uint8_t *data, size_t le
     return n;
 }
 
-void ch3_body_end(ch3_conn *c, ch3_stream *s) {
+void cnghttp3_body_end(cnghttp3_conn *c, cnghttp3_stream *s) {
     if (s->eof) return;
     s->eof = 1;
     nghttp3_conn_resume_stream(c->h3, s->id);
 }
 
-void ch3_close_stream(ch3_conn *c, int64_t sid, uint64_t code) {
+void cnghttp3_close_stream(cnghttp3_conn *c, int64_t sid, uint64_t code) {
     if (nghttp3_conn_close_stream(c->h3, sid, code) != 0) {
-        ch3_stream *s = find(c, sid);
+        cnghttp3_stream *s = find(c, sid);
         if (s) stream_free(c, s);
     }
 }
 
-const char *ch3_strerror(int64_t rv) { return nghttp3_strerror((int)rv); }
+const char *cnghttp3_strerror(int64_t rv) { return nghttp3_strerror((int)rv); }

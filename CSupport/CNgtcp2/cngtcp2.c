@@ -1,5 +1,6 @@
 // The QUIC shim (see include/cngtcp2.h): ngtcp2 0.12 and its GnuTLS crypto helper.
 #include "cngtcp2.h"
+#include "ctls.h"
 
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
@@ -14,14 +15,14 @@
 #include <string.h>
 #include <sys/socket.h>
 
-_Static_assert(sizeof(cquic_vec) == sizeof(ngtcp2_vec), "cquic_vec is ngtcp2_vec");
+_Static_assert(sizeof(cngtcp2_vec) == sizeof(ngtcp2_vec), "cngtcp2_vec is ngtcp2_vec");
 
 // TLS 1.3 only, the ciphers and groups QUIC uses; no middlebox compatibility mode (RFC 9001 §8.4).
 static const char *PRIORITY =
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:"
     "-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1:%DISABLE_TLS13_COMPAT_MODE";
 
-struct cquic_creds {
+struct cngtcp2_creds {
     gnutls_certificate_credentials_t cred;
     int server;
     int insecure;
@@ -30,12 +31,12 @@ struct cquic_creds {
     uint8_t pin[32];
 };
 
-struct cquic_conn {
+struct cngtcp2_conn {
     ngtcp2_conn *conn;
     gnutls_session_t tls;
     ngtcp2_crypto_conn_ref ref;
-    cquic_events ev;
-    cquic_creds *creds;
+    cngtcp2_events ev;
+    cngtcp2_creds *creds;
     char verify_name[256];
     uint8_t secret[32];
     int server;
@@ -53,14 +54,14 @@ static void set_err(char *err, size_t n, const char *what, int rv) {
 
 // MARK: credentials
 
-static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) { return ((cquic_conn *)ref->user_data)->conn; }
+static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) { return ((cngtcp2_conn *)ref->user_data)->conn; }
 
 // The client's check of the server certificate: the chain against the trust store (unless only
 // a pin is given), then the pin.
 static int verify_peer(gnutls_session_t s) {
     ngtcp2_crypto_conn_ref *ref = gnutls_session_get_ptr(s);
-    cquic_conn *c = ref->user_data;
-    cquic_creds *cr = c->creds;
+    cngtcp2_conn *c = ref->user_data;
+    cngtcp2_creds *cr = c->creds;
     if (cr->insecure) return 0;
     if (cr->has_ca || !cr->has_pin) {
         unsigned status = 0;
@@ -75,29 +76,31 @@ static int verify_peer(gnutls_session_t s) {
         }
     }
     if (cr->has_pin) {
+        // The key's SHA-256 here (GnuTLS), the check itself in CTLS: one pin policy and one
+        // message for TLS over TCP and QUIC.
         unsigned n = 0;
         const gnutls_datum_t *certs = gnutls_certificate_get_peers(s, &n);
-        if (!certs || n == 0) { snprintf(c->err, sizeof c->err, "certificate pin: no certificate"); return -1; }
-        gnutls_pubkey_t pk;
-        gnutls_pubkey_init(&pk);
-        int rv = gnutls_pubkey_import_x509_raw(pk, &certs[0], GNUTLS_X509_FMT_DER, 0);
+        int rv = certs && n > 0 ? 0 : -1;
         gnutls_datum_t der = {0};
-        if (rv >= 0) rv = gnutls_pubkey_export2(pk, GNUTLS_X509_FMT_DER, &der);
-        gnutls_pubkey_deinit(pk);
-        if (rv < 0) { snprintf(c->err, sizeof c->err, "certificate pin: %s", gnutls_strerror(rv)); return -1; }
-        uint8_t got[32];
-        gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, got);
-        gnutls_free(der.data);
-        if (memcmp(got, cr->pin, 32) != 0) {
-            snprintf(c->err, sizeof c->err, "certificate pin mismatch");
-            return -1;
+        if (rv == 0) {
+            gnutls_pubkey_t pk;
+            gnutls_pubkey_init(&pk);
+            rv = gnutls_pubkey_import_x509_raw(pk, &certs[0], GNUTLS_X509_FMT_DER, 0);
+            if (rv >= 0) rv = gnutls_pubkey_export2(pk, GNUTLS_X509_FMT_DER, &der);
+            gnutls_pubkey_deinit(pk);
         }
+        uint8_t got[32];
+        if (rv >= 0) {
+            gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, got);
+            gnutls_free(der.data);
+        }
+        if (ctls_pin_check(rv >= 0 ? got : NULL, cr->pin, c->err, sizeof c->err) != 0) return -1;
     }
     return 0;
 }
 
-cquic_creds *cquic_client_creds_new(const char *ca_file, const uint8_t *pin, int insecure, char *err, size_t errlen) {
-    cquic_creds *c = calloc(1, sizeof *c);
+cngtcp2_creds *cngtcp2_client_creds_new(const char *ca_file, const uint8_t *pin, int insecure, char *err, size_t errlen) {
+    cngtcp2_creds *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     int rv = gnutls_certificate_allocate_credentials(&c->cred);
     if (rv < 0) { set_err(err, errlen, "credentials", rv); free(c); return NULL; }
@@ -107,30 +110,30 @@ cquic_creds *cquic_client_creds_new(const char *ca_file, const uint8_t *pin, int
         rv = gnutls_certificate_set_x509_trust_file(c->cred, ca_file, GNUTLS_X509_FMT_PEM);
         if (rv <= 0) {
             if (err) snprintf(err, errlen, "CA file %s: %s", ca_file, rv == 0 ? "no certificate" : gnutls_strerror(rv));
-            cquic_creds_free(c);
+            cngtcp2_creds_free(c);
             return NULL;
         }
         c->has_ca = 1;
     } else if (!pin && !insecure) {
         rv = gnutls_certificate_set_x509_system_trust(c->cred);
-        if (rv < 0) { set_err(err, errlen, "system trust store", rv); cquic_creds_free(c); return NULL; }
+        if (rv < 0) { set_err(err, errlen, "system trust store", rv); cngtcp2_creds_free(c); return NULL; }
     }
     gnutls_certificate_set_verify_function(c->cred, verify_peer);
     return c;
 }
 
-cquic_creds *cquic_server_creds_new(const char *cert_file, const char *key_file, char *err, size_t errlen) {
-    cquic_creds *c = calloc(1, sizeof *c);
+cngtcp2_creds *cngtcp2_server_creds_new(const char *cert_file, const char *key_file, char *err, size_t errlen) {
+    cngtcp2_creds *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->server = 1;
     int rv = gnutls_certificate_allocate_credentials(&c->cred);
     if (rv < 0) { set_err(err, errlen, "credentials", rv); free(c); return NULL; }
     rv = gnutls_certificate_set_x509_key_file(c->cred, cert_file, key_file, GNUTLS_X509_FMT_PEM);
-    if (rv < 0) { set_err(err, errlen, "certificate/key", rv); cquic_creds_free(c); return NULL; }
+    if (rv < 0) { set_err(err, errlen, "certificate/key", rv); cngtcp2_creds_free(c); return NULL; }
     return c;
 }
 
-void cquic_creds_free(cquic_creds *c) {
+void cngtcp2_creds_free(cngtcp2_creds *c) {
     if (!c) return;
     gnutls_certificate_free_credentials(c->cred);
     free(c);
@@ -145,7 +148,7 @@ static void rand_cb(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx) {
 
 static int new_cid_cb(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token, size_t cidlen, void *ud) {
     (void)conn;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     if (gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, cidlen) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
     cid->datalen = cidlen;
     if (ngtcp2_crypto_generate_stateless_reset_token(token, c->secret, sizeof c->secret, cid) != 0)
@@ -156,27 +159,27 @@ static int new_cid_cb(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token, size_t
 
 static int remove_cid_cb(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud) {
     (void)conn;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     if (c->ev.cid) c->ev.cid(c->ev.ctx, cid->data, cid->datalen, 0);
     return 0;
 }
 
 #define FORWARD(call) do { if ((call) != 0) return NGTCP2_ERR_CALLBACK_FAILURE; return 0; } while (0)
 
-uint64_t cquic_now(void) {
+uint64_t cngtcp2_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     if (c->server) {
         // A token for the client's next connection from this address (it skips the Retry).
         uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
         const ngtcp2_path *p = ngtcp2_conn_get_path(conn);
         ngtcp2_ssize n = ngtcp2_crypto_generate_regular_token(token, c->secret, sizeof c->secret, p->remote.addr,
-                                                              p->remote.addrlen, cquic_now());
+                                                              p->remote.addrlen, cngtcp2_now());
         if (n > 0) (void)ngtcp2_conn_submit_new_token(conn, token, (size_t)n);
     }
     if (!c->ev.handshake_done) return 0;
@@ -186,19 +189,19 @@ static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
 static int recv_stream_data_cb(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t offset,
                                const uint8_t *data, size_t len, void *ud, void *sud) {
     (void)conn; (void)offset; (void)sud;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.stream_data(c->ev.ctx, sid, data, len, (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0));
 }
 
 static int stream_open_cb(ngtcp2_conn *conn, int64_t sid, void *ud) {
     (void)conn;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.stream_open(c->ev.ctx, sid));
 }
 
 static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t code, void *ud, void *sud) {
     (void)sud;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     // ngtcp2 does not raise the peer's stream limit by itself: one stream of the peer's closed,
     // one more may open (MAX_STREAMS), so at most initial_max_streams_bidi are open at once.
     int peer_bidi = (sid & 3) == (ngtcp2_conn_is_server(conn) ? 0 : 1);
@@ -208,51 +211,51 @@ static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint6
 
 static int stream_reset_cb(ngtcp2_conn *conn, int64_t sid, uint64_t final_size, uint64_t code, void *ud, void *sud) {
     (void)conn; (void)final_size; (void)sud;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.stream_reset(c->ev.ctx, sid, code));
 }
 
 static int stream_stop_sending_cb(ngtcp2_conn *conn, int64_t sid, uint64_t code, void *ud, void *sud) {
     (void)conn; (void)sud;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.stream_stop_sending(c->ev.ctx, sid, code));
 }
 
 static int acked_cb(ngtcp2_conn *conn, int64_t sid, uint64_t offset, uint64_t len, void *ud, void *sud) {
     (void)conn; (void)sud;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.acked(c->ev.ctx, sid, offset, len));
 }
 
 static int extend_stream_cb(ngtcp2_conn *conn, int64_t sid, uint64_t max, void *ud, void *sud) {
     (void)conn; (void)max; (void)sud;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.stream_extended(c->ev.ctx, sid));
 }
 
 static int extend_streams_cb(ngtcp2_conn *conn, uint64_t max, void *ud) {
     (void)conn;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.streams_extended(c->ev.ctx, max));
 }
 
 static int recv_datagram_cb(ngtcp2_conn *conn, uint32_t flags, const uint8_t *data, size_t len, void *ud) {
     (void)conn; (void)flags;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     FORWARD(c->ev.datagram(c->ev.ctx, data, len));
 }
 
 static int path_validation_cb(ngtcp2_conn *conn, uint32_t flags, const ngtcp2_path *path,
                               ngtcp2_path_validation_result res, void *ud) {
     (void)conn; (void)flags; (void)path;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     if (!c->ev.path_validated) return 0;
     FORWARD(c->ev.path_validated(c->ev.ctx, res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS));
 }
 
 static int recv_new_token_cb(ngtcp2_conn *conn, const ngtcp2_vec *token, void *ud) {
     (void)conn;
-    cquic_conn *c = ud;
+    cngtcp2_conn *c = ud;
     if (!c->ev.new_token) return 0;
     FORWARD(c->ev.new_token(c->ev.ctx, token->base, token->len));
 }
@@ -260,13 +263,13 @@ static int recv_new_token_cb(ngtcp2_conn *conn, const ngtcp2_vec *token, void *u
 static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless_reset *sr, void *ud) {
     (void)conn;
     (void)sr;
-    ((cquic_conn *)ud)->got_reset = 1;
+    ((cngtcp2_conn *)ud)->got_reset = 1;
     return 0;
 }
 
 static int recv_crypto_data_cb(ngtcp2_conn *conn, ngtcp2_crypto_level level, uint64_t offset, const uint8_t *data,
                                size_t len, void *ud) {
-    if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE) ((cquic_conn *)ud)->address_validated = 1;
+    if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE) ((cngtcp2_conn *)ud)->address_validated = 1;
     return ngtcp2_crypto_recv_crypto_data_cb(conn, level, offset, data, len, ud);
 }
 
@@ -305,10 +308,10 @@ static void fill_callbacks(ngtcp2_callbacks *cb, int server) {
     cb->recv_stateless_reset = recv_stateless_reset_cb;
 }
 
-_Static_assert(CQUIC_DEFAULT_MAX_PACKET == NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE,
+_Static_assert(CNGTCP2_DEFAULT_MAX_PACKET == NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE,
                "the header's default packet size is ngtcp2's path MTU discovery ceiling");
 
-static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const cquic_params *p, uint64_t now) {
+static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const cngtcp2_params *p, uint64_t now) {
     ngtcp2_settings_default(s);
     s->initial_ts = now;
     // BBR, not CUBIC: ngtcp2 0.12's CUBIC (and Reno) stop growing the window at 2.89 x the
@@ -317,9 +320,9 @@ static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const
     // 42-85 KB in slow start with no loss, and the sender waited (docs/holder.md, figures).
     s->cc_algo = NGTCP2_CC_ALGO_BBR;
     s->max_window = p->max_window;
-    uint64_t packet = p->max_packet ? p->max_packet : CQUIC_DEFAULT_MAX_PACKET;
+    uint64_t packet = p->max_packet ? p->max_packet : CNGTCP2_DEFAULT_MAX_PACKET;
     s->max_tx_udp_payload_size = (size_t)packet;
-    if (packet > CQUIC_DEFAULT_MAX_PACKET) {
+    if (packet > CNGTCP2_DEFAULT_MAX_PACKET) {
         // ngtcp2 0.12 probes no size above 1452: a larger one is used as given, from the start.
         s->no_tx_udp_payload_size_shaping = 1;
         s->no_pmtud = 1;
@@ -339,7 +342,7 @@ static void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *tp, const
     tp->active_connection_id_limit = 4;
 }
 
-static int setup_tls(cquic_conn *c, int server, const char *alpn, const char *sni, char *err, size_t errlen) {
+static int setup_tls(cngtcp2_conn *c, int server, const char *alpn, const char *sni, char *err, size_t errlen) {
     unsigned flags = server ? (GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET) : GNUTLS_CLIENT;
     int rv = gnutls_init(&c->tls, flags | GNUTLS_ENABLE_EARLY_DATA | GNUTLS_NO_END_OF_EARLY_DATA);
     if (rv < 0) { set_err(err, errlen, "gnutls_init", rv); c->tls = NULL; return -1; }
@@ -371,8 +374,8 @@ static int setup_tls(cquic_conn *c, int server, const char *alpn, const char *sn
     return 0;
 }
 
-static cquic_conn *conn_alloc(const cquic_events *ev, cquic_creds *creds) {
-    cquic_conn *c = calloc(1, sizeof *c);
+static cngtcp2_conn *conn_alloc(const cngtcp2_events *ev, cngtcp2_creds *creds) {
+    cngtcp2_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->ev = *ev;
     c->creds = creds;
@@ -391,11 +394,11 @@ static ngtcp2_path make_path(const void *l, unsigned ll, const void *r, unsigned
     return p;
 }
 
-cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const char *sni, const char *alpn,
+cngtcp2_conn *cngtcp2_client_new(const cngtcp2_events *ev, cngtcp2_creds *creds, const char *sni, const char *alpn,
                              const void *local, unsigned local_len,
                              const void *remote, unsigned remote_len,
-                             const cquic_params *params, uint64_t now, char *err, size_t errlen) {
-    cquic_conn *c = conn_alloc(ev, creds);
+                             const cngtcp2_params *params, uint64_t now, char *err, size_t errlen) {
+    cngtcp2_conn *c = conn_alloc(ev, creds);
     if (!c) return NULL;
     if (sni) snprintf(c->verify_name, sizeof c->verify_name, "%s", sni);
     gnutls_rnd(GNUTLS_RND_RANDOM, c->secret, sizeof c->secret);
@@ -418,17 +421,17 @@ cquic_conn *cquic_client_new(const cquic_events *ev, cquic_creds *creds, const c
     if (rv != 0) {
         if (err) snprintf(err, errlen, "ngtcp2_conn_client_new: %s", ngtcp2_strerror(rv));
         c->conn = NULL;
-        cquic_free(c);
+        cngtcp2_free(c);
         return NULL;
     }
     // With an IP literal nothing is sent as SNI; the certificate is still checked for it.
     int literal = sni && (strchr(sni, ':') || strspn(sni, "0123456789.") == strlen(sni));
-    if (setup_tls(c, 0, alpn, literal ? NULL : sni, err, errlen) != 0) { cquic_free(c); return NULL; }
+    if (setup_tls(c, 0, alpn, literal ? NULL : sni, err, errlen) != 0) { cngtcp2_free(c); return NULL; }
     ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
     return c;
 }
 
-int cquic_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dcid_len) {
+int cngtcp2_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dcid_len) {
     ngtcp2_pkt_hd hd;
     if (len == 0) return 0;   // ngtcp2 asserts on empty input (an empty UDP datagram)
     if (ngtcp2_accept(&hd, pkt, len) != 0) return 0;
@@ -438,7 +441,7 @@ int cquic_peek_initial(const uint8_t *pkt, size_t len, uint8_t *dcid, size_t *dc
     return 1;
 }
 
-int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t *dcid, size_t *dcid_len) {
+int cngtcp2_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t *dcid, size_t *dcid_len) {
     ngtcp2_version_cid vc;
     if (len == 0) return -1;  // ngtcp2 asserts on empty input (an empty UDP datagram)
     int rv = ngtcp2_pkt_decode_version_cid(&vc, pkt, len, short_len);
@@ -452,30 +455,30 @@ int cquic_packet_dcid(const uint8_t *pkt, size_t len, size_t short_len, uint8_t 
 
 static int check_token(const ngtcp2_pkt_hd *hd, const uint8_t *secret, const void *remote, unsigned remote_len,
                        uint64_t now, ngtcp2_cid *odcid) {
-    if (hd->token.len == 0) return CQUIC_TOKEN_NONE;
+    if (hd->token.len == 0) return CNGTCP2_TOKEN_NONE;
     if (hd->token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR) {
         return ngtcp2_crypto_verify_regular_token(hd->token.base, hd->token.len, secret, 32,
                                                   (const ngtcp2_sockaddr *)remote, remote_len,
-                                                  CQUIC_REGULAR_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) == 0
-                   ? CQUIC_TOKEN_REGULAR : CQUIC_TOKEN_NONE;
+                                                  CNGTCP2_REGULAR_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) == 0
+                   ? CNGTCP2_TOKEN_REGULAR : CNGTCP2_TOKEN_NONE;
     }
-    if (hd->token.base[0] != NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) return CQUIC_TOKEN_NONE;
+    if (hd->token.base[0] != NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) return CNGTCP2_TOKEN_NONE;
     if (ngtcp2_crypto_verify_retry_token(odcid, hd->token.base, hd->token.len, secret, 32, hd->version,
                                          (const ngtcp2_sockaddr *)remote, remote_len, &hd->dcid,
-                                         CQUIC_RETRY_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) != 0)
-        return CQUIC_TOKEN_INVALID;
-    return CQUIC_TOKEN_RETRY;
+                                         CNGTCP2_RETRY_TOKEN_TIMEOUT_MS * NGTCP2_MILLISECONDS, now) != 0)
+        return CNGTCP2_TOKEN_INVALID;
+    return CNGTCP2_TOKEN_RETRY;
 }
 
-int cquic_initial_token(const uint8_t *pkt, size_t len, const uint8_t *secret,
+int cngtcp2_initial_token(const uint8_t *pkt, size_t len, const uint8_t *secret,
                         const void *remote, unsigned remote_len, uint64_t now) {
     ngtcp2_pkt_hd hd;
-    if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return CQUIC_TOKEN_INVALID;
+    if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return CNGTCP2_TOKEN_INVALID;
     ngtcp2_cid odcid;
     return check_token(&hd, secret, remote, remote_len, now, &odcid);
 }
 
-long cquic_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, const uint8_t *secret,
+long cngtcp2_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, const uint8_t *secret,
                        const void *remote, unsigned remote_len, uint64_t now) {
     ngtcp2_pkt_hd hd;
     if (len == 0 || ngtcp2_accept(&hd, pkt, len) != 0) return -1;
@@ -491,7 +494,7 @@ long cquic_write_retry(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t
     return n < 0 ? -1 : (long)n;
 }
 
-long cquic_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, size_t cid_len,
+long cngtcp2_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t len, size_t cid_len,
                        const uint8_t *secret) {
     // RFC 9000 §10.3: at least 5 bytes before the 16-byte token; smaller than the packet that
     // triggered it, so two endpoints can never reset each other forever.
@@ -512,17 +515,17 @@ long cquic_write_reset(uint8_t *dest, size_t destlen, const uint8_t *pkt, size_t
     return n < 0 ? -1 : (long)n;
 }
 
-cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const char *alpn,
+cngtcp2_conn *cngtcp2_server_new(const cngtcp2_events *ev, cngtcp2_creds *creds, const char *alpn,
                              const void *local, unsigned local_len,
                              const void *remote, unsigned remote_len,
                              const uint8_t *pkt, size_t pkt_len, const uint8_t *secret,
-                             const cquic_params *params, uint64_t now, char *err, size_t errlen) {
+                             const cngtcp2_params *params, uint64_t now, char *err, size_t errlen) {
     ngtcp2_pkt_hd hd;
     if (ngtcp2_accept(&hd, pkt, pkt_len) != 0) {
         if (err) snprintf(err, errlen, "not an acceptable Initial");
         return NULL;
     }
-    cquic_conn *c = conn_alloc(ev, creds);
+    cngtcp2_conn *c = conn_alloc(ev, creds);
     if (!c) return NULL;
     memcpy(c->secret, secret, sizeof c->secret);
     c->server = 1;
@@ -539,14 +542,14 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     // the Retry gave out; anything else is as no token.
     ngtcp2_cid odcid;
     int token = check_token(&hd, secret, remote, remote_len, now, &odcid);
-    c->address_validated = token == CQUIC_TOKEN_RETRY || token == CQUIC_TOKEN_REGULAR;
-    if (token == CQUIC_TOKEN_RETRY) {
+    c->address_validated = token == CNGTCP2_TOKEN_RETRY || token == CNGTCP2_TOKEN_REGULAR;
+    if (token == CNGTCP2_TOKEN_RETRY) {
         s.token = hd.token;
         tp.original_dcid = odcid;
         tp.retry_scid = hd.dcid;
         tp.retry_scid_present = 1;
     } else {
-        if (token == CQUIC_TOKEN_REGULAR) s.token = hd.token;
+        if (token == CNGTCP2_TOKEN_REGULAR) s.token = hd.token;
         tp.original_dcid = hd.dcid;
     }
     tp.stateless_reset_token_present = 1;
@@ -556,10 +559,10 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     if (rv != 0) {
         if (err) snprintf(err, errlen, "ngtcp2_conn_server_new: %s", ngtcp2_strerror(rv));
         c->conn = NULL;
-        cquic_free(c);
+        cngtcp2_free(c);
         return NULL;
     }
-    if (setup_tls(c, 1, alpn, NULL, err, errlen) != 0) { cquic_free(c); return NULL; }
+    if (setup_tls(c, 1, alpn, NULL, err, errlen) != 0) { cngtcp2_free(c); return NULL; }
     ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
     // Packets reach the connection by its own id and, until the client switches, by the
     // client's original destination id.
@@ -570,7 +573,7 @@ cquic_conn *cquic_server_new(const cquic_events *ev, cquic_creds *creds, const c
     return c;
 }
 
-void cquic_free(cquic_conn *c) {
+void cngtcp2_free(cngtcp2_conn *c) {
     if (!c) return;
     if (c->conn) ngtcp2_conn_del(c->conn);
     if (c->tls) gnutls_deinit(c->tls);
@@ -579,7 +582,7 @@ void cquic_free(cquic_conn *c) {
 
 // MARK: packets
 
-int cquic_read(cquic_conn *c, const void *local, unsigned local_len,
+int cngtcp2_read(cngtcp2_conn *c, const void *local, unsigned local_len,
                const void *remote, unsigned remote_len,
                const uint8_t *pkt, size_t len, uint64_t now) {
     if (len == 0) return 0;   // an empty UDP datagram carries nothing (and ngtcp2 asserts on it)
@@ -596,8 +599,8 @@ static void copy_to(const ngtcp2_path_storage *ps, void *to, unsigned *to_len) {
     *to_len = (unsigned)n;
 }
 
-long cquic_write_stream(cquic_conn *c, uint8_t *dest, size_t destlen, int64_t sid,
-                        const cquic_vec *data, size_t count, int fin, int more,
+long cngtcp2_write_stream(cngtcp2_conn *c, uint8_t *dest, size_t destlen, int64_t sid,
+                        const cngtcp2_vec *data, size_t count, int fin, int more,
                         long *consumed, void *to, unsigned *to_len, uint64_t now) {
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
@@ -611,7 +614,7 @@ long cquic_write_stream(cquic_conn *c, uint8_t *dest, size_t destlen, int64_t si
     return (long)w;
 }
 
-long cquic_write_datagram(cquic_conn *c, uint8_t *dest, size_t destlen, const uint8_t *data, size_t len,
+long cngtcp2_write_datagram(cngtcp2_conn *c, uint8_t *dest, size_t destlen, const uint8_t *data, size_t len,
                           int *accepted, void *to, unsigned *to_len, uint64_t now) {
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
@@ -624,7 +627,7 @@ long cquic_write_datagram(cquic_conn *c, uint8_t *dest, size_t destlen, const ui
     return (long)w;
 }
 
-long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t app_code, int liberr,
+long cngtcp2_write_close(cngtcp2_conn *c, uint8_t *dest, size_t destlen, uint64_t app_code, int liberr,
                        void *to, unsigned *to_len, uint64_t now) {
     ngtcp2_connection_close_error ccerr;
     ngtcp2_connection_close_error_default(&ccerr);
@@ -643,15 +646,15 @@ long cquic_write_close(cquic_conn *c, uint8_t *dest, size_t destlen, uint64_t ap
     return (long)w;
 }
 
-uint64_t cquic_expiry(cquic_conn *c) { return ngtcp2_conn_get_expiry(c->conn); }
-int cquic_expire(cquic_conn *c, uint64_t now) { return ngtcp2_conn_handle_expiry(c->conn, now); }
-double cquic_pacing_rate(cquic_conn *c) {
+uint64_t cngtcp2_expiry(cngtcp2_conn *c) { return ngtcp2_conn_get_expiry(c->conn); }
+int cngtcp2_expire(cngtcp2_conn *c, uint64_t now) { return ngtcp2_conn_handle_expiry(c->conn, now); }
+double cngtcp2_pacing_rate(cngtcp2_conn *c) {
     ngtcp2_conn_stat st;
     ngtcp2_conn_get_conn_stat(c->conn, &st);
     return st.pacing_rate;
 }
-size_t cquic_max_packet(cquic_conn *c) { return ngtcp2_conn_get_max_tx_udp_payload_size(c->conn); }
-size_t cquic_path_max_packet(cquic_conn *c) {
+size_t cngtcp2_max_packet(cngtcp2_conn *c) { return ngtcp2_conn_get_max_tx_udp_payload_size(c->conn); }
+size_t cngtcp2_path_max_packet(cngtcp2_conn *c) {
     size_t n = ngtcp2_conn_get_path_max_tx_udp_payload_size(c->conn);
     const ngtcp2_transport_params *p = ngtcp2_conn_get_remote_transport_params(c->conn);
     if (p && p->max_udp_payload_size && p->max_udp_payload_size < n) n = (size_t)p->max_udp_payload_size;
@@ -660,18 +663,18 @@ size_t cquic_path_max_packet(cquic_conn *c) {
 
 // MARK: streams
 
-int cquic_open_bidi(cquic_conn *c, int64_t *sid) { return ngtcp2_conn_open_bidi_stream(c->conn, sid, NULL); }
-int cquic_open_uni(cquic_conn *c, int64_t *sid) { return ngtcp2_conn_open_uni_stream(c->conn, sid, NULL); }
-uint64_t cquic_streams_bidi_left(cquic_conn *c) { return ngtcp2_conn_get_streams_bidi_left(c->conn); }
-int cquic_shutdown_stream(cquic_conn *c, int64_t sid, uint64_t code) { return ngtcp2_conn_shutdown_stream(c->conn, sid, code); }
+int cngtcp2_open_bidi(cngtcp2_conn *c, int64_t *sid) { return ngtcp2_conn_open_bidi_stream(c->conn, sid, NULL); }
+int cngtcp2_open_uni(cngtcp2_conn *c, int64_t *sid) { return ngtcp2_conn_open_uni_stream(c->conn, sid, NULL); }
+uint64_t cngtcp2_streams_bidi_left(cngtcp2_conn *c) { return ngtcp2_conn_get_streams_bidi_left(c->conn); }
+int cngtcp2_shutdown_stream(cngtcp2_conn *c, int64_t sid, uint64_t code) { return ngtcp2_conn_shutdown_stream(c->conn, sid, code); }
 
-int cquic_consumed(cquic_conn *c, int64_t sid, uint64_t n) {
+int cngtcp2_consumed(cngtcp2_conn *c, int64_t sid, uint64_t n) {
     int rv = ngtcp2_conn_extend_max_stream_offset(c->conn, sid, n);
     ngtcp2_conn_extend_max_offset(c->conn, n);
     return rv == NGTCP2_ERR_STREAM_NOT_FOUND ? 0 : rv;
 }
 
-uint64_t cquic_stream_send_room(cquic_conn *c, int64_t sid) {
+uint64_t cngtcp2_stream_send_room(cngtcp2_conn *c, int64_t sid) {
     uint64_t s = ngtcp2_conn_get_max_stream_data_left(c->conn, sid);
     uint64_t d = ngtcp2_conn_get_max_data_left(c->conn);
     return s < d ? s : d;
@@ -679,15 +682,15 @@ uint64_t cquic_stream_send_room(cquic_conn *c, int64_t sid) {
 
 // MARK: state
 
-int cquic_handshake_done(cquic_conn *c) { return ngtcp2_conn_get_handshake_completed(c->conn); }
-int cquic_address_validated(cquic_conn *c) {
+int cngtcp2_handshake_done(cngtcp2_conn *c) { return ngtcp2_conn_get_handshake_completed(c->conn); }
+int cngtcp2_address_validated(cngtcp2_conn *c) {
     return !c->server || c->address_validated || ngtcp2_conn_get_handshake_completed(c->conn);
 }
-int cquic_is_closing(cquic_conn *c) {
+int cngtcp2_is_closing(cngtcp2_conn *c) {
     return ngtcp2_conn_is_in_closing_period(c->conn) || ngtcp2_conn_is_in_draining_period(c->conn);
 }
 
-int cquic_peer_close(cquic_conn *c, uint64_t *code, int *is_app, char *reason, size_t reason_len) {
+int cngtcp2_peer_close(cngtcp2_conn *c, uint64_t *code, int *is_app, char *reason, size_t reason_len) {
     ngtcp2_connection_close_error e;
     ngtcp2_conn_get_connection_close_error(c->conn, &e);
     *code = e.error_code;
@@ -700,7 +703,7 @@ int cquic_peer_close(cquic_conn *c, uint64_t *code, int *is_app, char *reason, s
     return 1;
 }
 
-void cquic_alpn(cquic_conn *c, char *out, size_t outlen) {
+void cngtcp2_alpn(cngtcp2_conn *c, char *out, size_t outlen) {
     gnutls_datum_t p = {0};
     out[0] = 0;
     if (c->tls && gnutls_alpn_get_selected_protocol(c->tls, &p) == 0) {
@@ -710,25 +713,25 @@ void cquic_alpn(cquic_conn *c, char *out, size_t outlen) {
     }
 }
 
-void cquic_describe(cquic_conn *c, char *out, size_t outlen) {
+void cngtcp2_describe(cngtcp2_conn *c, char *out, size_t outlen) {
     char alpn[64];
-    cquic_alpn(c, alpn, sizeof alpn);
+    cngtcp2_alpn(c, alpn, sizeof alpn);
     const char *cipher = c->tls ? gnutls_cipher_get_name(gnutls_cipher_get(c->tls)) : NULL;
     snprintf(out, outlen, "QUICv1 TLSv1.3 %s%s%s", cipher ? cipher : "?", alpn[0] ? " alpn=" : "", alpn);
 }
 
-uint64_t cquic_peer_max_datagram(cquic_conn *c) {
+uint64_t cngtcp2_peer_max_datagram(cngtcp2_conn *c) {
     const ngtcp2_transport_params *p = ngtcp2_conn_get_remote_transport_params(c->conn);
     return p ? p->max_datagram_frame_size : 0;
 }
 
-int cquic_migrate(cquic_conn *c, const void *local, unsigned local_len,
+int cngtcp2_migrate(cngtcp2_conn *c, const void *local, unsigned local_len,
                   const void *remote, unsigned remote_len, uint64_t now) {
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);
     return ngtcp2_conn_initiate_migration(c->conn, &path, now);
 }
 
-const char *cquic_strerror(int err) { return ngtcp2_strerror(err); }
-const char *cquic_last_error(cquic_conn *c) { return c->err; }
+const char *cngtcp2_strerror(int err) { return ngtcp2_strerror(err); }
+const char *cngtcp2_last_error(cngtcp2_conn *c) { return c->err; }
 
-int cquic_got_stateless_reset(cquic_conn *c) { return c->got_reset; }
+int cngtcp2_got_stateless_reset(cngtcp2_conn *c) { return c->got_reset; }

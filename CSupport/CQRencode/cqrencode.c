@@ -2,7 +2,7 @@
 #include <qrencode.h>
 #include <stdlib.h>
 
-uint8_t *cqr_encode(const uint8_t *data, size_t len, int level, int *width) {
+uint8_t *cqrencode_encode(const uint8_t *data, size_t len, int level, int *width) {
     static const QRecLevel levels[] = { QR_ECLEVEL_L, QR_ECLEVEL_M, QR_ECLEVEL_Q, QR_ECLEVEL_H };
     if (level < 0 || level > 3 || len > 7089) return NULL;
     QRcode *q = QRcode_encodeData((int)len, data, 0, levels[level]);
@@ -17,4 +17,4 @@ uint8_t *cqr_encode(const uint8_t *data, size_t len, int level, int *width) {
     return out;
 }
 
-void cqr_free(uint8_t *modules) { free(modules); }
+void cqrencode_free(uint8_t *modules) { free(modules); }

@@ -293,19 +293,24 @@ int ctls_handshake(ctls_conn *c) {
     if (!c->ctx->server && c->ctx->has_pin) {
         X509 *cert = SSL_get0_peer_certificate(c->ssl);
         uint8_t got[32];
-        if (!cert || spki_sha256(cert, got) != 0) {
-            snprintf(c->err, sizeof c->err, "certificate pin: the server sent no usable certificate");
-            return CTLS_ERROR;
-        }
-        if (CRYPTO_memcmp(got, c->ctx->pin, 32) != 0) {
-            unsigned char b64[64];
-            EVP_EncodeBlock(b64, got, 32);
-            snprintf(c->err, sizeof c->err,
-                     "certificate pin mismatch: the server's key is sha256/%s", (const char *)b64);
-            return CTLS_ERROR;
-        }
+        int usable = cert && spki_sha256(cert, got) == 0;
+        if (ctls_pin_check(usable ? got : NULL, c->ctx->pin, c->err, sizeof c->err) != 0) return CTLS_ERROR;
     }
     return CTLS_OK;
+}
+
+int ctls_pin_check(const uint8_t *got, const uint8_t pin[32], char *err, size_t errlen) {
+    if (!got) {
+        snprintf(err, errlen, "certificate pin: the server sent no usable certificate");
+        return -1;
+    }
+    if (CRYPTO_memcmp(got, pin, 32) != 0) {
+        unsigned char b64[64];
+        EVP_EncodeBlock(b64, got, 32);
+        snprintf(err, errlen, "certificate pin mismatch: the server's key is sha256/%s", (const char *)b64);
+        return -1;
+    }
+    return 0;
 }
 
 long ctls_read(ctls_conn *c, void *buf, size_t len) {

@@ -1,6 +1,9 @@
 import CNgtcp2
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftQUIC
+import LoftTLS
 
 /// The carriers this module builds.
 public enum CarrierKind: String, Sendable, CaseIterable {
@@ -9,42 +12,6 @@ public enum CarrierKind: String, Sendable, CaseIterable {
     case h2
     case quic
     case h3
-}
-
-/// Why a carrier ended. A carrier closed with `close()` or `abort()` by its own embedder reports
-/// nothing.
-public enum CarrierCloseReason: Sendable, Equatable, CustomStringConvertible {
-    /// The peer ended the channel cleanly (ws Close 1000/1001 or none; get: the last chunk; h2:
-    /// END_STREAM).
-    case closed
-    /// ws: the peer closed with another code.
-    case peerClosed(code: UInt16, reason: String)
-    /// The peer broke RFC 6455, HTTP/1.1 or HTTP/2; it was told (close code, 4xx, GOAWAY) when
-    /// possible.
-    case protocolError(String)
-    /// Client: the server refused the handshake (its HTTP status, or 0 when it was not HTTP).
-    case rejected(status: Int, String)
-    /// TLS failed: handshake, certificate verification, pin, or a record error later.
-    case tls(String)
-    /// Client: no TCP connection (refused, unreachable, no address for the name).
-    case connectFailed(String)
-    /// A deadline passed: connect, handshake, join or close.
-    case timeout(String)
-    /// The connection broke without a proper end (reset, EOF without Close or last chunk).
-    case io(String)
-
-    public var description: String {
-        switch self {
-        case .closed: return "closed"
-        case .peerClosed(let c, let r): return "peer closed \(c)\(r.isEmpty ? "" : " \(r)")"
-        case .protocolError(let s): return "protocol error: \(s)"
-        case .rejected(let st, let s): return st > 0 ? "rejected \(st): \(s)" : "rejected: \(s)"
-        case .tls(let s): return "tls: \(s)"
-        case .connectFailed(let s): return "connect failed: \(s)"
-        case .timeout(let s): return "timeout: \(s)"
-        case .io(let s): return "io: \(s)"
-        }
-    }
 }
 
 /// What a server saw of the request that opened a carrier (the listener's admit hook gets it
@@ -218,7 +185,7 @@ public final class CarrierClient {
             var err = [CChar](repeating: 0, count: 256)
             let pin = options.tls.pinSHA256
             let c = pin.withOptionalBytes { p in
-                cquic_client_creds_new(options.tls.caFile, p, options.tls.insecure ? 1 : 0, &err, err.count)
+                cngtcp2_client_creds_new(options.tls.caFile, p, options.tls.insecure ? 1 : 0, &err, err.count)
             }
             guard let c else { throw TLSError("quic: \(cText(err))") }
             quicCreds = c
@@ -226,7 +193,7 @@ public final class CarrierClient {
     }
 
     deinit {
-        if let quicCreds { cquic_creds_free(quicCreds) }
+        if let quicCreds { cngtcp2_creds_free(quicCreds) }
     }
 
     /// Starts a connection; its outcome arrives as `carrierConnected` or `carrier(_:closed:)`
@@ -261,32 +228,3 @@ public final class CarrierClient {
         }
     }
 }
-
-/// The addresses of a front's name, dialled one after the other in the resolver's order
-/// (IPv4 first): when one fails the next is tried, and when none is left the dial fails with
-/// the last one's error. TCP carriers (TLSConnection: a refused or failed connect) and QUIC
-/// carriers (QuicCarrier: a socket error or no handshake in time) go through it.
-struct DialAddresses {
-    private var rest: [Endpoint]
-    /// Why the last address failed ("no address" before any).
-    private(set) var lastError = "no address"
-
-    init(_ addresses: [Endpoint]) { rest = addresses }
-
-    /// Addresses not tried yet.
-    var remaining: Int { rest.count }
-
-    /// The next address to try, after recording why the one before failed; nil when none is left.
-    mutating func next(failed error: String? = nil) -> Endpoint? {
-        if let error { lastError = error }
-        return rest.isEmpty ? nil : rest.removeFirst()
-    }
-}
-
-/// Formats TLS details of a connection for logs.
-func describeTLS(_ c: TLSConnection?) -> String {
-    guard let c, c.isOpen else { return "" }
-    let a = c.alpn
-    return "\(c.tlsVersion) \(c.tlsCipher)" + (a.isEmpty ? "" : " alpn=\(a)")
-}
-

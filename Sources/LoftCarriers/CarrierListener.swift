@@ -1,7 +1,9 @@
 import CLinux
 import Glibc
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftTLS
 
 /// Where and how the front listens.
 public struct CarrierServerOptions: Sendable {

@@ -1,4 +1,6 @@
 import Glibc
+import LoftHTTP
+import LoftTLS
 
 /// Builds ws frames or HTTP chunks in place in a TLSConnection's output buffer. Bytes written
 /// in one loop iteration extend one open frame (up to 0xFFFF payload bytes); the header is

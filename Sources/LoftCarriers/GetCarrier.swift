@@ -1,5 +1,7 @@
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftTLS
 
 /// The `get` carrier, client side: two TLS connections to the front, joined by a session id
 /// the client picks (128 random bits, hex). Downstream is one long-lived

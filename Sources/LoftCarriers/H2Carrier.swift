@@ -1,10 +1,12 @@
 import Glibc
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftTLS
 
 extension TLSConnection: H2Output {
-    var h2Free: Int { outCap - pending }
-    func h2Append(_ bytes: UnsafeRawPointer, _ count: Int) {
+    package var h2Free: Int { outCap - pending }
+    package func h2Append(_ bytes: UnsafeRawPointer, _ count: Int) {
         if outTail < count { compactOutput() }
         (output + outEnd).copyMemory(from: bytes, byteCount: count)
         outEnd += count

@@ -2,7 +2,10 @@ import CLinux
 import CNgtcp2
 import Glibc
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftQUIC
+import LoftTLS
 
 /// The ALPN of the quic carrier.
 let quicALPN = "loft"
@@ -404,7 +407,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     /// to 246 Mbit/s in total, 4 MiB to 601 (bench/holder's netem part, docs/holder.md). All
     /// flows of a connection together stay within `QuicLimits.sendBudget`; the ring's pages
     /// are touched only where bytes were written (a flow that moved less touches less).
-    static let flowSendBuffer = 4 << 20
+    static let flowSendBuffer = QuicLimits.flowSendBuffer
 
     func forgetFlow(_ f: QuicFlow) {
         if flows[f.id] === f { flows[f.id] = nil }

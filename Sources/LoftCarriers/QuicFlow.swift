@@ -1,5 +1,6 @@
 import Glibc
 import LoftCore
+import LoftQUIC
 
 /// A carrier that carries each TCP flow on a stream of its own (quic): the holder opens one
 /// per flow; on the front the carrier's delegate gets `carrier(_:flowOpened:)`.

@@ -2,7 +2,10 @@ import CLinux
 import CNgtcp2
 import Glibc
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftQUIC
+import LoftTLS
 
 /// The front's QUIC side: one UDP socket on the listener's port. Packets are routed to their
 /// connection by destination connection id; an Initial for an unknown id makes a new
@@ -48,7 +51,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         // h3's control and QPACK streams need unidirectional streams (refused on quic's ALPN).
         limits = h3Path != nil ? QuicLimits.h3 : QuicLimits()
         var err = [CChar](repeating: 0, count: 256)
-        guard let c = cquic_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
+        guard let c = cngtcp2_server_creds_new(tls.certificateFile, tls.keyFile, &err, err.count) else {
             throw TLSError("quic: \(cText(err))")
         }
         creds = c
@@ -66,12 +69,12 @@ final class QuicListener: IOHandler, QuicPacketSink {
         // tokens (ngtcp2's HKDF with a different label for each).
         Crypto.fillRandom(&secret)
         let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_DGRAM.rawValue))
-        guard s >= 0 else { cquic_creds_free(c); throw SystemError("socket", Sockets.errno) }
+        guard s >= 0 else { cngtcp2_creds_free(c); throw SystemError("socket", Sockets.errno) }
         let addr = SocketAddress(listen)
         if addr.withSockaddr({ bind(s, $0, $1) }) != 0 {
             let e = Sockets.errno
             Glibc.close(s)
-            cquic_creds_free(c)
+            cngtcp2_creds_free(c)
             throw SystemError("bind udp \(listen)", e)
         }
         QuicCarrier.tune(s)
@@ -83,7 +86,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
 
     deinit {
         close()
-        cquic_creds_free(creds)
+        cngtcp2_creds_free(creds)
     }
 
     /// Closes the socket: no packet in or out any more, for any connection.
@@ -172,7 +175,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         let dcid = Self.scratch.assumingMemoryBound(to: UInt8.self)
         var len = 0
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        guard cquic_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
+        guard cngtcp2_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
         if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)) {
             if last.changed == routesChanged, key == last.key, let q = last.unretained {
                 q._withUnsafeGuaranteedRef { $0.receive(p, from: from, at: localAddress) }
@@ -184,7 +187,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
                 return
             }
         }
-        guard cquic_peek_initial(base, p.count, dcid, &len) == 1 else {
+        guard cngtcp2_peek_initial(base, p.count, dcid, &len) == 1 else {
             stats.dropped += 1
             if p.count > 0 && base[0] & 0x80 == 0 { statelessReset(p, to: from) }
             return
@@ -218,16 +221,16 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private func admit(_ p: UnsafeRawBufferPointer, from: SocketAddress) -> Bool? {
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
         let now = quicNow()
-        let token = from.withSockaddr { a, l in cquic_initial_token(base, p.count, secret, a, UInt32(l), now) }
+        let token = from.withSockaddr { a, l in cngtcp2_initial_token(base, p.count, secret, a, UInt32(l), now) }
         switch token {
-        case CQUIC_TOKEN_RETRY, CQUIC_TOKEN_REGULAR:
+        case CNGTCP2_TOKEN_RETRY, CNGTCP2_TOKEN_REGULAR:
             stats.validated += 1
             return true
-        case CQUIC_TOKEN_NONE:
+        case CNGTCP2_TOKEN_NONE:
             guard retry.wantsRetry(handshaking: handshaking.count) else { return false }
             let out = Self.scratch + 32
             let n = from.withSockaddr { a, l in
-                cquic_write_retry(out.assumingMemoryBound(to: UInt8.self), 256, base, p.count, secret, a, UInt32(l), now)
+                cngtcp2_write_retry(out.assumingMemoryBound(to: UInt8.self), 256, base, p.count, secret, a, UInt32(l), now)
             }
             guard n > 0 else { stats.dropped += 1; return nil }
             stats.retries += 1
@@ -245,7 +248,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private func statelessReset(_ p: UnsafeRawBufferPointer, to: SocketAddress) {
         guard resetBucket.take(now: quicNow() / 1_000_000) else { return }
         let out = Self.scratch + 32
-        let n = cquic_write_reset(out.assumingMemoryBound(to: UInt8.self), 64, p.baseAddress!.assumingMemoryBound(to: UInt8.self),
+        let n = cngtcp2_write_reset(out.assumingMemoryBound(to: UInt8.self), 64, p.baseAddress!.assumingMemoryBound(to: UInt8.self),
                                   p.count, 18, secret)
         guard n > 0 else { return }
         stats.resets += 1

@@ -1,5 +1,7 @@
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftTLS
 
 /// The `ws` carrier: one WebSocket (RFC 6455) over TLS; session bytes travel in binary frames
 /// (client frames masked, server frames not). Ping is answered with Pong; the close handshake

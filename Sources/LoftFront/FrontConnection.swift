@@ -2,6 +2,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTLS
 
 /// One carrier and the FrontSession on it: the attachment of one instance. Owns the relays of
 /// the session's streams; when the carrier goes, they go (the instance stays in the pool).

@@ -6,6 +6,7 @@ import LoftCore
 import LoftIO
 import LoftOutbounds
 import LoftProtocol
+import LoftTLS
 
 /// The front: accepts carriers, runs one FrontSession on each, hands out overlay addresses per
 /// instance and dials the destinations of the sessions' streams from this host.

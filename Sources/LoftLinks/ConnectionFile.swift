@@ -1,6 +1,7 @@
 import CTLS
 import LoftCarriers
 import LoftConfig
+import LoftTLS
 
 /// A problem in a `.loft` file or an encrypted file, at a line and column (1-based; 0 when the
 /// problem is the file as a whole).

@@ -11,8 +11,8 @@ public enum QRCode {
     public static func modules(_ text: String) -> (width: Int, dark: [UInt8])? {
         let bytes = Array(text.utf8)
         var width: Int32 = 0
-        guard let p = cqr_encode(bytes, bytes.count, 1, &width) else { return nil }
-        defer { cqr_free(p) }
+        guard let p = cqrencode_encode(bytes, bytes.count, 1, &width) else { return nil }
+        defer { cqrencode_free(p) }
         let w = Int(width)
         return (w, Array(UnsafeBufferPointer(start: p, count: w * w)))
     }

@@ -3,6 +3,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTLS
 
 /// How one holder reaches its front.
 public struct HolderOptions {

@@ -3,6 +3,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftSSTP
+import LoftTLS
 
 /// A `type: sstp` outbound's settings.
 public struct SSTPOptions: Sendable {

@@ -2,6 +2,7 @@ import Glibc
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// One UDP association through a VLESS server. VLESS's UDP command names one destination per
 /// connection, so the association keeps one TLS connection per destination it sent to, opened

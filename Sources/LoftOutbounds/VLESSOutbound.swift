@@ -2,6 +2,7 @@ import Glibc
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTLS
 
 /// A `type: vless` outbound's settings.
 public struct VLESSOptions: Sendable {

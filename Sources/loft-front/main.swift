@@ -4,6 +4,7 @@ import LoftConfig
 import LoftControl
 import LoftCore
 import LoftFront
+import LoftTLS
 
 // `loft-front`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage
 // or configuration error; errors go to stderr, one line each.

@@ -11,6 +11,7 @@ import LoftOutbounds
 import LoftProtocol
 import LoftRouting
 import LoftSSTP
+import LoftTLS
 
 /// Builds the running system from a validated configuration and tears it down again.
 enum Application {

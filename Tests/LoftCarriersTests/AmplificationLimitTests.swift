@@ -1,3 +1,4 @@
+import LoftQUIC
 import XCTest
 @testable import LoftCarriers
 

@@ -1,5 +1,6 @@
 @testable import LoftCarriers
 import LoftCore
+import LoftTLS
 import XCTest
 
 /// The order and the error a dial reports when a front's name has several addresses.

@@ -1,5 +1,6 @@
 @testable import LoftCarriers
 import LoftCore
+import LoftHTTP
 import XCTest
 
 /// An H2Engine's output in memory, with a capacity (the TLS output buffer's role).

@@ -1,7 +1,9 @@
 import Foundation
 @testable import LoftCarriers
 import LoftCore
+import LoftHTTP
 import LoftIO
+import LoftTLS
 import LoftTestSupport
 import XCTest
 

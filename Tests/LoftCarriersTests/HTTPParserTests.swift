@@ -1,4 +1,5 @@
 import LoftCarriers
+import LoftHTTP
 import XCTest
 
 final class HTTPParserTests: XCTestCase {

@@ -2,6 +2,7 @@ import Foundation
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTLS
 import LoftTestSupport
 import XCTest
 

@@ -2,6 +2,8 @@ import Foundation
 @testable import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftQUIC
+import LoftTLS
 import LoftTestSupport
 import XCTest
 
@@ -148,6 +150,11 @@ final class QuicCarrierTests: XCTestCase {
                                 (TLSClientOptions(serverName: "whatever", insecure: true), true)] {
             let (carrier, r) = f.dialRecorder(try f.client(tls: tls)) { $0.connected || $0.closedReason != nil }
             XCTAssertEqual(r.connected, expectUp, "\(tls): \(String(describing: r.closedReason))")
+            if tls.pinSHA256 == bad {
+                // One pin policy for TCP and QUIC (CTLS's ctls_pin_check): the message names the key.
+                XCTAssertTrue(String(describing: r.closedReason).contains("certificate pin mismatch: the server's key is sha256/"),
+                              String(describing: r.closedReason))
+            }
             carrier.abort()
         }
         f.listener.close()

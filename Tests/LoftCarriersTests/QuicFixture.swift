@@ -2,6 +2,7 @@ import Foundation
 @testable import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTLS
 import LoftTestSupport
 import XCTest
 

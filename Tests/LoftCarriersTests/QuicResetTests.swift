@@ -3,6 +3,8 @@ import Foundation
 @testable import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftQUIC
+import LoftTLS
 import LoftTestSupport
 import XCTest
 
@@ -39,8 +41,8 @@ final class QuicResetTests: XCTestCase {
         init(loop: EventLoop) throws {
             self.loop = loop
             var err = [CChar](repeating: 0, count: 256)
-            guard let s = cquic_server_creds_new(TestPKI.shared.cert, TestPKI.shared.key, &err, err.count),
-                  let c = cquic_client_creds_new(TestPKI.shared.ca, nil, 0, &err, err.count) else {
+            guard let s = cngtcp2_server_creds_new(TestPKI.shared.cert, TestPKI.shared.key, &err, err.count),
+                  let c = cngtcp2_client_creds_new(TestPKI.shared.ca, nil, 0, &err, err.count) else {
                 throw TLSError(cText(err))
             }
             serverCreds = s
@@ -49,8 +51,8 @@ final class QuicResetTests: XCTestCase {
         deinit {
             client = nil
             server = nil
-            cquic_creds_free(serverCreds)
-            cquic_creds_free(clientCreds)
+            cngtcp2_creds_free(serverCreds)
+            cngtcp2_creds_free(clientCreds)
         }
 
         func dial() throws {

@@ -1,5 +1,6 @@
 import LoftCore
 import LoftIO
+import LoftTLS
 import XCTest
 @testable import LoftCarriers
 

@@ -1,4 +1,5 @@
 @testable import LoftCarriers
+import LoftQUIC
 import XCTest
 
 final class ReceiveQueueTests: XCTestCase {

@@ -1,6 +1,7 @@
 import Glibc
 import LoftCore
 import LoftIO
+import LoftTLS
 import LoftTestSupport
 import XCTest
 @testable import LoftCarriers

@@ -1,4 +1,7 @@
 @testable import LoftCarriers
+import LoftCore
+import LoftHTTP
+import LoftTLS
 import XCTest
 
 final class WebSocketCodecTests: XCTestCase {

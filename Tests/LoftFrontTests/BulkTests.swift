@@ -3,6 +3,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTLS
 import LoftTestSupport
 import XCTest
 @testable import LoftFront

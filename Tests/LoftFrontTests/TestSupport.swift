@@ -5,6 +5,7 @@ import LoftConfig
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTLS
 import LoftTestSupport
 import XCTest
 @testable import LoftFront

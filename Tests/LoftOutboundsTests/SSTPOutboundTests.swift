@@ -2,6 +2,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftSSTP
+import LoftTLS
 import LoftTestSupport
 import XCTest
 @testable import LoftOutbounds

@@ -6,6 +6,7 @@ import LoftCore
 import LoftFront
 import LoftIO
 import LoftProtocol
+import LoftTLS
 import LoftTestSupport
 import XCTest
 @testable import LoftOutbounds

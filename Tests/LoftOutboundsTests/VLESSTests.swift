@@ -2,6 +2,7 @@ import Glibc
 import LoftCarriers
 import LoftCore
 import LoftIO
+import LoftTLS
 import LoftTestSupport
 import XCTest
 @testable import LoftOutbounds

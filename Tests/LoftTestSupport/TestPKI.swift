@@ -1,5 +1,6 @@
 import Foundation
 import LoftCarriers
+import LoftTLS
 
 /// A throwaway PKI made once per test process by Tests/interop/gen-certs.sh (openssl CLI): a CA,
 /// a server certificate for front.test, localhost and 127.0.0.1 signed by it, and an unrelated CA.

@@ -1,6 +1,8 @@
 // The text decoders behind config values and the carriers' keys: Base64.decode (strict; a
 // decoded value encodes back to the same text), Hex.decode, and TLSClientOptions.parsePin.
 import LoftCarriers
+import LoftCore
+import LoftTLS
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {

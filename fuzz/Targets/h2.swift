@@ -6,6 +6,7 @@
 // with a valid client preface and SETTINGS, so the fuzzer reaches frames sooner); byte 1 sets
 // the size of the pieces the rest is fed in (1...256, partial frames included); then the wire.
 @testable import LoftCarriers
+@testable import LoftHTTP
 
 private final class FuzzOutput: H2Output {
     var used = 0

@@ -10,7 +10,9 @@
 import CNghttp3
 @testable import LoftCarriers
 import LoftCore
+@testable import LoftHTTP
 import LoftIO
+@testable import LoftTLS
 
 private final class Memory: H3Transport {
     let loop: EventLoop

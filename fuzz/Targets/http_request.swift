@@ -3,6 +3,8 @@
 // the checks CarrierListener makes of a head: Host, the WebSocket upgrade (WSHandshake.validate),
 // the get carrier's session parameter; then the POST body's chunked coding (ChunkedDecoder).
 import LoftCarriers
+import LoftCore
+import LoftHTTP
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {

@@ -2,6 +2,7 @@
 // (HTTPParser.parseResponse), the WebSocket 101 check (WSHandshake.validate(response:)), and a
 // get carrier's chunked download (ChunkedDecoder) fed in pieces.
 import LoftCarriers
+import LoftHTTP
 
 let key = "dGhlIHNhbXBsZSBub25jZQ=="
 

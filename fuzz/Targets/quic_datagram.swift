@@ -1,8 +1,8 @@
 // What the quic carrier reads from the network before (or besides) ngtcp2's own packet
 // decoding, fed arbitrary bytes:
 // - byte 0 even: the front's packet demultiplexing: the destination connection id of any packet
-//   (cquic_packet_dcid, 18-byte short-header ids), whether it is an Initial to accept
-//   (cquic_peek_initial), the id as a routing key (QuicCID);
+//   (cngtcp2_packet_dcid, 18-byte short-header ids), whether it is an Initial to accept
+//   (cngtcp2_peek_initial), the id as a routing key (QuicCID);
 // - byte 0 odd: QUIC DATAGRAM payloads into an established FrontSession with an association
 //   (id 1) and a TCP stream (id 3) open: the rest is a sequence of datagrams, each a length
 //   byte (1...256) and that many bytes, given to receiveDatagram until one is a protocol error.
@@ -14,6 +14,7 @@ import CNgtcp2
 @testable import LoftCarriers
 import LoftCore
 @testable import LoftProtocol
+@testable import LoftQUIC
 
 private let overlay = Overlay(ipv4: IPPrefix("198.18.64.2/24")!, gateway4: IPAddress("198.18.64.1")!,
                               ipv6: nil, gateway6: nil, mtu: 1400, dns: [])
@@ -73,12 +74,12 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         var dcid = [UInt8](repeating: 0, count: 20)
         var len = 0
         let base = rest.baseAddress?.assumingMemoryBound(to: UInt8.self)
-        if cquic_packet_dcid(base, rest.count, 18, &dcid, &len) == 0 {
+        if cngtcp2_packet_dcid(base, rest.count, 18, &dcid, &len) == 0 {
             guard len <= 20, QuicCID(dcid.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[0..<len]) }) != nil else {
                 fatalError("dcid of \(len) bytes")
             }
         }
-        if cquic_peek_initial(base, rest.count, &dcid, &len) == 1 && len > 20 { fatalError("Initial dcid of \(len) bytes") }
+        if cngtcp2_peek_initial(base, rest.count, &dcid, &len) == 1 && len > 20 { fatalError("Initial dcid of \(len) bytes") }
         return 0
     }
     let limits = SessionLimits(maxStreams: 16, maxOutputBytes: 256 << 10, maxDatagramQueue: 64 << 10)

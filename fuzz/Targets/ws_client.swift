@@ -1,6 +1,7 @@
 // WebSocket frames the front sends loft (WSDecoder, client role: unmasked frames), fed in
 // pieces whose sizes come from the input's first byte, as the ws carrier reads them.
 import LoftCarriers
+import LoftHTTP
 
 let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 8)
 

@@ -7,12 +7,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-typedef struct ch3_conn ch3_conn;
-/// One request stream's state (its header block, its body buffer); valid until ch3_close_stream.
-typedef struct ch3_stream ch3_stream;
+typedef struct cnghttp3_conn cnghttp3_conn;
+/// One request stream's state (its header block, its body buffer); valid until cnghttp3_close_stream.
+typedef struct cnghttp3_stream cnghttp3_stream;
 
 /// One request's or response's header block, as far as loft reads it.
-typedef struct ch3_head {
+typedef struct cnghttp3_head {
     int status;              // response :status (client), 0 on a request
     char method[16];
     char protocol[32];       // :protocol (extended CONNECT, RFC 9220)
@@ -20,12 +20,12 @@ typedef struct ch3_head {
     char authority[256];
     int too_large;           // a field did not fit, or more than 100 fields
     size_t fields;
-} ch3_head;
+} cnghttp3_head;
 
-typedef struct ch3_events {
+typedef struct cnghttp3_events {
     void *ctx;
     /// A request stream's header block ended (fin: END_STREAM came with it).
-    int (*headers)(void *ctx, int64_t sid, ch3_stream *s, const ch3_head *head, int fin);
+    int (*headers)(void *ctx, int64_t sid, cnghttp3_stream *s, const cnghttp3_head *head, int fin);
     /// Body bytes of a request stream.
     int (*data)(void *ctx, int64_t sid, const uint8_t *data, size_t len);
     /// The peer ended its body (after the last `data`).
@@ -35,37 +35,37 @@ typedef struct ch3_events {
     int (*reset)(void *ctx, int64_t sid, uint64_t code, int stop_only);
     /// A body buffer has room again (bytes handed to QUIC).
     int (*acked)(void *ctx, int64_t sid);
-} ch3_events;
+} cnghttp3_events;
 
-typedef struct ch3_vec { const uint8_t *base; size_t len; } ch3_vec;
+typedef struct cnghttp3_vec { const uint8_t *base; size_t len; } cnghttp3_vec;
 
 /// nghttp3 connection; SETTINGS: no QPACK dynamic table, header sections up to 16 384 bytes,
 /// ENABLE_CONNECT_PROTOCOL 1 (server). `max_bidi`: the client's request streams (server).
-ch3_conn *ch3_new(int server, const ch3_events *ev, uint64_t max_bidi);
-void ch3_free(ch3_conn *c);
+cnghttp3_conn *cnghttp3_new(int server, const cnghttp3_events *ev, uint64_t max_bidi);
+void cnghttp3_free(cnghttp3_conn *c);
 /// Our control and QPACK encoder/decoder unidirectional streams.
-int ch3_bind(ch3_conn *c, int64_t control, int64_t qpack_enc, int64_t qpack_dec);
+int cnghttp3_bind(cnghttp3_conn *c, int64_t control, int64_t qpack_enc, int64_t qpack_dec);
 /// Bytes received on a QUIC stream (`fin`: the last). <0: a connection error (nghttp3's).
-int64_t ch3_read(ch3_conn *c, int64_t sid, const uint8_t *data, size_t len, int fin);
+int64_t cnghttp3_read(cnghttp3_conn *c, int64_t sid, const uint8_t *data, size_t len, int fin);
 /// The next bytes nghttp3 wants on a QUIC stream: `*sid` -1 when none.
-int64_t ch3_writev(ch3_conn *c, int64_t *sid, int *fin, ch3_vec *vec, size_t veccnt);
+int64_t cnghttp3_writev(cnghttp3_conn *c, int64_t *sid, int *fin, cnghttp3_vec *vec, size_t veccnt);
 /// `n` of those bytes were taken by QUIC (and are held there until acknowledged).
-int ch3_written(ch3_conn *c, int64_t sid, size_t n);
-void ch3_block(ch3_conn *c, int64_t sid);
-int ch3_unblock(ch3_conn *c, int64_t sid);
+int cnghttp3_written(cnghttp3_conn *c, int64_t sid, size_t n);
+void cnghttp3_block(cnghttp3_conn *c, int64_t sid);
+int cnghttp3_unblock(cnghttp3_conn *c, int64_t sid);
 /// Client: an extended CONNECT on `sid` with a body buffer of `cap` bytes.
-ch3_stream *ch3_connect(ch3_conn *c, int64_t sid, const char *protocol, const char *path, const char *authority, size_t cap);
+cnghttp3_stream *cnghttp3_connect(cnghttp3_conn *c, int64_t sid, const char *protocol, const char *path, const char *authority, size_t cap);
 /// Server: a response; `cap` > 0: a body of up to `cap` buffered bytes follows, 0: END_STREAM.
-int ch3_respond(ch3_conn *c, ch3_stream *s, int status, size_t cap);
+int cnghttp3_respond(cnghttp3_conn *c, cnghttp3_stream *s, int status, size_t cap);
 /// Body bytes to send: copies what fits the stream's buffer, returns the count.
-size_t ch3_body_write(ch3_conn *c, ch3_stream *s, const uint8_t *data, size_t len);
-size_t ch3_body_room(ch3_conn *c, ch3_stream *s);
+size_t cnghttp3_body_write(cnghttp3_conn *c, cnghttp3_stream *s, const uint8_t *data, size_t len);
+size_t cnghttp3_body_room(cnghttp3_conn *c, cnghttp3_stream *s);
 /// Bytes in the body buffer not yet handed to QUIC.
-size_t ch3_body_unsent(ch3_conn *c, ch3_stream *s);
+size_t cnghttp3_body_unsent(cnghttp3_conn *c, cnghttp3_stream *s);
 /// Ends the body (END_STREAM after the buffered bytes).
-void ch3_body_end(ch3_conn *c, ch3_stream *s);
+void cnghttp3_body_end(cnghttp3_conn *c, cnghttp3_stream *s);
 /// nghttp3 forgets the stream (QUIC is done with it, or reset it).
-void ch3_close_stream(ch3_conn *c, int64_t sid, uint64_t code);
-const char *ch3_strerror(int64_t rv);
+void cnghttp3_close_stream(cnghttp3_conn *c, int64_t sid, uint64_t code);
+const char *cnghttp3_strerror(int64_t rv);
 
 #endif

@@ -81,6 +81,13 @@ const char *ctls_conn_cipher(ctls_conn *c);
 /// client pins). 0 or -1 with a message in err.
 int ctls_spki_sha256_file(const char *cert_file, uint8_t out[32], char *err, size_t errlen);
 
+/// The one certificate-pin check, for TLS over TCP (ctls_handshake) and QUIC (CNgtcp2's
+/// GnuTLS verify callback): `got` is the SHA-256 of the server certificate's DER
+/// SubjectPublicKeyInfo, NULL when the server sent no usable certificate. 0 when it equals
+/// `pin` (compared in constant time); else -1 with the reason in err, which names the
+/// server's key as a pin (`sha256/BASE64`).
+int ctls_pin_check(const uint8_t *got, const uint8_t pin[32], char *err, size_t errlen);
+
 /// Digests and randomness.
 void ctls_sha1(const void *data, size_t len, uint8_t out[20]);
 void ctls_sha256(const void *data, size_t len, uint8_t out[32]);

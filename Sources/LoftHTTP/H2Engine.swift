@@ -2,7 +2,7 @@ import CNghttp2
 import LoftCore
 
 /// Where an H2Engine's frames go: a TLS connection's output buffer, or memory (tests, fuzzing).
-protocol H2Output: AnyObject {
+package protocol H2Output: AnyObject {
     /// Bytes the output takes now.
     var h2Free: Int { get }
     /// Appends `count` bytes; the caller checked `h2Free`.
@@ -10,37 +10,39 @@ protocol H2Output: AnyObject {
 }
 
 /// Our HTTP/2 SETTINGS and receive windows for loft sessions.
-struct H2Settings {
+package struct H2Settings {
+    package init() {}
     /// Streams a client may open at once on the front (one session, and room for a stray request).
-    var maxConcurrentStreams: UInt32 = 8
+    package var maxConcurrentStreams: UInt32 = 8
     /// Each stream's receive window. Bytes are delivered as they arrive and never queued by the
     /// engine (a paused reader leaves them in the socket), so a large window costs no memory and
     /// lets one session fill a fast link.
-    var initialWindow: UInt32 = 16 << 20
-    var connectionWindow: UInt32 = 16 << 20
-    var maxFrameSize: UInt32 = 1 << 16
+    package var initialWindow: UInt32 = 16 << 20
+    package var connectionWindow: UInt32 = 16 << 20
+    package var maxFrameSize: UInt32 = 1 << 16
     /// Decoded header bytes of one request or response (names + values + 32 each, RFC 9113 §6.5.2).
-    var maxHeaderList: UInt32 = 16 << 10
-    var maxHeaderFields = 100
+    package var maxHeaderList: UInt32 = 16 << 10
+    package var maxHeaderFields = 100
 }
 
 /// A request head as the front saw it on one stream.
-struct H2RequestHead: Equatable {
-    var method = ""
-    var scheme = ""
-    var authority = ""
-    var path = ""
-    var protocolName = ""
-    var headers = HTTPHeaders()
-    var status = 0
-    var size = 0
-    var fields = 0
-    var tooBig = false
+package struct H2RequestHead: Equatable {
+    package init() {}
+    package var method = ""
+    package var scheme = ""
+    package var authority = ""
+    package var path = ""
+    package var protocolName = ""
+    package var headers = HTTPHeaders()
+    package var status = 0
+    package var size = 0
+    package var fields = 0
+    package var tooBig = false
 }
 
 /// What the embedder hears from an H2Engine, always after the nghttp2 call that produced it has
 /// returned (never from inside nghttp2), in wire order.
-enum H2Event {
+package enum H2Event {
     /// Client: the front's first SETTINGS arrived (extended CONNECT can be sent, or not).
     case peerSettings
     /// Server: a request for the session was accepted and answered 200; `engine.sessionStream` is its stream.
@@ -61,7 +63,7 @@ enum H2Event {
     case refused(status: Int, reason: String)
 }
 
-protocol H2EngineOwner: AnyObject {
+package protocol H2EngineOwner: AnyObject {
     /// Server: a well-formed request for the session path; false refuses it with 403.
     func h2Admit(_ engine: H2Engine, _ head: H2RequestHead) -> Bool
     func h2Event(_ engine: H2Engine, _ event: H2Event)
@@ -77,27 +79,27 @@ protocol H2EngineOwner: AnyObject {
 ///   (nghttp2's NO_COPY data source): no staging buffer. What did not fit stays with the caller.
 /// - Receiving: `receive` pauses nghttp2 at each DATA chunk and hands it to the owner from the
 ///   input bytes themselves; the owner may stop (`paused`) and the rest waits unprocessed.
-final class H2Engine {
-    static let protocolName = "loft"
+package final class H2Engine {
+    package static let protocolName = "loft"
     /// Output kept free for control frames (SETTINGS/PING ACKs, WINDOW_UPDATE, GOAWAY).
-    static let controlReserve = 512
+    package static let controlReserve = 512
     /// Refused requests (404, 405, 400, 403, a second session) before the connection is ended.
-    static let maxRefusals = 16
+    package static let maxRefusals = 16
 
-    let isServer: Bool
-    let settings: H2Settings
+    package let isServer: Bool
+    package let settings: H2Settings
     /// Server: the session path.
-    let path: String
-    unowned let output: H2Output
-    weak var owner: H2EngineOwner?
+    package let path: String
+    package unowned let output: H2Output
+    package weak var owner: H2EngineOwner?
     private var h: OpaquePointer?
 
     /// The stream carrying the session (0 until the CONNECT was sent / accepted).
-    private(set) var sessionStream: Int32 = 0
+    package private(set) var sessionStream: Int32 = 0
     /// The engine's failure or the GOAWAY/RST error it sent, for logs.
-    private(set) var failure: String?
-    private(set) var refusals = 0
-    private(set) var sawPeerSettings = false
+    package private(set) var failure: String?
+    package private(set) var refusals = 0
+    package private(set) var sawPeerSettings = false
 
     private var offer: UnsafeRawBufferPointer?
     private var offerTaken = 0
@@ -107,7 +109,7 @@ final class H2Engine {
     private var draining = false
     private var pendingData: UnsafeRawBufferPointer?
     /// Set by the owner during a `.data` event: stop delivering until the next `receive`.
-    var paused = false
+    package var paused = false
 
     private enum PendingEvent {
         case headers(Int32, endStream: Bool)
@@ -118,12 +120,12 @@ final class H2Engine {
         case goAway(UInt32)
     }
 
-    init?(server: Bool, path: String = "/loft", settings: H2Settings = H2Settings(), output: H2Output) {
+    package init?(server: Bool, path: String = "/loft", settings: H2Settings = H2Settings(), output: H2Output) {
         isServer = server
         self.path = path
         self.settings = settings
         self.output = output
-        var cb = cnh2_callbacks()
+        var cb = cnghttp2_callbacks()
         cb.send = { u, data, len in H2Engine.of(u).sendRaw(data!, len) }
         cb.send_data = { u, stream, header, len in H2Engine.of(u).sendData(stream, header!, len) }
         cb.data_length = { u, stream, max, eof in H2Engine.of(u).dataLength(stream, max, eof!) }
@@ -134,14 +136,14 @@ final class H2Engine {
         cb.data = { u, stream, data, len in H2Engine.of(u).dataChunk(stream, data, len) }
         cb.stream_closed = { u, stream, code in H2Engine.of(u).events.append(.closed(stream, code)) }
         cb.frame_sent = { u, type, stream, code in H2Engine.of(u).frameSent(type, stream, code) }
-        var st = cnh2_settings(max_concurrent_streams: settings.maxConcurrentStreams, initial_window: settings.initialWindow,
+        var st = cnghttp2_settings(max_concurrent_streams: settings.maxConcurrentStreams, initial_window: settings.initialWindow,
                                connection_window: settings.connectionWindow, max_frame_size: settings.maxFrameSize,
                                max_header_list: settings.maxHeaderList, enable_connect_protocol: server ? 1 : 0)
-        guard let handle = cnh2_new(server ? 1 : 0, &cb, Unmanaged.passUnretained(self).toOpaque(), &st) else { return nil }
+        guard let handle = cnghttp2_new(server ? 1 : 0, &cb, Unmanaged.passUnretained(self).toOpaque(), &st) else { return nil }
         h = handle
     }
 
-    deinit { cnh2_free(h) }
+    deinit { cnghttp2_free(h) }
 
     private static func of(_ u: UnsafeMutableRawPointer?) -> H2Engine {
         Unmanaged<H2Engine>.fromOpaque(u!).takeUnretainedValue()
@@ -150,27 +152,27 @@ final class H2Engine {
     // MARK: state
 
     /// Neither side has anything left: the connection is over (after a GOAWAY, or an error).
-    var isFinished: Bool { h == nil || (cnh2_want_read(h) == 0 && cnh2_want_write(h) == 0) }
+    package var isFinished: Bool { h == nil || (cnghttp2_want_read(h) == 0 && cnghttp2_want_write(h) == 0) }
     /// nghttp2 has frames it could not hand to the output yet.
-    var wantsWrite: Bool { h != nil && cnh2_want_write(h) != 0 }
+    package var wantsWrite: Bool { h != nil && cnghttp2_want_write(h) != 0 }
     /// Payload bytes the session stream may send now (both windows).
-    var sendWindow: Int {
+    package var sendWindow: Int {
         guard let h, sessionStreamOpen, !ending else { return 0 }
-        return Int(max(0, cnh2_send_window(h, sessionStream)))
+        return Int(max(0, cnghttp2_send_window(h, sessionStream)))
     }
     /// The peer allows extended CONNECT (its SETTINGS_ENABLE_CONNECT_PROTOCOL).
-    var peerAllowsConnect: Bool { h.map { cnh2_remote_setting($0, 8) == 1 } ?? false }
+    package var peerAllowsConnect: Bool { h.map { cnghttp2_remote_setting($0, 8) == 1 } ?? false }
     /// The session stream exists and is not closed yet (nghttp2 keeps closed streams around, so
     /// the engine tracks this itself).
-    var sessionStreamOpen: Bool { h != nil && sessionStream > 0 && !sessionClosed }
+    package var sessionStreamOpen: Bool { h != nil && sessionStream > 0 && !sessionClosed }
     private var sessionClosed = false
 
     /// Session bytes `write` would take now.
-    var writable: Int {
+    package var writable: Int {
         guard let h else { return 0 }
         let room = output.h2Free - Self.controlReserve
         guard room > 9 else { return 0 }
-        let frameSize = max(16384, Int(cnh2_remote_setting(h, 5)))    // the peer's SETTINGS_MAX_FRAME_SIZE
+        let frameSize = max(16384, Int(cnghttp2_remote_setting(h, 5)))    // the peer's SETTINGS_MAX_FRAME_SIZE
         let frames = room / frameSize + 1
         return max(0, min(sendWindow, room - 9 * frames))
     }
@@ -179,15 +181,15 @@ final class H2Engine {
 
     /// Feeds received bytes; returns how many were used (fewer when the owner paused), or nil
     /// when the connection failed (`failure` says why; a GOAWAY may be queued: `pump` it out).
-    func receive(_ bytes: UnsafeRawBufferPointer) -> Int? {
+    package func receive(_ bytes: UnsafeRawBufferPointer) -> Int? {
         guard let h else { return nil }
         paused = false
         var pos = 0
         while pos < bytes.count && !paused {
             pendingData = nil
-            let n = cnh2_recv(h, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + pos, bytes.count - pos)
+            let n = cnghttp2_recv(h, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + pos, bytes.count - pos)
             if n < 0 {
-                failure = failure ?? String(cString: cnh2_strerror(Int32(n)))
+                failure = failure ?? String(cString: cnghttp2_strerror(Int32(n)))
                 drain()
                 return nil
             }
@@ -201,11 +203,11 @@ final class H2Engine {
 
     /// Serializes what nghttp2 has due into the output. False when the connection failed.
     @discardableResult
-    func pump() -> Bool {
+    package func pump() -> Bool {
         guard let h else { return false }
-        let r = cnh2_send(h)
+        let r = cnghttp2_send(h)
         if r != 0 {
-            failure = failure ?? String(cString: cnh2_strerror(r))
+            failure = failure ?? String(cString: cnghttp2_strerror(r))
             return false
         }
         drain()
@@ -213,59 +215,59 @@ final class H2Engine {
     }
 
     /// Offers session bytes; returns how many were framed into the output.
-    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+    package func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard let h, sessionStream > 0, !ending, bytes.count > 0 else { return 0 }
         offer = bytes
         offerTaken = 0
-        _ = cnh2_resume(h, sessionStream)
-        let r = cnh2_send(h)
+        _ = cnghttp2_resume(h, sessionStream)
+        let r = cnghttp2_send(h)
         let taken = offerTaken
         offer = nil
         offerTaken = 0
-        if r != 0 { failure = failure ?? String(cString: cnh2_strerror(r)) }
+        if r != 0 { failure = failure ?? String(cString: cnghttp2_strerror(r)) }
         drain()
         return taken
     }
 
     /// Client: the extended CONNECT for the session.
-    func connect(authority: String, path: String) -> Bool {
+    package func connect(authority: String, path: String) -> Bool {
         guard let h, !isServer, sessionStream == 0 else { return false }
-        let id = cnh2_submit_connect(h, authority, path, Self.protocolName)
-        guard id > 0 else { failure = String(cString: cnh2_strerror(id)); return false }
+        let id = cnghttp2_submit_connect(h, authority, path, Self.protocolName)
+        guard id > 0 else { failure = String(cString: cnghttp2_strerror(id)); return false }
         sessionStream = id
         return pump()
     }
 
     /// Ends the session stream (END_STREAM after the bytes already framed), or resets it when
     /// no END_STREAM can go out (no send window), then GOAWAY NO_ERROR.
-    func finish() {
+    package func finish() {
         guard let h else { return }
         if sessionStreamOpen, !ending {
             ending = true
-            if cnh2_send_window(h, sessionStream) > 0 {
-                _ = cnh2_resume(h, sessionStream)
+            if cnghttp2_send_window(h, sessionStream) > 0 {
+                _ = cnghttp2_resume(h, sessionStream)
             } else {
-                _ = cnh2_submit_rst(h, sessionStream, UInt32(CNH2_CANCEL))
+                _ = cnghttp2_submit_rst(h, sessionStream, UInt32(CNGHTTP2_CANCEL))
             }
             // END_STREAM goes out before the GOAWAY (nghttp2 would put GOAWAY first): a peer
             // that takes GOAWAY as the end of everything still sees the stream end.
             guard pump(), self.h != nil else { return }
         }
-        _ = cnh2_submit_goaway(h, UInt32(CNH2_NO_ERROR))
+        _ = cnghttp2_submit_goaway(h, UInt32(CNGHTTP2_NO_ERROR))
         pump()
     }
 
     /// Resets the session stream with `code` and ends the connection with GOAWAY `code`.
-    func fail(_ code: UInt32) {
+    package func fail(_ code: UInt32) {
         guard let h else { return }
-        if sessionStreamOpen { _ = cnh2_submit_rst(h, sessionStream, code) }
-        _ = cnh2_submit_goaway(h, code)
+        if sessionStreamOpen { _ = cnghttp2_submit_rst(h, sessionStream, code) }
+        _ = cnghttp2_submit_goaway(h, code)
         pump()
     }
 
     /// The nghttp2 state is dropped; nothing more is read or written.
-    func close() {
-        cnh2_free(h)
+    package func close() {
+        cnghttp2_free(h)
         h = nil
         events.removeAll()
     }
@@ -325,20 +327,20 @@ final class H2Engine {
     }
 
     private func frameReceived(_ type: UInt8, _ flags: UInt8, _ stream: Int32, _ code: UInt32) -> Int32 {
-        let endStream = flags & UInt8(CNH2_FLAG_END_STREAM) != 0
+        let endStream = flags & UInt8(CNGHTTP2_FLAG_END_STREAM) != 0
         switch Int(type) {
-        case Int(CNH2_HEADERS):
+        case Int(CNGHTTP2_HEADERS):
             events.append(.headers(stream, endStream: endStream))
-        case Int(CNH2_DATA):
+        case Int(CNGHTTP2_DATA):
             if endStream { events.append(.endStream(stream)) }
-        case Int(CNH2_SETTINGS):
-            if flags & UInt8(CNH2_FLAG_ACK) == 0 {
+        case Int(CNGHTTP2_SETTINGS):
+            if flags & UInt8(CNGHTTP2_FLAG_ACK) == 0 {
                 if !sawPeerSettings { sawPeerSettings = true; events.append(.peerSettings) }
                 events.append(.windowOpened)
             }
-        case Int(CNH2_WINDOW_UPDATE):
+        case Int(CNGHTTP2_WINDOW_UPDATE):
             if stream == 0 || stream == sessionStream { events.append(.windowOpened) }
-        case Int(CNH2_GOAWAY):
+        case Int(CNGHTTP2_GOAWAY):
             events.append(.goAway(code))
         default:
             break
@@ -354,14 +356,14 @@ final class H2Engine {
     }
 
     private func frameSent(_ type: UInt8, _ stream: Int32, _ code: UInt32) {
-        guard code != UInt32(CNH2_NO_ERROR), failure == nil else { return }
-        let what = Int(type) == Int(CNH2_GOAWAY) ? "GOAWAY" : "RST_STREAM"
-        if Int(type) == Int(CNH2_GOAWAY) || stream == sessionStream {
+        guard code != UInt32(CNGHTTP2_NO_ERROR), failure == nil else { return }
+        let what = Int(type) == Int(CNGHTTP2_GOAWAY) ? "GOAWAY" : "RST_STREAM"
+        if Int(type) == Int(CNGHTTP2_GOAWAY) || stream == sessionStream {
             failure = "sent \(what) \(Self.errorName(code))"
         }
     }
 
-    static func errorName(_ code: UInt32) -> String { String(cString: cnh2_error_name(code)) }
+    package static func errorName(_ code: UInt32) -> String { String(cString: cnghttp2_error_name(code)) }
 
     // MARK: events, after nghttp2 returned
 
@@ -403,7 +405,7 @@ final class H2Engine {
                 refusals += 1
                 owner?.h2Event(self, .refused(status: 431, reason: "request header fields too large"))
             }
-            if s == sessionStream && code != UInt32(CNH2_NO_ERROR) { owner?.h2Event(self, .streamReset(code)) }
+            if s == sessionStream && code != UInt32(CNGHTTP2_NO_ERROR) { owner?.h2Event(self, .streamReset(code)) }
         case .headers(let s, let endStream):
             guard let head = heads[s] else { return }
             if isServer {
@@ -424,7 +426,7 @@ final class H2Engine {
     }
 
     /// What the front answers a request: 200 for the session, else the refusal's status.
-    static func decide(_ head: H2RequestHead, path: String) -> (status: Int, reason: String) {
+    package static func decide(_ head: H2RequestHead, path: String) -> (status: Int, reason: String) {
         if head.tooBig { return (431, "request header fields too large") }
         let p = head.path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
         if p != path { return (404, "no such path \(head.path)") }
@@ -440,7 +442,7 @@ final class H2Engine {
         heads.removeValue(forKey: s)
         // Past the cap (the GOAWAY is queued): no answer and no event, whatever the reads.
         guard refusals < Self.maxRefusals else {
-            _ = cnh2_submit_rst(h, s, UInt32(CNH2_REFUSED_STREAM))
+            _ = cnghttp2_submit_rst(h, s, UInt32(CNGHTTP2_REFUSED_STREAM))
             return
         }
         var (status, reason) = Self.decide(head, path: path)
@@ -448,7 +450,7 @@ final class H2Engine {
         if status == 200, let o = owner, !o.h2Admit(self, head) { (status, reason) = (403, "refused by the front") }
         if status == 200 {
             sessionStream = s
-            _ = cnh2_submit_response(h, s, 200, 1, nil, 0)
+            _ = cnghttp2_submit_response(h, s, 200, 1, nil, 0)
             owner?.h2Event(self, .accepted(head))
             return
         }
@@ -458,15 +460,15 @@ final class H2Engine {
             "allow".withCString { n in
                 "CONNECT".withCString { v in
                     let pair: [UnsafePointer<CChar>?] = [n, v]
-                    _ = pair.withUnsafeBufferPointer { cnh2_submit_response(h, s, Int32(status), 0, $0.baseAddress, 1) }
+                    _ = pair.withUnsafeBufferPointer { cnghttp2_submit_response(h, s, Int32(status), 0, $0.baseAddress, 1) }
                 }
             }
         } else {
-            _ = cnh2_submit_response(h, s, Int32(status), 0, nil, 0)
+            _ = cnghttp2_submit_response(h, s, Int32(status), 0, nil, 0)
         }
         if refusals >= Self.maxRefusals {
             failure = "\(refusals) requests refused"
-            _ = cnh2_submit_goaway(h, UInt32(CNH2_NO_ERROR))
+            _ = cnghttp2_submit_goaway(h, UInt32(CNGHTTP2_NO_ERROR))
         }
     }
 }

@@ -5,7 +5,7 @@ import LoftCore
 import LoftIO
 
 /// What a TLSConnection tells the carrier that owns it. All calls come from the loop.
-protocol TLSConnectionOwner: AnyObject {
+package protocol TLSConnectionOwner: AnyObject {
     /// The TCP connection is up and the TLS handshake finished (certificate checked).
     func tlsReady(_ c: TLSConnection)
     /// New bytes are in `c.input` (from `inStart` to `inEnd`); the owner consumes by advancing
@@ -23,32 +23,32 @@ protocol TLSConnectionOwner: AnyObject {
 /// handshake, and two fixed buffers allocated once: `input` (ciphertext is decrypted straight
 /// into it) and `output` (the owner writes frames into it; flushes go straight from it to
 /// SSL_write). Nothing on the data path allocates.
-final class TLSConnection: IOHandler {
-    enum State { case connecting, handshaking, open, lingering, closed }
+package final class TLSConnection: IOHandler {
+    package enum State { case connecting, handshaking, open, lingering, closed }
 
-    weak var owner: TLSConnectionOwner?
-    let runtime: CarrierRuntime
+    package weak var owner: TLSConnectionOwner?
+    package let runtime: CarrierRuntime
     private var loop: EventLoop { runtime.loop }
     private let context: TLSContext
     private let serverName: String?
-    private(set) var fd: Int32 = -1
+    package private(set) var fd: Int32 = -1
     private var tls: OpaquePointer?
-    private(set) var state: State
+    package private(set) var state: State
     private var registered = false
     private var mask: UInt32 = 0
     private var addresses = DialAddresses([])
-    private(set) var peer: Endpoint?
+    package private(set) var peer: Endpoint?
 
     // Input: [inStart, inEnd) holds bytes not yet consumed by the owner.
-    let input: UnsafeMutableRawPointer
-    let inCap: Int
-    var inStart = 0
-    var inEnd = 0
+    package let input: UnsafeMutableRawPointer
+    package let inCap: Int
+    package var inStart = 0
+    package var inEnd = 0
     // Output: [outStart, outEnd) holds bytes not yet taken by SSL_write.
-    let output: UnsafeMutableRawPointer
-    let outCap: Int
-    var outStart = 0
-    var outEnd = 0
+    package let output: UnsafeMutableRawPointer
+    package let outCap: Int
+    package var outStart = 0
+    package var outEnd = 0
 
     private var readEnabled = true
     private var handshakeWants = CTLS_WANT_READ
@@ -59,7 +59,7 @@ final class TLSConnection: IOHandler {
     /// Half-close requested: close_notify and FIN once the pending output is out; reading goes on.
     private var shutWriteWhenFlushed = false
     /// close_notify and FIN were sent; nothing more may be written.
-    private(set) var writeShut = false
+    package private(set) var writeShut = false
     /// Out of epoll: the peer hung up after our half-close while reads were paused; what it
     /// sent (and its end) waits in the socket until reading resumes.
     private var parked = false
@@ -68,21 +68,21 @@ final class TLSConnection: IOHandler {
     /// Read calls per readiness event before yielding to other descriptors.
     private static let readBurst = 16
 
-    var pending: Int { outEnd - outStart }
-    var isOpen: Bool { state == .open }
+    package var pending: Int { outEnd - outStart }
+    package var isOpen: Bool { state == .open }
     /// The peer's end came with close_notify (set when reading met the end).
-    private(set) var closeNotified = false
+    package private(set) var closeNotified = false
     /// The handshake resumed a session.
-    var resumed: Bool { tls.map { ctls_conn_resumed($0) == 1 } ?? false }
+    package var resumed: Bool { tls.map { ctls_conn_resumed($0) == 1 } ?? false }
     /// The digest of the server certificate's DER (SHA-256 or SHA-1), once the handshake is done.
-    func peerCertificateHash(sha256: Bool) -> [UInt8]? {
+    package func peerCertificateHash(sha256: Bool) -> [UInt8]? {
         guard let tls else { return nil }
         var out = [UInt8](repeating: 0, count: sha256 ? 32 : 20)
         return ctls_conn_peer_cert_hash(tls, sha256 ? 1 : 0, &out) == 0 ? out : nil
     }
-    var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
-    var tlsCipher: String { tls.map { String(cString: ctls_conn_cipher($0)) } ?? "" }
-    var alpn: String {
+    package var tlsVersion: String { tls.map { String(cString: ctls_conn_version($0)) } ?? "" }
+    package var tlsCipher: String { tls.map { String(cString: ctls_conn_cipher($0)) } ?? "" }
+    package var alpn: String {
         guard let tls else { return "" }
         var buf = [CChar](repeating: 0, count: 64)
         _ = ctls_conn_alpn(tls, &buf, buf.count)
@@ -107,7 +107,7 @@ final class TLSConnection: IOHandler {
     }
 
     /// Client: connect to the first address that answers, then handshake.
-    static func dial(runtime: CarrierRuntime, context: TLSContext, serverName: String, addresses: [Endpoint],
+    package static func dial(runtime: CarrierRuntime, context: TLSContext, serverName: String, addresses: [Endpoint],
                      inputBytes: Int, outputBytes: Int, owner: TLSConnectionOwner) -> TLSConnection {
         let c = TLSConnection(runtime: runtime, context: context, serverName: serverName, state: .connecting,
                               inputBytes: inputBytes, outputBytes: outputBytes)
@@ -118,7 +118,7 @@ final class TLSConnection: IOHandler {
     }
 
     /// Server: an accepted socket; the handshake starts when the client speaks.
-    static func accepted(runtime: CarrierRuntime, context: TLSContext, fd: Int32, peer: Endpoint?,
+    package static func accepted(runtime: CarrierRuntime, context: TLSContext, fd: Int32, peer: Endpoint?,
                          inputBytes: Int, outputBytes: Int) -> TLSConnection? {
         let c = TLSConnection(runtime: runtime, context: context, serverName: nil, state: .handshaking,
                               inputBytes: inputBytes, outputBytes: outputBytes)
@@ -216,7 +216,7 @@ final class TLSConnection: IOHandler {
         }
     }
 
-    func handleIO(_ ev: UInt32) {
+    package func handleIO(_ ev: UInt32) {
         switch state {
         case .connecting:
             let err = clinux_so_error(fd)
@@ -271,7 +271,7 @@ final class TLSConnection: IOHandler {
 
     // MARK: reading
 
-    func setReading(_ on: Bool) {
+    package func setReading(_ on: Bool) {
         guard readEnabled != on else { return }
         readEnabled = on
         if on && parked { parked = false }
@@ -288,7 +288,7 @@ final class TLSConnection: IOHandler {
     }
 
     /// Moves unconsumed input to the front of the buffer.
-    func compactInput() {
+    package func compactInput() {
         if inStart == inEnd { inStart = 0; inEnd = 0; return }
         guard inStart > 0 else { return }
         memmove(input, input + inStart, inEnd - inStart)
@@ -334,12 +334,12 @@ final class TLSConnection: IOHandler {
     // MARK: writing
 
     /// Free bytes at the tail of the output buffer.
-    var outTail: Int { outCap - outEnd }
+    package var outTail: Int { outCap - outEnd }
 
     /// Moves pending output to the front; returns how far it moved (owners shift the offsets
     /// they keep into the buffer by this much).
     @discardableResult
-    func compactOutput() -> Int {
+    package func compactOutput() -> Int {
         if outStart == outEnd { let s = outStart; outStart = 0; outEnd = 0; return s }
         guard outStart > 0 else { return 0 }
         let shift = outStart
@@ -350,7 +350,7 @@ final class TLSConnection: IOHandler {
     }
 
     /// Appends raw bytes (handshake text, control frames). False if they do not fit.
-    func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    package func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
         if outTail < bytes.count { compactOutput() }
         guard outTail >= bytes.count else { return false }
         if let b = bytes.baseAddress { (output + outEnd).copyMemory(from: b, byteCount: bytes.count) }
@@ -358,13 +358,13 @@ final class TLSConnection: IOHandler {
         return true
     }
 
-    func append(_ text: String) -> Bool {
+    package func append(_ text: String) -> Bool {
         var t = text
         return t.withUTF8 { append(UnsafeRawBufferPointer($0)) }
     }
 
     /// Writes pending output until it is gone or the socket is full.
-    func flush() {
+    package func flush() {
         guard let tls, state == .open || state == .lingering && closeWhenFlushed else { return }
         while outStart < outEnd {
             let r = ctls_write(tls, output + outStart, outEnd - outStart)
@@ -391,7 +391,7 @@ final class TLSConnection: IOHandler {
 
     /// Half-close: once the pending output is out, close_notify and a TCP FIN; the peer's bytes
     /// are still read until it ends too.
-    func shutdownWrite() {
+    package func shutdownWrite() {
         guard state == .open, !writeShut else { return }
         shutWriteWhenFlushed = true
         if outStart == outEnd { shutWriteNow() }
@@ -410,7 +410,7 @@ final class TLSConnection: IOHandler {
     /// Graceful: sends what is pending, then close_notify and FIN, then reads and discards
     /// until the peer closes too (at most `lingerMs`), so a last frame is not lost to a reset.
     /// The owner hears nothing more.
-    func close(lingerMs: UInt64 = 2000) {
+    package func close(lingerMs: UInt64 = 2000) {
         owner = nil
         switch state {
         case .open:
@@ -427,7 +427,7 @@ final class TLSConnection: IOHandler {
     }
 
     /// Immediate: the socket is closed now.
-    func abort() {
+    package func abort() {
         owner = nil
         teardown()
     }
@@ -481,4 +481,11 @@ final class TLSConnection: IOHandler {
         dropSocket()
         inStart = 0; inEnd = 0; outStart = 0; outEnd = 0
     }
+}
+
+/// Formats TLS details of a connection for logs.
+package func describeTLS(_ c: TLSConnection?) -> String {
+    guard let c, c.isOpen else { return "" }
+    let a = c.alpn
+    return "\(c.tlsVersion) \(c.tlsCipher)" + (a.isEmpty ? "" : " alpn=\(a)")
 }

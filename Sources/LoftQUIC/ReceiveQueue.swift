@@ -5,22 +5,24 @@ import Glibc
 /// splice writes them straight to the other side. Storage is kept while at most 256 KiB when
 /// it empties (a burst does not pin its high-water mark on an idle stream); its owner calls
 /// `release()` when it lets go of the stream (and in its deinit).
-struct ReceiveQueue {
+package struct ReceiveQueue {
     private var base: UnsafeMutableRawPointer?
     private var capacity = 0
     private var start = 0
     private var end = 0
 
-    static let kept = 256 * 1024
+    package init() {}
 
-    var available: Int { end - start }
+    package static let kept = 256 * 1024
+
+    package var available: Int { end - start }
 
     /// The bytes not yet read, in place: valid until the next append, consume or release.
-    var readable: UnsafeRawBufferPointer {
+    package var readable: UnsafeRawBufferPointer {
         UnsafeRawBufferPointer(start: base.map { UnsafeRawPointer($0 + start) }, count: end - start)
     }
 
-    mutating func append(_ p: UnsafePointer<UInt8>, _ n: Int) {
+    package mutating func append(_ p: UnsafePointer<UInt8>, _ n: Int) {
         guard n > 0 else { return }
         if end + n > capacity {
             if start > 0 {
@@ -44,7 +46,7 @@ struct ReceiveQueue {
     }
 
     /// Hands up to `max` bytes to `body` in place and consumes them; how many.
-    mutating func drain(upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Int {
+    package mutating func drain(upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Int {
         let n = min(max, available)
         guard n > 0 else { return 0 }
         body(UnsafeRawBufferPointer(start: base! + start, count: n))
@@ -53,7 +55,7 @@ struct ReceiveQueue {
     }
 
     /// Drops `n` bytes from the front.
-    mutating func consume(_ n: Int) {
+    package mutating func consume(_ n: Int) {
         start += min(n, available)
         if start == end {
             start = 0
@@ -63,7 +65,7 @@ struct ReceiveQueue {
     }
 
     /// Drops everything and its storage.
-    mutating func release() {
+    package mutating func release() {
         base?.deallocate()
         base = nil
         capacity = 0

@@ -7,23 +7,23 @@ import LoftIO
 /// socket. `bytes` holds back-to-back datagrams of `segment` bytes (the last may be shorter),
 /// all for `to`. Returns false when the socket is full (EAGAIN); the sink then calls
 /// `QuicConnection.socketWritable()` once it drains.
-protocol QuicPacketSink: AnyObject {
+package protocol QuicPacketSink: AnyObject {
     func sendPackets(_ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress, from conn: QuicConnection) -> Bool
 }
 
 /// A batch of datagrams onto a UDP socket: one sendmsg with UDP_SEGMENT (GSO) where the kernel
 /// takes it, else one send per datagram; received batches (UDP_GRO) cut back into datagrams.
-enum QuicSocket {
+package enum QuicSocket {
     /// Off for the process once the kernel refuses a segmented send.
-    nonisolated(unsafe) static var gso = true
+    package nonisolated(unsafe) static var gso = true
 
     /// What became of a batch: sent (or lost like on the wire: QUIC recovers), `full` (the
     /// socket's buffer; the rest of the batch is lost), or `tooBig`: a datagram is larger than
     /// the path's MTU (EMSGSIZE: the sockets never fragment, `tune`), lost too.
-    enum Outcome { case sent, full, tooBig }
+    package enum Outcome { case sent, full, tooBig }
 
     /// `to` nil on a connected socket.
-    static func send(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress?) -> Outcome {
+    package static func send(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, segment: Int, to: SocketAddress?) -> Outcome {
         guard let base = bytes.baseAddress, bytes.count > 0 else { return .sent }
         if segment > 0 && segment < bytes.count && gso {
             switch Syscall.sendSegments(fd, base, bytes.count, segment: segment, to: to) {
@@ -52,7 +52,7 @@ enum QuicSocket {
 
     /// Hands each datagram of a read of `count` bytes coalesced at `segment` (0: one) to `body`
     /// (an empty datagram too: it is counted and dropped like any malformed one).
-    static func split(_ base: UnsafeRawPointer, _ count: Int, segment: Int, _ body: (UnsafeRawBufferPointer) -> Void) {
+    package static func split(_ base: UnsafeRawPointer, _ count: Int, segment: Int, _ body: (UnsafeRawBufferPointer) -> Void) {
         if count == 0 { body(UnsafeRawBufferPointer(start: base, count: 0)); return }
         let step = segment > 0 ? segment : count
         var off = 0

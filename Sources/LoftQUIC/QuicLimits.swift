@@ -4,11 +4,11 @@ import LoftCore
 import LoftIO
 
 /// A QUIC connection id (at most 20 bytes) as a dictionary key.
-struct QuicCID: Hashable {
-    var a: UInt64 = 0, b: UInt64 = 0, c: UInt32 = 0
-    var count: UInt8 = 0
+package struct QuicCID: Hashable {
+    package var a: UInt64 = 0, b: UInt64 = 0, c: UInt32 = 0
+    package var count: UInt8 = 0
 
-    init?(_ bytes: UnsafeRawBufferPointer) {
+    package init?(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count <= 20 else { return nil }
         count = UInt8(bytes.count)
         let n = bytes.count
@@ -19,34 +19,39 @@ struct QuicCID: Hashable {
 }
 
 /// Limits of one QUIC connection (both ends use the same).
-struct QuicLimits {
-    var maxData: UInt64 = 4 << 20
-    var maxStreamData: UInt64 = 2 << 20
-    var maxWindow: UInt64 = 24 << 20
-    var maxStreamWindow: UInt64 = 16 << 20
-    var maxStreamsBidi: UInt64 = 1024
-    var idleTimeoutMs: UInt64 = 30_000
-    var handshakeTimeoutMs: UInt64 = 10_000
-    var maxDatagramFrame: UInt64 = 65_535
+package struct QuicLimits {
+    package init() {}
+
+    package var maxData: UInt64 = 4 << 20
+    package var maxStreamData: UInt64 = 2 << 20
+    package var maxWindow: UInt64 = 24 << 20
+    package var maxStreamWindow: UInt64 = 16 << 20
+    package var maxStreamsBidi: UInt64 = 1024
+    package var idleTimeoutMs: UInt64 = 30_000
+    package var handshakeTimeoutMs: UInt64 = 10_000
+    package var maxDatagramFrame: UInt64 = 65_535
     /// Unidirectional streams the peer may open and their window (h3's control and QPACK
     /// streams; the quic carrier uses none).
-    var maxStreamsUni: UInt64 = 0
-    var maxStreamDataUni: UInt64 = 0
+    package var maxStreamsUni: UInt64 = 0
+    package var maxStreamDataUni: UInt64 = 0
     /// Send buffer per stream (bytes written and not yet acknowledged).
-    var sendBuffer: Int = 4 << 20
+    package var sendBuffer: Int = 4 << 20
+    /// Send buffer of a flow's stream (every stream but the session's; the quic carrier opens
+    /// its flows with it).
+    package static let flowSendBuffer = 4 << 20
     /// All streams but the session stream together: bytes written and not yet acknowledged.
     /// A peer that opens flows and never reads them (never extends their windows) holds at
     /// most this much of the connection's memory, not 1 MiB per flow.
-    var sendBudget: Int = 16 << 20
+    package var sendBudget: Int = 16 << 20
     /// The largest UDP payload sent and announced (0: 1452, found by path MTU discovery from
     /// 1200 up). Above 1452 every packet may be this large from the start: only for a path
     /// known to carry it (docs/holder.md, "Packet size").
-    var maxPacket: Int = 0
+    package var maxPacket: Int = 0
     /// `maxPacket` is above what path MTU discovery reaches: packets that size go unprobed.
-    var packetAboveDiscovery: Bool { maxPacket > Int(CQUIC_DEFAULT_MAX_PACKET) }
+    package var packetAboveDiscovery: Bool { maxPacket > Int(CNGTCP2_DEFAULT_MAX_PACKET) }
 
-    var params: cquic_params {
-        cquic_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
+    package var params: cngtcp2_params {
+        cngtcp2_params(max_data: maxData, max_stream_data: maxStreamData, max_window: maxWindow,
                      max_stream_window: maxStreamWindow, max_streams_bidi: maxStreamsBidi,
                      idle_timeout_ms: idleTimeoutMs, handshake_timeout_ms: handshakeTimeoutMs,
                      max_datagram_frame_size: maxDatagramFrame, token: nil, token_len: 0,
@@ -56,9 +61,9 @@ struct QuicLimits {
 }
 
 /// A NUL-terminated C string held in an array.
-func cText(_ a: [CChar]) -> String {
+package func cText(_ a: [CChar]) -> String {
     a.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
 }
 
 /// Nanoseconds on the monotonic clock (ngtcp2's timestamps; the shim's one clock).
-@inline(__always) func quicNow() -> UInt64 { cquic_now() }
+@inline(__always) package func quicNow() -> UInt64 { cngtcp2_now() }

@@ -26,11 +26,11 @@ public protocol ReadBudgetMember: AnyObject {
 public final class ReadBudget {
     /// One member's place: what it held when last asked, whether it is stopped.
     public final class Entry {
-        unowned let member: ReadBudgetMember
+        package unowned let member: ReadBudgetMember
         fileprivate var index = -1
-        fileprivate(set) var held = 0
+        package fileprivate(set) var held = 0
         public fileprivate(set) var paused = false
-        init(_ member: ReadBudgetMember) { self.member = member }
+        package init(_ member: ReadBudgetMember) { self.member = member }
     }
 
     /// Bytes all members may hold together before the largest stop reading.
@@ -44,7 +44,7 @@ public final class ReadBudget {
     private let loop: EventLoop
     private var timer: TimerHandle?
     public static let defaultLimit = 16 << 20
-    static let recheckMs: UInt64 = 50
+    package static let recheckMs: UInt64 = 50
 
     public init(loop: EventLoop, limit: Int = ReadBudget.defaultLimit) {
         self.loop = loop
@@ -55,7 +55,7 @@ public final class ReadBudget {
 
     public var members: Int { entries.count }
     /// A member's share while the sum is over the limit.
-    var share: Int { limit / max(1, entries.count) }
+    package var share: Int { limit / max(1, entries.count) }
 
     public func join(_ member: ReadBudgetMember) -> Entry {
         let e = Entry(member)

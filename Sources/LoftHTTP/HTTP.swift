@@ -1,3 +1,5 @@
+import LoftCore
+
 // Strict HTTP/1.1 message heads (RFC 9112) and the chunked transfer coding, as value types.
 // Used by the ws handshake and the get carrier; nothing here does I/O.
 
@@ -112,7 +114,7 @@ public enum HTTPParser {
     }
 
     /// Finds the end of the head (the first empty line); every line must end in CRLF.
-    static func splitHead(_ p: UnsafeRawBufferPointer) -> HTTPParseResult<[ArraySlice<UInt8>]> {
+    package static func splitHead(_ p: UnsafeRawBufferPointer) -> HTTPParseResult<[ArraySlice<UInt8>]> {
         let limit = min(p.count, maxHeadBytes)
         var lineStart = 0
         var lines: [Range<Int>] = []
@@ -141,7 +143,7 @@ public enum HTTPParser {
         return .incomplete
     }
 
-    static func request(_ lines: [ArraySlice<UInt8>]) throws(HTTPError) -> HTTPRequestHead {
+    package static func request(_ lines: [ArraySlice<UInt8>]) throws(HTTPError) -> HTTPRequestHead {
         let start = lines[0]
         let parts = start.split(separator: 0x20, omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty, parts[0].allSatisfy(isTokenChar) else {
@@ -164,7 +166,7 @@ public enum HTTPParser {
                                query: query, headers: try fields(lines.dropFirst()))
     }
 
-    static func response(_ lines: [ArraySlice<UInt8>]) throws(HTTPError) -> HTTPResponseHead {
+    package static func response(_ lines: [ArraySlice<UInt8>]) throws(HTTPError) -> HTTPResponseHead {
         let start = lines[0]
         let parts = start.split(separator: 0x20, maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count >= 2, String(decoding: parts[0], as: UTF8.self) == "HTTP/1.1" else {
@@ -178,7 +180,7 @@ public enum HTTPParser {
         return HTTPResponseHead(status: status, reason: reason, headers: try fields(lines.dropFirst()))
     }
 
-    static func fields(_ lines: ArraySlice<ArraySlice<UInt8>>) throws(HTTPError) -> HTTPHeaders {
+    package static func fields(_ lines: ArraySlice<ArraySlice<UInt8>>) throws(HTTPError) -> HTTPHeaders {
         var h = HTTPHeaders()
         h.fields.reserveCapacity(lines.count)
         for line in lines {
@@ -199,7 +201,7 @@ public enum HTTPParser {
         return h
     }
 
-    static func isTokenChar(_ c: UInt8) -> Bool {
+    package static func isTokenChar(_ c: UInt8) -> Bool {
         switch c {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             return true
@@ -246,7 +248,7 @@ public struct ChunkedDecoder: Sendable {
         case failure(String)
     }
 
-    enum State: Sendable {
+    package enum State: Sendable {
         case size, ext, sizeLF, data, dataCR, dataLF, trailerStart, trailer, trailerLF, lastLF, done, failed
     }
 
@@ -382,7 +384,7 @@ public enum ChunkedEncoder {
 }
 
 extension Substring {
-    func trimmingHTTPSpace() -> Substring {
+    package func trimmingHTTPSpace() -> Substring {
         var s = self
         while let f = s.first, f == " " || f == "\t" { s = s.dropFirst() }
         while let l = s.last, l == " " || l == "\t" { s = s.dropLast() }

@@ -2,63 +2,12 @@ import CNghttp3
 import Glibc
 import LoftCore
 import LoftIO
-
-/// What the quic carrier and its flows need of a connection's streams: QuicConnection itself
-/// (quic: raw QUIC streams) or `H3Streams` (h3: request-stream bodies over nghttp3).
-protocol QuicStreamLayer: AnyObject {
-    func openStream(ringCap: Int?) -> Int64?
-    func writeRoom(_ id: Int64) -> Int
-    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int
-    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool)
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
-    /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
-    /// place; true once the FIN was reached.
-    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
-    func finish(_ id: Int64)
-    func release(_ id: Int64)
-    func reset(_ id: Int64, code: UInt64)
-    /// Bytes written and not yet handed to the wire's packets.
-    func unsent(_ id: Int64) -> Int
-}
-
-extension QuicStreamLayer {
-    /// Takes up to `into.count` received bytes; true once the peer's FIN was read.
-    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
-        var n = 0
-        let eof = drain(id, upTo: into.count) { b in
-            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
-            n = b.count
-        }
-        return (n, eof)
-    }
-
-    /// Hands every received byte of the stream to `body` (which takes them all).
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
-}
-
-/// The stream layer a `QuicFlow` goes through (raw QUIC streams, or HTTP/3 request bodies),
-/// which also shows received bytes in place.
-protocol QuicFlowLayer: QuicStreamLayer {
-    /// The received bytes in place (valid until `consume`, an append or a release) and
-    /// whether the FIN has been reached (none left and the FIN received).
-    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool)
-    /// `n` bytes of what `peek` showed were taken.
-    func consume(_ id: Int64, _ n: Int)
-    /// Up to `max` bytes of the stream's free send buffer in one piece, written in place and
-    /// then committed (nil: not supported; h3's bodies go through nghttp3's own buffer).
-    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer?
-    func commitWrite(_ id: Int64, _ n: Int)
-}
-
-extension QuicConnection: QuicFlowLayer {}
-
-extension QuicConnection: QuicStreamLayer {
-    func unsent(_ id: Int64) -> Int { stream(id)?.unsent ?? 0 }
-}
+import LoftQUIC
+import LoftTLS
 
 /// What `H3Streams` needs of the QUIC connection beneath it (QuicConnection; unit tests and
 /// the fuzz target put an in-memory pair of stream sets there).
-protocol H3Transport: QuicStreamLayer {
+package protocol H3Transport: QuicStreamLayer {
     var loop: EventLoop { get }
     var closed: Bool { get }
     /// A unidirectional stream of ours (control, QPACK encoder, QPACK decoder).
@@ -69,11 +18,11 @@ protocol H3Transport: QuicStreamLayer {
 }
 
 extension QuicConnection: H3Transport {
-    func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
+    package func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
 }
 
 /// Events of `H3Streams` for its carrier (the same shape as the QUIC ones).
-protocol H3StreamsDelegate: AnyObject {
+package protocol H3StreamsDelegate: AnyObject {
     func h3Readable(_ stream: Int64)
     func h3Writable(_ stream: Int64)
     func h3Reset(_ stream: Int64, code: UInt64)
@@ -91,11 +40,11 @@ protocol H3StreamsDelegate: AnyObject {
 /// request stream, each flow the body of an extended CONNECT `loft-flow` on a request stream
 /// of its own. Bodies are bounded both ways: a request stream's received body waits here up to
 /// `bodyCap` bytes (QUIC is read no further, so its window holds the peer back), and a body
-/// written waits in nghttp3's buffer (`ch3_body_write`) until QUIC's stream takes it.
-final class H3Streams: QuicFlowLayer {
-    static let protocolSession = "loft"
-    static let protocolFlow = "loft-flow"
-    static let alpn = "h3"
+/// written waits in nghttp3's buffer (`cnghttp3_body_write`) until QUIC's stream takes it.
+package final class H3Streams: QuicFlowLayer {
+    package static let protocolSession = "loft"
+    package static let protocolFlow = "loft-flow"
+    package static let alpn = "h3"
 
     final class Request {
         let id: Int64
@@ -119,34 +68,34 @@ final class H3Streams: QuicFlowLayer {
         var available: Int { body.available }
     }
 
-    let isServer: Bool
+    package let isServer: Bool
     /// Held (the connection never holds its h3 layer): an h3 layer its carrier let go of
     /// after the connection can still reach it.
-    let quic: H3Transport
-    weak var delegate: H3StreamsDelegate?
+    package let quic: H3Transport
+    package weak var delegate: H3StreamsDelegate?
     private let loop: EventLoop
     private var h3: OpaquePointer?
-    private var events = ch3_events()
+    private var events = cnghttp3_events()
     private var requests: [Int64: Request] = [:]
     private var sessionOpened = false
     /// Client: the session's CONNECT target.
-    var path = "/loft"
-    var authority = ""
-    private(set) var failedReason: CarrierCloseReason?
+    package var path = "/loft"
+    package var authority = ""
+    package private(set) var failedReason: CarrierCloseReason?
     private var toPull: [Int64] = []
     private var wakeWritable: [Int64] = []
     private lazy var pullSoon = SoonOnce(loop: loop) { [weak self] in self?.pullPending() }
     /// Requests refused (server); past `maxRefused` the connection is closed.
-    private(set) var refused = 0
-    static let maxRefused = 16
+    package private(set) var refused = 0
+    package static let maxRefused = 16
 
     /// Request streams held (tests: none left once every stream ended).
-    var openRequests: Int { requests.count }
+    package var openRequests: Int { requests.count }
 
-    static let sessionBodyCap = 4 << 20
-    static let flowBodyCap = 1 << 20
+    package static let sessionBodyCap = 4 << 20
+    package static let flowBodyCap = 1 << 20
 
-    init?(quic: H3Transport, server: Bool, maxRequests: UInt64) {
+    package init?(quic: H3Transport, server: Bool, maxRequests: UInt64) {
         self.quic = quic
         self.isServer = server
         self.loop = quic.loop
@@ -156,15 +105,15 @@ final class H3Streams: QuicFlowLayer {
         events.end_stream = { ctx, sid in H3Streams.from(ctx).onEnd(sid) }
         events.reset = { ctx, sid, code, stop in H3Streams.from(ctx).onResetAsked(sid, code, stopOnly: stop != 0) }
         events.acked = { ctx, sid in H3Streams.from(ctx).onAcked(sid) }
-        guard let c = withUnsafePointer(to: &events, { ch3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
+        guard let c = withUnsafePointer(to: &events, { cnghttp3_new(server ? 1 : 0, $0, maxRequests) }) else { return nil }
         h3 = c
         guard let ctrl = quic.openUniStream(ringCap: 64 << 10), let enc = quic.openUniStream(ringCap: 64 << 10),
               let dec = quic.openUniStream(ringCap: 64 << 10),
-              ch3_bind(c, ctrl, enc, dec) == 0 else { return nil }
+              cnghttp3_bind(c, ctrl, enc, dec) == 0 else { return nil }
         pump()
     }
 
-    deinit { if let h3 { ch3_free(h3) } }
+    deinit { if let h3 { cnghttp3_free(h3) } }
 
     private static func from(_ ctx: UnsafeMutableRawPointer?) -> H3Streams {
         Unmanaged<H3Streams>.fromOpaque(ctx!).takeUnretainedValue()
@@ -180,7 +129,7 @@ final class H3Streams: QuicFlowLayer {
 
     /// Bytes (or a FIN) on a QUIC stream: the peer's control/QPACK streams are read whole; a
     /// request stream as far as its body buffer allows.
-    func quicReadable(_ sid: Int64) {
+    package func quicReadable(_ sid: Int64) {
         guard h3 != nil, failedReason == nil else { return }
         if sid & 2 != 0 { pullUni(sid); return }
         var r = requests[sid]
@@ -196,19 +145,19 @@ final class H3Streams: QuicFlowLayer {
         pull(r!)
     }
 
-    func quicWritable(_ sid: Int64) {
+    package func quicWritable(_ sid: Int64) {
         if let h3, let r = requests[sid], r.blocked {
             r.blocked = false
-            _ = ch3_unblock(h3, sid)
+            _ = cnghttp3_unblock(h3, sid)
         } else if let h3, sid & 2 != 0 {
-            _ = ch3_unblock(h3, sid)
+            _ = cnghttp3_unblock(h3, sid)
         }
         pump()
     }
 
-    func quicReset(_ sid: Int64, code: UInt64) {
+    package func quicReset(_ sid: Int64, code: UInt64) {
         guard let r = requests.removeValue(forKey: sid) else { return }
-        if let h3 { ch3_close_stream(h3, sid, code) }
+        if let h3 { cnghttp3_close_stream(h3, sid, code) }
         r.h = nil
         if r.open || !isServer { delegate?.h3Reset(sid, code: code) }
     }
@@ -221,10 +170,10 @@ final class H3Streams: QuicFlowLayer {
         var got = 0
         let eof = quic.drain(sid, upTo: max) { bytes in
             got = bytes.count
-            rv = ch3_read(h3, sid, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, 0)
+            rv = cnghttp3_read(h3, sid, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, 0)
         }
-        if rv >= 0 && eof { rv = ch3_read(h3, sid, nil, 0, 1) }
-        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(rv)))")); return false }
+        if rv >= 0 && eof { rv = cnghttp3_read(h3, sid, nil, 0, 1) }
+        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: cnghttp3_strerror(rv)))")); return false }
         fin = eof
         return got > 0 || eof
     }
@@ -256,7 +205,7 @@ final class H3Streams: QuicFlowLayer {
 
     // MARK: nghttp3 callbacks (inside nghttp3: record, act after)
 
-    private func onHeaders(_ sid: Int64, _ s: OpaquePointer?, _ head: ch3_head, _ fin: Bool) -> Int32 {
+    private func onHeaders(_ sid: Int64, _ s: OpaquePointer?, _ head: cnghttp3_head, _ fin: Bool) -> Int32 {
         guard let r = requests[sid] else { return 0 }
         r.h = s
         var h = head
@@ -285,7 +234,7 @@ final class H3Streams: QuicFlowLayer {
                 }
                 return 0
             }
-            _ = ch3_respond(h3, s, Int32(status), 0)
+            _ = cnghttp3_respond(h3, s, Int32(status), 0)
             let reason = "\(method) \(path.prefix(64))\(proto.isEmpty ? "" : " :protocol \(proto)")"
             let count = refused
             loop.soon { [weak self] in
@@ -295,7 +244,7 @@ final class H3Streams: QuicFlowLayer {
         }
         let session = proto == Self.protocolSession
         if session { sessionOpened = true }
-        _ = ch3_respond(h3, s, 200, session ? Self.sessionBodyCap : Self.flowBodyCap)
+        _ = cnghttp3_respond(h3, s, 200, session ? Self.sessionBodyCap : Self.flowBodyCap)
         r.session = session
         r.open = true
         loop.soon { [weak self] in
@@ -310,7 +259,7 @@ final class H3Streams: QuicFlowLayer {
     /// over the limits 431; another path 404; another method 405; `:protocol loft` on the first
     /// request stream while no session is open 200, else 429; `loft-flow` once the session's
     /// CONNECT was accepted 200, before it 425; any other or no `:protocol` 400.
-    static func decide(method: String, protocol proto: String, path: String, tooLarge: Bool,
+    package static func decide(method: String, protocol proto: String, path: String, tooLarge: Bool,
                        sessionPath: String, stream: Int64, sessionOpened: Bool) -> Int {
         if tooLarge { return 431 }
         let bare = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -354,17 +303,17 @@ final class H3Streams: QuicFlowLayer {
 
     // MARK: bytes out
 
-    nonisolated(unsafe) private static let vecs = UnsafeMutablePointer<ch3_vec>.allocate(capacity: 16)
+    nonisolated(unsafe) private static let vecs = UnsafeMutablePointer<cnghttp3_vec>.allocate(capacity: 16)
 
     /// Moves what nghttp3 has (frames, headers, bodies) into QUIC's streams, as far as they
     /// take it.
-    func pump() {
+    package func pump() {
         guard let h3, failedReason == nil, !quic.closed else { return }
         for _ in 0..<4096 {
             var sid: Int64 = -1
             var fin: Int32 = 0
-            let n = ch3_writev(h3, &sid, &fin, Self.vecs, 16)
-            if n < 0 { fail(.protocolError("HTTP/3: \(String(cString: ch3_strerror(n)))")); return }
+            let n = cnghttp3_writev(h3, &sid, &fin, Self.vecs, 16)
+            if n < 0 { fail(.protocolError("HTTP/3: \(String(cString: cnghttp3_strerror(n)))")); return }
             if sid < 0 { break }
             var total = 0
             var taken = 0
@@ -376,9 +325,9 @@ final class H3Streams: QuicFlowLayer {
                 taken += w
                 if w < v.len { break }
             }
-            _ = ch3_written(h3, sid, taken)
+            _ = cnghttp3_written(h3, sid, taken)
             if taken < total {
-                ch3_block(h3, sid)
+                cnghttp3_block(h3, sid)
                 requests[sid]?.blocked = true
                 continue
             }
@@ -391,7 +340,7 @@ final class H3Streams: QuicFlowLayer {
             let ws = wakeWritable
             wakeWritable.removeAll()
             for sid in ws {
-                guard let r = requests[sid], r.wantWritable, let h = r.h, ch3_body_room(h3, h) >= r.cap / 2 else { continue }
+                guard let r = requests[sid], r.wantWritable, let h = r.h, cnghttp3_body_room(h3, h) >= r.cap / 2 else { continue }
                 r.wantWritable = false
                 loop.soon { [weak self] in self?.delegate?.h3Writable(sid) }
             }
@@ -402,7 +351,7 @@ final class H3Streams: QuicFlowLayer {
     private func maybeDone(_ r: Request) {
         guard let h3, r.quicFin, r.ourFinSent, r.released || r.peerFinRead else { return }
         requests[r.id] = nil
-        ch3_close_stream(h3, r.id, 0x100)
+        cnghttp3_close_stream(h3, r.id, 0x100)
         r.h = nil
         quic.release(r.id)
     }
@@ -410,11 +359,11 @@ final class H3Streams: QuicFlowLayer {
     // MARK: QuicStreamLayer
 
     /// Client: the session's CONNECT (the first stream) or a flow's.
-    func openStream(ringCap: Int?) -> Int64? {
+    package func openStream(ringCap: Int?) -> Int64? {
         guard let h3, !isServer, failedReason == nil, let sid = quic.openStream(ringCap: ringCap) else { return nil }
         let session = !sessionOpened
         let r = Request(id: sid, cap: session ? Self.sessionBodyCap : Self.flowBodyCap)
-        guard let s = ch3_connect(h3, sid, session ? Self.protocolSession : Self.protocolFlow, path, authority, r.cap) else {
+        guard let s = cnghttp3_connect(h3, sid, session ? Self.protocolSession : Self.protocolFlow, path, authority, r.cap) else {
             quic.reset(sid, code: 0x102)
             return nil
         }
@@ -426,37 +375,37 @@ final class H3Streams: QuicFlowLayer {
         return sid
     }
 
-    func writeRoom(_ id: Int64) -> Int {
+    package func writeRoom(_ id: Int64) -> Int {
         guard let h3, let r = requests[id], let h = r.h else { return 0 }
-        let n = ch3_body_room(h3, h)
+        let n = cnghttp3_body_room(h3, h)
         if n == 0 { r.wantWritable = true }
         return n
     }
 
-    func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
+    package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
         guard let h3, let r = requests[id], let h = r.h, let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
-        let n = ch3_body_write(h3, h, base.assumingMemoryBound(to: UInt8.self), bytes.count)
+        let n = cnghttp3_body_write(h3, h, base.assumingMemoryBound(to: UInt8.self), bytes.count)
         if n < bytes.count { r.wantWritable = true }
         if n > 0 { pump() }
         return n
     }
 
-    func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? { nil }
-    func commitWrite(_ id: Int64, _ n: Int) {}
+    package func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? { nil }
+    package func commitWrite(_ id: Int64, _ n: Int) {}
 
-    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+    package func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
         guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         let b = r.body.readable
         return (b, finReached(r))
     }
 
-    func consume(_ id: Int64, _ n: Int) {
+    package func consume(_ id: Int64, _ n: Int) {
         guard n > 0, let r = requests[id] else { return }
         r.body.consume(n)
         took(r, n)
     }
 
-    func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let r = requests[id] else { return true }
         let n = r.body.drain(upTo: max, body)
         if n > 0 { took(r, n) }
@@ -479,14 +428,14 @@ final class H3Streams: QuicFlowLayer {
         }
     }
 
-    func finish(_ id: Int64) {
+    package func finish(_ id: Int64) {
         guard let h3, let r = requests[id], let h = r.h, !r.ourFin else { return }
         r.ourFin = true
-        ch3_body_end(h3, h)
+        cnghttp3_body_end(h3, h)
         pump()
     }
 
-    func release(_ id: Int64) {
+    package func release(_ id: Int64) {
         guard let r = requests[id] else { return }
         r.released = true
         r.body.release()
@@ -494,15 +443,15 @@ final class H3Streams: QuicFlowLayer {
         maybeDone(r)
     }
 
-    func reset(_ id: Int64, code: UInt64) {
+    package func reset(_ id: Int64, code: UInt64) {
         guard let r = requests.removeValue(forKey: id) else { return }
-        if let h3 { ch3_close_stream(h3, id, code) }
+        if let h3 { cnghttp3_close_stream(h3, id, code) }
         r.h = nil
         quic.reset(id, code: code)
     }
 
-    func unsent(_ id: Int64) -> Int {
+    package func unsent(_ id: Int64) -> Int {
         guard let h3, let h = requests[id]?.h else { return 0 }
-        return ch3_body_unsent(h3, h) + quic.unsent(id)
+        return cnghttp3_body_unsent(h3, h) + quic.unsent(id)
     }
 }

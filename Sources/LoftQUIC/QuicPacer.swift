@@ -1,3 +1,4 @@
+
 /// The QUIC sender's pacer: a token bucket filled at the congestion controller's pacing rate
 /// (ngtcp2's BBR), at most `depthNs` worth of it (and never less than `minPackets` packets).
 ///
@@ -11,15 +12,15 @@
 /// exceeds it. The loop's timers count milliseconds, so an empty bucket waits at least one.
 /// (LoftCore's `TokenBucket` counts events at a fixed rate in milliseconds; this one counts
 /// bytes in nanoseconds at a rate and depth that follow the congestion controller.)
-struct QuicPacer {
+package struct QuicPacer {
     /// Bytes the sender may send now.
-    private(set) var tokens: Double
+    package private(set) var tokens: Double
     /// When `tokens` was last brought up to date (ns, quicNow()).
     private var filledAt: UInt64
-    let depthNs: Double
-    let minPackets: Double
+    package let depthNs: Double
+    package let minPackets: Double
 
-    init(now: UInt64, depthNs: UInt64 = 2_000_000, minPackets: Int = 10, packet: Int = 1_200) {
+    package init(now: UInt64, depthNs: UInt64 = 2_000_000, minPackets: Int = 10, packet: Int = 1_200) {
         self.depthNs = Double(depthNs)
         self.minPackets = Double(minPackets)
         tokens = Double(minPackets * packet)
@@ -28,7 +29,7 @@ struct QuicPacer {
 
     /// Adds what accrued since the last fill at `rate` (bytes per ns), up to the depth. No
     /// rate (a controller that sets none) paces nothing: the bucket is full.
-    mutating func fill(now: UInt64, rate: Double, packet: Int) {
+    package mutating func fill(now: UInt64, rate: Double, packet: Int) {
         let cap = max(rate * depthNs, minPackets * Double(packet))
         if rate <= 0 { tokens = cap } else if now > filledAt { tokens = min(cap, tokens + Double(now - filledAt) * rate) }
         if tokens > cap { tokens = cap }
@@ -36,13 +37,13 @@ struct QuicPacer {
     }
 
     /// Whole packets of `packet` bytes the bucket allows now.
-    func packets(of packet: Int) -> Int { tokens >= Double(packet) ? Int(tokens / Double(packet)) : 0 }
+    package func packets(of packet: Int) -> Int { tokens >= Double(packet) ? Int(tokens / Double(packet)) : 0 }
 
     /// `bytes` went out.
-    mutating func spend(_ bytes: Int) { tokens -= Double(bytes) }
+    package mutating func spend(_ bytes: Int) { tokens -= Double(bytes) }
 
     /// Milliseconds until one packet of `packet` bytes has accrued at `rate` (at least 1).
-    func waitMs(packet: Int, rate: Double) -> UInt64 {
+    package func waitMs(packet: Int, rate: Double) -> UInt64 {
         guard rate > 0 else { return 1 }
         let ns = (Double(packet) - tokens) / rate
         return max(1, UInt64((ns / 1_000_000).rounded(.up)))

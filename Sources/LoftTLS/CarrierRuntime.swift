@@ -34,7 +34,7 @@ public final class CarrierRuntime {
     // MARK: randomness
 
     /// Four fresh random bytes (a WebSocket masking key), from a pool refilled from OpenSSL.
-    func maskKey() -> (UInt8, UInt8, UInt8, UInt8) {
+    package func maskKey() -> (UInt8, UInt8, UInt8, UInt8) {
         if randomUsed + 4 > randomPool.count {
             Crypto.fillRandom(&randomPool)
             randomUsed = 0

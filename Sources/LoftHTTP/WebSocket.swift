@@ -1,4 +1,6 @@
 import CTLS
+import LoftCore
+import LoftTLS
 
 // RFC 6455 framing and handshake as value types: no I/O here.
 
@@ -10,7 +12,7 @@ public enum WSOpcode {
     public static let ping: UInt8 = 0x9
     public static let pong: UInt8 = 0xA
 
-    static func isControl(_ op: UInt8) -> Bool { op & 0x8 != 0 }
+    package static func isControl(_ op: UInt8) -> Bool { op & 0x8 != 0 }
 }
 
 public enum WSCloseCode {
@@ -162,7 +164,7 @@ public struct WSFrameHeader: Equatable, Sendable {
 
 /// XORs `count` bytes at `p` with the masking key, starting `phase` bytes into the payload.
 @inline(__always)
-func wsMask(_ p: UnsafeMutableRawPointer, _ count: Int, _ key: (UInt8, UInt8, UInt8, UInt8), phase: Int) {
+package func wsMask(_ p: UnsafeMutableRawPointer, _ count: Int, _ key: (UInt8, UInt8, UInt8, UInt8), phase: Int) {
     var k = key
     withUnsafeBytes(of: &k) { kp in
         ctls_ws_mask(p.assumingMemoryBound(to: UInt8.self), count, kp.baseAddress!.assumingMemoryBound(to: UInt8.self), phase)
@@ -186,7 +188,7 @@ public struct WSDecoder: Sendable {
         case failure(code: UInt16, String)
     }
 
-    enum State: Sendable {
+    package enum State: Sendable {
         case header
         case data
         case control
@@ -294,7 +296,7 @@ public struct WSDecoder: Sendable {
 
 /// The opening handshake (RFC 6455 4).
 public enum WSHandshake {
-    static let guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    package static let guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
     /// Sec-WebSocket-Accept for a Sec-WebSocket-Key.
     public static func accept(forKey key: String) -> String {

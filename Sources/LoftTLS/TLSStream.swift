@@ -84,7 +84,7 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     }
 
     /// The flow failure an app is told for a carrier-level reason.
-    static func flowFailure(_ reason: CarrierCloseReason) -> FlowFailure {
+    package static func flowFailure(_ reason: CarrierCloseReason) -> FlowFailure {
         switch reason {
         case .connectFailed(let s):
             if s.contains("refused") { return .refused }
@@ -98,14 +98,14 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
 
     // MARK: TLSConnectionOwner
 
-    func tlsReady(_ c: TLSConnection) {
+    package func tlsReady(_ c: TLSConnection) {
         guard !finished else { return }
         isConnected = true
         c.setReading(readInterest && !stalled)
         events?.streamConnected(self)
     }
 
-    func tlsReceived(_ c: TLSConnection) {
+    package func tlsReceived(_ c: TLSConnection) {
         guard readInterest, c.inStart < c.inEnd else { return }
         events?.streamReadable(self)
         if readInterest, !stalled, conn === c, c.inStart < c.inEnd {
@@ -121,13 +121,13 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         if readInterest { c.setReading(true) }
     }
 
-    func tlsFlushed(_ c: TLSConnection) {
+    package func tlsFlushed(_ c: TLSConnection) {
         guard wantWritable, writeRoom > 0 else { return }
         wantWritable = false
         events?.streamWritable(self)
     }
 
-    func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
+    package func tlsEnded(_ c: TLSConnection, reason: CarrierCloseReason?) {
         guard !finished, c === conn else { return }
         if !isConnected {
             let r = reason ?? .tls("closed during the handshake")
