@@ -90,6 +90,8 @@ extension CarrierDelegate {
 /// boundaries carry no meaning. Everything happens on the loop thread.
 public protocol Carrier: AnyObject {
     var kind: CarrierKind { get }
+    /// Client (dialled by the holder) or server (accepted by the front).
+    var side: CarrierSide { get }
     var delegate: CarrierDelegate? { get set }
     /// True between connected (or accepted) and closed.
     var isOpen: Bool { get }

@@ -10,6 +10,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     enum State { case resolving, connecting, open, closing, closed }
 
     let kind = CarrierKind.get
+    let side = CarrierSide.client
     weak var delegate: CarrierDelegate?
     private let client: CarrierClient
     private let runtime: CarrierRuntime
@@ -314,6 +315,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     enum State { case joining, open, closed }
 
     let kind = CarrierKind.get
+    let side = CarrierSide.server
     weak var delegate: CarrierDelegate?
     let sessionID: String
     private let runtime: CarrierRuntime

@@ -21,6 +21,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
     let kind = CarrierKind.h2
     weak var delegate: CarrierDelegate?
     let isServer: Bool
+    var side: CarrierSide { isServer ? .server : .client }
     private let runtime: CarrierRuntime
     private let client: CarrierClient?
     private weak var listener: CarrierListener?

@@ -21,6 +21,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     var streams: QuicFlowLayer? { h3 ?? quic }
     weak var delegate: CarrierDelegate?
     let isServer: Bool
+    var side: CarrierSide { isServer ? .server : .client }
     private let runtime: CarrierRuntime
     private let client: CarrierClient?
     private(set) weak var listener: QuicListener?
