@@ -7,53 +7,48 @@ import LoftIO
 /// `POST <path>?session=<id>` whose chunked body streams. The front answers the GET only once
 /// both requests have arrived, so that 200 means the channel is up.
 final class GetClientCarrier: Carrier, TLSConnectionOwner {
-    enum State { case resolving, connecting, open, closing, closed }
+    enum State: CarrierState { case resolving, connecting, open, closing, closed }
 
     let kind = CarrierKind.get
-    let side = CarrierSide.client
     weak var delegate: CarrierDelegate?
     private let client: CarrierClient
-    private let runtime: CarrierRuntime
+    private let core: CarrierCore<State>
+    private var runtime: CarrierRuntime { core.runtime }
     let sessionID = Hex.encode(Crypto.random(16))
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state = State.resolving {
-        didSet { if state == .closed { closingSelf = nil } }
+    private var state: State {
+        get { core.state }
+        set { core.state = newValue }
     }
-    /// Alive on its own during a graceful close (its owner has let go already).
-    private var closingSelf: GetClientCarrier?
     private var downHead = false
     private var upReady = false
     private var upEnded = false
     private var chunks = ChunkedDecoder()
     private var out = FrameWriter(.chunked)
-    private var readingPaused = false
-    private var wantWritable = false
-    /// Output flushed and input processed once after the batch, however often asked for.
-    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flush(); self?.afterFlush() }
-    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processDown() }
     private var peerAddress: Endpoint?
 
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress }
     var request: CarrierRequest? { nil }
     var tlsDescription: String { describeTLS(down) }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
         self.client = client
-        runtime = client.runtime
+        core = CarrierCore(.client, runtime: client.runtime, state: .resolving)
         self.delegate = delegate
+        core.bind(flush: { [weak self] in self?.flush(); self?.afterFlush() }, process: { [weak self] in self?.processDown() })
     }
 
     deinit {
-        if state != .closed && state != .closing { down?.abort(); up?.abort() }
+        if !core.isEnding { down?.abort(); up?.abort() }
     }
 
     func start() {
         let timeout = client.options.connectTimeoutMs
-        runtime.after(timeout) { [weak self] in
-            guard let self, self.state == .resolving || self.state == .connecting else { return }
-            self.fail(.timeout("no get channel within \(timeout) ms"))
+        core.dialDeadline(timeout, handshaking: { $0 == .resolving || $0 == .connecting }) { [weak self] in
+            self?.fail(.timeout("no get channel within \(timeout) ms"))
         }
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
@@ -180,7 +175,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     // MARK: receiving
 
     private func processDown() {
-        while !readingPaused, state == .open || state == .closing, let c = down {
+        while !core.readingPaused, state == .open || state == .closing, let c = down {
             var pos = c.inStart
             let ev = chunks.next(UnsafeRawBufferPointer(start: c.input, count: c.inEnd), &pos)
             c.inStart = pos
@@ -214,8 +209,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, !upEnded, let c = up else { return 0 }
         let n = out.write(c, bytes)
-        if n < bytes.count { wantWritable = true }
-        if n > 0 { flushSoon.schedule() }
+        core.wrote(n, of: bytes.count)
         return n
     }
 
@@ -233,18 +227,12 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func afterFlush() {
-        guard wantWritable, state == .open, let c = up else { return }
-        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
-            wantWritable = false
+        if let c = up, core.writableAgain(out.writable(c), of: c.outCap - FrameWriter.controlReserve) {
             delegate?.carrierWritable(self)
         }
     }
 
-    func setReading(_ on: Bool) {
-        readingPaused = !on
-        down?.setReading(on)
-        if on { processSoon.schedule() }
-    }
+    func setReading(_ on: Bool) { core.setReading(on, down) }
 
     // MARK: closing
 
@@ -252,23 +240,13 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         delegate = nil
         switch state {
         case .open:
-            state = .closing
-            closingSelf = self
+            core.beginClosing(self, expire: { [weak self] in self?.dropLegs() })
             if let c = up {
                 out.finalize(c)
                 _ = ChunkedEncoder.last.withUnsafeBytes { c.append($0) }
                 c.flush()
             }
-            readingPaused = false
             down?.setReading(true)
-            runtime.after(2000) { [weak self] in
-                guard let self, self.state == .closing else { return }
-                self.state = .closed
-                self.down?.abort()
-                self.up?.abort()
-                self.down = nil
-                self.up = nil
-            }
         case .resolving, .connecting:
             abort()
         case .closing, .closed:
@@ -291,57 +269,57 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     func abort() {
         delegate = nil
         state = .closed
-        down?.abort()
-        up?.abort()
-        down = nil
-        up = nil
+        dropLegs()
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        let wasClosing = state == .closing
-        state = .closed
+        guard let old = core.end() else { return }
+        dropLegs()
+        if old != .closing { notifyClosed(reason) }
+    }
+
+    /// Both connections cut at once.
+    private func dropLegs() {
         down?.abort()
         up?.abort()
         down = nil
         up = nil
-        if !wasClosing { notifyClosed(reason) }
     }
 }
 
 /// The `get` carrier, front side: made when the first of the two requests arrives, handed to
 /// the embedder when both are there (the GET is answered `200` then).
 final class GetServerCarrier: Carrier, TLSConnectionOwner {
-    enum State { case joining, open, closed }
+    /// No graceful close of its own: the front ends both legs at once (closing is unused).
+    enum State: CarrierState { case joining, open, closing, closed }
 
     let kind = CarrierKind.get
-    let side = CarrierSide.server
     weak var delegate: CarrierDelegate?
     let sessionID: String
-    private let runtime: CarrierRuntime
+    private let core: CarrierCore<State>
     private weak var listener: CarrierListener?
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state = State.joining
+    private var state: State {
+        get { core.state }
+        set { core.state = newValue }
+    }
     private var chunks = ChunkedDecoder()
     private var out = FrameWriter(.chunked)
-    private var readingPaused = false
-    private var wantWritable = false
-    /// Output flushed and input processed once after the batch, however often asked for.
-    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flush(); self?.afterFlush() }
-    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processUp() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    var isOpen: Bool { core.isOpen }
     var isJoining: Bool { state == .joining }
     var peer: Endpoint? { peerAddress }
     var tlsDescription: String { describeTLS(down) }
 
     init(sessionID: String, runtime: CarrierRuntime, listener: CarrierListener) {
         self.sessionID = sessionID
-        self.runtime = runtime
+        core = CarrierCore(.server, runtime: runtime, state: .joining)
         self.listener = listener
+        core.bind(flush: { [weak self] in self?.flush(); self?.afterFlush() }, process: { [weak self] in self?.processUp() })
     }
 
     deinit {
@@ -376,9 +354,9 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         state = .open
         _ = d.append("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n"
             + "Cache-Control: no-store\r\n\r\n")
-        flushSoon.schedule()
-        u.setReading(!readingPaused)
-        processSoon.schedule()
+        core.flushSoon.schedule()
+        u.setReading(!core.readingPaused)
+        core.processSoon.schedule()
     }
 
     /// The join deadline passed with one leg missing.
@@ -423,7 +401,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
             listener?.forget(self)
         case .open:
             fail(reason ?? .io("the client closed the \(isDown ? "GET" : "POST") connection"))
-        case .closed:
+        case .closing, .closed:
             break
         }
     }
@@ -431,7 +409,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     // MARK: receiving
 
     private func processUp() {
-        while !readingPaused, state == .open, let c = up {
+        while !core.readingPaused, state == .open, let c = up {
             var pos = c.inStart
             let ev = chunks.next(UnsafeRawBufferPointer(start: c.input, count: c.inEnd), &pos)
             c.inStart = pos
@@ -474,8 +452,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, let c = down else { return 0 }
         let n = out.write(c, bytes)
-        if n < bytes.count { wantWritable = true }
-        if n > 0 { flushSoon.schedule() }
+        core.wrote(n, of: bytes.count)
         return n
     }
 
@@ -493,19 +470,14 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func afterFlush() {
-        guard wantWritable, state == .open, let c = down else { return }
-        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
-            wantWritable = false
+        if let c = down, core.writableAgain(out.writable(c), of: c.outCap - FrameWriter.controlReserve) {
             delegate?.carrierWritable(self)
         }
     }
 
+    /// Before the join the POST's body waits unread whatever is asked (`join` applies it).
     func setReading(_ on: Bool) {
-        readingPaused = !on
-        if state == .open {
-            up?.setReading(on)
-            if on { processSoon.schedule() }
-        }
+        if state == .open { core.setReading(on, up) } else { core.readingPaused = !on }
     }
 
     // MARK: closing
@@ -531,7 +503,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         switch state {
         case .open: endBoth()
         case .joining: abort()
-        case .closed: break
+        case .closing, .closed: break
         }
     }
 
@@ -547,8 +519,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        state = .closed
+        guard core.end() != nil else { return }
         down?.abort()
         up?.abort()
         down = nil
