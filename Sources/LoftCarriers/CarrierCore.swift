@@ -125,6 +125,14 @@ final class CarrierCore<State: CarrierState> {
         }
     }
 
+    /// A failure: closed at once, its connections cut (`cut`); true when the embedder is to
+    /// hear why (the carrier was neither closed nor closing: after `close()` it hears nothing).
+    func fail(cutting cut: () -> Void) -> Bool {
+        guard let old = end() else { return false }
+        cut()
+        return old != .closing
+    }
+
     /// Moves to closed: the state before, or nil when it was closed already.
     @discardableResult
     func end() -> State? {

@@ -208,9 +208,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, !upEnded, let c = up else { return 0 }
-        let n = out.write(c, bytes)
-        core.wrote(n, of: bytes.count)
-        return n
+        return out.write(bytes, to: c, core)
     }
 
     var writableBytes: Int {
@@ -222,12 +220,11 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
 
     func flush() {
         guard let c = up else { return }
-        out.finalize(c)
-        c.flush()
+        out.flush(c)
     }
 
     private func afterFlush() {
-        if let c = up, core.writableAgain(out.writable(c), of: c.outCap - FrameWriter.controlReserve) {
+        if let c = up, out.writableAgain(c, core) {
             delegate?.carrierWritable(self)
         }
     }
@@ -273,9 +270,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard let old = core.end() else { return }
-        dropLegs()
-        if old != .closing { notifyClosed(reason) }
+        if core.fail(cutting: dropLegs) { notifyClosed(reason) }
     }
 
     /// Both connections cut at once.
@@ -394,10 +389,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         switch state {
         case .joining:
             state = .closed
-            down?.abort()
-            up?.abort()
-            down = nil
-            up = nil
+            dropLegs()
             listener?.forget(self)
         case .open:
             fail(reason ?? .io("the client closed the \(isDown ? "GET" : "POST") connection"))
@@ -451,9 +443,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, let c = down else { return 0 }
-        let n = out.write(c, bytes)
-        core.wrote(n, of: bytes.count)
-        return n
+        return out.write(bytes, to: c, core)
     }
 
     var writableBytes: Int {
@@ -465,12 +455,11 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
 
     func flush() {
         guard let c = down else { return }
-        out.finalize(c)
-        c.flush()
+        out.flush(c)
     }
 
     private func afterFlush() {
-        if let c = down, core.writableAgain(out.writable(c), of: c.outCap - FrameWriter.controlReserve) {
+        if let c = down, out.writableAgain(c, core) {
             delegate?.carrierWritable(self)
         }
     }
@@ -511,20 +500,20 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         delegate = nil
         let wasJoining = state == .joining
         state = .closed
-        down?.abort()
-        up?.abort()
-        down = nil
-        up = nil
+        dropLegs()
         if wasJoining { listener?.forget(self) }
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard core.end() != nil else { return }
+        if core.fail(cutting: dropLegs) { notifyClosed(reason) }
+    }
+
+    /// Both connections cut at once.
+    private func dropLegs() {
         down?.abort()
         up?.abort()
         down = nil
         up = nil
-        notifyClosed(reason)
     }
 
     private func notifyClosed(_ reason: CarrierCloseReason) { notifyClosed(reason, logging: [("session", sessionID)]) }

@@ -359,9 +359,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard let old = core.end() else { return }
-        dropConnection()
-        if old != .closing { notifyClosed(reason) }
+        if core.fail(cutting: dropConnection) { notifyClosed(reason) }
     }
 
     /// The engine and the connection cut at once.

@@ -563,9 +563,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     func fail(_ reason: CarrierCloseReason) {
-        guard let old = core.end() else { return }
-        closeConnection(graceful: false)
-        if old != .closing { notifyClosed(reason) }
+        if core.fail(cutting: { closeConnection(graceful: false) }) { notifyClosed(reason) }
     }
 }
 

@@ -225,9 +225,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, let c = conn else { return 0 }
-        let n = out.write(c, bytes)
-        core.wrote(n, of: bytes.count)
-        return n
+        return out.write(bytes, to: c, core)
     }
 
     var writableBytes: Int {
@@ -239,8 +237,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     func flush() {
         guard let c = conn, state == .open || state == .closing else { return }
-        out.finalize(c)
-        c.flush()
+        out.flush(c)
     }
 
     private func flushNow() {
@@ -249,7 +246,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func afterFlush() {
-        if let c = conn, core.writableAgain(out.writable(c), of: c.outCap - FrameWriter.controlReserve) {
+        if let c = conn, out.writableAgain(c, core) {
             delegate?.carrierWritable(self)
         }
     }
@@ -287,9 +284,6 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard let old = core.end() else { return }
-        conn?.abort()
-        conn = nil
-        if old != .closing { notifyClosed(reason) }
+        if core.fail(cutting: { conn?.abort(); conn = nil }) { notifyClosed(reason) }
     }
 }
