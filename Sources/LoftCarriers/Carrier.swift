@@ -151,6 +151,14 @@ extension Carrier {
 }
 
 extension Carrier {
+    /// Hands `range` of `c`'s input to the delegate (nothing when empty).
+    @inline(__always)
+    func deliver(_ c: TLSConnection, _ range: Range<Int>) {
+        if range.count > 0 { delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + range.lowerBound, count: range.count)) }
+    }
+}
+
+extension Carrier {
     public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
     public var maxDatagram: Int { 0 }
     public var maxPacket: Int { 0 }
@@ -252,6 +260,14 @@ public final class CarrierClient {
             c.start()
             return c
         }
+    }
+
+    /// A TLS connection to the front (its addresses in turn) for a carrier over TCP: 64 KiB of
+    /// input, the configured output buffer unless told.
+    func dialTLS(_ addresses: [Endpoint], owner: TLSConnectionOwner, inputBytes: Int = 64 * 1024,
+                 outputBytes: Int? = nil) -> TLSConnection {
+        TLSConnection.dial(runtime: runtime, context: context, serverName: options.verifyName, addresses: addresses,
+                           inputBytes: inputBytes, outputBytes: outputBytes ?? options.outputBufferBytes, owner: owner)
     }
 
     /// Resolves the host, then calls `body` with the addresses, or ends with connectFailed.

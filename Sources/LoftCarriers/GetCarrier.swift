@@ -53,12 +53,8 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
             self.state = .connecting
-            let o = self.client.options
-            self.down = TLSConnection.dial(runtime: self.runtime, context: self.client.context, serverName: o.verifyName,
-                                           addresses: endpoints, inputBytes: 64 * 1024, outputBytes: 4096, owner: self)
-            self.up = TLSConnection.dial(runtime: self.runtime, context: self.client.context, serverName: o.verifyName,
-                                         addresses: endpoints, inputBytes: 16 * 1024,
-                                         outputBytes: o.outputBufferBytes, owner: self)
+            self.down = self.client.dialTLS(endpoints, owner: self, outputBytes: 4096)
+            self.up = self.client.dialTLS(endpoints, owner: self, inputBytes: 16 * 1024)
         }
     }
 
@@ -183,9 +179,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
             case .needMore:
                 return
             case .data(let r):
-                if state == .open, r.count > 0 {
-                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
-                }
+                if state == .open { deliver(c, r) }
             case .end:
                 c.inStart = c.inEnd
                 if state == .closing {
@@ -409,9 +403,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
             case .needMore:
                 return
             case .data(let r):
-                if r.count > 0 {
-                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
-                }
+                deliver(c, r)
             case .end:
                 // The client ended its upstream: end ours and answer the POST.
                 c.inStart = c.inEnd

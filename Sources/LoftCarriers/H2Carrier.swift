@@ -83,9 +83,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
             self.state = .connecting
-            self.conn = TLSConnection.dial(runtime: self.runtime, context: client.context, serverName: client.options.verifyName,
-                                           addresses: endpoints, inputBytes: 64 * 1024,
-                                           outputBytes: client.options.outputBufferBytes, owner: self)
+            self.conn = client.dialTLS(endpoints, owner: self)
         }
     }
 

@@ -76,9 +76,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
             self.state = .connecting
-            self.conn = TLSConnection.dial(runtime: self.runtime, context: client.context, serverName: client.options.verifyName,
-                                           addresses: endpoints, inputBytes: 64 * 1024,
-                                           outputBytes: client.options.outputBufferBytes, owner: self)
+            self.conn = client.dialTLS(endpoints, owner: self)
         }
     }
 
@@ -147,9 +145,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
             case .needMore:
                 return
             case .data(let r):
-                if state == .open, r.count > 0 {
-                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
-                }
+                if state == .open { deliver(c, r) }
             case .ping(let payload):
                 if state == .open { sendControl(WSOpcode.pong, payload) }
             case .pong:
