@@ -57,6 +57,8 @@ extension CarrierDelegate {
 /// boundaries carry no meaning. Everything happens on the loop thread.
 public protocol Carrier: AnyObject {
     var kind: CarrierKind { get }
+    /// Client (dialled by the holder) or server (accepted by the front).
+    var side: CarrierSide { get }
     var delegate: CarrierDelegate? { get set }
     /// True between connected (or accepted) and closed.
     var isOpen: Bool { get }
@@ -112,6 +114,14 @@ extension Carrier {
         delegate = nil
         Log.emit(.debug, "carrier.\(kind.rawValue).closed", [("peer", peer.map { "\($0)" } ?? "")] + extra + [("reason", reason)])
         d?.carrier(self, closed: reason)
+    }
+}
+
+extension Carrier {
+    /// Hands `range` of `c`'s input to the delegate (nothing when empty).
+    @inline(__always)
+    func deliver(_ c: TLSConnection, _ range: Range<Int>) {
+        if range.count > 0 { delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + range.lowerBound, count: range.count)) }
     }
 }
 
@@ -217,6 +227,14 @@ public final class CarrierClient {
             c.start()
             return c
         }
+    }
+
+    /// A TLS connection to the front (its addresses in turn) for a carrier over TCP: 64 KiB of
+    /// input, the configured output buffer unless told.
+    func dialTLS(_ addresses: [Endpoint], owner: TLSConnectionOwner, inputBytes: Int = 64 * 1024,
+                 outputBytes: Int? = nil) -> TLSConnection {
+        TLSConnection.dial(runtime: runtime, context: context, serverName: options.verifyName, addresses: addresses,
+                           inputBytes: inputBytes, outputBytes: outputBytes ?? options.outputBufferBytes, owner: owner)
     }
 
     /// Resolves the host, then calls `body` with the addresses, or ends with connectFailed.

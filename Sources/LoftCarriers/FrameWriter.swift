@@ -112,3 +112,27 @@ struct FrameWriter {
         }
     }
 }
+
+/// The framed carriers' (ws, get) output on one TLS connection, with their core.
+extension FrameWriter {
+    /// Session bytes framed into `c`'s output, sent after the batch; a short write owes
+    /// `carrierWritable`.
+    @inline(__always)
+    mutating func write<S>(_ bytes: UnsafeRawBufferPointer, to c: TLSConnection, _ core: CarrierCore<S>) -> Int {
+        let n = write(c, bytes)
+        core.wrote(n, of: bytes.count)
+        return n
+    }
+
+    /// The open frame finished and everything buffered handed to TLS.
+    mutating func flush(_ c: TLSConnection) {
+        finalize(c)
+        c.flush()
+    }
+
+    /// After a flush: true (once) when `carrierWritable` is owed and half of what the output
+    /// takes (the control reserve aside) is free.
+    func writableAgain<S>(_ c: TLSConnection, _ core: CarrierCore<S>) -> Bool {
+        core.writableAgain(writable(c), of: c.outCap - Self.controlReserve)
+    }
+}

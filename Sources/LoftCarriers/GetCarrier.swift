@@ -9,62 +9,54 @@ import LoftTLS
 /// `POST <path>?session=<id>` whose chunked body streams. The front answers the GET only once
 /// both requests have arrived, so that 200 means the channel is up.
 final class GetClientCarrier: Carrier, TLSConnectionOwner {
-    enum State { case resolving, connecting, open, closing, closed }
+    enum State: CarrierState { case resolving, connecting, open, closing, closed }
 
     let kind = CarrierKind.get
     weak var delegate: CarrierDelegate?
     private let client: CarrierClient
-    private let runtime: CarrierRuntime
+    private let core: CarrierCore<State>
+    private var runtime: CarrierRuntime { core.runtime }
     let sessionID = Hex.encode(Crypto.random(16))
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state = State.resolving {
-        didSet { if state == .closed { closingSelf = nil } }
+    private var state: State {
+        get { core.state }
+        set { core.state = newValue }
     }
-    /// Alive on its own during a graceful close (its owner has let go already).
-    private var closingSelf: GetClientCarrier?
     private var downHead = false
     private var upReady = false
     private var upEnded = false
     private var chunks = ChunkedDecoder()
     private var out = FrameWriter(.chunked)
-    private var readingPaused = false
-    private var wantWritable = false
-    /// Output flushed and input processed once after the batch, however often asked for.
-    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flush(); self?.afterFlush() }
-    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processDown() }
     private var peerAddress: Endpoint?
 
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress }
     var request: CarrierRequest? { nil }
     var tlsDescription: String { describeTLS(down) }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
         self.client = client
-        runtime = client.runtime
+        core = CarrierCore(.client, runtime: client.runtime, state: .resolving)
         self.delegate = delegate
+        core.bind(flush: { [weak self] in self?.flush(); self?.afterFlush() }, process: { [weak self] in self?.processDown() })
     }
 
     deinit {
-        if state != .closed && state != .closing { down?.abort(); up?.abort() }
+        if !core.isEnding { down?.abort(); up?.abort() }
     }
 
     func start() {
         let timeout = client.options.connectTimeoutMs
-        runtime.after(timeout) { [weak self] in
-            guard let self, self.state == .resolving || self.state == .connecting else { return }
-            self.fail(.timeout("no get channel within \(timeout) ms"))
+        core.dialDeadline(timeout, handshaking: { $0 == .resolving || $0 == .connecting }) { [weak self] in
+            self?.fail(.timeout("no get channel within \(timeout) ms"))
         }
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
             self.state = .connecting
-            let o = self.client.options
-            self.down = TLSConnection.dial(runtime: self.runtime, context: self.client.context, serverName: o.verifyName,
-                                           addresses: endpoints, inputBytes: 64 * 1024, outputBytes: 4096, owner: self)
-            self.up = TLSConnection.dial(runtime: self.runtime, context: self.client.context, serverName: o.verifyName,
-                                         addresses: endpoints, inputBytes: 16 * 1024,
-                                         outputBytes: o.outputBufferBytes, owner: self)
+            self.down = self.client.dialTLS(endpoints, owner: self, outputBytes: 4096)
+            self.up = self.client.dialTLS(endpoints, owner: self, inputBytes: 16 * 1024)
         }
     }
 
@@ -181,7 +173,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     // MARK: receiving
 
     private func processDown() {
-        while !readingPaused, state == .open || state == .closing, let c = down {
+        while !core.readingPaused, state == .open || state == .closing, let c = down {
             var pos = c.inStart
             let ev = chunks.next(UnsafeRawBufferPointer(start: c.input, count: c.inEnd), &pos)
             c.inStart = pos
@@ -189,9 +181,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
             case .needMore:
                 return
             case .data(let r):
-                if state == .open, r.count > 0 {
-                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
-                }
+                if state == .open { deliver(c, r) }
             case .end:
                 c.inStart = c.inEnd
                 if state == .closing {
@@ -214,10 +204,7 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, !upEnded, let c = up else { return 0 }
-        let n = out.write(c, bytes)
-        if n < bytes.count { wantWritable = true }
-        if n > 0 { flushSoon.schedule() }
-        return n
+        return out.write(bytes, to: c, core)
     }
 
     var writableBytes: Int {
@@ -229,23 +216,16 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
 
     func flush() {
         guard let c = up else { return }
-        out.finalize(c)
-        c.flush()
+        out.flush(c)
     }
 
     private func afterFlush() {
-        guard wantWritable, state == .open, let c = up else { return }
-        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
-            wantWritable = false
+        if let c = up, out.writableAgain(c, core) {
             delegate?.carrierWritable(self)
         }
     }
 
-    func setReading(_ on: Bool) {
-        readingPaused = !on
-        down?.setReading(on)
-        if on { processSoon.schedule() }
-    }
+    func setReading(_ on: Bool) { core.setReading(on, down) }
 
     // MARK: closing
 
@@ -253,23 +233,13 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
         delegate = nil
         switch state {
         case .open:
-            state = .closing
-            closingSelf = self
+            core.beginClosing(self, expire: { [weak self] in self?.dropLegs() })
             if let c = up {
                 out.finalize(c)
                 _ = ChunkedEncoder.last.withUnsafeBytes { c.append($0) }
                 c.flush()
             }
-            readingPaused = false
             down?.setReading(true)
-            runtime.after(2000) { [weak self] in
-                guard let self, self.state == .closing else { return }
-                self.state = .closed
-                self.down?.abort()
-                self.up?.abort()
-                self.down = nil
-                self.up = nil
-            }
         case .resolving, .connecting:
             abort()
         case .closing, .closed:
@@ -292,56 +262,55 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     func abort() {
         delegate = nil
         state = .closed
-        down?.abort()
-        up?.abort()
-        down = nil
-        up = nil
+        dropLegs()
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        let wasClosing = state == .closing
-        state = .closed
+        if core.fail(cutting: dropLegs) { notifyClosed(reason) }
+    }
+
+    /// Both connections cut at once.
+    private func dropLegs() {
         down?.abort()
         up?.abort()
         down = nil
         up = nil
-        if !wasClosing { notifyClosed(reason) }
     }
 }
 
 /// The `get` carrier, front side: made when the first of the two requests arrives, handed to
 /// the embedder when both are there (the GET is answered `200` then).
 final class GetServerCarrier: Carrier, TLSConnectionOwner {
-    enum State { case joining, open, closed }
+    /// No graceful close of its own: the front ends both legs at once (closing is unused).
+    enum State: CarrierState { case joining, open, closing, closed }
 
     let kind = CarrierKind.get
     weak var delegate: CarrierDelegate?
     let sessionID: String
-    private let runtime: CarrierRuntime
+    private let core: CarrierCore<State>
     private weak var listener: CarrierListener?
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state = State.joining
+    private var state: State {
+        get { core.state }
+        set { core.state = newValue }
+    }
     private var chunks = ChunkedDecoder()
     private var out = FrameWriter(.chunked)
-    private var readingPaused = false
-    private var wantWritable = false
-    /// Output flushed and input processed once after the batch, however often asked for.
-    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flush(); self?.afterFlush() }
-    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processUp() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    var isOpen: Bool { core.isOpen }
     var isJoining: Bool { state == .joining }
     var peer: Endpoint? { peerAddress }
     var tlsDescription: String { describeTLS(down) }
 
     init(sessionID: String, runtime: CarrierRuntime, listener: CarrierListener) {
         self.sessionID = sessionID
-        self.runtime = runtime
+        core = CarrierCore(.server, runtime: runtime, state: .joining)
         self.listener = listener
+        core.bind(flush: { [weak self] in self?.flush(); self?.afterFlush() }, process: { [weak self] in self?.processUp() })
     }
 
     deinit {
@@ -376,9 +345,9 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         state = .open
         _ = d.append("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n"
             + "Cache-Control: no-store\r\n\r\n")
-        flushSoon.schedule()
-        u.setReading(!readingPaused)
-        processSoon.schedule()
+        core.flushSoon.schedule()
+        u.setReading(!core.readingPaused)
+        core.processSoon.schedule()
     }
 
     /// The join deadline passed with one leg missing.
@@ -416,14 +385,11 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         switch state {
         case .joining:
             state = .closed
-            down?.abort()
-            up?.abort()
-            down = nil
-            up = nil
+            dropLegs()
             listener?.forget(self)
         case .open:
             fail(reason ?? .io("the client closed the \(isDown ? "GET" : "POST") connection"))
-        case .closed:
+        case .closing, .closed:
             break
         }
     }
@@ -431,7 +397,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
     // MARK: receiving
 
     private func processUp() {
-        while !readingPaused, state == .open, let c = up {
+        while !core.readingPaused, state == .open, let c = up {
             var pos = c.inStart
             let ev = chunks.next(UnsafeRawBufferPointer(start: c.input, count: c.inEnd), &pos)
             c.inStart = pos
@@ -439,9 +405,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
             case .needMore:
                 return
             case .data(let r):
-                if r.count > 0 {
-                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
-                }
+                deliver(c, r)
             case .end:
                 // The client ended its upstream: end ours and answer the POST.
                 c.inStart = c.inEnd
@@ -473,10 +437,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, let c = down else { return 0 }
-        let n = out.write(c, bytes)
-        if n < bytes.count { wantWritable = true }
-        if n > 0 { flushSoon.schedule() }
-        return n
+        return out.write(bytes, to: c, core)
     }
 
     var writableBytes: Int {
@@ -488,24 +449,18 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
 
     func flush() {
         guard let c = down else { return }
-        out.finalize(c)
-        c.flush()
+        out.flush(c)
     }
 
     private func afterFlush() {
-        guard wantWritable, state == .open, let c = down else { return }
-        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
-            wantWritable = false
+        if let c = down, out.writableAgain(c, core) {
             delegate?.carrierWritable(self)
         }
     }
 
+    /// Before the join the POST's body waits unread whatever is asked (`join` applies it).
     func setReading(_ on: Bool) {
-        readingPaused = !on
-        if state == .open {
-            up?.setReading(on)
-            if on { processSoon.schedule() }
-        }
+        if state == .open { core.setReading(on, up) } else { core.readingPaused = !on }
     }
 
     // MARK: closing
@@ -531,7 +486,7 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         switch state {
         case .open: endBoth()
         case .joining: abort()
-        case .closed: break
+        case .closing, .closed: break
         }
     }
 
@@ -539,21 +494,20 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
         delegate = nil
         let wasJoining = state == .joining
         state = .closed
-        down?.abort()
-        up?.abort()
-        down = nil
-        up = nil
+        dropLegs()
         if wasJoining { listener?.forget(self) }
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        state = .closed
+        if core.fail(cutting: dropLegs) { notifyClosed(reason) }
+    }
+
+    /// Both connections cut at once.
+    private func dropLegs() {
         down?.abort()
         up?.abort()
         down = nil
         up = nil
-        notifyClosed(reason)
     }
 
     private func notifyClosed(_ reason: CarrierCloseReason) { notifyClosed(reason, logging: [("session", sessionID)]) }

@@ -18,64 +18,60 @@ extension TLSConnection: H2Output {
 /// this type joins it to a TLSConnection and to the carrier contract. One TLS connection carries
 /// one session; the front refuses a second CONNECT on it (429).
 final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
-    enum State { case resolving, connecting, settings, requesting, awaitingRequest, open, closing, closed }
+    enum State: CarrierState { case resolving, connecting, settings, requesting, awaitingRequest, open, closing, closed }
 
     let kind = CarrierKind.h2
     weak var delegate: CarrierDelegate?
-    let isServer: Bool
-    private let runtime: CarrierRuntime
+    private let core: CarrierCore<State>
+    private var runtime: CarrierRuntime { core.runtime }
     private let client: CarrierClient?
     private weak var listener: CarrierListener?
     private var conn: TLSConnection?
     private var engine: H2Engine?
     private var state: State {
-        didSet { if state == .closed { closingSelf = nil } }
+        get { core.state }
+        set { core.state = newValue }
     }
-    /// Alive on its own during a graceful close (its owner has let go already).
-    private var closingSelf: H2Carrier?
-    private var readingPaused = false
-    private var wantWritable = false
-    /// Output flushed and input processed once after the batch, however often asked for.
-    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flushNow() }
-    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processInput() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    static let closeWaitMs: UInt64 = 2000
-
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    private var isServer: Bool { core.isServer }
+    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress ?? conn?.peer }
     var tlsDescription: String { describeTLS(conn) }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
-        isServer = false
-        runtime = client.runtime
+        core = CarrierCore(.client, runtime: client.runtime, state: .resolving)
         self.client = client
         self.delegate = delegate
-        state = .resolving
+        bindCore()
     }
 
     /// Server side: `conn` finished TLS with ALPN h2; the carrier waits for the CONNECT and
     /// hands itself to the listener once it accepted one.
     init?(server conn: TLSConnection, listener: CarrierListener) {
-        isServer = true
-        runtime = conn.runtime
+        core = CarrierCore(.server, runtime: conn.runtime, state: .awaitingRequest)
         client = nil
         self.listener = listener
         self.conn = conn
         peerAddress = conn.peer
-        state = .awaitingRequest
+        bindCore()
         guard let e = H2Engine(server: true, path: listener.options.path, output: conn) else { return nil }
         engine = e
         e.owner = self
         conn.owner = self
         e.pump()
-        flushSoon.schedule()
-        processSoon.schedule()
+        core.flushSoon.schedule()
+        core.processSoon.schedule()
+    }
+
+    private func bindCore() {
+        core.bind(flush: { [weak self] in self?.flushNow() }, process: { [weak self] in self?.processInput() })
     }
 
     deinit {
-        if state != .closed && state != .closing { conn?.abort() }
+        if !core.isEnding { conn?.abort() }
     }
 
     // MARK: client handshake
@@ -83,16 +79,13 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
     func start() {
         guard let client else { return }
         let timeout = client.options.connectTimeoutMs
-        runtime.after(timeout) { [weak self] in
-            guard let self, [.resolving, .connecting, .settings, .requesting].contains(self.state) else { return }
-            self.fail(.timeout("no h2 session stream within \(timeout) ms"))
+        core.dialDeadline(timeout, handshaking: { [.resolving, .connecting, .settings, .requesting].contains($0) }) { [weak self] in
+            self?.fail(.timeout("no h2 session stream within \(timeout) ms"))
         }
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
             self.state = .connecting
-            self.conn = TLSConnection.dial(runtime: self.runtime, context: client.context, serverName: client.options.verifyName,
-                                           addresses: endpoints, inputBytes: 64 * 1024,
-                                           outputBytes: client.options.outputBufferBytes, owner: self)
+            self.conn = client.dialTLS(endpoints, owner: self)
         }
     }
 
@@ -132,7 +125,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
                 fail(.protocolError("CONNECT not sent: \(engine.failure ?? "")"))
                 return
             }
-            flushSoon.schedule()
+            core.flushSoon.schedule()
         case .response(let status):
             guard state == .requesting else { return }
             guard (200..<300).contains(status) else {
@@ -146,14 +139,14 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
             guard isServer, state == .awaitingRequest else { return }
             request = CarrierRequest(kind: .h2, peer: peer, path: head.path, query: nil, headers: head.headers, sessionID: nil)
             state = .open
-            flushSoon.schedule()
+            core.flushSoon.schedule()
             listener?.acceptedH2(self)
         case .data(let bytes):
             guard state == .open else { return }
             delegate?.carrier(self, received: bytes)
-            if readingPaused { engine.paused = true }
+            if core.readingPaused { engine.paused = true }
         case .windowOpened:
-            flushSoon.schedule()
+            core.flushSoon.schedule()
         case .peerEnded:
             peerEnded()
         case .streamReset(let code):
@@ -198,7 +191,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
     // MARK: receiving
 
     private func processInput() {
-        guard !readingPaused, let c = conn, let e = engine, state != .closed else { return }
+        guard !core.readingPaused, let c = conn, let e = engine, state != .closed else { return }
         guard c.inEnd > c.inStart else { return }
         let got = e.receive(UnsafeRawBufferPointer(start: c.input + c.inStart, count: c.inEnd - c.inStart))
         guard conn === c else { return }
@@ -210,7 +203,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         if c.inStart == c.inEnd { c.inStart = 0; c.inEnd = 0 }
         pumpEngine()
         if e.isFinished && state != .closed { engineFailed(); return }
-        flushSoon.schedule()
+        core.flushSoon.schedule()
     }
 
     private func pumpEngine() {
@@ -284,8 +277,7 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         guard state == .open, let e = engine else { return 0 }
         let n = e.write(bytes)
         if e.failure != nil && e.isFinished { engineFailed(); return n }
-        if n < bytes.count { wantWritable = true }
-        if n > 0 { flushSoon.schedule() }
+        core.wrote(n, of: bytes.count)
         return n
     }
 
@@ -309,19 +301,17 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         afterFlush()
     }
 
+    /// The output's half free and HTTP/2's send window open.
     private func afterFlush() {
-        guard wantWritable, state == .open, let c = conn, let e = engine else { return }
-        if c.h2Free - H2Engine.controlReserve >= (c.outCap - H2Engine.controlReserve) / 2 && e.sendWindow > 0 {
-            wantWritable = false
+        if let c = conn, let e = engine,
+           core.writableAgain(c.h2Free - H2Engine.controlReserve, of: c.outCap - H2Engine.controlReserve, and: e.sendWindow > 0) {
             delegate?.carrierWritable(self)
         }
     }
 
     func setReading(_ on: Bool) {
-        readingPaused = !on
         if !on { engine?.paused = true }
-        conn?.setReading(on)
-        if on { processSoon.schedule() }
+        core.setReading(on, conn)
     }
 
     // MARK: closing
@@ -331,28 +321,15 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
         switch state {
         case .open:
             guard let e = engine else { state = .closed; return }
-            state = .closing
-            closingSelf = self
-            readingPaused = false
+            core.beginClosing(self, expire: { [weak self] in self?.dropConnection() })
             conn?.setReading(true)
-            processSoon.schedule()
+            core.processSoon.schedule()
             e.finish()
             flush()
             maybeFinishClose()
-            runtime.after(Self.closeWaitMs) { [weak self] in
-                guard let self, self.state == .closing else { return }
-                self.state = .closed
-                self.engine?.close()
-                self.engine = nil
-                self.conn?.abort()
-                self.conn = nil
-            }
         case .resolving, .connecting, .settings, .requesting, .awaitingRequest:
             state = .closed
-            engine?.close()
-            engine = nil
-            conn?.abort()
-            conn = nil
+            dropConnection()
         case .closing, .closed:
             break
         }
@@ -378,20 +355,18 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
     func abort() {
         delegate = nil
         state = .closed
-        engine?.close()
-        engine = nil
-        conn?.abort()
-        conn = nil
+        dropConnection()
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        let wasClosing = state == .closing
-        state = .closed
+        if core.fail(cutting: dropConnection) { notifyClosed(reason) }
+    }
+
+    /// The engine and the connection cut at once.
+    private func dropConnection() {
         engine?.close()
         engine = nil
         conn?.abort()
         conn = nil
-        if !wasClosing { notifyClosed(reason) }
     }
 }

@@ -11,30 +11,34 @@ import LoftTLS
 let quicALPN = "loft"
 
 /// The `quic` carrier: one loft session on the first bidirectional stream (id 0, the
-/// client's) of a QUIC connection (ngtcp2 + GnuTLS, ALPN `loft`). The client owns a connected
-/// UDP socket; on the front the connection lives on the listener's socket (`QuicListener`).
-final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketSink, IOHandler, H3StreamsDelegate {
-    enum State { case resolving, handshake, open, closing, closed }
+/// client's) of a QUIC connection (ngtcp2 + GnuTLS, ALPN `loft`), each flow on a stream of its
+/// own. The client owns a connected UDP socket; on the front the connection lives on the
+/// listener's socket (`QuicListener`). With ALPN `h3` the same connection carries HTTP/3: the
+/// `H3Carrier` part takes the streams' events and the session's CONNECT, and the session's and
+/// flows' bytes go through its request bodies (`streams`).
+final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketSink, IOHandler {
+    enum State: CarrierState { case resolving, handshake, open, closing, closed }
 
     /// quic, or h3 (the same connection with HTTP/3 on its streams: `h3`).
     private(set) var kind = CarrierKind.quic
-    /// h3: the request streams over the connection's QUIC streams (docs/protocol.md §1.3).
-    private(set) var h3: H3Streams?
+    /// h3: HTTP/3 over the connection's QUIC streams (docs/protocol.md §1.3).
+    private(set) var h3: H3Carrier?
     /// Where the session's and the flows' bytes go: the QUIC streams, or h3's request bodies.
-    var streams: QuicFlowLayer? { h3 ?? quic }
+    var streams: QuicFlowLayer? { h3?.streams ?? quic }
     weak var delegate: CarrierDelegate?
-    let isServer: Bool
-    private let runtime: CarrierRuntime
-    private let client: CarrierClient?
+    /// The connection closes on its own time (its CONNECTION_CLOSE, the draining period): the
+    /// carrier is held until it is over (`connectionFinished`), not only until closed.
+    private let core: CarrierCore<State>
+    private var runtime: CarrierRuntime { core.runtime }
+    let client: CarrierClient?
     private(set) weak var listener: QuicListener?
     private(set) var quic: QuicConnection?
-    private var state: State
+    private(set) var state: State {
+        get { core.state }
+        set { core.state = newValue }
+    }
     private var fd: Int32 = -1
     private var fdWantsWrite = false
-    private var readingPaused = false
-    private lazy var deliverSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.deliver() }
-    /// Alive on its own while the connection closes (its owner has let go already).
-    private var closingSelf: QuicCarrier?
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
     /// The server's ids of this connection (for the listener's table).
@@ -49,27 +53,32 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     /// Client sockets' reads (one recvmmsg of up to 8 datagrams or GRO batches), on the loop.
     nonisolated(unsafe) private static let recvBatch = UDPReceiveBatch(slots: 8)
 
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    var isServer: Bool { core.isServer }
+    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress }
     var tlsDescription: String { quic?.tlsDescription ?? "" }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
-        isServer = false
-        runtime = client.runtime
+        core = CarrierCore(.client, runtime: client.runtime, state: .resolving, releaseWhenClosed: false)
         self.client = client
         self.delegate = delegate
         kind = client.options.kind == .h3 ? .h3 : .quic
-        state = .resolving
+        bindCore()
     }
 
     /// Server side: made by the listener for an accepted Initial; `attach` gives it the connection.
     init(server listener: QuicListener, peer: Endpoint?) {
-        isServer = true
-        runtime = listener.runtime
+        core = CarrierCore(.server, runtime: listener.runtime, state: .handshake, releaseWhenClosed: false)
         client = nil
         self.listener = listener
         peerAddress = peer
-        state = .handshake
+        bindCore()
+    }
+
+    /// QUIC flushes itself after the batch; input waiting is delivered (`processSoon`).
+    private func bindCore() {
+        core.bind(flush: { [weak self] in self?.flush() }, process: { [weak self] in self?.deliver() })
     }
 
     func attach(_ q: QuicConnection) {
@@ -86,9 +95,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     func start() {
         guard let client else { return }
         let timeout = client.options.connectTimeoutMs
-        runtime.after(timeout) { [weak self] in
-            guard let self, self.state == .resolving || self.state == .handshake else { return }
-            self.fail(.timeout("no QUIC session stream within \(timeout) ms"))
+        core.dialDeadline(timeout, handshaking: { $0 == .resolving || $0 == .handshake }) { [weak self] in
+            self?.fail(.timeout("no QUIC session stream within \(timeout) ms"))
         }
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
@@ -163,7 +171,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         state = .handshake
         do {
             let q = try QuicConnection.client(loop: runtime.loop, sink: self, creds: creds, serverName: client.options.verifyName,
-                                              alpn: kind == .h3 ? H3Streams.alpn : quicALPN, local: la, remote: ra,
+                                              alpn: kind == .h3 ? H3Carrier.alpn : quicALPN, local: la, remote: ra,
                                               limits: limits)
             q.delegate = self
             attach(q)
@@ -319,21 +327,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
 
     func quicHandshakeDone(_ c: QuicConnection) {
         if isServer {
-            if c.alpn == H3Streams.alpn {
-                guard let h = H3Streams(quic: c, server: true, maxRequests: c.limits.maxStreamsBidi) else {
-                    fail(.protocolError("cannot start HTTP/3")); return
-                }
-                h.path = listener?.h3Path ?? "/loft"
-                h.delegate = self
-                h3 = h
-                kind = .h3
-                // The carrier is the session's once its CONNECT is accepted (h3Accepted); a
-                // connection that sends none within the handshake timeout is closed.
-                let limit = c.limits.handshakeTimeoutMs
-                runtime.after(limit) { [weak self] in
-                    guard let self, self.state == .handshake else { return }
-                    self.fail(.timeout("no HTTP/3 CONNECT within \(limit) ms"))
-                }
+            if c.alpn == H3Carrier.alpn {
+                startH3(c)
                 return
             }
             state = .open
@@ -342,21 +337,13 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
             return
         }
         guard state == .handshake else { return }
-        let want = kind == .h3 ? H3Streams.alpn : quicALPN
+        let want = kind == .h3 ? H3Carrier.alpn : quicALPN
         guard c.alpn == want else {
             fail(.rejected(status: 0, "the front did not negotiate ALPN \(want) (got \(c.alpn.isEmpty ? "none" : c.alpn))"))
             return
         }
         if kind == .h3 {
-            // The session's CONNECT; carrierConnected follows its 200 (h3Response).
-            guard let h = H3Streams(quic: c, server: false, maxRequests: 0), let client else {
-                fail(.protocolError("cannot start HTTP/3")); return
-            }
-            h.delegate = self
-            h.path = client.options.path
-            h.authority = client.options.port == 443 ? client.options.host : "\(client.options.host):\(client.options.port)"
-            h3 = h
-            guard h.openStream(ringCap: nil) == sessionStream else { fail(.protocolError("cannot open the session stream")); return }
+            startH3(c)
             return
         }
         guard let sid = c.openStream(), sid == sessionStream else {
@@ -368,13 +355,20 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         delegate?.carrierConnected(self)
     }
 
-    func quicReadable(_ c: QuicConnection, stream: Int64) {
-        if let h3 { h3.quicReadable(stream); return }
-        streamReadable(stream)
+    /// h3: HTTP/3 on the connection, which hands its streams' events to it from now on
+    /// (`H3Carrier`); the session opens with its CONNECT.
+    private func startH3(_ c: QuicConnection) {
+        guard let h = H3Carrier(carrier: self, connection: c) else { fail(.protocolError("cannot start HTTP/3")); return }
+        h3 = h
+        kind = .h3
+        c.delegate = h
+        h.start()
     }
 
+    func quicReadable(_ c: QuicConnection, stream: Int64) { streamReadable(stream) }
+
     /// Bytes (or the FIN) for the session or a flow (h3: in the request's body).
-    private func streamReadable(_ stream: Int64) {
+    func streamReadable(_ stream: Int64) {
         guard let c = streams else { return }
         guard stream == sessionStream else {
             if let f = flows[stream] { f.readable(); return }
@@ -424,7 +418,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     private func deliver() {
-        guard state == .open, !readingPaused, let q = streams else { return }
+        guard state == .open, !core.readingPaused, let q = streams else { return }
         let eof = q.drain(sessionStream) { bytes in
             if bytes.count > 0 { delegate?.carrier(self, received: bytes) }
         }
@@ -437,22 +431,16 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         }
     }
 
-    func quicWritable(_ c: QuicConnection, stream: Int64) {
-        if let h3 { h3.quicWritable(stream); return }
-        streamWritable(stream)
-    }
+    func quicWritable(_ c: QuicConnection, stream: Int64) { streamWritable(stream) }
 
-    private func streamWritable(_ stream: Int64) {
+    func streamWritable(_ stream: Int64) {
         if stream == sessionStream && state == .open { delegate?.carrierWritable(self) }
         else { flows[stream]?.writable() }
     }
 
-    func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) {
-        if let h3 { h3.quicReset(stream, code: code); return }
-        streamReset(stream, code: code)
-    }
+    func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) { streamReset(stream, code: code) }
 
-    private func streamReset(_ stream: Int64, code: UInt64) {
+    func streamReset(_ stream: Int64, code: UInt64) {
         guard stream == sessionStream else {
             flows.removeValue(forKey: stream)?.failed(.other(ECONNRESET))
             return
@@ -491,7 +479,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         failFlows()
         releaseSocket()
         listener?.forget(self)
-        closingSelf = nil
+        core.release()
     }
 
     private func releaseSocket() {
@@ -521,10 +509,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
 
     func flush() { quic?.flush() }
 
-    func setReading(_ on: Bool) {
-        readingPaused = !on
-        if on { deliverSoon.schedule() }
-    }
+    /// QUIC's windows hold the peer back while the session's bytes wait unread.
+    func setReading(_ on: Bool) { core.setReading(on, nil) }
 
     func close() {
         delegate = nil
@@ -550,55 +536,37 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     private func closeConnection(graceful: Bool) {
         failFlows()
         guard let q = quic, !q.closed else { connectionFinished(); return }
-        closingSelf = self
+        core.hold(self)
         if graceful { q.close() } else { q.abort() }
     }
 
-    // MARK: h3 (H3StreamsDelegate): the request streams' events are the streams' own
-
-    func h3Readable(_ stream: Int64) { streamReadable(stream) }
-    func h3Writable(_ stream: Int64) { streamWritable(stream) }
-    func h3Reset(_ stream: Int64, code: UInt64) { streamReset(stream, code: code) }
-    func h3Failed(_ reason: CarrierCloseReason) { fail(reason) }
-    func h3Refused(_ stream: Int64, status: Int, reason: String, nth: Int) {
-        listener?.refusedH3(self, status: status, reason: reason, nth: nth)
-    }
+    // MARK: h3 (H3Carrier): the session's CONNECT
 
     /// Server: the session's CONNECT was accepted: the carrier goes to the listener.
-    func h3Accepted(_ stream: Int64, session: Bool) {
-        guard isServer, session, state == .handshake else { return }
+    func h3SessionAccepted(path: String) {
+        guard isServer, state == .handshake else { return }
         state = .open
-        request = CarrierRequest(kind: .h3, peer: peer, path: h3?.path ?? "", query: nil, headers: HTTPHeaders(), sessionID: nil)
+        request = CarrierRequest(kind: .h3, peer: peer, path: path, query: nil, headers: HTTPHeaders(), sessionID: nil)
         listener?.accepted(self)
     }
 
-    /// Client: the answer to a CONNECT: the session's opens the carrier; a flow's refusal
-    /// fails that flow.
-    func h3Response(_ stream: Int64, status: Int) {
-        if stream == sessionStream {
-            guard state == .handshake else { return }
-            guard status == 200 else {
-                fail(.rejected(status: status, "the front answered the session's CONNECT with \(status)"))
-                return
-            }
-            state = .open
-            Log.debug("carrier.h3.open", ["peer": peer.map { "\($0)" } ?? "", "tls": tlsDescription])
-            delegate?.carrierConnected(self)
-            // Body bytes that came with the 200 were announced before the carrier was open.
-            deliverSoon.schedule()
-            return
-        }
-        guard status != 200 else { return }
-        h3?.reset(stream, code: 0x102)
+    /// Client: the front answered the session's CONNECT with 200.
+    func h3SessionOpened() {
+        guard state == .handshake else { return }
+        state = .open
+        Log.debug("carrier.h3.open", ["peer": peer.map { "\($0)" } ?? "", "tls": tlsDescription])
+        delegate?.carrierConnected(self)
+        // Body bytes that came with the 200 were announced before the carrier was open.
+        core.processSoon.schedule()
+    }
+
+    /// Client: a flow's CONNECT was refused.
+    func h3FlowRefused(_ stream: Int64) {
         flows.removeValue(forKey: stream)?.failed(.other(ECONNREFUSED))
     }
 
-    private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        let wasClosing = state == .closing
-        state = .closed
-        closeConnection(graceful: false)
-        if !wasClosing { notifyClosed(reason) }
+    func fail(_ reason: CarrierCloseReason) {
+        if core.fail(cutting: { closeConnection(graceful: false) }) { notifyClosed(reason) }
     }
 }
 
@@ -607,16 +575,4 @@ private final class OldSocket: IOHandler {
     weak var carrier: QuicCarrier?
     init(_ c: QuicCarrier) { carrier = c }
     func handleIO(_ events: UInt32) { carrier?.readOld() }
-}
-
-// MARK: h3
-
-extension QuicLimits {
-    /// h3: the peer's control and QPACK streams (RFC 9114 needs 3; 8 leave room for others).
-    static var h3: QuicLimits {
-        var l = QuicLimits()
-        l.maxStreamsUni = 8
-        l.maxStreamDataUni = 64 << 10
-        return l
-    }
 }

@@ -7,43 +7,33 @@ import LoftTLS
 /// (client frames masked, server frames not). Ping is answered with Pong; the close handshake
 /// is done both ways; any violation ends the connection with the matching close code.
 final class WSCarrier: Carrier, TLSConnectionOwner {
-    enum State { case resolving, connecting, upgrading, open, closing, closed }
+    enum State: CarrierState { case resolving, connecting, upgrading, open, closing, closed }
 
     let kind = CarrierKind.ws
     weak var delegate: CarrierDelegate?
-    let role: WSRole
-    private let runtime: CarrierRuntime
+    private let core: CarrierCore<State>
+    private var runtime: CarrierRuntime { core.runtime }
     private let client: CarrierClient?
     private var conn: TLSConnection?
     private var state: State {
-        didSet { if state == .closed { closingSelf = nil } }
+        get { core.state }
+        set { core.state = newValue }
     }
-    /// While a graceful close runs the carrier keeps itself alive: its owner has let go, and
-    /// the peer's Close (or the close timer) must still find it to end the connection.
-    private var closingSelf: WSCarrier?
     private var key = ""
     private var decoder: WSDecoder
     private var out: FrameWriter
-    private var readingPaused = false
-    private var wantWritable = false
-    /// Output flushed and input processed once after the batch, however often asked for.
-    private lazy var flushSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.flushNow() }
-    private lazy var processSoon = SoonOnce(loop: runtime.loop) { [weak self] in self?.processInput() }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    static let closeWaitMs: UInt64 = 2000
-
-    var isOpen: Bool { state == .open }
+    var side: CarrierSide { core.side }
+    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress ?? conn?.peer }
     var tlsDescription: String { describeTLS(conn) }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
-        role = .client
-        runtime = client.runtime
+        core = CarrierCore(.client, runtime: client.runtime, state: .resolving)
         self.client = client
         self.delegate = delegate
-        state = .resolving
         decoder = WSDecoder(role: .client)
         out = FrameWriter(.ws(masked: true))
         setUp()
@@ -51,31 +41,30 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     /// Server side: `conn` carried a valid upgrade request; the 101 goes out now.
     init(server conn: TLSConnection, request: CarrierRequest, key: String) {
-        role = .server
-        runtime = conn.runtime
+        core = CarrierCore(.server, runtime: conn.runtime, state: .open)
         client = nil
         self.conn = conn
         self.request = request
         peerAddress = conn.peer
-        state = .open
         decoder = WSDecoder(role: .server)
         out = FrameWriter(.ws(masked: false))
         setUp()
         conn.owner = self
         _ = conn.append(WSHandshake.response(accept: WSHandshake.accept(forKey: key)))
-        flushSoon.schedule()
+        core.flushSoon.schedule()
         // Frames that came with the request are processed once the embedder has the carrier.
-        processSoon.schedule()
+        core.processSoon.schedule()
     }
 
     private func setUp() {
+        core.bind(flush: { [weak self] in self?.flushNow() }, process: { [weak self] in self?.processInput() })
         let rt = runtime
         out.keySource = { [unowned rt] in rt.maskKey() }
     }
 
     deinit {
         // Dropped without close(): end at once. After close() the connection finishes alone.
-        if state != .closed && state != .closing { conn?.abort() }
+        if !core.isEnding { conn?.abort() }
     }
 
     // MARK: client handshake
@@ -83,21 +72,18 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     func start() {
         guard let client else { return }
         let timeout = client.options.connectTimeoutMs
-        runtime.after(timeout) { [weak self] in
-            guard let self, self.state == .resolving || self.state == .connecting || self.state == .upgrading else { return }
-            self.fail(.timeout("no ws connection within \(timeout) ms"))
+        core.dialDeadline(timeout, handshaking: { $0 == .resolving || $0 == .connecting || $0 == .upgrading }) { [weak self] in
+            self?.fail(.timeout("no ws connection within \(timeout) ms"))
         }
         client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
             guard let self, self.state == .resolving else { return }
             self.state = .connecting
-            self.conn = TLSConnection.dial(runtime: self.runtime, context: client.context, serverName: client.options.verifyName,
-                                           addresses: endpoints, inputBytes: 64 * 1024,
-                                           outputBytes: client.options.outputBufferBytes, owner: self)
+            self.conn = client.dialTLS(endpoints, owner: self)
         }
     }
 
     func tlsReady(_ c: TLSConnection) {
-        guard role == .client, state == .connecting, let client else { return }
+        guard side == .client, state == .connecting, let client else { return }
         state = .upgrading
         peerAddress = c.peer
         key = WSHandshake.makeKey()
@@ -153,7 +139,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     // MARK: receiving
 
     private func processInput() {
-        while !readingPaused, state == .open || state == .closing, let c = conn {
+        while !core.readingPaused, state == .open || state == .closing, let c = conn {
             var pos = c.inStart
             let ev = decoder.next(UnsafeMutableRawBufferPointer(start: c.input, count: c.inEnd), &pos)
             c.inStart = pos
@@ -161,9 +147,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
             case .needMore:
                 return
             case .data(let r):
-                if state == .open, r.count > 0 {
-                    delegate?.carrier(self, received: UnsafeRawBufferPointer(start: c.input + r.lowerBound, count: r.count))
-                }
+                if state == .open { deliver(c, r) }
             case .ping(let payload):
                 if state == .open { sendControl(WSOpcode.pong, payload) }
             case .pong:
@@ -224,7 +208,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     private func sendControl(_ opcode: UInt8, _ payload: [UInt8]) {
         guard let c = conn else { return }
         out.finalize(c)
-        let key = role == .client ? runtime.maskKey() : nil
+        let key = side == .client ? runtime.maskKey() : nil
         let h = WSFrameHeader(opcode: opcode, maskKey: key, payloadLength: UInt64(payload.count))
         var frame = h.encoded() + payload
         if let key, !payload.isEmpty {
@@ -232,17 +216,14 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         }
         let ok = frame.withUnsafeBytes { c.append($0) }
         if !ok { Log.warn("carrier.ws.control_dropped", ["opcode": opcode]) }
-        flushSoon.schedule()
+        core.flushSoon.schedule()
     }
 
     // MARK: sending
 
     func write(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard state == .open, let c = conn else { return 0 }
-        let n = out.write(c, bytes)
-        if n < bytes.count { wantWritable = true }
-        if n > 0 { flushSoon.schedule() }
-        return n
+        return out.write(bytes, to: c, core)
     }
 
     var writableBytes: Int {
@@ -254,8 +235,7 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     func flush() {
         guard let c = conn, state == .open || state == .closing else { return }
-        out.finalize(c)
-        c.flush()
+        out.flush(c)
     }
 
     private func flushNow() {
@@ -264,18 +244,12 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func afterFlush() {
-        guard wantWritable, state == .open, let c = conn else { return }
-        if out.writable(c) >= (c.outCap - FrameWriter.controlReserve) / 2 {
-            wantWritable = false
+        if let c = conn, out.writableAgain(c, core) {
             delegate?.carrierWritable(self)
         }
     }
 
-    func setReading(_ on: Bool) {
-        readingPaused = !on
-        conn?.setReading(on)
-        if on { processSoon.schedule() }
-    }
+    func setReading(_ on: Bool) { core.setReading(on, conn) }
 
     // MARK: closing
 
@@ -284,18 +258,13 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
         switch state {
         case .open:
             guard let c = conn else { state = .closed; return }
-            state = .closing
-            closingSelf = self
+            core.beginClosing(self, expire: { [weak self, weak c] in
+                self?.conn = nil
+                c?.abort()
+            }, otherwise: { [weak c] in c?.abort() })
             sendClose(WSCloseCode.normal, "")
-            readingPaused = false
             c.setReading(true)
             flush()
-            runtime.after(Self.closeWaitMs) { [weak self, weak c] in
-                guard let self, self.state == .closing else { c?.abort(); return }
-                self.state = .closed
-                self.conn = nil
-                c?.abort()
-            }
         case .resolving, .connecting, .upgrading:
             state = .closed
             conn?.abort()
@@ -313,11 +282,6 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     }
 
     private func fail(_ reason: CarrierCloseReason) {
-        guard state != .closed else { return }
-        let wasClosing = state == .closing
-        state = .closed
-        conn?.abort()
-        conn = nil
-        if !wasClosing { notifyClosed(reason) }
+        if core.fail(cutting: { conn?.abort(); conn = nil }) { notifyClosed(reason) }
     }
 }
