@@ -104,7 +104,7 @@ let package = Package(
         .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftTLS", "LoftQUIC", "LoftHTTP", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO"]),
-        .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import LoftIO
+import LoftTLS
 
 /// Which end of a carrier this is: the holder's, which dials (client), or the front's, which
 /// accepts (server). Every carrier has one, in its core.

@@ -1,4 +1,8 @@
 import LoftCore
+import LoftHTTP
+import LoftIO
+import LoftQUIC
+import LoftTLS
 
 /// The `h3` carrier: a quic carrier's connection (ALPN `h3`) with HTTP/3 (`H3Streams`,
 /// nghttp3) on its streams (docs/protocol.md §1.3). The session is the body of an extended
