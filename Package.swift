@@ -70,10 +70,10 @@ let package = Package(
         // The carrier stack in layers, each using only those above it: TLS (OpenSSL connections,
         // contexts, the pin policy) <- QUIC <- HTTP (HTTP/1.1, WebSocket, HTTP/2, HTTP/3) <- the
         // carriers and their listeners (docs/architecture.md).
-        .target(name: "LoftTLS", dependencies: ["LoftCore", "LoftIO", "CTLS", "CLinux"]),
-        .target(name: "LoftQUIC", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "CNgtcp2", "CLinux"]),
+        .target(name: "LoftTLS", dependencies: ["LoftCore", "LoftIO", "CTLS"]),
+        .target(name: "LoftQUIC", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "CNgtcp2"]),
         .target(name: "LoftHTTP", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "CTLS", "CNghttp2", "CNghttp3"]),
-        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "LoftHTTP", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
+        .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "LoftHTTP", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3"]),
         .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftTLS", "LoftControl"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),

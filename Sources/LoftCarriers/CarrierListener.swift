@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftHTTP
@@ -111,18 +110,14 @@ public final class CarrierListener: IOHandler {
         context = try TLSContext(server: options.tls, alpn: alpn)
         let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
         guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
-        var one: Int32 = 1
-        _ = setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let addr = SocketAddress(options.listen)
-        if addr.withSockaddr({ bind(s, $0, $1) }) != 0 {
-            let e = Sockets.errno
-            Glibc.close(s)
-            throw SystemError("bind \(options.listen)", e)
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
+        if case .failure(let e) = Syscall.bind(s, to: SocketAddress(options.listen)) {
+            _ = Syscall.close(s)
+            throw SystemError("bind \(options.listen)", e.code)
         }
-        if listen(s, 1024) != 0 {
-            let e = Sockets.errno
-            Glibc.close(s)
-            throw SystemError("listen \(options.listen)", e)
+        if case .failure(let e) = Syscall.listen(s, backlog: 1024) {
+            _ = Syscall.close(s)
+            throw SystemError("listen \(options.listen)", e.code)
         }
         fd = s
         localEndpoint = Sockets.localEndpoint(s) ?? options.listen
@@ -138,7 +133,7 @@ public final class CarrierListener: IOHandler {
                                         quic: options.kinds.contains(.quic), h3Path: options.kinds.contains(.h3) ? options.path : nil)
             } catch {
                 runtime.loop.unregister(s)
-                Glibc.close(s)
+                _ = Syscall.close(s)
                 throw error
             }
         }
@@ -155,7 +150,7 @@ public final class CarrierListener: IOHandler {
         quic?.stopAccepting()
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
-        Glibc.close(fd)
+        _ = Syscall.close(fd)
         fd = -1
         for p in Array(pending.values) {
             _ = removePending(p)
@@ -167,22 +162,22 @@ public final class CarrierListener: IOHandler {
 
     public func handleIO(_ events: UInt32) {
         while fd >= 0 {
-            let s = clinux_accept(fd)
-            if s < 0 {
-                let e = -s
-                if e == EAGAIN || e == EWOULDBLOCK { return }
-                if e == EINTR || e == ECONNABORTED { continue }
-                Log.warn("carrier.accept", ["error": String(cString: strerror(e))])
+            let s: Int32
+            switch Syscall.accept(fd) {
+            case .success(let c): s = c
+            case .failure(let e):
+                if e.wouldBlock { return }
+                if e.code == ECONNABORTED { continue }
+                Log.warn("carrier.accept", ["error": e.description])
                 return
             }
             stats.accepted += 1
-            _ = clinux_set_nodelay(s)
-            var peer = SocketAddress()
-            _ = peer.withMutableSockaddr { getpeername(s, $0, $1) }
+            Syscall.setNoDelay(s)
+            let peer = (try? Syscall.peerAddress(s).get()) ?? SocketAddress()
             makeRoom(for: peer.endpoint?.address)
             guard let conn = TLSConnection.accepted(runtime: runtime, context: context, fd: s, peer: peer.endpoint,
                                                     inputBytes: 64 * 1024, outputBytes: options.outputBufferBytes) else {
-                Glibc.close(s)
+                _ = Syscall.close(s)
                 continue
             }
             let p = PendingRequest(conn: conn, listener: self)

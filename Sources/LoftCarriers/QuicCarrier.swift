@@ -1,4 +1,3 @@
-import CLinux
 import CNgtcp2
 import Glibc
 import LoftCore
@@ -87,7 +86,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     }
 
     deinit {
-        if fd >= 0 { runtime.loop.unregister(fd); Glibc.close(fd) }
+        if fd >= 0 { runtime.loop.unregister(fd); _ = Syscall.close(fd) }
     }
 
     // MARK: client
@@ -148,21 +147,18 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         peerAddress = remote
         let s = Sockets.make(family: Sockets.family(of: remote), type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { connectNext(failed: "socket: \(String(cString: strerror(Sockets.errno)))"); return }
-        let ra = SocketAddress(remote)
-        if ra.withSockaddr({ Glibc.connect(s, $0, $1) }) != 0 {
-            let e = Sockets.errno
-            Glibc.close(s)
-            connectNext(failed: "connect \(remote): \(String(cString: strerror(e)))")
+        if case .failure(let e) = Syscall.connect(s, to: SocketAddress(remote)) {
+            _ = Syscall.close(s)
+            connectNext(failed: "connect \(remote): \(e)")
             return
         }
-        var la = SocketAddress()
-        _ = la.withMutableSockaddr { getsockname(s, $0, $1) }
+        let la = (try? Syscall.localAddress(s).get()) ?? SocketAddress()
         Self.tune(s)
         var limits = kind == .h3 ? QuicLimits.h3 : QuicLimits()
         limits.maxPacket = client.options.quicMaxPacket ?? 0
         // A size above discovery's must fit the first hop at least (the kernel's path MTU).
         if limits.packetAboveDiscovery, let why = Self.pathTooSmall(s, packet: limits.maxPacket, peer: remote) {
-            Glibc.close(s)
+            _ = Syscall.close(s)
             connectNext(failed: why)
             return
         }
@@ -171,7 +167,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         state = .handshake
         do {
             let q = try QuicConnection.client(loop: runtime.loop, sink: self, creds: creds, serverName: client.options.verifyName,
-                                              alpn: kind == .h3 ? H3Carrier.alpn : quicALPN, local: la, remote: ra,
+                                              alpn: kind == .h3 ? H3Carrier.alpn : quicALPN, local: la, remote: SocketAddress(remote),
                                               limits: limits)
             q.delegate = self
             attach(q)
@@ -193,10 +189,8 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         guard !isServer, state == .open, let q = quic, let remote = peerAddress else { return false }
         let s = Sockets.make(family: Sockets.family(of: remote), type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { return false }
-        let ra = SocketAddress(remote)
-        var la = SocketAddress()
-        guard ra.withSockaddr({ Glibc.connect(s, $0, $1) }) == 0, la.withMutableSockaddr({ getsockname(s, $0, $1) }) == 0 else {
-            Glibc.close(s)
+        guard case .success = Syscall.connect(s, to: SocketAddress(remote)), case .success(let la) = Syscall.localAddress(s) else {
+            _ = Syscall.close(s)
             return false
         }
         Self.tune(s)
@@ -206,7 +200,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         runtime.loop.register(s, IOEvents.readable, self)
         guard q.migrate(local: la) else {
             runtime.loop.unregister(s)
-            Glibc.close(s)
+            _ = Syscall.close(s)
             fd = previous
             return false
         }
@@ -225,7 +219,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     private func retireOld() {
         guard oldFD >= 0 else { return }
         runtime.loop.unregister(oldFD)
-        Glibc.close(oldFD)
+        _ = Syscall.close(oldFD)
         oldFD = -1
     }
 
@@ -245,13 +239,12 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     /// them), UDP GRO (a read takes up to 64 datagrams of one size from one sender), and no
     /// fragmentation.
     static func tune(_ s: Int32) {
-        var big: Int32 = 4 << 20
-        _ = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, socklen_t(MemoryLayout<Int32>.size))
-        _ = setsockopt(s, SOL_SOCKET, SO_SNDBUF, &big, socklen_t(MemoryLayout<Int32>.size))
-        _ = clinux_udp_enable_gro(s)
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_RCVBUF, 4 << 20)
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_SNDBUF, 4 << 20)
+        Syscall.enableUDPReceiveOffload(s)
         // RFC 9000 section 14: QUIC's datagrams are never fragmented (a path MTU probe too large
         // is lost, as it should be; a configured size too large fails loudly, `packetTooBig`).
-        _ = clinux_udp_no_fragment(s)
+        Syscall.forbidFragmentation(s)
     }
 
     func handleIO(_ events: UInt32) {
@@ -315,7 +308,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
     /// send already failed with EMSGSIZE.
     static func pathTooSmall(_ fd: Int32, packet: Int, peer: Endpoint?, emsgsize: Bool = false) -> String? {
         let v6 = peer.map { Sockets.family(of: $0) == Int32(AF_INET6) } ?? false
-        let mtu = Int(clinux_path_mtu(fd, v6 ? Int32(AF_INET6) : Int32(AF_INET)))
+        let mtu = Syscall.pathMTU(fd, family: v6 ? Int32(AF_INET6) : Int32(AF_INET))
         let header = v6 ? 48 : 28
         let fits = mtu <= 0 || packet + header <= mtu
         guard !fits || emsgsize else { return nil }
@@ -486,7 +479,7 @@ final class QuicCarrier: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacke
         retireOld()
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
-        Glibc.close(fd)
+        _ = Syscall.close(fd)
         fd = -1
     }
 

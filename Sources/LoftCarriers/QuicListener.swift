@@ -1,4 +1,3 @@
-import CLinux
 import CNgtcp2
 import Glibc
 import LoftCore
@@ -70,12 +69,10 @@ final class QuicListener: IOHandler, QuicPacketSink {
         Crypto.fillRandom(&secret)
         let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { cngtcp2_creds_free(c); throw SystemError("socket", Sockets.errno) }
-        let addr = SocketAddress(listen)
-        if addr.withSockaddr({ bind(s, $0, $1) }) != 0 {
-            let e = Sockets.errno
-            Glibc.close(s)
+        if case .failure(let e) = Syscall.bind(s, to: SocketAddress(listen)) {
+            _ = Syscall.close(s)
             cngtcp2_creds_free(c)
-            throw SystemError("bind udp \(listen)", e)
+            throw SystemError("bind udp \(listen)", e.code)
         }
         QuicCarrier.tune(s)
         fd = s
@@ -94,7 +91,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         accepting = false
         guard fd >= 0 else { return }
         runtime.loop.unregister(fd)
-        Glibc.close(fd)
+        _ = Syscall.close(fd)
         fd = -1
         abortHandshakes()
     }

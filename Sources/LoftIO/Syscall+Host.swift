@@ -56,6 +56,32 @@ extension Syscall {
         shim(clinux_send_batch(fd, base, slot, lens, count)).map(Int.init)
     }
 
+    /// getsockname: the socket's own address.
+    public static func localAddress(_ fd: Int32) -> Result<SocketAddress, Errno> {
+        var a = SocketAddress()
+        return check(a.withMutableSockaddr { getsockname(fd, $0, $1) }).map { a }
+    }
+
+    /// getpeername: the connected peer's address.
+    public static func peerAddress(_ fd: Int32) -> Result<SocketAddress, Errno> {
+        var a = SocketAddress()
+        return check(a.withMutableSockaddr { getpeername(fd, $0, $1) }).map { a }
+    }
+
+    /// SO_ERROR: a nonblocking connect's outcome (0: connected), or the socket's pending error.
+    public static func socketError(_ fd: Int32) -> Int32 { clinux_so_error(fd) }
+
+    /// UDP GRO: one read takes up to 64 datagrams of one size from one sender.
+    @discardableResult
+    public static func enableUDPReceiveOffload(_ fd: Int32) -> Bool { clinux_udp_enable_gro(fd) == 0 }
+
+    /// IP_MTU_DISCOVER / IPV6_MTU_DISCOVER: datagrams are never fragmented (DF set).
+    @discardableResult
+    public static func forbidFragmentation(_ fd: Int32) -> Bool { clinux_udp_no_fragment(fd) == 0 }
+
+    /// The path MTU the kernel knows for a connected socket, 0 or less when it does not.
+    public static func pathMTU(_ fd: Int32, family: Int32) -> Int { Int(clinux_path_mtu(fd, family)) }
+
     /// sendmsg (EINTR retried): the bytes sent.
     public static func sendmsg(_ fd: Int32, _ message: UnsafePointer<msghdr>, flags: Int32) -> Result<Int, Errno> {
         while true {

@@ -1,4 +1,3 @@
-import CLinux
 import CTLS
 import Glibc
 import LoftCore
@@ -153,12 +152,10 @@ package final class TLSConnection: IOHandler {
             loop.soon { [weak self] in self?.connectNext(lastError: e) }
             return
         }
-        _ = clinux_set_nodelay(s)
-        let addr = SocketAddress(endpoint)
-        let r = addr.withSockaddr { Glibc.connect(s, $0, $1) }
-        if r != 0 && Sockets.errno != EINPROGRESS {
-            let e = "\(endpoint): " + String(cString: strerror(Sockets.errno))
-            Glibc.close(s)
+        Syscall.setNoDelay(s)
+        if case .failure(let failure) = Syscall.connect(s, to: SocketAddress(endpoint)), failure != .inProgress {
+            let e = "\(endpoint): " + failure.description
+            _ = Syscall.close(s)
             loop.soon { [weak self] in self?.connectNext(lastError: e) }
             return
         }
@@ -219,7 +216,7 @@ package final class TLSConnection: IOHandler {
     package func handleIO(_ ev: UInt32) {
         switch state {
         case .connecting:
-            let err = clinux_so_error(fd)
+            let err = Syscall.socketError(fd)
             if err != 0 || ev & (IOEvents.error | IOEvents.hangup) != 0 {
                 let e = "\(peer.map { "\($0)" } ?? ""): " + String(cString: strerror(err != 0 ? err : ECONNREFUSED))
                 dropSocket()
@@ -258,7 +255,7 @@ package final class TLSConnection: IOHandler {
                     parked = true
                 } else if ev & (IOEvents.error | IOEvents.hangup) != 0 {
                     // Paused, but the socket failed: reading is the only way to learn why.
-                    let err = clinux_so_error(fd)
+                    let err = Syscall.socketError(fd)
                     end(.io(err != 0 ? String(cString: strerror(err)) : "connection hung up"))
                 }
             }
@@ -402,7 +399,7 @@ package final class TLSConnection: IOHandler {
         shutWriteWhenFlushed = false
         writeShut = true
         _ = ctls_shutdown(tls)
-        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        _ = Syscall.shutdown(fd, Int32(SHUT_WR))
     }
 
     // MARK: closing
@@ -437,7 +434,7 @@ package final class TLSConnection: IOHandler {
         closeWhenFlushed = false
         state = .lingering
         _ = ctls_shutdown(tls)
-        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        _ = Syscall.shutdown(fd, Int32(SHUT_WR))
         updateMask()
         linger()
     }
@@ -468,7 +465,7 @@ package final class TLSConnection: IOHandler {
         if fd >= 0 {
             if registered { loop.unregister(fd) }
             registered = false
-            Glibc.close(fd)
+            _ = Syscall.close(fd)
             fd = -1
         }
         mask = 0
