@@ -67,13 +67,16 @@ let package = Package(
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
-        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftDirect", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
+        // Dialing destinations from the host's own sockets (the direct and drop outbounds):
+        // loft's `direct` and loft-front's streams both reach it without the client's outbounds.
+        .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
-        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftRouting", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
@@ -81,7 +84,7 @@ let package = Package(
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                           "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftSSTP", "LoftLinks"]
+                           "LoftOutbounds", "LoftDirect", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux"]),
@@ -98,7 +101,7 @@ let package = Package(
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
-        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftDirect", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

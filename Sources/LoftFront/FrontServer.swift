@@ -4,7 +4,7 @@ import LoftConfig
 import LoftControl
 import LoftCore
 import LoftIO
-import LoftOutbounds
+import LoftDirect
 import LoftProtocol
 
 /// The front: accepts carriers, runs one FrontSession on each, hands out overlay addresses per

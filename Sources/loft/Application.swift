@@ -3,6 +3,7 @@ import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
+import LoftDirect
 import LoftCarriers
 import LoftIO
 import LoftInputs

@@ -6,6 +6,7 @@ import LoftFront
 import LoftIO
 import LoftProtocol
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// The holder against a real front on 127.0.0.1, both on one loop, with local echo servers

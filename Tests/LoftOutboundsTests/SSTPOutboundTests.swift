@@ -4,6 +4,7 @@ import LoftIO
 import LoftSSTP
 import LoftTestSupport
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// The sstp outbound while its link is down (the server's port is closed, so every dial is
