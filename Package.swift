@@ -67,16 +67,18 @@ let package = Package(
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
-        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftDirect", "LoftControl", "CLinux"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftConfig", "LoftDirect", "LoftSessionStream", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftControl"]),
         // Dialing destinations from the host's own sockets (the direct and drop outbounds):
         // loft's `direct` and loft-front's streams both reach it without the client's outbounds.
         .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
+        // A loft session's TCP stream as a byte stream: the holder's flows and the front's relays.
+        .target(name: "LoftSessionStream", dependencies: ["LoftCore", "LoftIO", "LoftProtocol"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
-        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftRouting", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftRouting", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftSSTP", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
@@ -101,7 +103,7 @@ let package = Package(
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftOutbounds"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
-        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftDirect", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftDirect", "LoftSessionStream", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftIO", "LoftTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

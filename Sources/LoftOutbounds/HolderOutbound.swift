@@ -3,6 +3,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftSessionStream
 
 /// How one holder reaches its front.
 public struct HolderOptions {
@@ -61,7 +62,7 @@ public struct HolderStats: Sendable {
 /// The loft outbound: keeps one session to a front over a carrier; each TCP flow is a stream
 /// of it and each UDP association a DGRAM association. The session outlives carriers: a lost
 /// carrier is redialled with backoff and RESUME keeps the instance (and the overlay address).
-public final class HolderOutbound: Outbound {
+public final class HolderOutbound: Outbound, SessionStreamOwner {
     public let name: String
     let loop: EventLoop
     let runtime: CarrierRuntime
@@ -83,8 +84,10 @@ public final class HolderOutbound: Outbound {
     /// The once-a-second `tick`, from creation until `stop`.
     private var tickTimer: TimerHandle?
 
-    private var streams: [UInt32: HolderStream] = [:]
-    private var pendingStreams: [HolderStream] = []
+    private var streams: [UInt32: SessionStream] = [:]
+    private var pendingStreams: [SessionStream] = []
+    /// The bytes its streams carried (they count them as they write and read the session).
+    private let streamMeter = SessionStreamMeter()
     private var associations: [UInt32: HolderAssociation] = [:]
     private var writeBlocked = false
     private var lastLimitLog: UInt64 = 0
@@ -94,6 +97,8 @@ public final class HolderOutbound: Outbound {
     private var counts = HolderStats()
     public var stats: HolderStats {
         var s = counts
+        s.bytesUp &+= streamMeter.bytesUp
+        s.bytesDown &+= streamMeter.bytesDown
         s.state = switch link {
         case .idle: "idle"
         case .dialing, .handshaking: "dialing"
@@ -267,7 +272,7 @@ public final class HolderOutbound: Outbound {
                     return s
                 }
             }
-            let s = HolderStream(holder: self, destination: destination, events: events)
+            let s = newStream(to: destination, events: events)
             openOnSession(s)
             return s
         case .dialing, .handshaking, .idle, .waiting, .stopped:
@@ -275,7 +280,7 @@ public final class HolderOutbound: Outbound {
             // the flow waits for it. Down, or redialling after failures: no flow waits for a
             // front that keeps failing.
             if failures == 0 && (link == .dialing || link == .handshaking || link == .idle) {
-                let s = HolderStream(holder: self, destination: destination, events: events)
+                let s = newStream(to: destination, events: events)
                 pendingStreams.append(s)
                 return s
             }
@@ -284,10 +289,16 @@ public final class HolderOutbound: Outbound {
                 return fallback.openStream(to: destination, events: events)
             }
             counts.holdDrops += 1
-            let s = HolderStream(holder: self, destination: destination, events: events)
+            let s = newStream(to: destination, events: events)
             s.failSoon(.networkUnreachable)
             return s
         }
+    }
+
+    /// A flow's end: a stream of the session, which it writes and reads itself.
+    private func newStream(to destination: Destination, events: ByteStreamEvents) -> SessionStream {
+        SessionStream(side: .client, session: session, id: nil, destination: destination, loop: loop,
+                      events: events, owner: self, meter: streamMeter)
     }
 
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
@@ -437,7 +448,7 @@ public final class HolderOutbound: Outbound {
 
     // MARK: streams
 
-    private func openOnSession(_ s: HolderStream) {
+    private func openOnSession(_ s: SessionStream) {
         guard let id = session.openStream(to: s.destination) else {
             // The front's max_streams (STATUS) is reached: the flow is refused, counted, and
             // said once per second at most.
@@ -456,42 +467,10 @@ public final class HolderOutbound: Outbound {
         scheduleFlush()
     }
 
-    func streamWrite(_ s: HolderStream, _ bytes: UnsafeRawBufferPointer) -> Int {
-        guard let id = s.id, link == .up else { return -1 }
-        let n = session.write(stream: id, bytes)
-        if n > 0 { counts.bytesUp &+= UInt64(n); scheduleFlush() }
-        return n
-    }
-
-    func streamRead(_ s: HolderStream, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead {
-        guard let id = s.id else { return .wouldBlock }
-        let r = session.read(stream: id, into: buffer)
-        if case .data(let n) = r {
-            counts.bytesDown &+= UInt64(n)
-            if session.outputCount > 0 { scheduleFlush() }  // CREDIT went out
-        }
-        return r
-    }
-
-    func streamHasInput(_ s: HolderStream) -> Bool {
-        guard let id = s.id else { return false }
-        return session.readableBytes(stream: id) > 0
-    }
-
-    func streamFinish(_ s: HolderStream) {
-        guard let id = s.id, link == .up else { return }
-        session.finish(stream: id)
-        scheduleFlush()
-    }
-
-    func streamClose(_ s: HolderStream, reset: Bool) {
+    /// A stream closed or reset by its flow: forgotten here (the stream told the session).
+    public func sessionStreamEnded(_ s: SessionStream) {
         if let i = pendingStreams.firstIndex(where: { $0 === s }) { pendingStreams.remove(at: i) }
-        guard let id = s.id else { return }
-        s.id = nil
-        streams.removeValue(forKey: id)
-        guard link == .up else { return }
-        if reset { session.reset(stream: id, reason: .connectionReset) } else { session.close(stream: id) }
-        scheduleFlush()
+        if let id = s.id { streams.removeValue(forKey: id) }
     }
 
     // MARK: datagrams
@@ -710,136 +689,6 @@ extension HolderOutbound: ClientSessionDelegate {
         var t = o.ipv4.description
         if let v6 = o.ipv6 { t += " " + v6.description }
         return t
-    }
-}
-
-// MARK: - one TCP flow as a stream
-
-final class HolderStream: ByteStream {
-    weak var events: ByteStreamEvents?
-    unowned let holder: HolderOutbound
-    let destination: Destination
-    var id: UInt32?
-    private var readInterest = true
-    /// OPEN_OK arrived: until then a lost stream fails instead of turning readable.
-    private var isConnected = false
-    /// The session had something (data, FIN) while read interest was off.
-    private var missedReadable = false
-    private var failure: FlowFailure?
-    private var sawEOF = false
-    private var finSent = false
-    private(set) var isDone = false
-    private var notifyScheduled = false
-
-    init(holder: HolderOutbound, destination: Destination, events: ByteStreamEvents) {
-        self.holder = holder
-        self.destination = destination
-        self.events = events
-    }
-
-    // Session side
-    func connected() {
-        isConnected = true
-        events?.streamConnected(self)
-    }
-
-    /// Never connected: the flow fails (an RST or ICMP for the app).
-    func fail(_ f: FlowFailure) {
-        guard !isDone else { return }
-        isDone = true
-        events?.streamFailed(self, f)
-    }
-
-    func failSoon(_ f: FlowFailure) {
-        holder.loop.soon { [weak self] in self?.fail(f) }
-    }
-
-    /// Was connected, now gone (RST from the front, or the carrier was lost).
-    func lost(_ f: FlowFailure) {
-        id = nil
-        guard !isDone else { return }
-        // Its OPEN was never answered: the app is still connecting and waits for streamFailed.
-        guard isConnected else { fail(f); return }
-        failure = f
-        notify()
-    }
-
-    func readable() {
-        if readInterest { notify() } else { missedReadable = true }
-    }
-    func writable() { events?.streamWritable(self) }
-
-    /// streamReadable from the loop, not from inside a session callback.
-    private func notify() {
-        guard !notifyScheduled else { return }
-        notifyScheduled = true
-        holder.loop.soon(notifyAction)
-    }
-
-    /// Made once: scheduling it per DATA frame then allocates nothing. A lost stream is one
-    /// streamFailed, whether or not reads are wanted.
-    private lazy var notifyAction: () -> Void = { [weak self] in
-        guard let self else { return }
-        self.notifyScheduled = false
-        guard !self.isDone else { return }
-        if let f = self.failure {
-            self.isDone = true
-            self.events?.streamFailed(self, f)
-        } else if self.readInterest {
-            self.events?.streamReadable(self)
-        }
-    }
-
-    // ByteStream
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        if failure != nil || isDone { return -1 }
-        var total = 0
-        for i in 0..<count {
-            let seg = segments[i]
-            guard let base = seg.iov_base, seg.iov_len > 0 else { continue }
-            let n = holder.streamWrite(self, UnsafeRawBufferPointer(start: base, count: seg.iov_len))
-            if n < 0 { return total > 0 ? total : -1 }
-            total += n
-            if n < seg.iov_len { break }
-        }
-        return total
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        if let failure { return .failed(failure) }
-        if sawEOF { return .eof }
-        switch holder.streamRead(self, into: buffer) {
-        case .data(let n): return .data(n)
-        case .wouldBlock: return .wouldBlock
-        case .eof: sawEOF = true; return .eof
-        }
-    }
-
-    func setReadInterest(_ on: Bool) {
-        readInterest = on
-        // A FIN that came while off leaves no bytes behind, only this flag.
-        if on && (missedReadable || holder.streamHasInput(self) || failure != nil) {
-            missedReadable = false
-            notify()
-        }
-    }
-
-    func shutdownWrite() {
-        guard !finSent else { return }
-        finSent = true
-        holder.streamFinish(self)
-    }
-
-    func close() {
-        guard !isDone else { return }
-        isDone = true
-        holder.streamClose(self, reset: !(sawEOF && finSent))
-    }
-
-    func reset() {
-        guard !isDone else { return }
-        isDone = true
-        holder.streamClose(self, reset: true)
     }
 }
 

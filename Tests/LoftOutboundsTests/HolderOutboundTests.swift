@@ -5,6 +5,7 @@ import LoftCore
 import LoftFront
 import LoftIO
 import LoftProtocol
+import LoftSessionStream
 import XCTest
 @testable import LoftDirect
 @testable import LoftOutbounds
@@ -131,7 +132,7 @@ final class HolderOutboundTests: XCTestCase {
         func sample() {
             maxInFlight = max(maxInFlight, Int(front.report().bytesDown) - p.received.count)
             maxBuffered = max(maxBuffered, holder.session.bufferedBytes)
-            if let id = (p.conn as? HolderStream)?.id {
+            if let id = (p.conn as? SessionStream)?.id {
                 maxStreamBuffered = max(maxStreamBuffered, holder.session.readableBytes(stream: id))
             }
         }
