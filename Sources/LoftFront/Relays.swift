@@ -136,9 +136,8 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     private unowned let connection: FrontConnection
     let flow: QuicFlow
     private var splice: Splice?
-    private var head = [UInt8](repeating: 0, count: FlowPreamble.maxOpen)
+    private var head = PreambleReader(capacity: FlowPreamble.maxOpen)
     private var refused = false
-    private var headCount = 0
     private(set) var destination: Destination?
     /// Until the OPEN is whole: a stream that never finishes it is reset (it would hold its
     /// buffers for as long as the session lives).
@@ -170,7 +169,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         guard destination == nil, !refused else { return }
         refused = true
         server.stats.openTimeouts += 1
-        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": headCount])
+        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": head.count])
         flow.reset()
         connection.flowEnded(self)
     }
@@ -188,18 +187,14 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     func streamReadable(_: ByteStream) {
         guard destination == nil, !refused else { return }
         while true {
-            let verdict = head.withUnsafeBytes { FlowPreamble.parseOpen(UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }
-            switch verdict {
+            switch head.parse(FlowPreamble.parseOpen) {
             case .open(let network, let dest):
                 return opened(network, dest)
             case .malformed:
                 return refuseMalformed()
             case .needMore(let need):
-                let r = head.withUnsafeMutableBytes { b in
-                    flow.read(into: UnsafeMutableRawBufferPointer(rebasing: b[headCount..<min(b.count, headCount + need)]))
-                }
-                switch r {
-                case .data(let n): headCount += n
+                switch head.read(need, from: flow) {
+                case .data: break
                 case .wouldBlock: return
                 case .eof, .failed: return refuseMalformed()
                 }
