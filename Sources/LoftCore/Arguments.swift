@@ -12,6 +12,27 @@ public struct Arguments: Sendable {
         self.usage = usage
     }
 
+    /// `--help`, `-h`, `help`: the usage; `--version`, `-V`, `version`: the program and its
+    /// release. True when `command` was one of them (the caller exits 0).
+    public func answered(_ command: String) -> Bool {
+        switch command {
+        case "--help", "-h", "help": Terminal.say(usage)
+        case "--version", "-V", "version": Terminal.say("\(program) \(Release.description)")
+        default: return false
+        }
+        return true
+    }
+
+    /// The configuration at `path` as `loader` reads it; its error on stderr and exit 2 when it
+    /// does not load.
+    public func load<T, E: Error & CustomStringConvertible>(_ path: String, with loader: (String) throws(E) -> T) -> T {
+        do {
+            return try loader(path)
+        } catch {
+            Terminal.fail(error.description, code: 2)
+        }
+    }
+
     /// The value after option `name`, if it has one.
     public func value(_ args: [String], _ name: String) -> String? {
         guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }

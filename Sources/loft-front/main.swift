@@ -38,19 +38,10 @@ func configPath(_ args: [String], positional: Bool = false, values: Set<String> 
     return path
 }
 
-func load(_ path: String) -> FrontSettings {
-    do {
-        return try FrontConfigLoader.load(path: path)
-    } catch {
-        Terminal.fail(error.description, code: 2)
-    }
-}
+func load(_ path: String) -> FrontSettings { arguments.load(path, with: FrontConfigLoader.load(path:)) }
 
+if arguments.answered(command) { exit(0) }
 switch command {
-case "--help", "-h", "help":
-    Terminal.say(usage)
-case "--version", "-V", "version":
-    Terminal.say("loft-front \(Release.description)")
 case "check":
     let path = configPath(args, positional: true)
     let settings = load(path)

@@ -134,18 +134,11 @@ func terminalWidth(wide: Bool = false) -> Int {
 
 func loadConfig(_ path: String?) -> Configuration {
     guard let path else { return .builtInDefault }
-    do {
-        return try ConfigLoader.load(path: path)
-    } catch {
-        Terminal.fail(error.description, code: 2)
-    }
+    return arguments.load(path, with: ConfigLoader.load(path:))
 }
 
+if arguments.answered(command) { exit(0) }
 switch command {
-case "--help", "-h", "help":
-    Terminal.say(usage)
-case "--version", "-V", "version":
-    Terminal.say("loft \(Release.description)")
 case "check":
     let path = configPath(args, required: true, positional: true)!
     let config = loadConfig(path)
