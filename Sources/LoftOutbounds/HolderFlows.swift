@@ -77,6 +77,7 @@ extension HolderOutbound {
         s.id = id
         streams[id] = s
         counts.flowsOpened += 1
+        armTickForStreams()
         scheduleFlush()
     }
 
@@ -101,6 +102,7 @@ extension HolderOutbound {
             a.id = id
             associations[id] = a
             counts.flowsOpened += 1
+            armTickForStreams()
         }
         let ok = session.send(association: a.id!, to: to, payload)
         if ok { counts.bytesUp &+= UInt64(payload.count) }

@@ -53,8 +53,9 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
     var generation = 0
     /// The next redial while `waiting`; cancelled by a dial that comes first and by `stop`.
     private var redialTimer: TimerHandle?
-    /// The once-a-second `tick`, from creation until `stop`.
+    /// The next `tick`, armed for when it is due (`armTick`).
     private var tickTimer: TimerHandle?
+    private var tickAt = UInt64.max
 
     var streams: [UInt32: SessionStream] = [:]
     var pendingStreams: [SessionStream] = []
@@ -87,7 +88,6 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         session = ClientSession(token: options.token, clientName: options.clientName, limits: options.limits)
         session.delegate = self
         restoreInstance()
-        armTick()
     }
 
     /// The instance id last written to the state file (HolderInstance.swift).
@@ -177,6 +177,7 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         counts.lastError = why
         guard link != .stopped else { return }
         link = .waiting
+        armTick()
         let delay = retryHello ? 0 : fixedDelay ?? backoff()
         Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
                                  "hold": options.hold])
@@ -220,14 +221,33 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         associations.removeAll()
     }
 
-    /// Schedules the next `tick` a second from now; each tick schedules the one after it.
-    private func armTick() {
-        tickTimer = loop.schedule(after: 1000) { [weak self] in
+    /// Arms `tick` on the loop's timer heap for when it is next due: the handshake's limit
+    /// while handshaking, the session's next keepalive deadline (`ClientSession.nextTick`)
+    /// while handshaking or up; nothing otherwise. Each tick arms the next.
+    func armTick() {
+        if let t = tickTimer { loop.cancel(t) }
+        tickTimer = nil
+        tickAt = .max
+        let now = loop.now
+        let at: UInt64
+        switch link {
+        case .handshaking: at = min(linkSince &+ Self.handshakeTimeoutMs &+ 1, session.nextTick(now: now) ?? .max)
+        case .up: guard let due = session.nextTick(now: now) else { return }; at = due
+        default: return
+        }
+        tickAt = at
+        tickTimer = loop.schedule(at: at) { [weak self] in
             guard let self else { return }
             self.tickTimer = nil
+            self.tickAt = .max
             self.tick()
-            if self.link != .stopped { self.armTick() }
+            self.armTick()
         }
+    }
+
+    /// A stream or association opened: its idle storage is looked at within a second.
+    func armTickForStreams() {
+        if tickAt > loop.now &+ 1000 { armTick() }
     }
 
     private func tick() {
@@ -291,6 +311,7 @@ extension HolderOutbound: CarrierDelegate {
         guard c === carrier else { return }
         link = .handshaking
         linkSince = loop.now
+        armTick()
         counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
         // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
         session.datagramSink = c.maxDatagram > 0 ? { [weak self, weak c] frame in

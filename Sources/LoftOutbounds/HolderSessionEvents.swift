@@ -22,6 +22,7 @@ extension HolderOutbound: ClientSessionDelegate {
         }
         link = .up
         failures = 0
+        armTick()
         saveInstance(status.instanceID)
         counts.instance = status.instanceID.description
         counts.overlay = describe(status.overlay)

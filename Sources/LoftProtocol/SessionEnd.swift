@@ -59,6 +59,10 @@ public class SessionEnd {
     /// heard for 2 intervals (a dead carrier). The client has no interval before STATUS: true.
     public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
 
+    /// When `tick` is next due (a deadline for the loop's timer heap), or nil: nothing is,
+    /// until the session changes (STATUS, a stream opened).
+    public func nextTick(now: UInt64) -> UInt64? { engine.nextTick(now: now) }
+
     /// Last PING→PONG round trip, in ms.
     public var rttMs: UInt64? { engine.rttMs }
 

@@ -1,9 +1,24 @@
 import LoftCore
 
 /// Keepalive: a PING each interval, a carrier dead after two silent ones; idle streams give
-/// their receive storage back.
+/// their receive storage back. The embedder calls `tick` at `nextTick`, a deadline on its
+/// loop's timer heap.
 extension SessionEngine {
     // MARK: keepalive
+
+    /// When `tick` next has something to do, or nil for nothing until the session changes: at
+    /// once before the silence clock runs, the next PING, the moment two intervals have passed
+    /// silent, and a second from now while streams are open (one quiet for a whole second gives
+    /// its receive storage back). Heard bytes only move the silence deadline later, so a
+    /// deadline armed earlier is never late.
+    func nextTick(now: UInt64) -> UInt64? {
+        let storage: UInt64? = streams.isEmpty ? nil : now &+ 1000
+        guard keepaliveMs > 0, !failed else { return storage }
+        if lastHeard == nil || heardSinceTick || pongUnresolved { return now }
+        var due = lastHeard! &+ 2 * keepaliveMs
+        if pingEnabled { due = min(due, lastPingAt.map { $0 &+ keepaliveMs } ?? now) }
+        return min(due, storage ?? .max)
+    }
 
     func tick(now: UInt64) -> Bool {
         for st in streams.values {
