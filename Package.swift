@@ -74,13 +74,18 @@ let package = Package(
         .target(name: "LoftQUIC", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "CNgtcp2"]),
         .target(name: "LoftHTTP", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "CTLS", "CNghttp2", "CNghttp3"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "LoftHTTP", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3"]),
-        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftOutbounds", "LoftControl", "CLinux"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftDirect", "LoftSessionStream", "LoftControl", "CLinux"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftTLS", "LoftControl"]),
+        // Dialing destinations from the host's own sockets (the direct and drop outbounds):
+        // loft's `direct` and loft-front's streams both reach it without the client's outbounds.
+        .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
+        // A loft session's TCP stream as a byte stream: the holder's flows and the front's relays.
+        .target(name: "LoftSessionStream", dependencies: ["LoftCore", "LoftIO", "LoftProtocol"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
-        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "CLinux"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
@@ -88,7 +93,7 @@ let package = Package(
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                           "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
+                           "LoftOutbounds", "LoftDirect", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux"]),
@@ -105,7 +110,7 @@ let package = Package(
         .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
-        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftDirect", "LoftSessionStream", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

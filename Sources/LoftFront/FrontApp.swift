@@ -13,7 +13,7 @@ public enum FrontApp {
         Syscall.keepFreedMemory(upTo: 2 << 20)
         do { loop = try EventLoop() } catch { Log.error("start-failed", ["error": error]); return 1 }
         // Before any thread exists, so that every thread keeps the signals blocked.
-        let signals = FrontSignals(loop: loop)
+        let signals = SignalWatcher(loop: loop, stats: true)
         let server: FrontServer
         do {
             server = try FrontServer(settings: settings, loop: loop)

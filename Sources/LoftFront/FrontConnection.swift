@@ -26,6 +26,9 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     private var ending = false
     /// Reading from the carrier is paused while the session's output backs up.
     private var readingPaused = false
+    /// The next keepalive `tick`, armed for when the session has something due (`armTick`).
+    private var tickTimer: TimerHandle?
+    private var tickAt = UInt64.max
 
     /// Session output past this pauses reading from the client. Stream data never takes the
     /// output past the session's bound (writableBytes stops first), so only a client that keeps
@@ -88,6 +91,8 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard let c = carrier else { return }
         carrier = nil
         c.delegate = nil
+        if let t = tickTimer { server.loop.cancel(t) }
+        tickTimer = nil
         if graceful {
             c.close()
             closingCarrier = c
@@ -108,6 +113,30 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     }
 
     // MARK: keepalive
+
+    /// Arms `tick` on the loop's timer heap for when the session next has something due
+    /// (`FrontSession.nextTick`); each tick arms the next. Until the carrier ends or the
+    /// session is finishing.
+    func armTick() {
+        if let t = tickTimer { server.loop.cancel(t) }
+        tickTimer = nil
+        tickAt = .max
+        guard carrier != nil, !ending, let at = session.nextTick(now: server.loop.now) else { return }
+        tickAt = at
+        tickTimer = server.loop.schedule(at: at) { [weak self] in
+            guard let self else { return }
+            self.tickTimer = nil
+            self.tickAt = .max
+            self.tick(now: self.server.loop.now)
+            self.armTick()
+        }
+    }
+
+    /// A stream or association opened, or the session was established (PINGs start): the
+    /// next tick comes no later than the new work needs.
+    private func armTickSooner(within ms: UInt64) {
+        if tickAt > server.loop.now &+ ms { armTick() }
+    }
 
     func tick(now: UInt64) {
         guard carrier != nil, !ending else { return }
@@ -210,6 +239,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         switch server.admitNew(self) {
         case .accepted(let status):
             instanceID = status.instanceID
+            server.loop.soon { [weak self] in self?.armTickSooner(within: 0) }
             Log.info("session-open", ["instance": status.instanceID, "peer": peerText, "client": clientName,
                                       "carrier": carrier?.kind.rawValue ?? "-", "ipv4": status.overlay.ipv4,
                                       "ipv6": status.overlay.ipv6.map { "\($0)" } ?? "-"])
@@ -224,6 +254,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         switch server.admitResume(self, instance: resume.instanceID) {
         case .accepted(let status):
             instanceID = status.instanceID
+            server.loop.soon { [weak self] in self?.armTickSooner(within: 0) }
             Log.info("session-resumed", ["instance": status.instanceID, "peer": peerText,
                                          "carrier": carrier?.kind.rawValue ?? "-", "ipv4": status.overlay.ipv4])
             return status
@@ -256,6 +287,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
 
     func streamRequested(_ s: FrontSession, stream: UInt32, network: FlowNetwork, destination: Destination) {
         guard !ending else { return }
+        armTickSooner(within: 1000)
         switch network {
         case .tcp:
             if case .ip(let e) = destination, !server.destinationAllowed(e.address) {

@@ -4,7 +4,7 @@ import LoftConfig
 import LoftControl
 import LoftCore
 import LoftIO
-import LoftOutbounds
+import LoftDirect
 import LoftProtocol
 import LoftTLS
 
@@ -90,7 +90,6 @@ public final class FrontServer: CarrierListenerDelegate {
                 return self.handleControl(line)
             }
         }
-        armHousekeeping()
     }
 
     // MARK: listener
@@ -110,6 +109,7 @@ public final class FrontServer: CarrierListenerDelegate {
             return
         }
         connections[ObjectIdentifier(connection)] = connection
+        connection.armTick()
         Log.debug("carrier-accepted", ["peer": carrier.peer.map { "\($0)" } ?? "-", "carrier": carrier.kind.rawValue,
                                        "tls": carrier.tlsDescription])
         loop.schedule(after: helloDeadlineMs) { [weak self, weak connection] in
@@ -208,25 +208,18 @@ public final class FrontServer: CarrierListenerDelegate {
 
     // MARK: timers
 
-    /// The once-a-second `housekeeping`, from `start` until `shutdown`.
-    private var housekeepingTimer: TimerHandle?
+    // Each connection arms its own keepalive deadline (FrontConnection.armTick).
 
-    /// Schedules the next `housekeeping` a second from now; each run schedules the one after it.
-    private func armHousekeeping() {
-        housekeepingTimer = loop.schedule(after: 1000) { [weak self] in
+    /// A state write that failed is tried again a second later (until `shutdown`).
+    private var stateRetryTimer: TimerHandle?
+
+    private func armStateRetry() {
+        guard stateRetryTimer == nil, !shuttingDown else { return }
+        stateRetryTimer = loop.schedule(after: 1000) { [weak self] in
             guard let self else { return }
-            self.housekeepingTimer = nil
-            self.housekeeping()
-            if !self.shuttingDown { self.armHousekeeping() }
+            self.stateRetryTimer = nil
+            if self.stateDirty && !self.shuttingDown { self.scheduleStateWrite() }
         }
-    }
-
-    /// Keepalive of every connection, and a state write that failed earlier.
-    private func housekeeping() {
-        let now = loop.now
-        for c in Array(connections.values) { c.tick(now: now) }
-        // A write that failed earlier is tried again here.
-        if stateDirty { scheduleStateWrite() }
     }
 
     /// A detached instance's expiry: a timer at that time frees whatever has expired by then
@@ -286,6 +279,7 @@ public final class FrontServer: CarrierListenerDelegate {
             // Once per run of failures: the retry each second would flood the log.
             if !stateWriteFailing { Log.warn("state-file-write-failed", ["path": path, "error": error]) }
             stateWriteFailing = true
+            if !final { armStateRetry() }
             return false
         }
         if stateWriteFailing { Log.info("state-file-written", ["path": path]) }
@@ -379,8 +373,8 @@ public final class FrontServer: CarrierListenerDelegate {
     public func shutdown(_ done: @escaping () -> Void) {
         guard !shuttingDown else { return }
         shuttingDown = true
-        if let t = housekeepingTimer { loop.cancel(t) }
-        housekeepingTimer = nil
+        if let t = stateRetryTimer { loop.cancel(t) }
+        stateRetryTimer = nil
         listener?.close()
         control?.stop()
         control = nil

@@ -3,6 +3,7 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftSessionStream
 
 /// One TCP stream of a session joined to a socket to its destination by a splice: the
 /// session's stream is the inbound end (`SessionStream`), the socket the outbound end. This
@@ -37,7 +38,8 @@ final class StreamRelay: SpliceOwner {
         server.stats.streamsOpened += 1
         session.accept(stream: stream)
         Log.debug("stream-open", ["stream": stream, "to": destination])
-        let e = SessionStream(connection: connection, id: stream)
+        let e = SessionStream(side: .front, session: session, id: stream, destination: destination,
+                              loop: server.loop, events: nil)
         end = e
         // The client may have sent data (and FIN) right after OPEN: the splice reads it now.
         splice.attach(e)
@@ -63,8 +65,8 @@ final class StreamRelay: SpliceOwner {
 
     // MARK: from the session
 
-    func sessionReadable() { end?.sessionReadable() }
-    func sessionWritable() { end?.sessionWritable() }
+    func sessionReadable() { end?.readable() }
+    func sessionWritable() { end?.writable() }
 
     /// The stream is gone with its session or was reset by the client: reset the socket.
     func abandon() {
@@ -73,76 +75,6 @@ final class StreamRelay: SpliceOwner {
         splice?.reset()
         splice = nil
     }
-}
-
-/// One TCP stream of a front session as a byte stream: the client's side of a relay.
-final class SessionStream: ByteStream {
-    weak var events: ByteStreamEvents?
-    private unowned let connection: FrontConnection
-    let id: UInt32
-    private var readInterest = true
-    /// The session had bytes or a FIN while reads were off.
-    private var missedReadable = false
-    /// The stream is gone from the session (reset by the client, or the session ended).
-    private var gone = false
-
-    private var session: FrontSession { connection.session }
-
-    init(connection: FrontConnection, id: UInt32) {
-        self.connection = connection
-        self.id = id
-    }
-
-    func sessionReadable() {
-        if readInterest { events?.streamReadable(self) } else { missedReadable = true }
-    }
-
-    func sessionWritable() { events?.streamWritable(self) }
-
-    /// No reset goes back: the session already dropped the stream.
-    func abandon() {
-        gone = true
-        events = nil
-    }
-
-    var writeRoom: Int { gone ? Int.max : session.writableBytes(stream: id) }
-
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        if gone { return -1 }
-        var total = 0
-        for i in 0..<count {
-            let seg = segments[i]
-            guard let base = seg.iov_base, seg.iov_len > 0 else { continue }
-            let n = session.write(stream: id, UnsafeRawBufferPointer(start: base, count: seg.iov_len))
-            total += n
-            if n < seg.iov_len { break }
-        }
-        return total
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        if gone { return .failed(.other(ECONNRESET)) }
-        switch session.read(stream: id, into: buffer) {
-        case .data(let n): return .data(n)
-        case .wouldBlock: return .wouldBlock
-        case .eof: return .eof
-        }
-    }
-
-    func setReadInterest(_ on: Bool) {
-        readInterest = on
-        if on && missedReadable {
-            missedReadable = false
-            connection.server.loop.soon { [weak self] in
-                guard let self, self.readInterest else { return }
-                self.events?.streamReadable(self)
-            }
-        }
-    }
-
-    func shutdownWrite() { if !gone { session.finish(stream: id) } }
-    func close() { if !gone { gone = true; session.close(stream: id) } }
-    func reset() { if !gone { gone = true; session.reset(stream: id, reason: .connectionReset) } }
 }
 
 /// One UDP association of a session joined to the front's sockets (one per address family, so
@@ -204,9 +136,8 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     private unowned let connection: FrontConnection
     let flow: QuicFlow
     private var splice: Splice?
-    private var head = [UInt8](repeating: 0, count: FlowPreamble.maxOpen)
+    private var head = PreambleReader(capacity: FlowPreamble.maxOpen)
     private var refused = false
-    private var headCount = 0
     private(set) var destination: Destination?
     /// Until the OPEN is whole: a stream that never finishes it is reset (it would hold its
     /// buffers for as long as the session lives).
@@ -238,7 +169,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         guard destination == nil, !refused else { return }
         refused = true
         server.stats.openTimeouts += 1
-        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": headCount])
+        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": head.count])
         flow.reset()
         connection.flowEnded(self)
     }
@@ -256,18 +187,14 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
     func streamReadable(_: ByteStream) {
         guard destination == nil, !refused else { return }
         while true {
-            let verdict = head.withUnsafeBytes { FlowPreamble.parseOpen(UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }
-            switch verdict {
+            switch head.parse(FlowPreamble.parseOpen) {
             case .open(let network, let dest):
                 return opened(network, dest)
             case .malformed:
                 return refuseMalformed()
             case .needMore(let need):
-                let r = head.withUnsafeMutableBytes { b in
-                    flow.read(into: UnsafeMutableRawBufferPointer(rebasing: b[headCount..<min(b.count, headCount + need)]))
-                }
-                switch r {
-                case .data(let n): headCount += n
+                switch head.read(need, from: flow) {
+                case .data: break
                 case .wouldBlock: return
                 case .eof, .failed: return refuseMalformed()
                 }

@@ -12,8 +12,7 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
     private let inner: QuicFlow
     private weak var holder: HolderOutbound?
     private var answered = false
-    private var answer = [UInt8](repeating: 0, count: 16)
-    private var answerCount = 0
+    private var answer = PreambleReader(capacity: 16)
     private var wantsReads = true
     private var done = false
 
@@ -54,8 +53,7 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
     /// flow's own bytes.
     private func readAnswer() {
         while !answered && !done {
-            let verdict = answer.withUnsafeBytes { FlowPreamble.parseAnswer(UnsafeRawBufferPointer(rebasing: $0[0..<answerCount])) }
-            switch verdict {
+            switch answer.parse(FlowPreamble.parseAnswer) {
             case .accepted:
                 answered = true
                 inner.setReadInterest(wantsReads)
@@ -69,11 +67,8 @@ final class HolderFlowStream: ByteStream, ByteStreamEvents {
                 fail(.other(EPROTO))
                 return
             case .needMore(let need):
-                let r = answer.withUnsafeMutableBytes { b in
-                    inner.read(into: UnsafeMutableRawBufferPointer(rebasing: b[answerCount..<min(b.count, answerCount + need)]))
-                }
-                switch r {
-                case .data(let n): answerCount += n
+                switch answer.read(need, from: inner) {
+                case .data: break
                 case .wouldBlock: return
                 case .eof: fail(.other(ECONNRESET)); return
                 case .failed(let f): fail(f); return

@@ -4,6 +4,7 @@ import LoftCore
 import LoftIO
 import LoftProtocol
 import LoftTLS
+import LoftSessionStream
 
 /// How one holder reaches its front.
 public struct HolderOptions {
@@ -31,38 +32,10 @@ public struct HolderOptions {
     }
 }
 
-/// What `loft status` shows of a holder.
-public struct HolderStats: Sendable {
-    public var state = "idle"
-    public var carrier = ""
-    public var overlay = ""
-    public var instance = ""
-    public var rttMs: UInt64?
-    public var dials: UInt64 = 0
-    public var sessions: UInt64 = 0           // STATUS received after HELLO
-    public var resumes: UInt64 = 0            // STATUS received after RESUME
-    public var carrierLosses: UInt64 = 0
-    public var pathChanges: UInt64 = 0
-    public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
-    public var quicPacket: UInt64 = 0         // quic, h3: the largest UDP payload on the path now (0: other carriers, not up)
-    public var flowStreams: UInt64 = 0        // quic: TCP flows carried on QUIC streams of their own
-    public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
-    public var datagramFramesIn: UInt64 = 0   // quic: DGRAMs received as QUIC DATAGRAM frames
-    public var holdDrops: UInt64 = 0          // flows and datagrams refused while down with hold
-    public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
-    public var streamsReset: UInt64 = 0       // streams lost with a carrier
-    public var streamLimitRefusals: UInt64 = 0 // flows refused at the front's max_streams
-    // Carried through the session, whatever input the flow came from (TUN, bridge, SOCKS5).
-    public var flowsOpened: UInt64 = 0        // streams and associations opened on a session
-    public var bytesUp: UInt64 = 0            // app → front: stream bytes and datagram payloads
-    public var bytesDown: UInt64 = 0          // front → app
-    public var lastError = ""
-}
-
 /// The loft outbound: keeps one session to a front over a carrier; each TCP flow is a stream
 /// of it and each UDP association a DGRAM association. The session outlives carriers: a lost
 /// carrier is redialled with backoff and RESUME keeps the instance (and the overlay address).
-public final class HolderOutbound: Outbound {
+public final class HolderOutbound: Outbound, SessionStreamOwner {
     public let name: String
     let loop: EventLoop
     let runtime: CarrierRuntime
@@ -73,39 +46,29 @@ public final class HolderOutbound: Outbound {
     let fallback: Outbound?
 
     enum Link { case idle, dialing, handshaking, up, waiting, stopped }
-    private(set) var link = Link.idle
-    private var carrier: Carrier?
-    private var linkSince: UInt64 = 0
-    private var failures = 0
+    var link = Link.idle
+    var carrier: Carrier?
+    var linkSince: UInt64 = 0
+    var failures = 0
     /// Bumped for every carrier, so a redial scheduled for an older one is ignored.
-    private var generation = 0
+    var generation = 0
     /// The next redial while `waiting`; cancelled by a dial that comes first and by `stop`.
     private var redialTimer: TimerHandle?
-    /// The once-a-second `tick`, from creation until `stop`.
+    /// The next `tick`, armed for when it is due (`armTick`).
     private var tickTimer: TimerHandle?
+    private var tickAt = UInt64.max
 
-    private var streams: [UInt32: HolderStream] = [:]
-    private var pendingStreams: [HolderStream] = []
-    private var associations: [UInt32: HolderAssociation] = [:]
-    private var writeBlocked = false
-    private var lastLimitLog: UInt64 = 0
+    var streams: [UInt32: SessionStream] = [:]
+    var pendingStreams: [SessionStream] = []
+    /// The bytes its streams carried (they count them as they write and read the session).
+    let streamMeter = SessionStreamMeter()
+    var associations: [UInt32: HolderAssociation] = [:]
+    var writeBlocked = false
+    var lastLimitLog: UInt64 = 0
     private var flushScheduled = false
 
     /// Counters kept as things happen; `stats` adds what is derived from the link and session.
-    private var counts = HolderStats()
-    public var stats: HolderStats {
-        var s = counts
-        s.state = switch link {
-        case .idle: "idle"
-        case .dialing, .handshaking: "dialing"
-        case .up: "up"
-        case .waiting: options.hold ? "held" : "down"
-        case .stopped: "stopped"
-        }
-        s.rttMs = link == .up ? session.rttMs : nil
-        s.quicPacket = link == .up ? UInt64(carrier?.maxPacket ?? 0) : 0
-        return s
-    }
+    var counts = HolderStats()
     /// A STATUS arrived (first, after resume, or changed): apply the overlay.
     public var onStatus: ((Status) -> Void)?
     /// The TUN's configured addresses: a STATUS handing out one of them (with another prefix)
@@ -126,80 +89,10 @@ public final class HolderOutbound: Outbound {
         session = ClientSession(token: options.token, clientName: options.clientName, limits: options.limits)
         session.delegate = self
         restoreInstance()
-        armTick()
     }
 
-    // MARK: the instance across restarts
-
-    static let stateHeader = "loft-holder-state 1"
-
-    /// The first dial RESUMEs the instance the state file names, so the front gives back the
-    /// same overlay address. A missing or unreadable file means HELLO (said in the log).
-    private func restoreInstance() {
-        guard let path = options.stateFile else { return }
-        switch StateFile.read(path, maxBytes: 4096) {
-        case .missing:
-            return
-        case .failed(let why):
-            Log.warn("holder.state-unreadable", ["outbound": name, "file": path, "error": why])
-        case .bytes(let b):
-            if let id = Self.decodeState(b) {
-                session.restore(instance: id)
-                savedInstance = id  // a RESUME that keeps it need not write the file again
-                Log.info("holder.state-restored", ["outbound": name, "instance": id.description])
-            } else {
-                Log.warn("holder.state-unreadable", ["outbound": name, "file": path,
-                                                      "error": "not a \(Self.stateHeader) file with one instance id"])
-            }
-        }
-    }
-
-    /// The instance id of a state file's bytes: the header line, then the id; nil otherwise.
-    static func decodeState(_ bytes: [UInt8]) -> InstanceID? {
-        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
-        guard lines.count == 2, lines[0] == stateHeader else { return nil }
-        return InstanceID(hex: String(lines[1]))
-    }
-
-    private var savedInstance: InstanceID?
-
-    private func saveInstance(_ id: InstanceID) {
-        guard let path = options.stateFile, id != savedInstance else { return }
-        if let error = StateFile.write("\(Self.stateHeader)\n\(id)\n", to: path) {
-            Log.warn("holder.state-not-saved", ["outbound": name, "file": path, "error": error])
-            return
-        }
-        savedInstance = id
-    }
-
-    public var isUp: Bool { link == .up }
-
-    /// Streams and associations on the live attachment.
-    public var liveFlowCount: Int { streams.count + associations.count }
-
-    /// Its `loft status` row from `stats`: the holder's own counts, which include SOCKS5 flows
-    /// (the netstack never sees those). The detail names the carrier (quic and h3: with the
-    /// largest packet on the path now), the overlay address, the round trip, and the last error
-    /// while not up.
-    public var status: OutboundStatus {
-        let st = stats
-        var s = OutboundStatus(name: name, type: "loft", state: st.state)
-        s.flows = st.flowsOpened; s.liveFlows = liveFlowCount; s.bytesUp = st.bytesUp; s.bytesDown = st.bytesDown
-        var d: [String] = []
-        if !st.carrier.isEmpty { d.append(st.carrier) }
-        if st.quicPacket > 0 { d.append("packets \(st.quicPacket) B") }
-        if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
-        if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
-        if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
-        s.detail = d.joined(separator: ", ")
-        s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
-                   ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
-                   ("flow-streams", st.flowStreams),
-                   ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
-                   (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
-                   ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
-        return s
-    }
+    /// The instance id last written to the state file (HolderInstance.swift).
+    var savedInstance: InstanceID?
 
     /// Starts the first dial.
     public func start() {
@@ -255,46 +148,6 @@ public final class HolderOutbound: Outbound {
         session.detach()
     }
 
-    // MARK: Outbound
-
-    public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
-        switch link {
-        case .up:
-            // quic: the flow on a QUIC stream of its own (docs/protocol.md §1.2).
-            if let fc = carrier as? FlowCarrier, let flow = fc.openFlow() {
-                if let s = HolderFlowStream(flow: flow, destination: destination, events: events, holder: self) {
-                    counts.flowsOpened += 1
-                    counts.flowStreams += 1
-                    return s
-                }
-            }
-            let s = HolderStream(holder: self, destination: destination, events: events)
-            openOnSession(s)
-            return s
-        case .dialing, .handshaking, .idle, .waiting, .stopped:
-            // The first dial, or a redial right after a path change, is likely to succeed soon:
-            // the flow waits for it. Down, or redialling after failures: no flow waits for a
-            // front that keeps failing.
-            if failures == 0 && (link == .dialing || link == .handshaking || link == .idle) {
-                let s = HolderStream(holder: self, destination: destination, events: events)
-                pendingStreams.append(s)
-                return s
-            }
-            if let fallback {
-                counts.fallbackFlows += 1
-                return fallback.openStream(to: destination, events: events)
-            }
-            counts.holdDrops += 1
-            let s = HolderStream(holder: self, destination: destination, events: events)
-            s.failSoon(.networkUnreachable)
-            return s
-        }
-    }
-
-    public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
-        HolderAssociation(holder: self, events: events)
-    }
-
     // MARK: carrier lifecycle
 
     private func dial() {
@@ -310,10 +163,10 @@ public final class HolderOutbound: Outbound {
     /// GOAWAY unknown-instance before the session was up: a state file (or a front that lost
     /// its own) named an instance the front does not have. The next dial is a HELLO, at once,
     /// and flows waiting for the session keep waiting: nothing is wrong with the path.
-    private var helloAtOnce = false
+    var helloAtOnce = false
 
     /// The carrier is gone (closed by the peer, broken, dead, or dropped by us).
-    private func carrierLost(_ why: String, redialIn fixedDelay: UInt64? = nil) {
+    func carrierLost(_ why: String, redialIn fixedDelay: UInt64? = nil) {
         let wasUp = link == .up
         let retryHello = helloAtOnce && !wasUp
         helloAtOnce = false
@@ -325,6 +178,7 @@ public final class HolderOutbound: Outbound {
         counts.lastError = why
         guard link != .stopped else { return }
         link = .waiting
+        armTick()
         let delay = retryHello ? 0 : fixedDelay ?? backoff()
         Log.warn("holder.down", ["outbound": name, "reason": why, "redial-ms": delay,
                                  "hold": options.hold])
@@ -368,14 +222,33 @@ public final class HolderOutbound: Outbound {
         associations.removeAll()
     }
 
-    /// Schedules the next `tick` a second from now; each tick schedules the one after it.
-    private func armTick() {
-        tickTimer = loop.schedule(after: 1000) { [weak self] in
+    /// Arms `tick` on the loop's timer heap for when it is next due: the handshake's limit
+    /// while handshaking, the session's next keepalive deadline (`ClientSession.nextTick`)
+    /// while handshaking or up; nothing otherwise. Each tick arms the next.
+    func armTick() {
+        if let t = tickTimer { loop.cancel(t) }
+        tickTimer = nil
+        tickAt = .max
+        let now = loop.now
+        let at: UInt64
+        switch link {
+        case .handshaking: at = min(linkSince &+ Self.handshakeTimeoutMs &+ 1, session.nextTick(now: now) ?? .max)
+        case .up: guard let due = session.nextTick(now: now) else { return }; at = due
+        default: return
+        }
+        tickAt = at
+        tickTimer = loop.schedule(at: at) { [weak self] in
             guard let self else { return }
             self.tickTimer = nil
+            self.tickAt = .max
             self.tick()
-            if self.link != .stopped { self.armTick() }
+            self.armTick()
         }
+    }
+
+    /// A stream or association opened: its idle storage is looked at within a second.
+    func armTickForStreams() {
+        if tickAt > loop.now &+ 1000 { armTick() }
     }
 
     private func tick() {
@@ -430,102 +303,6 @@ public final class HolderOutbound: Outbound {
         self.flushScheduled = false
         self.flushOutput()
     }
-
-    // MARK: flows on QUIC streams
-
-    func countUp(_ n: Int) { counts.bytesUp += UInt64(n) }
-    func countDown(_ n: Int) { counts.bytesDown += UInt64(n) }
-
-    // MARK: streams
-
-    private func openOnSession(_ s: HolderStream) {
-        guard let id = session.openStream(to: s.destination) else {
-            // The front's max_streams (STATUS) is reached: the flow is refused, counted, and
-            // said once per second at most.
-            counts.streamLimitRefusals += 1
-            if loop.now - lastLimitLog >= 1000 {
-                lastLimitLog = loop.now
-                Log.warn("holder.stream-limit", ["outbound": name, "open": session.openStreamCount,
-                                                 "max": session.status?.maxStreams ?? 0, "refused": counts.streamLimitRefusals])
-            }
-            s.fail(.networkUnreachable)
-            return
-        }
-        s.id = id
-        streams[id] = s
-        counts.flowsOpened += 1
-        scheduleFlush()
-    }
-
-    func streamWrite(_ s: HolderStream, _ bytes: UnsafeRawBufferPointer) -> Int {
-        guard let id = s.id, link == .up else { return -1 }
-        let n = session.write(stream: id, bytes)
-        if n > 0 { counts.bytesUp &+= UInt64(n); scheduleFlush() }
-        return n
-    }
-
-    func streamRead(_ s: HolderStream, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead {
-        guard let id = s.id else { return .wouldBlock }
-        let r = session.read(stream: id, into: buffer)
-        if case .data(let n) = r {
-            counts.bytesDown &+= UInt64(n)
-            if session.outputCount > 0 { scheduleFlush() }  // CREDIT went out
-        }
-        return r
-    }
-
-    func streamHasInput(_ s: HolderStream) -> Bool {
-        guard let id = s.id else { return false }
-        return session.readableBytes(stream: id) > 0
-    }
-
-    func streamFinish(_ s: HolderStream) {
-        guard let id = s.id, link == .up else { return }
-        session.finish(stream: id)
-        scheduleFlush()
-    }
-
-    func streamClose(_ s: HolderStream, reset: Bool) {
-        if let i = pendingStreams.firstIndex(where: { $0 === s }) { pendingStreams.remove(at: i) }
-        guard let id = s.id else { return }
-        s.id = nil
-        streams.removeValue(forKey: id)
-        guard link == .up else { return }
-        if reset { session.reset(stream: id, reason: .connectionReset) } else { session.close(stream: id) }
-        scheduleFlush()
-    }
-
-    // MARK: datagrams
-
-    func associationSend(_ a: HolderAssociation, _ payload: UnsafeRawBufferPointer, to: Destination) -> Bool {
-        guard link == .up else {
-            if options.hold {
-                counts.holdDrops += 1
-                return false
-            }
-            return a.sendFallback(payload, to: to, via: fallback)
-        }
-        if a.id == nil {
-            guard let id = session.openAssociation(firstDestination: to) else { return false }
-            a.id = id
-            associations[id] = a
-            counts.flowsOpened += 1
-        }
-        let ok = session.send(association: a.id!, to: to, payload)
-        if ok { counts.bytesUp &+= UInt64(payload.count) }
-        scheduleFlush()
-        return ok
-    }
-
-    func associationClose(_ a: HolderAssociation) {
-        guard let id = a.id else { return }
-        a.id = nil
-        associations.removeValue(forKey: id)
-        if link == .up {
-            session.closeAssociation(id)
-            scheduleFlush()
-        }
-    }
 }
 
 // MARK: - carrier events
@@ -535,6 +312,7 @@ extension HolderOutbound: CarrierDelegate {
         guard c === carrier else { return }
         link = .handshaking
         linkSince = loop.now
+        armTick()
         counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
         // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
         session.datagramSink = c.maxDatagram > 0 ? { [weak self, weak c] frame in
@@ -588,295 +366,5 @@ extension HolderOutbound: CarrierDelegate {
             do { try session.carrierEnded() } catch {}
         }
         carrierLost("carrier \(reason)")
-    }
-}
-
-// MARK: - session events
-
-extension HolderOutbound: ClientSessionDelegate {
-    public func sessionEstablished(_ s: ClientSession, status: Status, resumed: Bool) {
-        if let problem = Self.unusable(status.overlay, taken: reservedAddresses) {
-            // The front is trusted with the overlay, not with the host: an address that would
-            // take over loopback, multicast or everything is not put on the TUN. The dial
-            // counts as failed, so the backoff grows.
-            Log.error("holder.status-refused", ["outbound": name, "overlay": describe(status.overlay), "reason": problem])
-            session.goAway(.protocolError, text: "unusable overlay: \(problem)")
-            flushOutput()
-            carrier?.close()
-            carrierLost("STATUS refused: \(problem)")
-            return
-        }
-        link = .up
-        failures = 0
-        saveInstance(status.instanceID)
-        counts.instance = status.instanceID.description
-        counts.overlay = describe(status.overlay)
-        if resumed { counts.resumes += 1 } else { counts.sessions += 1 }
-        Log.info(resumed ? "holder.resumed" : "holder.up",
-                 ["outbound": name, "instance": status.instanceID.description, "overlay": counts.overlay,
-                  "carrier": counts.carrier, "mtu": status.overlay.mtu])
-        onStatus?(status)
-        let pending = pendingStreams
-        pendingStreams.removeAll()
-        for p in pending where !p.isDone { openOnSession(p) }
-        flushOutput()
-    }
-
-    public func sessionStatusChanged(_ s: ClientSession, status: Status) {
-        if let problem = Self.unusable(status.overlay, taken: reservedAddresses) {
-            Log.error("holder.status-refused", ["outbound": name, "overlay": describe(status.overlay), "reason": problem])
-            return
-        }
-        counts.overlay = describe(status.overlay)
-        Log.info("holder.status", ["outbound": name, "overlay": counts.overlay])
-        onStatus?(status)
-    }
-
-    public func sessionGoAway(_ s: ClientSession, reason: GoAwayReason, text: String) {
-        // A front going away in order is news, not an error; a refusal is.
-        let level: Log.Level = reason == .shutdown || reason == .superseded ? .warn : .error
-        Log.emit(level, "holder.goaway", ["outbound": name, "reason": reason.description, "text": text])
-        counts.lastError = "GOAWAY \(reason)\(text.isEmpty ? "" : ": \(text)")"
-        if reason == .unknownInstance {
-            session.forgetInstance()
-            if link != .up { helloAtOnce = true }
-        }
-        // The front closes the carrier after GOAWAY; the close event redials with backoff.
-    }
-
-    public func streamOpened(_ s: ClientSession, stream: UInt32) {
-        streams[stream]?.connected()
-    }
-
-    public func streamOpenFailed(_ s: ClientSession, stream: UInt32, reason: OpenFailReason) {
-        guard let hs = streams.removeValue(forKey: stream) else { return }
-        hs.id = nil
-        hs.fail(reason.flowFailure)
-    }
-
-    public func streamReadable(_ s: ClientSession, stream: UInt32) {
-        streams[stream]?.readable()
-    }
-
-    public func streamWritable(_ s: ClientSession, stream: UInt32) {
-        streams[stream]?.writable()
-    }
-
-    public func streamReset(_ s: ClientSession, stream: UInt32, reason: RstReason) {
-        guard let hs = streams.removeValue(forKey: stream) else {
-            if let a = associations.removeValue(forKey: stream) { a.id = nil }
-            return
-        }
-        hs.id = nil
-        hs.lost(.other(ECONNRESET))
-    }
-
-    public func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination,
-                                 payload: UnsafeRawBufferPointer) {
-        guard let a = associations[association], case .ip(let endpoint) = from else { return }
-        counts.bytesDown &+= UInt64(payload.count)
-        a.events?.datagramReceived(payload, from: endpoint)
-    }
-
-    public func sessionOutputReady(_ s: ClientSession) {
-        scheduleFlush()
-    }
-
-    /// Why an overlay cannot go on the TUN, or nil when it can: its addresses pass the same
-    /// check as an SSTP server's IPCP address (`HostAddress.problem`: not loopback,
-    /// unspecified, multicast, broadcast or reserved, not the gateway itself, not an address
-    /// the TUN already has), its gateways are not loopback, unspecified or multicast.
-    /// `taken`: the TUN's configured addresses; an overlay prefix equal to one of them is no
-    /// change and passes.
-    static func unusable(_ o: Overlay, taken: [IPPrefix] = []) -> String? {
-        func bad(_ a: IPAddress) -> Bool { a.isLoopback || a.isUnspecified || a.isMulticast }
-        func others(_ p: IPPrefix) -> [IPAddress] { taken.filter { $0 != p }.map(\.address) }
-        if let why = HostAddress.problem(o.ipv4.address, peer: o.gateway4, taken: others(o.ipv4)) {
-            return "IPv4 address \(o.ipv4.address): \(why)"
-        }
-        if bad(o.gateway4) { return "IPv4 address or gateway is loopback, unspecified or multicast" }
-        if o.ipv4.length < 8 { return "IPv4 prefix /\(o.ipv4.length) is wider than /8" }
-        if let v6 = o.ipv6 {
-            if let why = HostAddress.problem(v6.address, peer: o.gateway6, taken: others(v6)) {
-                return "IPv6 address \(v6.address): \(why)"
-            }
-            if o.gateway6.map(bad) == true { return "IPv6 address or gateway is loopback, unspecified or multicast" }
-            if v6.length < 16 { return "IPv6 prefix /\(v6.length) is wider than /16" }
-        }
-        if o.dns.contains(where: { $0.isUnspecified || $0.isMulticast }) { return "a DNS server is unspecified or multicast" }
-        return nil
-    }
-
-    private func describe(_ o: Overlay) -> String {
-        var t = o.ipv4.description
-        if let v6 = o.ipv6 { t += " " + v6.description }
-        return t
-    }
-}
-
-// MARK: - one TCP flow as a stream
-
-final class HolderStream: ByteStream {
-    weak var events: ByteStreamEvents?
-    unowned let holder: HolderOutbound
-    let destination: Destination
-    var id: UInt32?
-    private var readInterest = true
-    /// OPEN_OK arrived: until then a lost stream fails instead of turning readable.
-    private var isConnected = false
-    /// The session had something (data, FIN) while read interest was off.
-    private var missedReadable = false
-    private var failure: FlowFailure?
-    private var sawEOF = false
-    private var finSent = false
-    private(set) var isDone = false
-    private var notifyScheduled = false
-
-    init(holder: HolderOutbound, destination: Destination, events: ByteStreamEvents) {
-        self.holder = holder
-        self.destination = destination
-        self.events = events
-    }
-
-    // Session side
-    func connected() {
-        isConnected = true
-        events?.streamConnected(self)
-    }
-
-    /// Never connected: the flow fails (an RST or ICMP for the app).
-    func fail(_ f: FlowFailure) {
-        guard !isDone else { return }
-        isDone = true
-        events?.streamFailed(self, f)
-    }
-
-    func failSoon(_ f: FlowFailure) {
-        holder.loop.soon { [weak self] in self?.fail(f) }
-    }
-
-    /// Was connected, now gone (RST from the front, or the carrier was lost).
-    func lost(_ f: FlowFailure) {
-        id = nil
-        guard !isDone else { return }
-        // Its OPEN was never answered: the app is still connecting and waits for streamFailed.
-        guard isConnected else { fail(f); return }
-        failure = f
-        notify()
-    }
-
-    func readable() {
-        if readInterest { notify() } else { missedReadable = true }
-    }
-    func writable() { events?.streamWritable(self) }
-
-    /// streamReadable from the loop, not from inside a session callback.
-    private func notify() {
-        guard !notifyScheduled else { return }
-        notifyScheduled = true
-        holder.loop.soon(notifyAction)
-    }
-
-    /// Made once: scheduling it per DATA frame then allocates nothing. A lost stream is one
-    /// streamFailed, whether or not reads are wanted.
-    private lazy var notifyAction: () -> Void = { [weak self] in
-        guard let self else { return }
-        self.notifyScheduled = false
-        guard !self.isDone else { return }
-        if let f = self.failure {
-            self.isDone = true
-            self.events?.streamFailed(self, f)
-        } else if self.readInterest {
-            self.events?.streamReadable(self)
-        }
-    }
-
-    // ByteStream
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        if failure != nil || isDone { return -1 }
-        var total = 0
-        for i in 0..<count {
-            let seg = segments[i]
-            guard let base = seg.iov_base, seg.iov_len > 0 else { continue }
-            let n = holder.streamWrite(self, UnsafeRawBufferPointer(start: base, count: seg.iov_len))
-            if n < 0 { return total > 0 ? total : -1 }
-            total += n
-            if n < seg.iov_len { break }
-        }
-        return total
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        if let failure { return .failed(failure) }
-        if sawEOF { return .eof }
-        switch holder.streamRead(self, into: buffer) {
-        case .data(let n): return .data(n)
-        case .wouldBlock: return .wouldBlock
-        case .eof: sawEOF = true; return .eof
-        }
-    }
-
-    func setReadInterest(_ on: Bool) {
-        readInterest = on
-        // A FIN that came while off leaves no bytes behind, only this flag.
-        if on && (missedReadable || holder.streamHasInput(self) || failure != nil) {
-            missedReadable = false
-            notify()
-        }
-    }
-
-    func shutdownWrite() {
-        guard !finSent else { return }
-        finSent = true
-        holder.streamFinish(self)
-    }
-
-    func close() {
-        guard !isDone else { return }
-        isDone = true
-        holder.streamClose(self, reset: !(sawEOF && finSent))
-    }
-
-    func reset() {
-        guard !isDone else { return }
-        isDone = true
-        holder.streamClose(self, reset: true)
-    }
-}
-
-// MARK: - one UDP association
-
-final class HolderAssociation: DatagramAssociation, DatagramEvents {
-    weak var events: DatagramEvents?
-    unowned let holder: HolderOutbound
-    var id: UInt32?
-    /// Without hold, datagrams sent while the session is down go direct on this.
-    private var fallbackAssociation: DatagramAssociation?
-
-    init(holder: HolderOutbound, events: DatagramEvents) {
-        self.holder = holder
-        self.events = events
-    }
-
-    func send(_ payload: UnsafeRawBufferPointer, to: Destination) -> Bool {
-        holder.associationSend(self, payload, to: to)
-    }
-
-    /// The session's attachment ended: the next datagram opens the association again.
-    func detached() { id = nil }
-
-    func sendFallback(_ payload: UnsafeRawBufferPointer, to: Destination, via fallback: Outbound?) -> Bool {
-        if fallbackAssociation == nil { fallbackAssociation = fallback?.openAssociation(events: self) }
-        return fallbackAssociation?.send(payload, to: to) ?? false
-    }
-
-    func datagramReceived(_ payload: UnsafeRawBufferPointer, from: Endpoint) {
-        events?.datagramReceived(payload, from: from)
-    }
-
-    func close() {
-        fallbackAssociation?.close()
-        fallbackAssociation = nil
-        holder.associationClose(self)
     }
 }

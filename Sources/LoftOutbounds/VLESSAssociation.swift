@@ -42,10 +42,10 @@ final class VLESSAssociation: DatagramAssociation {
         case .domain(let name, let port):
             let copy = Array(payload)
             resolving.removeAll { !$0.isPending }
-            resolving.append(outbound.runtime.resolve(name) { [weak self] addrs in
+            resolving.append(outbound.runtime.resolver.resolve(name, port: port) { [weak self] resolved in
                 guard let self, !self.closed else { return }
-                guard let a = addrs.first else { _ = self.dropped(); return }
-                copy.withUnsafeBytes { _ = self.send($0, to: .ip(Endpoint(a, port))) }
+                guard case .success(let endpoint) = resolved else { _ = self.dropped(); return }
+                copy.withUnsafeBytes { _ = self.send($0, to: .ip(endpoint)) }
             })
             return true
         }

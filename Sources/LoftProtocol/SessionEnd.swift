@@ -59,6 +59,10 @@ public class SessionEnd {
     /// heard for 2 intervals (a dead carrier). The client has no interval before STATUS: true.
     public func tick(now: UInt64) -> Bool { engine.tick(now: now) }
 
+    /// When `tick` is next due (a deadline for the loop's timer heap), or nil: nothing is,
+    /// until the session changes (STATUS, a stream opened).
+    public func nextTick(now: UInt64) -> UInt64? { engine.nextTick(now: now) }
+
     /// Last PING→PONG round trip, in ms.
     public var rttMs: UInt64? { engine.rttMs }
 
@@ -67,17 +71,17 @@ public class SessionEnd {
     /// Queues up to min(send credit, output room) bytes; 0 = wait for streamWritable. The
     /// client may write before OPEN_OK (the front holds it until it connects); the front only
     /// after accept().
-    public func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
-    public func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
+    public final func write(stream: UInt32, _ bytes: UnsafeRawBufferPointer) -> Int { engine.write(stream, bytes) }
+    public final func writableBytes(stream: UInt32) -> Int { engine.writableBytes(stream) }
     /// Consumes; CREDIT goes out once half the window was read. Unknown ids read as eof.
-    public func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
-    public func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
+    public final func read(stream: UInt32, into buffer: UnsafeMutableRawBufferPointer) -> StreamRead { engine.read(stream, into: buffer) }
+    public final func readableBytes(stream: UInt32) -> Int { engine.readableBytes(stream) }
     /// FIN (half-close).
-    public func finish(stream: UInt32) { engine.finish(stream) }
+    public final func finish(stream: UInt32) { engine.finish(stream) }
     /// RST; the id is freed at once.
-    public func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
+    public final func reset(stream: UInt32, reason: RstReason) { engine.resetStream(stream, reason) }
     /// Frees a stream finished both ways (unread bytes are dropped); any other stream is reset.
-    public func close(stream: UInt32) { engine.close(stream) }
+    public final func close(stream: UInt32) { engine.close(stream) }
 
     /// RST cancel.
     public func closeAssociation(_ id: UInt32) { engine.closeAssociation(id) }

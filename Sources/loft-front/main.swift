@@ -23,52 +23,26 @@ See docs/front.md; as a system service (loft-front.service): docs/service.md.
 """
 
 
+let arguments = Arguments(program: "loft-front", usage: usage)
 var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
 if args.contains("--help") || args.contains("-h") { Terminal.say(usage); exit(0) }
 
-func value(_ args: [String], _ name: String) -> String? {
-    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
-    return args[i + 1]
-}
+func value(_ args: [String], _ name: String) -> String? { arguments.value(args, name) }
 
+/// The command's configuration file (`Arguments.configPath`); without one is a usage error.
 func configPath(_ args: [String], positional: Bool = false, values: Set<String> = []) -> String {
-    var path: String?
-    var i = 0
-    while i < args.count {
-        switch args[i] {
-        case "-c", "--config":
-            guard i + 1 < args.count else { Terminal.fail("loft-front: -c needs a file", code: 2) }
-            path = args[i + 1]
-            i += 2
-        case let v where values.contains(v):
-            guard i + 1 < args.count else { Terminal.fail("loft-front: \(v) needs a value", code: 2) }
-            i += 2
-        case let file where positional && path == nil && !file.hasPrefix("-"):
-            path = file
-            i += 1
-        default:
-            Terminal.fail("loft-front: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
-        }
+    guard let path = arguments.configPath(args, positional: positional, values: values) else {
+        Terminal.fail("loft-front: \(command) needs a configuration file: loft-front \(command) -c FILE", code: 2)
     }
-    guard let path else { Terminal.fail("loft-front: \(command) needs a configuration file: loft-front \(command) -c FILE", code: 2) }
     return path
 }
 
-func load(_ path: String) -> FrontSettings {
-    do {
-        return try FrontConfigLoader.load(path: path)
-    } catch {
-        Terminal.fail(error.description, code: 2)
-    }
-}
+func load(_ path: String) -> FrontSettings { arguments.load(path, with: FrontConfigLoader.load(path:)) }
 
+if arguments.answered(command) { exit(0) }
 switch command {
-case "--help", "-h", "help":
-    Terminal.say(usage)
-case "--version", "-V", "version":
-    Terminal.say("loft-front \(Release.description)")
 case "check":
     let path = configPath(args, positional: true)
     let settings = load(path)

@@ -3,6 +3,7 @@ import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
+import LoftDirect
 import LoftCarriers
 import LoftIO
 import LoftInputs
@@ -97,6 +98,7 @@ enum Application {
         Syscall.keepFreedMemory(upTo: Netstack.heapKept)
         do { loop = try EventLoop() } catch { Log.error("start.failed", ["error": error]); return 1 }
         let signals = SignalWatcher(loop: loop)
+        signals.onShutdown = { _ in loop.stop() }
         let runtime = Runtime(config: config, configPath: configPath, loop: loop)
 
         // The loop's one resolver, shared by the direct outbounds and the holders' carriers.
@@ -623,27 +625,6 @@ func holderOptions(server: String, carrier: String, token: String, verification:
         carrier: CarrierClientOptions(kind: kind, host: hp.host, port: hp.port, tls: tls,
                                       connectTimeoutMs: config.limits.connectTimeout.milliseconds),
         token: token, clientName: "loft/\(version) \(hostName)", hold: config.hold)
-}
-
-/// SIGINT/SIGTERM/SIGHUP arrive as readable events on a signalfd and stop the loop.
-final class SignalWatcher: IOHandler {
-    let loop: EventLoop
-    let fd: Int32
-    var received: Int32 = 0
-
-    init(loop: EventLoop) {
-        self.loop = loop
-        fd = clinux_signalfd_for_shutdown()
-        if fd >= 0 { loop.register(fd, IOEvents.readable, self) }
-    }
-
-    func handleIO(_ events: UInt32) {
-        let s = clinux_signalfd_read(fd)
-        if s > 0 {
-            received = s
-            loop.stop()
-        }
-    }
 }
 
 extension Duration {

@@ -43,6 +43,7 @@ system service (loft.service, loft@NAME.service): docs/service.md.
 """
 
 
+let arguments = Arguments(program: "loft", usage: usage)
 var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
@@ -50,38 +51,16 @@ args.removeFirst()
 let own = args.prefix { $0 != "--" }  // after `--`: exec's command, not loft's
 if own.contains("--help") || own.contains("-h") { Terminal.say(usage); exit(0) }
 
-/// The command's arguments: `-c FILE` (or, where `positional`, a bare FILE), the flags it
-/// knows and the options that take a value; anything else is a usage error (exit 2).
+/// The command's arguments (`Arguments.configPath`); `required`: without a file is a usage
+/// error (exit 2).
 func configPath(_ args: [String], required: Bool, positional: Bool = false, flags: Set<String> = [],
                 values: Set<String> = []) -> String? {
-    var path: String?
-    var i = 0
-    while i < args.count {
-        switch args[i] {
-        case "-c", "--config":
-            guard i + 1 < args.count else { Terminal.fail("loft: -c needs a file", code: 2) }
-            path = args[i + 1]
-            i += 2
-        case let f where flags.contains(f):
-            i += 1
-        case let v where values.contains(v):
-            guard i + 1 < args.count else { Terminal.fail("loft: \(v) needs a value", code: 2) }
-            i += 2
-        case let file where positional && path == nil && !file.hasPrefix("-"):
-            path = file
-            i += 1
-        default:
-            Terminal.fail("loft: unknown argument \"\(args[i])\"\n\(usage)", code: 2)
-        }
-    }
+    let path = arguments.configPath(args, positional: positional, flags: flags, values: values)
     if required && path == nil { Terminal.fail("loft: \(command) needs a configuration file: loft \(command) FILE", code: 2) }
     return path
 }
 
-func value(_ args: [String], _ name: String) -> String? {
-    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
-    return args[i + 1]
-}
+func value(_ args: [String], _ name: String) -> String? { arguments.value(args, name) }
 
 /// The control socket for the client commands: --control, else FILE's, else the default.
 func controlSocket(_ args: [String], flags: Set<String> = [], values: Set<String> = []) -> String {
@@ -156,18 +135,11 @@ func terminalWidth(wide: Bool = false) -> Int {
 
 func loadConfig(_ path: String?) -> Configuration {
     guard let path else { return .builtInDefault }
-    do {
-        return try ConfigLoader.load(path: path)
-    } catch {
-        Terminal.fail(error.description, code: 2)
-    }
+    return arguments.load(path, with: ConfigLoader.load(path:))
 }
 
+if arguments.answered(command) { exit(0) }
 switch command {
-case "--help", "-h", "help":
-    Terminal.say(usage)
-case "--version", "-V", "version":
-    Terminal.say("loft \(Release.description)")
 case "check":
     let path = configPath(args, required: true, positional: true)!
     let config = loadConfig(path)

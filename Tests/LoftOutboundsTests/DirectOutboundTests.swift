@@ -2,6 +2,7 @@ import Glibc
 import LoftCore
 import LoftIO
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// The direct outbound against local echo servers on 127.0.0.1 and ::1.

@@ -5,7 +5,9 @@ import LoftCore
 import LoftFront
 import LoftIO
 import LoftProtocol
+import LoftSessionStream
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// The holder against a real front on 127.0.0.1, both on one loop, with local echo servers
@@ -130,7 +132,7 @@ final class HolderOutboundTests: XCTestCase {
         func sample() {
             maxInFlight = max(maxInFlight, Int(front.report().bytesDown) - p.received.count)
             maxBuffered = max(maxBuffered, holder.session.bufferedBytes)
-            if let id = (p.conn as? HolderStream)?.id {
+            if let id = (p.conn as? SessionStream)?.id {
                 maxStreamBuffered = max(maxStreamBuffered, holder.session.readableBytes(stream: id))
             }
         }

@@ -1,5 +1,6 @@
 import LoftCore
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// Each outbound type's `loft status` row, read through the `Outbound` protocol only, after

@@ -2,6 +2,7 @@ import Glibc
 import LoftCore
 import LoftIO
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// A flow closed while its name resolves cancels the resolution.

@@ -5,6 +5,7 @@ import LoftSSTP
 import LoftTLS
 import LoftTestSupport
 import XCTest
+@testable import LoftDirect
 @testable import LoftOutbounds
 
 /// The sstp outbound while its link is down (the server's port is closed, so every dial is

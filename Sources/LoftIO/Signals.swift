@@ -1,28 +1,33 @@
 import CLinux
 import Glibc
-import LoftIO
 
-/// SIGINT, SIGTERM and SIGHUP (shutdown) arrive on a signalfd; SIGUSR1 (print stats) through a
-/// pipe written by a handler, since Glibc does not export signalfd to Swift and the shared
-/// shim's signalfd covers only the shutdown signals. Make it before any thread starts so every
-/// thread inherits the blocked mask.
-public final class FrontSignals {
+/// Both executables' signals. SIGINT, SIGTERM and SIGHUP (shutdown) arrive on a signalfd;
+/// SIGUSR1 (print stats, loft-front only: `stats: true`) through a pipe written by a handler,
+/// since Glibc does not export signalfd to Swift and the shared shim's signalfd covers only the
+/// shutdown signals. Make it before any thread starts so every thread inherits the blocked mask.
+public final class SignalWatcher {
     private let loop: EventLoop
     private var shutdownWatch: Watch?
     private var statsWatch: Watch?
+    /// The last shutdown signal, 0 before any.
+    public private(set) var received: Int32 = 0
     public var onShutdown: ((Int32) -> Void)?
     public var onStats: (() -> Void)?
 
-    public init(loop: EventLoop) {
+    public init(loop: EventLoop, stats: Bool = false) {
         self.loop = loop
         let fd = clinux_signalfd_for_shutdown()
         if fd >= 0 {
             shutdownWatch = Watch(fd) { [weak self] fd in
                 let s = clinux_signalfd_read(fd)
-                if s > 0 { self?.onShutdown?(s) }
+                if s > 0, let self {
+                    self.received = s
+                    self.onShutdown?(s)
+                }
             }
             loop.register(fd, IOEvents.readable, shutdownWatch!)
         }
+        guard stats else { return }
         var fds: [Int32] = [0, 0]
         if pipe(&fds) == 0 {
             for f in fds {

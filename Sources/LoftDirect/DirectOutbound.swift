@@ -22,12 +22,6 @@ public final class DirectOutbound: Outbound {
         self.allowResolved = allowResolved
     }
 
-    /// The first of `addresses` that may be used.
-    func pick(_ addresses: [IPAddress]) -> IPAddress? {
-        guard let allowResolved else { return addresses.first }
-        return addresses.first(where: allowResolved)
-    }
-
     /// Flows and bytes this outbound carried, whichever input they came from (TUN, bridge,
     /// SOCKS5): counted at its own sockets, as a holder counts its streams.
     public struct Usage: Sendable {
@@ -75,10 +69,11 @@ public final class DirectOutbound: Outbound {
                 stream.failSoon(.resolveFailed)
                 break
             }
-            stream.resolving = resolver.resolve(name) { [weak self, weak stream] addresses in
-                guard let self, let stream else { return }
-                if let address = self.pick(addresses) { stream.connect(Endpoint(address, port)) }
-                else { stream.failSoon(addresses.isEmpty ? .resolveFailed : .notAllowed) }
+            stream.resolving = resolver.resolve(name, port: port, allow: allowResolved) { [weak stream] resolved in
+                switch resolved {
+                case .success(let endpoint): stream?.connect(endpoint)
+                case .failure(let failure): stream?.failSoon(failure)
+                }
             }
         }
         return stream
@@ -153,9 +148,9 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
             guard let resolver else { return false }
             let copy = Array(payload)
             resolving.removeAll { !$0.isPending }
-            resolving.append(resolver.resolve(name) { [weak self] addrs in
-                guard let self, let a = self.outbound.pick(addrs) else { return }
-                copy.withUnsafeBytes { _ = self.send($0, to: .ip(Endpoint(a, port))) }
+            resolving.append(resolver.resolve(name, port: port, allow: outbound.allowResolved) { [weak self] resolved in
+                guard let self, case .success(let endpoint) = resolved else { return }
+                copy.withUnsafeBytes { _ = self.send($0, to: .ip(endpoint)) }
             })
             return true
         }
