@@ -74,18 +74,18 @@ let package = Package(
         .target(name: "LoftQUIC", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "CNgtcp2"]),
         .target(name: "LoftHTTP", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "CTLS", "CNghttp2", "CNghttp3"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "LoftTLS", "LoftQUIC", "LoftHTTP", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3"]),
-        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftDirect", "LoftSessionStream", "LoftControl", "CLinux"]),
+        .target(name: "LoftFront", dependencies: ["LoftCore", "LoftIO", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftConfig", "LoftDirect", "LoftSessionStream", "LoftControl"]),
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftTLS", "LoftControl"]),
         // Dialing destinations from the host's own sockets (the direct and drop outbounds):
         // loft's `direct` and loft-front's streams both reach it without the client's outbounds.
-        .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO", "CLinux"]),
+        .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO"]),
         // A loft session's TCP stream as a byte stream: the holder's flows and the front's relays.
         .target(name: "LoftSessionStream", dependencies: ["LoftCore", "LoftIO", "LoftProtocol"]),
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
-        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP", "CLinux"]),
+        .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).

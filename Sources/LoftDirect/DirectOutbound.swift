@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 import LoftIO
@@ -123,11 +122,10 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
         let s = Sockets.make(family: family, type: Int32(SOCK_DGRAM.rawValue))
         guard s >= 0 else { return -1 }
         if family == AF_INET6 {
-            var one: Int32 = 1
-            setsockopt(s, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
+            _ = Syscall.setOption(s, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1)
         }
         // ICMP errors (a destination's port unreachable) come back on the error queue.
-        _ = clinux_udp_recverr(s, family)
+        Syscall.receiveUDPErrors(s, family: family)
         loop.register(s, IOEvents.readable, self)
         return s
     }
@@ -139,9 +137,8 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
         case .ip(let e):
             let s = socketFor(e)
             guard s >= 0 else { return false }
-            let addr = SocketAddress(e)
-            let n = addr.withSockaddr { sendto(s, payload.baseAddress, payload.count, 0, $0, $1) }
-            guard n == payload.count else { return false }
+            guard case .success(let n) = Syscall.sendto(s, payload.baseAddress!, payload.count, to: SocketAddress(e)),
+                  n == payload.count else { return false }
             meter.usage.bytesUp &+= UInt64(n)
             return true
         case .domain(let name, let port):
@@ -171,11 +168,7 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
     private func readErrors(_ s: Int32) {
         for _ in 0..<64 {
             var to = SocketAddress()
-            let err = to.withMutableSockaddr { p, len -> Int32 in
-                var l = UInt32(len.pointee)
-                defer { len.pointee = socklen_t(l) }
-                return clinux_udp_read_error(s, p, &l)
-            }
+            let err = Syscall.readUDPError(s, to: &to)
             if err == 0 { return }
             if err == ECONNREFUSED, let ep = to.endpoint {
                 meter.usage.refusedDatagrams &+= 1
@@ -187,13 +180,15 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
 
     private func receive(_ s: Int32) {
         // Bounded per wake-up so one busy association cannot starve the loop.
-        for _ in 0..<64 {
+        reading: for _ in 0..<64 {
             var from = SocketAddress()
-            let n = from.withMutableSockaddr { recvfrom(s, Self.buffer.baseAddress, Self.buffer.count, Int32(MSG_DONTWAIT), $0, $1) }
-            if n < 0 {
+            let n: Int
+            switch Syscall.recvfrom(s, Self.buffer.baseAddress!, Self.buffer.count, flags: Int32(MSG_DONTWAIT), from: &from) {
+            case .success(let count): n = count
+            case .failure(let e):
                 // The error the queue also holds (read by readErrors): more may follow it.
-                if Sockets.errno == ECONNREFUSED { continue }
-                break
+                if e.code == ECONNREFUSED { continue }
+                break reading
             }
             guard let ep = from.endpoint else { continue }
             meter.usage.bytesDown &+= UInt64(n)
@@ -209,7 +204,7 @@ final class DirectAssociation: DatagramAssociation, IOHandler {
         resolving.removeAll()
         for s in [v4, v6] where s >= 0 {
             loop.unregister(s)
-            Glibc.close(s)
+            _ = Syscall.close(s)
         }
         v4 = -1; v6 = -1
     }

@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftConfig
 import LoftCore
@@ -8,7 +7,7 @@ import LoftIO
 public enum FrontApp {
     public static func run(_ settings: FrontSettings, version: String) -> Int32 {
         Log.threshold = settings.log.threshold
-        let nofile = clinux_raise_nofile()
+        let nofile = Syscall.raiseFileLimit()
         let loop: EventLoop
         Syscall.keepFreedMemory(upTo: 2 << 20)
         do { loop = try EventLoop() } catch { Log.error("start-failed", ["error": error]); return 1 }

@@ -82,6 +82,22 @@ extension Syscall {
     /// The path MTU the kernel knows for a connected socket, 0 or less when it does not.
     public static func pathMTU(_ fd: Int32, family: Int32) -> Int { Int(clinux_path_mtu(fd, family)) }
 
+    /// IP_RECVERR / IPV6_RECVERR on a UDP socket: ICMP errors (a port unreachable) come back on
+    /// its error queue, so an unconnected socket learns a destination refused a datagram.
+    @discardableResult
+    public static func receiveUDPErrors(_ fd: Int32, family: Int32) -> Bool { clinux_udp_recverr(fd, family) == 0 }
+
+    /// One error off a UDP socket's error queue: its errno (ECONNREFUSED for a port
+    /// unreachable, ...) and the original datagram's destination in `to`; 0 when the queue is
+    /// empty; -1 when it held something that was not an ICMP error.
+    public static func readUDPError(_ fd: Int32, to: inout SocketAddress) -> Int32 {
+        to.withMutableSockaddr { p, len -> Int32 in
+            var l = UInt32(len.pointee)
+            defer { len.pointee = socklen_t(l) }
+            return clinux_udp_read_error(fd, p, &l)
+        }
+    }
+
     /// sendmsg (EINTR retried): the bytes sent.
     public static func sendmsg(_ fd: Int32, _ message: UnsafePointer<msghdr>, flags: Int32) -> Result<Int, Errno> {
         while true {
