@@ -44,6 +44,8 @@ cat >"$T_DIR/s5.yaml" <<EOF
 log: info
 socks5: { listen: $S5, max-clients: 128 }
 bridge: off
+# A control socket of its own: `loft status` must ask this loft, not whichever answers on the default.
+control: $T_DIR/s5.sock
 rules:
   - { action: drop, to: [$DROP_DST/32] }
 default: direct
