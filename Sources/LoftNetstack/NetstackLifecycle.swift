@@ -37,18 +37,15 @@ extension Netstack {
     /// packets afterwards.
     public func shutdown() {
         guard !isShutDown else { return }
-        for flow in tcpFlows.all { flow.abort() }
-        tcpFlows.removeAll()
-        for association in udpAssociations.all { closeAssociation(association) }
-        udpAssociations.removeAll()
+        for flow in flows.tcp.all { flow.abort() }
+        flows.tcp.removeAll()
+        for association in flows.udp.all { flows.closeAssociation(association) }
+        flows.udp.removeAll()
         // Connections opened over links fail (their pcbs are aborted before lwIP is emptied,
         // so no stream keeps a pointer to a freed pcb).
         for case let link as NetstackLink in inputs.map({ $0.writer }) { link.linkDown() }
-        udpConversations.removeAll()
-        acceptedFlows.removeAll()
-        readableStreams.removeAll()
-        writableStreams.removeAll()
-        outputStreams.removeAll()
+        flows.conversations.removeAll()
+        batch.removeAll()
         // Whatever lwIP still holds (connections already handed back to it, listeners, netifs);
         // its RSTs still reach the inputs' writers through this stack.
         clwip_shutdown()
@@ -61,11 +58,11 @@ extension Netstack {
     /// are reset (the outbound is reset, the app gets its RST, queued pbufs are freed), each
     /// association's outbound side is closed, then lwIP is emptied as in `shutdown()`.
     func releaseInDeinit() {
-        for flow in tcpFlows.all {
+        for flow in flows.tcp.all {
             flow.splice.reset()
             flow.reset()
         }
-        for association in udpAssociations.all {
+        for association in flows.udp.all {
             association.outboundSide?.close()
             association.outboundSide = nil
         }

@@ -71,7 +71,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
 
     public func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream? {
         guard address.isIPv4, destination.address.isIPv4, netif >= 0 else { return nil }
-        let s = LinkStream(stack: stack, pcb: nil)
+        let s = LinkStream(batch: stack.batch, pcb: nil)
         s.events = events
         let token = UInt(bitPattern: Unmanaged.passUnretained(s).toOpaque())
         var to = clwip_endpoint(destination)
@@ -246,18 +246,18 @@ extension Netstack {
 
     /// Whether some UDP packet flow of the TUN's is from this port (any address: the TUN's
     /// apps have the link's address once it is up).
-    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { udpPacketSourcePorts.contains(port) }
+    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { packets.hasUDPSourcePort(port) }
 
     /// Whether the TUN's packet flows have this UDP 2-tuple pair (from the app's side).
     func hasUDPPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
-        guard let tun = packetModeInput, udpPacketSourcePorts.contains(source.port) else { return false }
-        return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.udp, source: source, destination: destination)] != nil
+        guard let tun = packetModeInput, packets.hasUDPSourcePort(source.port) else { return false }
+        return packets.flow(PacketFlowKey(netif: tun, proto: IPProtocol.udp, source: source, destination: destination)) != nil
     }
 
     /// Whether the TUN's packet flows have this 4-tuple (TCP, from the app's side).
     func hasPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
         guard let tun = packetModeInput else { return false }
-        return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.tcp, source: source, destination: destination)] != nil
+        return packets.flow(PacketFlowKey(netif: tun, proto: IPProtocol.tcp, source: source, destination: destination)) != nil
     }
 
     /// A segment from the link for one of its connections: straight to lwIP (never routed).
