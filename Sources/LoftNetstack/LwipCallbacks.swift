@@ -3,9 +3,13 @@ import LoftCore
 
 // MARK: - C callbacks
 
-// lwIP is one global instance; its callbacks find the stack through this (loop thread only).
-// It does not own the stack: set by init, cleared by shutdown() or deinit.
-nonisolated(unsafe) unowned(unsafe) var activeNetstack: Netstack?
+// A stack's own callbacks (output, accepted, udp) get its context: the Netstack, unretained
+// (it frees its lwIP part, and with it these callbacks, before it goes). A connection's get the
+// token of its Swift end.
+@inline(__always)
+private func netstack(_ ctx: UnsafeMutableRawPointer?) -> Netstack {
+    Unmanaged<Netstack>.fromOpaque(ctx!).takeUnretainedValue()
+}
 
 extension Netstack {
     /// The functions lwIP calls (through clwip's callbacks).
@@ -30,12 +34,14 @@ extension clwip_endpoint {
     }
 }
 
-private let lwipOutput: @convention(c) (Int32, UnsafePointer<UInt8>?, Int) -> Void = { netif, data, len in
-    activeNetstack?.emit(UnsafeRawBufferPointer(start: data, count: len), netif: Int(netif))
+private let lwipOutput: @convention(c) (UnsafeMutableRawPointer?, Int32, UnsafePointer<UInt8>?, Int) -> Void = { ctx, netif, data, len in
+    netstack(ctx).emit(UnsafeRawBufferPointer(start: data, count: len), netif: Int(netif))
 }
 
-private let lwipAccepted: @convention(c) (OpaquePointer?, Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?) -> UInt = { pcb, netif, src, dst in
-    guard let stack = activeNetstack, let pcb, let src, let dst else { return 0 }
+private let lwipAccepted: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, Int32, UnsafePointer<clwip_endpoint>?,
+                                          UnsafePointer<clwip_endpoint>?) -> UInt = { ctx, pcb, netif, src, dst in
+    guard let pcb, let src, let dst else { return 0 }
+    let stack = netstack(ctx)
     let key = FlowKey(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint)
     guard let flow = stack.flows.tcp[key], flow.state == .handshaking else { return 0 }
     flow.accepted(pcb)
@@ -74,8 +80,9 @@ private let lwipLinkUDP: @convention(c) (UInt, UnsafePointer<clwip_endpoint>?, O
     withExtendedLifetime(a) { a.received(from: src.pointee.endpoint, p) }
 }
 
-private let lwipUDP: @convention(c) (Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?, OpaquePointer?) -> Void = { netif, src, dst, p in
+private let lwipUDP: @convention(c) (UnsafeMutableRawPointer?, Int32, UnsafePointer<clwip_endpoint>?, UnsafePointer<clwip_endpoint>?,
+                                     OpaquePointer?) -> Void = { ctx, netif, src, dst, p in
     guard let p else { return }
-    guard let stack = activeNetstack, let src, let dst else { clwip_pbuf_free(p); return }
-    stack.udpReceived(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint, pbuf: p)
+    guard let src, let dst else { clwip_pbuf_free(p); return }
+    netstack(ctx).udpReceived(netif: Int(netif), source: src.pointee.endpoint, destination: dst.pointee.endpoint, pbuf: p)
 }

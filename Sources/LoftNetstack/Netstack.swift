@@ -15,8 +15,10 @@ public protocol PacketWriter: AnyObject {
 }
 
 /// The lwIP stack: packets in from inputs, TCP flows and UDP associations out to the router's
-/// outbounds, packets back to the input each flow came from. One instance (lwIP is global),
-/// driven entirely by the event loop thread.
+/// outbounds, packets back to the input each flow came from. This type is the lwIP glue and the
+/// packets' way in and out; the flows are its `FlowTable`'s, packet mode its `PacketPath`'s.
+/// Several may live in one process: each owns its own lwIP netifs (a `clwip_stack`), while lwIP
+/// itself is one per process (docs/architecture.md), so all run on one event-loop thread.
 public final class Netstack {
     public struct Settings: Sendable {
         public var icmpReply = true
@@ -68,23 +70,28 @@ public final class Netstack {
     /// The ICMP errors loft writes itself, rate-limited like a kernel's (`portUnreachable`).
     var icmpLimit = TokenBucket(perSecond: 1000, burst: 50)
 
+    /// This stack's share of lwIP (its netifs); freed by `shutdown()` or deinit.
+    let lwip: OpaquePointer
+
     public var tcpFlowCount: Int { flows.tcp.count }
     public var udpAssociationCount: Int { flows.udp.count }
 
-    /// Creates the stack. lwIP is one global, so only one Netstack may be live at a time; the
-    /// next can be created once this one is shut down (`shutdown()` or deinit).
+    /// Creates a stack with no inputs yet. Other stacks may be live in the process (on the same
+    /// loop thread: lwIP is not thread-safe).
     public init(loop: EventLoop, router: FlowRouter, settings: Settings) {
-        precondition(activeNetstack == nil, "lwIP is a single global instance: shut the previous Netstack down first")
         self.loop = loop
         self.router = router
         self.settings = settings
         trimmer = MemoryTrimmer(loop: loop, meter: meter)
-        activeNetstack = self
+        var cb = Netstack.lwipCallbacks
+        guard let lwip = clwip_stack_new(&cb, nil) else { fatalError("out of memory for an lwIP stack") }
+        self.lwip = lwip
         flows = FlowTable(stack: self, loop: loop, settings: settings, trimmer: trimmer)
         packets = PacketPath(stack: self, loop: loop, settings: settings)
         trimmer.tableCount = { [unowned(unsafe) self] in self.flows.count }
-        var cb = Netstack.lwipCallbacks
-        _ = clwip_init(&cb)
+        // lwIP's callbacks for this stack's netifs find it through this (it does not own it:
+        // the stack frees its lwIP part before it goes).
+        clwip_stack_set_context(lwip, Unmanaged.passUnretained(self).toOpaque())
     }
 
     /// Set once `shutdown()` (or deinit) has released lwIP.
@@ -98,9 +105,9 @@ public final class Netstack {
 
     /// The input's MTU changed (a holder's STATUS set a new one on the TUN).
     public func setMTU(_ mtu: Int, input: Int) {
-        guard inputs.indices.contains(input) else { return }
+        guard inputs.indices.contains(input), !isShutDown else { return }
         inputs[input].mtu = mtu
-        clwip_netif_set_mtu(Int32(input), UInt16(clamping: inputs[input].packetLimit))
+        clwip_netif_set_mtu(lwip, Int32(input), UInt16(clamping: inputs[input].packetLimit))
     }
 
     /// Adds an input; returns its index, used with `input(_:from:)`. `verifyChecksums` checks
@@ -113,10 +120,10 @@ public final class Netstack {
     public func addInput(mtu: Int, writer: PacketWriter, verifyChecksums: Bool = false, receiveWindow: Int = 0,
                          offload: Bool = false) -> Int {
         var input = Input(writer: writer, mtu: mtu, verifyChecksums: verifyChecksums, offload: offload)
-        let idx = Int(clwip_netif_add(UInt16(clamping: input.packetLimit)))
+        let idx = Int(clwip_netif_add(lwip, UInt16(clamping: input.packetLimit)))
         precondition(idx == inputs.count, "lwIP netif table full")
-        if receiveWindow > 0 { clwip_netif_set_recv_window(Int32(idx), UInt32(clamping: receiveWindow)) }
-        input.windowScale = clwip_netif_window_scale(Int32(idx))
+        if receiveWindow > 0 { clwip_netif_set_recv_window(lwip, Int32(idx), UInt32(clamping: receiveWindow)) }
+        input.windowScale = clwip_netif_window_scale(lwip, Int32(idx))
         inputs.append(input)
         inputCounters.append(InputCounters())
         return idx
@@ -140,7 +147,8 @@ public final class Netstack {
     /// when lwIP has no memory): a large TCP segment read there goes to lwIP without a copy.
     /// Valid until the next `input` of a packet in it.
     public func receiveBuffer() -> UnsafeMutableRawBufferPointer? {
-        clwip_rx_buffer().map { UnsafeMutableRawBufferPointer(start: $0, count: Int(CLWIP_RX_BUFFER_SIZE)) }
+        guard !isShutDown else { return nil }
+        return clwip_rx_buffer(lwip).map { UnsafeMutableRawBufferPointer(start: $0, count: Int(CLWIP_RX_BUFFER_SIZE)) }
     }
 
     /// The hot path: one packet from an input. `partialChecksum`: a TCP segment with payload,
@@ -183,7 +191,7 @@ public final class Netstack {
         let transport = !summary.isLaterFragment
         let udpPort = summary.proto == IPProtocol.udp && transport ? Int32(summary.destinationPort) : -1
         let tcpOffset = summary.proto == IPProtocol.tcp && transport ? Int32(summary.transportOffset) : 0
-        let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+        let verdict = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
                                   -1, udpPort, tcpOffset, partialChecksum && tcpOffset > 0 ? 1 : 0)
         if verdict != 0 {
             drop(Netstack.dropReason(verdict), netif)
@@ -307,7 +315,8 @@ public final class Netstack {
     /// After each batch of events: the lwIP ends' events (bytes from apps, room from ACKs),
     /// then one tcp_output per flow that was written to.
     public func afterEvents() {
+        guard !isShutDown else { return }
         batch.run()
-        tally.timeWaitReaped &+= UInt64(clwip_reap_timewait())
+        tally.timeWaitReaped &+= UInt64(clwip_reap_timewait(lwip))
     }
 }

@@ -21,7 +21,8 @@ public struct LwIPResources: Equatable, Sendable, CustomStringConvertible {
 }
 
 extension Netstack {
-    /// lwIP's live pcbs and netifs right now (lwIP is global: whatever stack is live).
+    /// lwIP's live pcbs and netifs right now, of every stack in the process (lwIP's lists are
+    /// process-wide).
     public static func lwipResources() -> LwIPResources {
         var r = clwip_resources()
         clwip_get_resources(&r)
@@ -32,7 +33,7 @@ extension Netstack {
 
     /// Ends the stack: every TCP flow is aborted (its outbound reset, the app sent an RST),
     /// every UDP association closed, and lwIP's connections, listeners, UDP pcbs and netifs
-    /// freed. Afterwards a new Netstack may be created in this process. Call on the loop
+    /// freed (the shared listeners and UDP pcbs with the process's last stack). Call on the loop
     /// thread, outside lwIP callbacks; calling it again does nothing. The stack must not be fed
     /// packets afterwards.
     public func shutdown() {
@@ -48,8 +49,7 @@ extension Netstack {
         batch.removeAll()
         // Whatever lwIP still holds (connections already handed back to it, listeners, netifs);
         // its RSTs still reach the inputs' writers through this stack.
-        clwip_shutdown()
-        activeNetstack = nil
+        clwip_stack_free(lwip)
         isShutDown = true
     }
 
@@ -67,8 +67,7 @@ extension Netstack {
             association.outboundSide = nil
         }
         for case let link as NetstackLink in inputs.map({ $0.writer }) { link.linkDown() }
-        clwip_shutdown()
-        activeNetstack = nil
+        clwip_stack_free(lwip)
         isShutDown = true
     }
 }

@@ -70,7 +70,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
     // MARK: PacketLinkStack
 
     public func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream? {
-        guard address.isIPv4, destination.address.isIPv4, netif >= 0 else { return nil }
+        guard address.isIPv4, destination.address.isIPv4, netif >= 0, !stack.isShutDown else { return nil }
         let s = LinkStream(batch: stack.batch, pcb: nil)
         s.events = events
         let token = UInt(bitPattern: Unmanaged.passUnretained(s).toOpaque())
@@ -88,7 +88,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
             s.connecting = true
             entries[key] = Entry(stream: s)
             live += 1
-            guard let pcb = clwip_tcp_connect(Int32(netif), &from, &to, token, &err) else {
+            guard let pcb = clwip_tcp_connect(stack.lwip, Int32(netif), &from, &to, token, &err) else {
                 entries[key] = nil
                 live -= 1
                 s.link = nil
@@ -116,7 +116,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
             guard associations[port] == nil, !stack.hasUDPPacketFlow(fromPort: port) else { continue }
             var from = clwip_endpoint(Endpoint(address, port))
             var err: Int32 = 0
-            guard let pcb = clwip_udp_open(Int32(netif), &from, token, &err) else {
+            guard let pcb = clwip_udp_open(stack.lwip, Int32(netif), &from, token, &err) else {
                 if err == -8 /* ERR_USE */ { continue }
                 return nil
             }
@@ -232,12 +232,12 @@ extension Netstack {
     /// its link (`NetstackLink`); nil when lwIP's netif table is full (the outbound then keeps
     /// refusing streams).
     public func addLink(for outbound: PacketOutbound, mtu: Int) -> NetstackLink? {
-        let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
+        let idx = Int(clwip_netif_add(lwip, UInt16(clamping: mtu)))
         guard idx >= 0 else { return nil }
         precondition(idx == inputs.count, "lwIP netif table out of step")
         let link = NetstackLink(stack: self, outbound: outbound)
         var input = Input(writer: link, mtu: mtu, verifyChecksums: false, offload: false)
-        input.windowScale = clwip_netif_window_scale(Int32(idx))
+        input.windowScale = clwip_netif_window_scale(lwip, Int32(idx))
         inputs.append(input)
         inputCounters.append(InputCounters())
         link.netif = idx
@@ -266,7 +266,7 @@ extension Netstack {
         tally.bytesIn &+= UInt64(packet.count)
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
-        let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+        let verdict = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
                                   -1, -1, Int32(tcpOffset), 0)
         if verdict != 0 { drop(Netstack.dropReason(verdict), netif) }
     }

@@ -108,7 +108,7 @@ final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
         stack.tally.udpDatagramsDown &+= 1
         var from = clwip_endpoint(remote)
         var to = clwip_endpoint(key.source)
-        if clwip_udp_send(Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
+        if clwip_udp_send(stack.lwip, Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
             stack.drop(.stackMemory, key.netif)
         }
     }
