@@ -545,17 +545,10 @@ void clwip_udp_close(clwip_udp *c) { udp_remove((struct udp_pcb *)c); }
 
 // ---- input --------------------------------------------------------------------------------
 
-// ---- segment checks before lwIP ------------------------------------------------------------
+// ---- a segment's connection, for the checks before lwIP ----------------------------------
 //
-// lwIP 2.1 takes a segment's window before it checks the segment's acknowledgement and
-// sequence number, and keeps out-of-order segments without a limit in this build
-// (TCP_OOSEQ_MAX_BYTES/PBUFS are 0). So a synchronized connection's segments are checked here
-// first, the way a kernel checks them (RFC 793 acceptability, RFC 5961's ACK range), and
-// dropped unseen when they fail.
-
-static uint32_t be32_at(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
+// The checks themselves (RFC 793 acceptability, RFC 5961's ACK range, the out-of-order cap) are
+// Swift's (TCPSegmentCheck.swift); this only finds the connection and reads its sequence state.
 
 static int addr_is(const ip_addr_t *a, const uint8_t *bytes, int v6) {
     if (v6) return IP_IS_V6(a) && memcmp(ip_2_ip6(a)->addr, bytes, 16) == 0;
@@ -583,35 +576,30 @@ static struct tcp_pcb *find_active(const struct netif *netif, const uint8_t *pac
     return NULL;
 }
 
-static int segment_verdict(const struct netif *netif, const uint8_t *packet, size_t len, int off) {
-    if (off <= 0 || (size_t)off + 20 > len) return CLWIP_SEGMENT_OK;
-    const uint8_t *t = packet + off;
-    u8_t flags = t[13];
-    // SYN and RST are lwIP's to judge (it checks an RST's sequence number exactly); a segment
-    // without ACK is dropped by lwIP in every synchronized state.
-    if ((flags & (TCP_SYN | TCP_RST)) || !(flags & TCP_ACK)) return CLWIP_SEGMENT_OK;
-    struct tcp_pcb *pcb = find_active(netif, packet, (packet[0] >> 4) == 6,
+clwip_tcp *clwip_tcp_find_synchronized(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int tcp_offset,
+                                       clwip_tcp_window *w) {
+    if (idx < 0 || idx >= st->slot_count || tcp_offset <= 0 || (size_t)tcp_offset + 20 > len) return NULL;
+    const uint8_t *t = packet + tcp_offset;
+    struct tcp_pcb *pcb = find_active(&st->slots[idx].netif, packet, (packet[0] >> 4) == 6,
                                       (u16_t)(t[0] << 8 | t[1]), (u16_t)(t[2] << 8 | t[3]));
-    if (pcb == NULL || pcb->state < ESTABLISHED || pcb->state == TIME_WAIT) return CLWIP_SEGMENT_OK;
-    u32_t seq = be32_at(t + 4), ack = be32_at(t + 8);
-    size_t hl = (size_t)(t[12] >> 4) * 4;
-    size_t payload = (size_t)off + hl <= len ? len - (size_t)off - hl : 0;
-    // RFC 5961 5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT.
-    u32_t max_wnd = pcb->snd_wnd_max > 0 ? pcb->snd_wnd_max : TCP_WND;
-    if (TCP_SEQ_GT(ack, pcb->snd_nxt) || TCP_SEQ_LT(ack, pcb->lastack - max_wnd)) return CLWIP_SEGMENT_BAD_ACK;
-    // RFC 793 acceptability, the upper edge: nothing may start beyond the window offered.
-    u32_t wnd = pcb->rcv_wnd > pcb->rcv_ann_wnd ? pcb->rcv_wnd : pcb->rcv_ann_wnd;
-    if (TCP_SEQ_GT(seq, pcb->rcv_nxt + wnd)) return CLWIP_SEGMENT_OUT_OF_WINDOW;
-    // Data ahead of what is expected is kept by lwIP until the gap fills: bounded here.
-    if (payload > 0 && TCP_SEQ_GT(seq, pcb->rcv_nxt)) {
-        u32_t segs = 0, bytes = 0;
-        for (struct tcp_seg *q = pcb->ooseq; q != NULL; q = q->next) {
-            segs++;
-            bytes += q->len;
-            if (segs >= CLWIP_OOSEQ_MAX_SEGMENTS || bytes + payload > CLWIP_OOSEQ_MAX_BYTES) return CLWIP_SEGMENT_OOSEQ_FULL;
-        }
+    if (pcb == NULL || pcb->state < ESTABLISHED || pcb->state == TIME_WAIT) return NULL;
+    w->snd_nxt = pcb->snd_nxt;
+    w->lastack = pcb->lastack;
+    w->max_snd_wnd = pcb->snd_wnd_max > 0 ? pcb->snd_wnd_max : TCP_WND;
+    w->rcv_nxt = pcb->rcv_nxt;
+    w->rcv_wnd = pcb->rcv_wnd > pcb->rcv_ann_wnd ? pcb->rcv_wnd : pcb->rcv_ann_wnd;
+    w->has_ooseq = pcb->ooseq != NULL;
+    return (clwip_tcp *)pcb;
+}
+
+void clwip_tcp_ooseq(const clwip_tcp *c, uint32_t *segments, uint32_t *bytes) {
+    uint32_t n = 0, b = 0;
+    for (const struct tcp_seg *q = ((const struct tcp_pcb *)c)->ooseq; q != NULL; q = q->next) {
+        n++;
+        b += q->len;
     }
-    return CLWIP_SEGMENT_OK;
+    *segments = n;
+    *bytes = b;
 }
 
 // The sum lwIP's TCP verification must get for the segment at `off` (see answered_ptr):
@@ -644,10 +632,6 @@ int clwip_input(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int
                 int partial_checksum) {
     if (idx < 0 || idx >= st->slot_count || len < 20 || len > 0xFFFF) return -1;
     input_slot *s = &st->slots[idx];
-    if (tcp_offset > 0) {
-        int verdict = segment_verdict(&s->netif, packet, len, tcp_offset);
-        if (verdict != CLWIP_SEGMENT_OK) return verdict;
-    }
     if (syn_port >= 0) ensure_listener((u16_t)syn_port);
     if (udp_port >= 0) ensure_udp((u16_t)udp_port);
     struct pbuf *p;

@@ -191,22 +191,16 @@ public final class Netstack {
         let transport = !summary.isLaterFragment
         let udpPort = summary.proto == IPProtocol.udp && transport ? Int32(summary.destinationPort) : -1
         let tcpOffset = summary.proto == IPProtocol.tcp && transport ? Int32(summary.transportOffset) : 0
-        let verdict = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                  -1, udpPort, tcpOffset, partialChecksum && tcpOffset > 0 ? 1 : 0)
-        if verdict != 0 {
-            drop(Netstack.dropReason(verdict), netif)
+        if tcpOffset > 0, let reason = checkSegment(packet, netif: netif, tcpOffset: Int(tcpOffset)) {
+            drop(reason, netif)
+            return
+        }
+        if clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                       -1, udpPort, tcpOffset, partialChecksum && tcpOffset > 0 ? 1 : 0) != 0 {
+            drop(.stackMemory, netif)
             return
         }
         if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
-    }
-
-    static func dropReason(_ verdict: Int32) -> PacketDropReason {
-        switch verdict {
-        case Int32(CLWIP_SEGMENT_BAD_ACK): return .tcpBadAck
-        case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .tcpOutOfWindow
-        case Int32(CLWIP_SEGMENT_OOSEQ_FULL): return .tcpReorderCap
-        default: return .stackMemory
-        }
     }
 
     func send(_ packet: [UInt8], netif: Int) {

@@ -68,17 +68,27 @@ uint8_t clwip_netif_window_scale(clwip_stack *st, int idx);
 enum {
     CLWIP_SEGMENT_OK = 0,
     CLWIP_NO_MEMORY = -1,
-    /// A segment of a synchronized connection acknowledging what was never sent, or older
-    /// than the largest window the app ever offered (RFC 5961 5.2).
-    CLWIP_SEGMENT_BAD_ACK = 1,
-    /// A segment starting beyond the receive window (RFC 793 acceptability).
-    CLWIP_SEGMENT_OUT_OF_WINDOW = 2,
-    /// Out-of-order data while the connection already holds the most it may (below).
-    CLWIP_SEGMENT_OOSEQ_FULL = 3,
 };
-/// Out-of-order data held per connection: segments, and bytes (one receive window).
-#define CLWIP_OOSEQ_MAX_SEGMENTS 128
-#define CLWIP_OOSEQ_MAX_BYTES 0x20000
+
+/// A synchronized connection's sequence state, as the checks before lwIP need it.
+typedef struct {
+    uint32_t snd_nxt, lastack;
+    /// The largest window the app ever offered (lwIP's TCP_WND before it offered one).
+    uint32_t max_snd_wnd;
+    uint32_t rcv_nxt;
+    /// The receive window offered: the larger of the current and the last announced.
+    uint32_t rcv_wnd;
+    /// Out-of-order data is held (clwip_tcp_ooseq counts it).
+    uint8_t has_ooseq;
+} clwip_tcp_window;
+/// The connection of input `idx` that the TCP segment (`tcp_offset`: where its header starts)
+/// belongs to, if it is synchronized (ESTABLISHED to LAST_ACK, not TIME_WAIT): its state in *w,
+/// and the pcb is moved to the head of lwIP's list (where lwIP's own lookup finds it first).
+/// NULL otherwise.
+clwip_tcp *clwip_tcp_find_synchronized(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int tcp_offset,
+                                       clwip_tcp_window *w);
+/// The out-of-order data the connection holds: segments and bytes.
+void clwip_tcp_ooseq(const clwip_tcp *pcb, uint32_t *segments, uint32_t *bytes);
 
 /// The size of the buffer clwip_rx_buffer returns (the largest IP packet).
 #define CLWIP_RX_BUFFER_SIZE 0xFFFF
@@ -88,13 +98,13 @@ enum {
 /// clwip_input of a packet in it.
 uint8_t *clwip_rx_buffer(clwip_stack *st);
 
-/// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer). `syn_port` >= 0 makes sure a listener for that TCP port exists
-/// on this netif first; `udp_port` >= 0 the same for a UDP port. `tcp_offset` > 0 (where the TCP
-/// header starts, for a TCP packet other than a SYN) has the segment checked against its
-/// connection first. `partial_checksum` (with `tcp_offset` > 0): the TCP checksum field holds
+/// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer).
+/// `syn_port` >= 0 makes sure a listener for that TCP port exists first; `udp_port` >= 0 the
+/// same for a UDP port. `tcp_offset` > 0: where the TCP header starts, for a TCP packet other
+/// than a SYN (the caller has checked it against its connection). `partial_checksum` (with `tcp_offset` > 0): the TCP checksum field holds
 /// only the pseudo-header's sum (a local sender's NEEDS_CSUM segment): lwIP's verification is
-/// answered without summing the payload. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no
-/// pbuf could be allocated, or why the segment was dropped unseen.
+/// answered without summing the payload. Returns CLWIP_SEGMENT_OK, or CLWIP_NO_MEMORY when no
+/// pbuf could be allocated.
 int clwip_input(clwip_stack *st, int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
                 int partial_checksum);
 
