@@ -13,11 +13,13 @@ let package = Package(
     targets: [
         .target(
             name: "CLwIP",
+            dependencies: ["CChecksum"],
             path: "CSupport/CLwIP",
             cSettings: [.unsafeFlags(["-I/usr/include/lwip", "-O2"])],
             linkerSettings: [.linkedLibrary("lwip")]
         ),
         .target(name: "CLinux", path: "CSupport/CLinux"),
+        .target(name: "CChecksum", path: "CSupport/CChecksum", cSettings: [.unsafeFlags(["-O2"])]),
         .target(
             name: "CYAML",
             path: "CSupport/CYAML",
@@ -63,7 +65,7 @@ let package = Package(
             path: "CSupport/CImage",
             linkerSettings: [.linkedLibrary("png16"), .linkedLibrary("jpeg")]
         ),
-        .target(name: "LoftCore", dependencies: ["CLinux"]),
+        .target(name: "LoftCore", dependencies: ["CLinux", "CChecksum"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
         .target(name: "LoftCarriers", dependencies: ["LoftCore", "LoftIO", "CTLS", "CNghttp2", "CNgtcp2", "CNghttp3", "CLinux"]),
@@ -72,7 +74,7 @@ let package = Package(
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore", "LoftConfig"]),
-        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
+        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP", "CChecksum"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftRouting", "LoftProtocol", "LoftCarriers", "LoftSSTP", "CLinux"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftConfig", "LoftRouting", "CLinux"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO", "CLinux"]),

@@ -11,6 +11,8 @@
 // lwip_standard_chksum without any context). All on the one loop thread.
 #include "clwip.h"
 
+#include "cchecksum.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,20 +92,15 @@ static int owns_netif(const clwip_stack *st, u8_t netif_idx) {
 // ---- the checksum --------------------------------------------------------------------------
 
 // liblwip's own lwip_standard_chksum reads two bytes per step; it sums every TCP segment lwIP
-// verifies and every payload it copies (CHECKSUM_ON_COPY): with 64 KiB segments, 17 % of loft's
-// CPU in a one-stream upload (perf). The library calls it through its PLT, so this definition
-// in the executable replaces it (ELF interposition; lwIP itself is not changed). Same contract:
-// the one's-complement sum of `len` bytes read as 16-bit words in memory order (a last odd byte
-// padded with zero), folded to 16 bits, not complemented. Eight bytes per step, two
-// accumulators with end-around carry. Checked against a byte-pair reference in CLwIPTests and
-// by every TCP segment lwIP takes (a wrong sum drops them all).
+// verifies and every payload it copies (CHECKSUM_ON_COPY). The library calls it through its
+// PLT, so this definition in the executable replaces it (ELF interposition; lwIP itself is not
+// changed) with the one Internet checksum (CChecksum's loft_checksum_sum, which Swift's
+// InternetChecksum uses too), plus the two answers below. Checked against a byte-pair
+// reference in ChecksumTests and by every TCP segment lwIP takes (a wrong sum drops them all).
 u16_t lwip_standard_chksum(const void *dataptr, int len);
 
-static inline uint64_t add_carry(uint64_t a, uint64_t b) {
-    uint64_t s = a + b;
-    return s + (s < b);
-}
-
+// lwIP calls the hook with no context, so what it answers besides the sum is process-wide
+// state, set and cleared around a single lwIP call on the loop thread:
 // Set only inside clwip_tcp_write for a connection whose segments leave with a partial checksum
 // (a TUN with offload: the kernel completes it): lwIP's sum of the payload as it copies it
 // (CHECKSUM_ON_COPY) would be thrown away, so it is not computed.
@@ -112,45 +109,19 @@ static int payload_unsummed;
 // Set only inside clwip_input for a TCP segment whose checksum the sending kernel left partial
 // (NEEDS_CSUM: a local app's segment, never on a wire): lwIP's verification sums the segment
 // (from its TCP header, in one call: the pbuf is contiguous) and the answer for exactly that
-// call is the value that makes the segment verify, so neither loft nor lwIP sums its payload.
+// call is the value that makes the segment verify (the caller's `checksum_answer`, computed in
+// Swift: Netstack.checksumAnswer), so neither loft nor lwIP sums its payload.
 static const void *answered_ptr;
 static int answered_len;
 static u16_t answered_sum;
 
 u16_t lwip_standard_chksum(const void *dataptr, int len) {
-    const unsigned char *p = dataptr;
     if (len <= 0 || payload_unsummed) return 0;
     if (dataptr == answered_ptr && len == answered_len) {
         answered_ptr = NULL;
         return answered_sum;
     }
-    size_t n = (size_t)len;
-    uint64_t a = 0, b = 0, w, v;
-    while (n >= 32) {
-        memcpy(&w, p, 8); memcpy(&v, p + 8, 8);
-        a = add_carry(a, w); b = add_carry(b, v);
-        memcpy(&w, p + 16, 8); memcpy(&v, p + 24, 8);
-        a = add_carry(a, w); b = add_carry(b, v);
-        p += 32;
-        n -= 32;
-    }
-    a = add_carry(a, b);
-    while (n >= 8) {
-        memcpy(&w, p, 8);
-        a = add_carry(a, w);
-        p += 8;
-        n -= 8;
-    }
-    if (n) {
-        w = 0;
-        memcpy(&w, p, n);
-        a = add_carry(a, w);
-    }
-    a = (a & 0xFFFFFFFFu) + (a >> 32);
-    a = (a & 0xFFFFFFFFu) + (a >> 32);
-    a = (a & 0xFFFFu) + (a >> 16);
-    a = (a & 0xFFFFu) + (a >> 16);
-    return (u16_t)a;
+    return loft_checksum_sum(dataptr, (size_t)len);
 }
 
 uint16_t clwip_checksum(const void *data, int len) { return lwip_standard_chksum(data, len); }
@@ -602,20 +573,6 @@ void clwip_tcp_ooseq(const clwip_tcp *c, uint32_t *segments, uint32_t *bytes) {
     *bytes = b;
 }
 
-// The sum lwIP's TCP verification must get for the segment at `off` (see answered_ptr):
-// the one's complement of the pseudo-header's sum as lwIP adds it (addresses as 16-bit words in
-// memory order, then the protocol and the TCP length in network order), so that the total
-// folds to 0xFFFF.
-static u16_t verifying_sum(const uint8_t *packet, size_t len, int off) {
-    int v6 = (packet[0] >> 4) == 6;
-    uint32_t acc = lwip_standard_chksum(packet + (v6 ? 8 : 12), v6 ? 32 : 8);
-    acc += lwip_htons(IP_PROTO_TCP);
-    acc += lwip_htons((u16_t)(len - (size_t)off));
-    acc = (acc & 0xFFFF) + (acc >> 16);
-    acc = (acc & 0xFFFF) + (acc >> 16);
-    return (u16_t)~acc;
-}
-
 // The buffer an input reads its next packet into (clwip_rx_buffer): a pbuf lwIP can take as it
 // is. A large TCP segment read into it goes to lwIP in it (no copy) and a new one is made for
 // the next read; anything else is copied into a pbuf of its own size and the buffer is reused.
@@ -629,7 +586,7 @@ uint8_t *clwip_rx_buffer(clwip_stack *st) {
 }
 
 int clwip_input(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
-                int partial_checksum) {
+                int checksum_answer) {
     if (idx < 0 || idx >= st->slot_count || len < 20 || len > 0xFFFF) return -1;
     input_slot *s = &st->slots[idx];
     if (syn_port >= 0) ensure_listener((u16_t)syn_port);
@@ -655,8 +612,8 @@ int clwip_input(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int
         if (n != &s->netif) ip_2_ip4(&n->ip_addr)->addr = 0;
     }
     struct tcp_pcb *head_before = tcp_active_pcbs;
-    if (partial_checksum && tcp_offset > 0) {
-        answered_sum = verifying_sum(packet, len, tcp_offset);
+    if (checksum_answer >= 0 && tcp_offset > 0) {
+        answered_sum = (u16_t)checksum_answer;
         answered_len = (int)(len - (size_t)tcp_offset);
         answered_ptr = (const uint8_t *)p->payload + tcp_offset;
     }

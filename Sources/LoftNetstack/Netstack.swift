@@ -1,3 +1,4 @@
+import CChecksum
 import CLwIP
 import Glibc
 import LoftCore
@@ -195,12 +196,29 @@ public final class Netstack {
             drop(reason, netif)
             return
         }
+        let answer = partialChecksum && tcpOffset > 0 ? Int32(Netstack.checksumAnswer(packet, tcpOffset: Int(tcpOffset))) : -1
         if clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                       -1, udpPort, tcpOffset, partialChecksum && tcpOffset > 0 ? 1 : 0) != 0 {
+                       -1, udpPort, tcpOffset, answer) != 0 {
             drop(.stackMemory, netif)
             return
         }
         if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
+    }
+
+    /// The sum lwIP's TCP verification must get for a segment whose checksum field holds only
+    /// the pseudo-header's sum (`input`'s `partialChecksum`), so that it verifies without its
+    /// payload being summed: the one's complement of the pseudo-header's sum as lwIP adds it
+    /// (addresses as 16-bit words in memory order, then the protocol and the TCP length in
+    /// network order), so that the total folds to 0xFFFF.
+    @inline(__always)
+    static func checksumAnswer(_ packet: UnsafeRawBufferPointer, tcpOffset: Int) -> UInt16 {
+        let v6 = packet[0] >> 4 == 6
+        var acc = UInt32(loft_checksum_sum(packet.baseAddress! + (v6 ? 8 : 12), v6 ? 32 : 8))
+        acc &+= UInt32(UInt16(IPProtocol.tcp).bigEndian)
+        acc &+= UInt32(UInt16(truncatingIfNeeded: packet.count - tcpOffset).bigEndian)
+        acc = (acc & 0xFFFF) &+ (acc >> 16)
+        acc = (acc & 0xFFFF) &+ (acc >> 16)
+        return ~UInt16(truncatingIfNeeded: acc)
     }
 
     func send(_ packet: [UInt8], netif: Int) {

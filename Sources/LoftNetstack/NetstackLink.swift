@@ -271,7 +271,7 @@ extension Netstack {
             return
         }
         if clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                       -1, -1, Int32(tcpOffset), 0) != 0 {
+                       -1, -1, Int32(tcpOffset), -1) != 0 {
             drop(.stackMemory, netif)
         }
     }

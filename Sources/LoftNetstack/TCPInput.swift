@@ -11,7 +11,7 @@ extension Netstack {
             // A retransmitted SYN: held ones wait for the outbound; lwIP answers the others.
             if existing.state != .connecting {
                 _ = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                Int32(s.destinationPort), -1, 0, 0)
+                                Int32(s.destinationPort), -1, 0, -1)
             }
             return
         }
@@ -52,7 +52,7 @@ extension Netstack {
     /// Hands a held SYN to lwIP once the outbound is connected.
     func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
         packet.withUnsafeBufferPointer { b in
-            if clwip_input(lwip, Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0, 0) != 0 { drop(.stackMemory, netif) }
+            if clwip_input(lwip, Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0, -1) != 0 { drop(.stackMemory, netif) }
         }
     }
 }

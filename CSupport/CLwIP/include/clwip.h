@@ -101,12 +101,14 @@ uint8_t *clwip_rx_buffer(clwip_stack *st);
 /// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer).
 /// `syn_port` >= 0 makes sure a listener for that TCP port exists first; `udp_port` >= 0 the
 /// same for a UDP port. `tcp_offset` > 0: where the TCP header starts, for a TCP packet other
-/// than a SYN (the caller has checked it against its connection). `partial_checksum` (with `tcp_offset` > 0): the TCP checksum field holds
-/// only the pseudo-header's sum (a local sender's NEEDS_CSUM segment): lwIP's verification is
-/// answered without summing the payload. Returns CLWIP_SEGMENT_OK, or CLWIP_NO_MEMORY when no
+/// than a SYN (the caller has checked it against its connection). `checksum_answer` >= 0 (with
+/// `tcp_offset` > 0): the TCP checksum field holds only the pseudo-header's sum (a local
+/// sender's NEEDS_CSUM segment), and lwIP's verification of the segment is answered with this
+/// value (computed by the caller: the sum that makes it verify) without summing the payload;
+/// -1 otherwise. Returns CLWIP_SEGMENT_OK, or CLWIP_NO_MEMORY when no
 /// pbuf could be allocated.
 int clwip_input(clwip_stack *st, int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
-                int partial_checksum);
+                int checksum_answer);
 
 /// Runs due lwIP timers; returns milliseconds until the next one (capped at 1000).
 uint32_t clwip_check_timeouts(void);
