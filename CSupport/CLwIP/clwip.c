@@ -518,8 +518,14 @@ void clwip_udp_close(clwip_udp *c) { udp_remove((struct udp_pcb *)c); }
 
 // ---- a segment's connection, for the checks before lwIP ----------------------------------
 //
-// The checks themselves (RFC 793 acceptability, RFC 5961's ACK range, the out-of-order cap) are
-// Swift's (TCPSegmentCheck.swift); this only finds the connection and reads its sequence state.
+// lwIP 2.1 takes a segment's window before it checks the segment's acknowledgement and
+// sequence number, and keeps out-of-order segments without a limit in this build
+// (TCP_OOSEQ_MAX_BYTES/PBUFS are 0). So a synchronized connection's segments are checked first
+// (the checks themselves: segment_check.c); this finds the connection and reads its state.
+
+static uint32_t be32_at(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
 
 static int addr_is(const ip_addr_t *a, const uint8_t *bytes, int v6) {
     if (v6) return IP_IS_V6(a) && memcmp(ip_2_ip6(a)->addr, bytes, 16) == 0;
@@ -547,30 +553,30 @@ static struct tcp_pcb *find_active(const struct netif *netif, const uint8_t *pac
     return NULL;
 }
 
-clwip_tcp *clwip_tcp_find_synchronized(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int tcp_offset,
-                                       clwip_tcp_window *w) {
-    if (idx < 0 || idx >= st->slot_count || tcp_offset <= 0 || (size_t)tcp_offset + 20 > len) return NULL;
-    const uint8_t *t = packet + tcp_offset;
-    struct tcp_pcb *pcb = find_active(&st->slots[idx].netif, packet, (packet[0] >> 4) == 6,
+static int check_segment(const struct netif *netif, const uint8_t *packet, size_t len, int off) {
+    if (off <= 0 || (size_t)off + 20 > len) return CLWIP_SEGMENT_OK;
+    const uint8_t *t = packet + off;
+    if (!clwip_segment_checked(t[13])) return CLWIP_SEGMENT_OK;
+    struct tcp_pcb *pcb = find_active(netif, packet, (packet[0] >> 4) == 6,
                                       (u16_t)(t[0] << 8 | t[1]), (u16_t)(t[2] << 8 | t[3]));
-    if (pcb == NULL || pcb->state < ESTABLISHED || pcb->state == TIME_WAIT) return NULL;
-    w->snd_nxt = pcb->snd_nxt;
-    w->lastack = pcb->lastack;
-    w->max_snd_wnd = pcb->snd_wnd_max > 0 ? pcb->snd_wnd_max : TCP_WND;
-    w->rcv_nxt = pcb->rcv_nxt;
-    w->rcv_wnd = pcb->rcv_wnd > pcb->rcv_ann_wnd ? pcb->rcv_wnd : pcb->rcv_ann_wnd;
-    w->has_ooseq = pcb->ooseq != NULL;
-    return (clwip_tcp *)pcb;
-}
-
-void clwip_tcp_ooseq(const clwip_tcp *c, uint32_t *segments, uint32_t *bytes) {
-    uint32_t n = 0, b = 0;
-    for (const struct tcp_seg *q = ((const struct tcp_pcb *)c)->ooseq; q != NULL; q = q->next) {
-        n++;
-        b += q->len;
+    if (pcb == NULL || pcb->state < ESTABLISHED || pcb->state == TIME_WAIT) return CLWIP_SEGMENT_OK;
+    clwip_tcp_window w;
+    w.snd_nxt = pcb->snd_nxt;
+    w.lastack = pcb->lastack;
+    w.max_snd_wnd = pcb->snd_wnd_max > 0 ? pcb->snd_wnd_max : TCP_WND;
+    w.rcv_nxt = pcb->rcv_nxt;
+    w.rcv_wnd = pcb->rcv_wnd > pcb->rcv_ann_wnd ? pcb->rcv_wnd : pcb->rcv_ann_wnd;
+    w.has_ooseq = pcb->ooseq != NULL;
+    size_t hl = (size_t)(t[12] >> 4) * 4;
+    uint32_t payload = (size_t)off + hl <= len ? (uint32_t)(len - (size_t)off - hl) : 0;
+    int v = clwip_segment_verdict(&w, be32_at(t + 4), be32_at(t + 8), payload);
+    if (v != CLWIP_SEGMENT_CHECK_REORDER) return v;
+    uint32_t segments = 0, bytes = 0;
+    for (struct tcp_seg *q = pcb->ooseq; q != NULL; q = q->next) {
+        segments++;
+        bytes += q->len;
     }
-    *segments = n;
-    *bytes = b;
+    return clwip_reorder_full(segments, bytes, payload) ? CLWIP_SEGMENT_OOSEQ_FULL : CLWIP_SEGMENT_OK;
 }
 
 // The buffer an input reads its next packet into (clwip_rx_buffer): a pbuf lwIP can take as it
@@ -589,6 +595,10 @@ int clwip_input(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int
                 int checksum_answer) {
     if (idx < 0 || idx >= st->slot_count || len < 20 || len > 0xFFFF) return -1;
     input_slot *s = &st->slots[idx];
+    if (tcp_offset > 0) {
+        int verdict = check_segment(&s->netif, packet, len, tcp_offset);
+        if (verdict != CLWIP_SEGMENT_OK) return verdict;
+    }
     if (syn_port >= 0) ensure_listener((u16_t)syn_port);
     if (udp_port >= 0) ensure_udp((u16_t)udp_port);
     struct pbuf *p;

@@ -192,17 +192,24 @@ public final class Netstack {
         let transport = !summary.isLaterFragment
         let udpPort = summary.proto == IPProtocol.udp && transport ? Int32(summary.destinationPort) : -1
         let tcpOffset = summary.proto == IPProtocol.tcp && transport ? Int32(summary.transportOffset) : 0
-        if tcpOffset > 0, let reason = checkSegment(packet, netif: netif, tcpOffset: Int(tcpOffset)) {
-            drop(reason, netif)
-            return
-        }
         let answer = partialChecksum && tcpOffset > 0 ? Int32(Netstack.checksumAnswer(packet, tcpOffset: Int(tcpOffset))) : -1
-        if clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                       -1, udpPort, tcpOffset, answer) != 0 {
-            drop(.stackMemory, netif)
+        let verdict = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                  -1, udpPort, tcpOffset, answer)
+        if verdict != 0 {
+            drop(Netstack.dropReason(verdict), netif)
             return
         }
         if tcpOffset > 0 && summary.tcpFlags & PacketSummary.tcpRST != 0 { appReset(packet, summary, netif: netif) }
+    }
+
+    /// Why clwip_input did not give a packet to lwIP (the segment checks, segment_check.c).
+    static func dropReason(_ verdict: Int32) -> PacketDropReason {
+        switch verdict {
+        case Int32(CLWIP_SEGMENT_BAD_ACK): return .tcpBadAck
+        case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .tcpOutOfWindow
+        case Int32(CLWIP_SEGMENT_OOSEQ_FULL): return .tcpReorderCap
+        default: return .stackMemory
+        }
     }
 
     /// The sum lwIP's TCP verification must get for a segment whose checksum field holds only

@@ -266,14 +266,9 @@ extension Netstack {
         tally.bytesIn &+= UInt64(packet.count)
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
-        if tcpOffset > 0, let reason = checkSegment(packet, netif: netif, tcpOffset: tcpOffset) {
-            drop(reason, netif)
-            return
-        }
-        if clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                       -1, -1, Int32(tcpOffset), -1) != 0 {
-            drop(.stackMemory, netif)
-        }
+        let verdict = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                  -1, -1, Int32(tcpOffset), -1)
+        if verdict != 0 { drop(Netstack.dropReason(verdict), netif) }
     }
 }
 

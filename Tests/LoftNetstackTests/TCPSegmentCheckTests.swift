@@ -1,10 +1,9 @@
 import CLwIP
 import LoftCore
-@testable import LoftNetstack
 import XCTest
 
-/// The checks before lwIP (TCPSegmentCheck) on crafted sequence state: RFC 5961's ACK range,
-/// RFC 793's upper window edge, and the out-of-order cap.
+/// The checks before lwIP (CSupport/CLwIP/segment_check.c) on crafted sequence state: RFC
+/// 5961's ACK range, RFC 793's upper window edge, and the out-of-order cap.
 final class TCPSegmentCheckTests: XCTestCase {
     /// A connection that sent up to 10_000 (acknowledged to 8_000), with an app window of at
     /// most 4_000, expecting 50_000 next with a 65_535-byte window.
@@ -20,17 +19,32 @@ final class TCPSegmentCheckTests: XCTestCase {
         return w
     }
 
-    func verdict(seq: UInt32 = 50_000, ack: UInt32 = 9_000, payload: Int = 100, _ w: clwip_tcp_window) -> TCPSegmentCheck.Verdict {
-        TCPSegmentCheck.verdict(seq: seq, ack: ack, payload: payload, window: w)
+    enum Verdict { case accept, badAck, outOfWindow, checkReorder, other }
+
+    func verdict(seq: UInt32 = 50_000, ack: UInt32 = 9_000, payload: UInt32 = 100, _ w: clwip_tcp_window) -> Verdict {
+        var w = w
+        switch clwip_segment_verdict(&w, seq, ack, payload) {
+        case Int32(CLWIP_SEGMENT_OK): return .accept
+        case Int32(CLWIP_SEGMENT_BAD_ACK): return .badAck
+        case Int32(CLWIP_SEGMENT_OUT_OF_WINDOW): return .outOfWindow
+        case Int32(CLWIP_SEGMENT_CHECK_REORDER): return .checkReorder
+        default: return .other
+        }
+    }
+
+    func checked(_ flags: UInt8) -> Bool { clwip_segment_checked(flags) != 0 }
+
+    func reorderFull(segments: UInt32, bytes: UInt32, payload: UInt32) -> Bool {
+        clwip_reorder_full(segments, bytes, payload) != 0
     }
 
     func testOnlyAcknowledgingSegmentsWithoutSYNOrRSTAreChecked() {
-        XCTAssertTrue(TCPSegmentCheck.applies(flags: PacketSummary.tcpACK))
-        XCTAssertTrue(TCPSegmentCheck.applies(flags: PacketSummary.tcpACK | PacketSummary.tcpFIN))
-        XCTAssertFalse(TCPSegmentCheck.applies(flags: PacketSummary.tcpACK | PacketSummary.tcpRST))
-        XCTAssertFalse(TCPSegmentCheck.applies(flags: PacketSummary.tcpACK | PacketSummary.tcpSYN))
-        XCTAssertFalse(TCPSegmentCheck.applies(flags: PacketSummary.tcpFIN))
-        XCTAssertFalse(TCPSegmentCheck.applies(flags: 0))
+        XCTAssertTrue(checked(PacketSummary.tcpACK))
+        XCTAssertTrue(checked(PacketSummary.tcpACK | PacketSummary.tcpFIN))
+        XCTAssertFalse(checked(PacketSummary.tcpACK | PacketSummary.tcpRST))
+        XCTAssertFalse(checked(PacketSummary.tcpACK | PacketSummary.tcpSYN))
+        XCTAssertFalse(checked(PacketSummary.tcpFIN))
+        XCTAssertFalse(checked(0))
     }
 
     func testAcknowledgementRangeRFC5961() {
@@ -72,12 +86,12 @@ final class TCPSegmentCheckTests: XCTestCase {
     }
 
     func testOutOfOrderCap() {
-        let maxSegs = TCPSegmentCheck.maxReorderSegments, maxBytes = TCPSegmentCheck.maxReorderBytes
-        XCTAssertFalse(TCPSegmentCheck.reorderFull(segments: 0, bytes: 0, payload: 1 << 20), "nothing held")
-        XCTAssertFalse(TCPSegmentCheck.reorderFull(segments: maxSegs - 1, bytes: 1000, payload: 1000))
-        XCTAssertTrue(TCPSegmentCheck.reorderFull(segments: maxSegs, bytes: 1000, payload: 1))
-        XCTAssertFalse(TCPSegmentCheck.reorderFull(segments: 2, bytes: maxBytes - 100, payload: 100), "exactly full")
-        XCTAssertTrue(TCPSegmentCheck.reorderFull(segments: 2, bytes: maxBytes - 100, payload: 101))
+        let maxSegs = UInt32(CLWIP_OOSEQ_MAX_SEGMENTS), maxBytes = UInt32(CLWIP_OOSEQ_MAX_BYTES)
+        XCTAssertFalse(reorderFull(segments: 0, bytes: 0, payload: 1 << 20), "nothing held")
+        XCTAssertFalse(reorderFull(segments: maxSegs - 1, bytes: 1000, payload: 1000))
+        XCTAssertTrue(reorderFull(segments: maxSegs, bytes: 1000, payload: 1))
+        XCTAssertFalse(reorderFull(segments: 2, bytes: maxBytes - 100, payload: 100), "exactly full")
+        XCTAssertTrue(reorderFull(segments: 2, bytes: maxBytes - 100, payload: 101))
         XCTAssertEqual(maxSegs, 128)
         XCTAssertEqual(maxBytes, 0x20000)
     }

@@ -68,7 +68,22 @@ uint8_t clwip_netif_window_scale(clwip_stack *st, int idx);
 enum {
     CLWIP_SEGMENT_OK = 0,
     CLWIP_NO_MEMORY = -1,
+    /// A segment of a synchronized connection acknowledging what was never sent, or older
+    /// than the largest window the app ever offered (RFC 5961 5.2).
+    CLWIP_SEGMENT_BAD_ACK = 1,
+    /// A segment starting beyond the receive window (RFC 793 acceptability).
+    CLWIP_SEGMENT_OUT_OF_WINDOW = 2,
+    /// Out-of-order data while the connection already holds the most it may (below).
+    CLWIP_SEGMENT_OOSEQ_FULL = 3,
+    /// (clwip_segment_verdict only) passes if the out-of-order data held leaves room for it
+    /// (clwip_reorder_full).
+    CLWIP_SEGMENT_CHECK_REORDER = 4,
 };
+/// Out-of-order data held per connection: segments, and bytes (one receive window).
+#define CLWIP_OOSEQ_MAX_SEGMENTS 128
+#define CLWIP_OOSEQ_MAX_BYTES 0x20000
+
+// ---- the segment checks (segment_check.c): policy on a connection's sequence state ----------
 
 /// A synchronized connection's sequence state, as the checks before lwIP need it.
 typedef struct {
@@ -78,17 +93,17 @@ typedef struct {
     uint32_t rcv_nxt;
     /// The receive window offered: the larger of the current and the last announced.
     uint32_t rcv_wnd;
-    /// Out-of-order data is held (clwip_tcp_ooseq counts it).
+    /// Out-of-order data is held.
     uint8_t has_ooseq;
 } clwip_tcp_window;
-/// The connection of input `idx` that the TCP segment (`tcp_offset`: where its header starts)
-/// belongs to, if it is synchronized (ESTABLISHED to LAST_ACK, not TIME_WAIT): its state in *w,
-/// and the pcb is moved to the head of lwIP's list (where lwIP's own lookup finds it first).
-/// NULL otherwise.
-clwip_tcp *clwip_tcp_find_synchronized(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int tcp_offset,
-                                       clwip_tcp_window *w);
-/// The out-of-order data the connection holds: segments and bytes.
-void clwip_tcp_ooseq(const clwip_tcp *pcb, uint32_t *segments, uint32_t *bytes);
+/// Whether a segment with these TCP flags is checked: ACK set, SYN and RST clear.
+int clwip_segment_checked(uint8_t flags);
+/// The verdict on a segment of `payload` bytes at `seq` acknowledging `ack`: CLWIP_SEGMENT_OK,
+/// _BAD_ACK, _OUT_OF_WINDOW, or _CHECK_REORDER.
+int clwip_segment_verdict(const clwip_tcp_window *w, uint32_t seq, uint32_t ack, uint32_t payload);
+/// Whether out-of-order data of `payload` bytes finds no room beside `segments` segments of
+/// `bytes` bytes already held (nothing held: always room).
+int clwip_reorder_full(uint32_t segments, uint32_t bytes, uint32_t payload);
 
 /// The size of the buffer clwip_rx_buffer returns (the largest IP packet).
 #define CLWIP_RX_BUFFER_SIZE 0xFFFF
@@ -100,13 +115,14 @@ uint8_t *clwip_rx_buffer(clwip_stack *st);
 
 /// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer).
 /// `syn_port` >= 0 makes sure a listener for that TCP port exists first; `udp_port` >= 0 the
-/// same for a UDP port. `tcp_offset` > 0: where the TCP header starts, for a TCP packet other
-/// than a SYN (the caller has checked it against its connection). `checksum_answer` >= 0 (with
+/// same for a UDP port. `tcp_offset` > 0 (where the TCP header starts, for a TCP packet other
+/// than a SYN) has the segment checked against its connection first (segment_check.c).
+/// `checksum_answer` >= 0 (with
 /// `tcp_offset` > 0): the TCP checksum field holds only the pseudo-header's sum (a local
 /// sender's NEEDS_CSUM segment), and lwIP's verification of the segment is answered with this
 /// value (computed by the caller: the sum that makes it verify) without summing the payload;
-/// -1 otherwise. Returns CLWIP_SEGMENT_OK, or CLWIP_NO_MEMORY when no
-/// pbuf could be allocated.
+/// -1 otherwise. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no pbuf could be allocated,
+/// or why the segment was dropped unseen.
 int clwip_input(clwip_stack *st, int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
                 int checksum_answer);
 
