@@ -13,11 +13,13 @@ let package = Package(
     targets: [
         .target(
             name: "CLwIP",
+            dependencies: ["CChecksum"],
             path: "CSupport/CLwIP",
             cSettings: [.unsafeFlags(["-I/usr/include/lwip", "-O2"])],
             linkerSettings: [.linkedLibrary("lwip")]
         ),
         .target(name: "CLinux", path: "CSupport/CLinux"),
+        .target(name: "CChecksum", path: "CSupport/CChecksum", cSettings: [.unsafeFlags(["-O2"])]),
         .target(
             name: "CYAML",
             path: "CSupport/CYAML",
@@ -64,7 +66,7 @@ let package = Package(
             path: "CSupport/CImage",
             linkerSettings: [.linkedLibrary("png16"), .linkedLibrary("jpeg")]
         ),
-        .target(name: "LoftCore", dependencies: ["CLinux"]),
+        .target(name: "LoftCore", dependencies: ["CLinux", "CChecksum"]),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
         // The carrier stack in layers, each using only those above it: TLS (OpenSSL connections,
@@ -84,7 +86,7 @@ let package = Package(
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
-        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP"]),
+        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP", "CChecksum"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),

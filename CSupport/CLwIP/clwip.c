@@ -1,8 +1,17 @@
 // lwIP glue. Accepting any destination uses the address swap (see docs/netstack.md): before
 // each ip_input the packet's destination is written into the netif's address slot (v4) or
 // its second IPv6 slot, then a dummy is put back. Listeners and UDP pcbs are created lazily
-// per (netif, port), bound to the netif so replies leave by the input the flow came from.
+// per port and shared by every netif; which input (and which stack) a connection or datagram
+// belongs to is the netif it came in on (its `state` is its input_slot).
+//
+// Each clwip_stack (one per Swift Netstack) owns its netifs and their per-input state. What
+// stays process-wide is lwIP's own (one lwIP per process: its pcb lists, netif list, timeouts
+// and memory are globals) and what is shared because of it: lwip_init done once, the per-port
+// listeners and UDP pcbs, the callback functions, and the checksum hook's state (lwIP calls
+// lwip_standard_chksum without any context). All on the one loop thread.
 #include "clwip.h"
+
+#include "cchecksum.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,20 +30,31 @@
 #define MAX_NETIFS 8   // the TUN, the bridge and up to six packet links (sstp outbounds)
 
 typedef struct {
-    struct netif netif;
+    struct netif netif;    // its `state` points back here
+    clwip_stack *stack;
+    int index;             // the input's index in its stack
     uint32_t recv_window;  // each accepted pcb's receive window (bytes from the app)
     uint8_t rcv_scale;     // and the window scale that holds it
 } input_slot;
 
+struct clwip_stack {
+    void *ctx;             // passed to the stack-level callbacks (output, accepted, udp)
+    input_slot slots[MAX_NETIFS];
+    int slot_count;
+    struct pbuf *rx_spare; // see clwip_rx_buffer
+    unsigned char flatten_buf[65536];  // a chained pbuf, flattened for output
+};
+
+// The functions Swift gives lwIP: the same for every stack (a stack's own callbacks get its ctx;
+// a connection's get the token of its Swift end).
 static clwip_callbacks cb;
-static input_slot slots[MAX_NETIFS];
-static int slot_count;
-// Listeners and UDP pcbs are shared by all inputs, one per port; which input a connection
-// belongs to is decided per pcb (tcp_bind_netif at SYN time) and per datagram (explicit netif).
+// Live stacks: the shared listeners and UDP pcbs go with the last one.
+static int stack_count;
+// Listeners and UDP pcbs are shared by all inputs of all stacks, one per port (a pcb bound to
+// any address takes a segment from any netif); which input a connection belongs to is decided
+// per pcb (tcp_bind_netif at SYN time) and per datagram (the netif it came in on).
 static struct tcp_pcb **listener_by_port;   // [65536]
 static struct udp_pcb **udp_by_port;    // [65536]
-// The input whose packet is being processed (valid inside clwip_input).
-static int current_input = 0;
 // The dummy put back after each input: nonzero so lwIP's routing still sees an up netif.
 static const uint32_t DUMMY_V4 = PP_HTONL(0x00000001UL);
 
@@ -60,28 +80,27 @@ static void ip_from_endpoint(ip_addr_t *a, const clwip_endpoint *e) {
     }
 }
 
-static int slot_index(const struct netif *n) {
-    for (int i = 0; i < slot_count; i++) if (&slots[i].netif == n) return i;
+static input_slot *slot_of(const struct netif *n) { return n ? (input_slot *)n->state : NULL; }
+
+static int owns_netif(const clwip_stack *st, u8_t netif_idx) {
+    for (int i = 0; i < st->slot_count; i++) {
+        if (netif_get_index(&st->slots[i].netif) == netif_idx) return 1;
+    }
     return 0;
 }
 
 // ---- the checksum --------------------------------------------------------------------------
 
 // liblwip's own lwip_standard_chksum reads two bytes per step; it sums every TCP segment lwIP
-// verifies and every payload it copies (CHECKSUM_ON_COPY): with 64 KiB segments, 17 % of loft's
-// CPU in a one-stream upload (perf). The library calls it through its PLT, so this definition
-// in the executable replaces it (ELF interposition; lwIP itself is not changed). Same contract:
-// the one's-complement sum of `len` bytes read as 16-bit words in memory order (a last odd byte
-// padded with zero), folded to 16 bits, not complemented. Eight bytes per step, two
-// accumulators with end-around carry. Checked against a byte-pair reference in CLwIPTests and
-// by every TCP segment lwIP takes (a wrong sum drops them all).
+// verifies and every payload it copies (CHECKSUM_ON_COPY). The library calls it through its
+// PLT, so this definition in the executable replaces it (ELF interposition; lwIP itself is not
+// changed) with the one Internet checksum (CChecksum's loft_checksum_sum, which Swift's
+// InternetChecksum uses too), plus the two answers below. Checked against a byte-pair
+// reference in ChecksumTests and by every TCP segment lwIP takes (a wrong sum drops them all).
 u16_t lwip_standard_chksum(const void *dataptr, int len);
 
-static inline uint64_t add_carry(uint64_t a, uint64_t b) {
-    uint64_t s = a + b;
-    return s + (s < b);
-}
-
+// lwIP calls the hook with no context, so what it answers besides the sum is process-wide
+// state, set and cleared around a single lwIP call on the loop thread:
 // Set only inside clwip_tcp_write for a connection whose segments leave with a partial checksum
 // (a TUN with offload: the kernel completes it): lwIP's sum of the payload as it copies it
 // (CHECKSUM_ON_COPY) would be thrown away, so it is not computed.
@@ -90,60 +109,33 @@ static int payload_unsummed;
 // Set only inside clwip_input for a TCP segment whose checksum the sending kernel left partial
 // (NEEDS_CSUM: a local app's segment, never on a wire): lwIP's verification sums the segment
 // (from its TCP header, in one call: the pbuf is contiguous) and the answer for exactly that
-// call is the value that makes the segment verify, so neither loft nor lwIP sums its payload.
+// call is the value that makes the segment verify (the caller's `checksum_answer`, computed in
+// Swift: Netstack.checksumAnswer), so neither loft nor lwIP sums its payload.
 static const void *answered_ptr;
 static int answered_len;
 static u16_t answered_sum;
 
 u16_t lwip_standard_chksum(const void *dataptr, int len) {
-    const unsigned char *p = dataptr;
     if (len <= 0 || payload_unsummed) return 0;
     if (dataptr == answered_ptr && len == answered_len) {
         answered_ptr = NULL;
         return answered_sum;
     }
-    size_t n = (size_t)len;
-    uint64_t a = 0, b = 0, w, v;
-    while (n >= 32) {
-        memcpy(&w, p, 8); memcpy(&v, p + 8, 8);
-        a = add_carry(a, w); b = add_carry(b, v);
-        memcpy(&w, p + 16, 8); memcpy(&v, p + 24, 8);
-        a = add_carry(a, w); b = add_carry(b, v);
-        p += 32;
-        n -= 32;
-    }
-    a = add_carry(a, b);
-    while (n >= 8) {
-        memcpy(&w, p, 8);
-        a = add_carry(a, w);
-        p += 8;
-        n -= 8;
-    }
-    if (n) {
-        w = 0;
-        memcpy(&w, p, n);
-        a = add_carry(a, w);
-    }
-    a = (a & 0xFFFFFFFFu) + (a >> 32);
-    a = (a & 0xFFFFFFFFu) + (a >> 32);
-    a = (a & 0xFFFFu) + (a >> 16);
-    a = (a & 0xFFFFu) + (a >> 16);
-    return (u16_t)a;
+    return loft_checksum_sum(dataptr, (size_t)len);
 }
 
 uint16_t clwip_checksum(const void *data, int len) { return lwip_standard_chksum(data, len); }
 
 // ---- netif output -------------------------------------------------------------------------
 
-static unsigned char flatten_buf[65536];
-
 static void emit(struct netif *n, struct pbuf *p) {
-    int idx = slot_index(n);
+    input_slot *s = slot_of(n);
+    if (s == NULL) return;
     if (p->next == NULL) {
-        cb.output(idx, (const uint8_t *)p->payload, p->len);
+        cb.output(s->stack->ctx, s->index, (const uint8_t *)p->payload, p->len);
     } else {
-        u16_t len = pbuf_copy_partial(p, flatten_buf, 0xFFFF, 0);
-        cb.output(idx, flatten_buf, len);
+        u16_t len = pbuf_copy_partial(p, s->stack->flatten_buf, 0xFFFF, 0);
+        cb.output(s->stack->ctx, s->index, s->stack->flatten_buf, len);
     }
 }
 
@@ -168,35 +160,44 @@ static err_t netif_setup(struct netif *n) {
     return ERR_OK;
 }
 
-// lwip_init registers lwIP's cyclic timers each time it runs, so it runs once per process; a
-// later clwip_init (after clwip_shutdown) only installs the new callbacks.
+// lwip_init registers lwIP's cyclic timers each time it runs, so it runs once per process.
 static int lwip_initialised;
 
-int clwip_init(const clwip_callbacks *callbacks) {
+clwip_stack *clwip_stack_new(const clwip_callbacks *callbacks, void *ctx) {
+    if (!listener_by_port) listener_by_port = calloc(65536, sizeof(struct tcp_pcb *));
+    if (!udp_by_port) udp_by_port = calloc(65536, sizeof(struct udp_pcb *));
+    clwip_stack *st = calloc(1, sizeof *st);
+    if (!listener_by_port || !udp_by_port || !st) { free(st); return NULL; }
     cb = *callbacks;
     if (!lwip_initialised) {
         lwip_init();
         lwip_initialised = 1;
     }
-    return 0;
+    st->ctx = ctx;
+    stack_count++;
+    return st;
 }
 
-void clwip_netif_set_mtu(int idx, uint16_t mtu) {
-    if (idx < 0 || idx >= slot_count) return;
-    slots[idx].netif.mtu = mtu;
-    slots[idx].netif.mtu6 = mtu;
+void clwip_stack_set_context(clwip_stack *st, void *ctx) { st->ctx = ctx; }
+
+void clwip_netif_set_mtu(clwip_stack *st, int idx, uint16_t mtu) {
+    if (idx < 0 || idx >= st->slot_count) return;
+    st->slots[idx].netif.mtu = mtu;
+    st->slots[idx].netif.mtu6 = mtu;
 }
 
-int clwip_netif_add(uint16_t mtu) {
-    if (slot_count == MAX_NETIFS) return -1;
-    input_slot *s = &slots[slot_count];
+int clwip_netif_add(clwip_stack *st, uint16_t mtu) {
+    if (st->slot_count == MAX_NETIFS) return -1;
+    input_slot *s = &st->slots[st->slot_count];
+    s->stack = st;
+    s->index = st->slot_count;
     s->recv_window = TCP_WND;
     s->rcv_scale = TCP_RCV_SCALE;
     ip4_addr_t addr, mask, gw;
     addr.addr = DUMMY_V4;
     mask.addr = 0;
     gw.addr = 0;
-    if (!netif_add(&s->netif, &addr, &mask, &gw, NULL, netif_setup, ip_input)) return -1;
+    if (!netif_add(&s->netif, &addr, &mask, &gw, s, netif_setup, ip_input)) return -1;
     s->netif.mtu = mtu;
     s->netif.mtu6 = mtu;
     // Slot 1 holds each packet's IPv6 destination during input; it stays PREFERRED so that
@@ -209,13 +210,10 @@ int clwip_netif_add(uint16_t mtu) {
     ip_addr_copy(s->netif.ip6_addr[1], v6);
     netif_ip6_addr_set_state(&s->netif, 1, IP6_ADDR_PREFERRED);
     netif_set_ip6_autoconfig_enabled(&s->netif, 0);
-    if (!listener_by_port) listener_by_port = calloc(65536, sizeof(struct tcp_pcb *));
-    if (!udp_by_port) udp_by_port = calloc(65536, sizeof(struct udp_pcb *));
-    if (!listener_by_port || !udp_by_port) return -1;
-    if (slot_count == 0) netif_set_default(&s->netif);
+    if (netif_default == NULL) netif_set_default(&s->netif);
     netif_set_link_up(&s->netif);
     netif_set_up(&s->netif);
-    return slot_count++;
+    return st->slot_count++;
 }
 
 // ---- TCP ----------------------------------------------------------------------------------
@@ -249,25 +247,28 @@ static err_t on_connected(void *arg, struct tcp_pcb *pcb, err_t err) {
 
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err) {
     (void)arg;
-    int idx = current_input;
     if (err != ERR_OK || pcb == NULL) return ERR_VAL;
+    // Called from the ACK that completes the handshake, inside clwip_input: the netif it came
+    // in on is the connection's input.
+    input_slot *s = slot_of(ip_current_input_netif());
+    if (s == NULL) { tcp_abort(pcb); return ERR_ABRT; }
     clwip_endpoint src, dst;
     endpoint_from(&src, &pcb->remote_ip, pcb->remote_port);
     endpoint_from(&dst, &pcb->local_ip, pcb->local_port);
     tcp_nagle_disable(pcb);  // the outbound side already coalesces; forward writes at once
     // rcv_wnd is a 32-bit per-pcb counter; the library's TCP_WND is only its starting value
     // and tcp_recved's cap (see clwip_tcp_recved).
-    uint32_t recv_window = idx >= 0 && idx < slot_count ? slots[idx].recv_window : 0;
+    uint32_t recv_window = s->recv_window;
     // The SYN-ACK announced the input's scale (Netstack rewrote lwIP's 1 on its way out); from
     // here on every window lwIP sends is shifted by it. Nothing but SYN-ACKs, whose window is
     // never scaled, left before this callback.
-    if (pcb->flags & TF_WND_SCALE) pcb->rcv_scale = slots[idx].rcv_scale;
+    if (pcb->flags & TF_WND_SCALE) pcb->rcv_scale = s->rcv_scale;
     if (recv_window > pcb->rcv_wnd && (pcb->flags & TF_WND_SCALE)) {
         pcb->rcv_wnd = recv_window;
         tcp_update_rcv_ann_wnd(pcb);
         tcp_ack_now(pcb);
     }
-    uintptr_t token = cb.accepted((clwip_tcp *)pcb, idx, &src, &dst);
+    uintptr_t token = cb.accepted(s->stack->ctx, (clwip_tcp *)pcb, s->index, &src, &dst);
     if (token == 0) {
         tcp_abort(pcb);
         return ERR_ABRT;
@@ -345,10 +346,8 @@ void clwip_tcp_raise_mss(clwip_tcp *c, uint16_t mss) {
 // with the input's window scale) is kept the same way here, with the input's own cap.
 static uint32_t recv_window_of(const struct tcp_pcb *pcb) {
     if (!(pcb->flags & TF_WND_SCALE)) return TCP_WND;
-    for (int i = 0; i < slot_count; i++) {
-        if (netif_get_index(&slots[i].netif) == pcb->netif_idx) return slots[i].recv_window;
-    }
-    return TCP_WND;
+    input_slot *s = slot_of(netif_get_by_index(pcb->netif_idx));
+    return s ? s->recv_window : TCP_WND;
 }
 
 void clwip_tcp_recved(clwip_tcp *c, uint32_t len) {
@@ -370,16 +369,17 @@ void clwip_tcp_recved(clwip_tcp *c, uint32_t len) {
     }
 }
 
-void clwip_netif_set_recv_window(int idx, uint32_t bytes) {
-    if (idx < 0 || idx >= slot_count) return;
-    slots[idx].recv_window = bytes > CLWIP_MAX_WINDOW ? CLWIP_MAX_WINDOW : bytes;
+void clwip_netif_set_recv_window(clwip_stack *st, int idx, uint32_t bytes) {
+    if (idx < 0 || idx >= st->slot_count) return;
+    input_slot *s = &st->slots[idx];
+    s->recv_window = bytes > CLWIP_MAX_WINDOW ? CLWIP_MAX_WINDOW : bytes;
     uint8_t scale = TCP_RCV_SCALE;
-    while (scale < CLWIP_MAX_WINDOW_SCALE && (0xFFFFu << scale) < slots[idx].recv_window) scale++;
-    slots[idx].rcv_scale = scale;
+    while (scale < CLWIP_MAX_WINDOW_SCALE && (0xFFFFu << scale) < s->recv_window) scale++;
+    s->rcv_scale = scale;
 }
 
-uint8_t clwip_netif_window_scale(int idx) {
-    return idx >= 0 && idx < slot_count ? slots[idx].rcv_scale : TCP_RCV_SCALE;
+uint8_t clwip_netif_window_scale(clwip_stack *st, int idx) {
+    return idx >= 0 && idx < st->slot_count ? st->slots[idx].rcv_scale : TCP_RCV_SCALE;
 }
 
 int clwip_tcp_shutdown_write(clwip_tcp *c) {
@@ -399,9 +399,10 @@ void clwip_tcp_close(clwip_tcp *c) {
     if (tcp_close(pcb) != ERR_OK) tcp_abort(pcb);
 }
 
-clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_endpoint *to, uintptr_t token, int *err) {
+clwip_tcp *clwip_tcp_connect(clwip_stack *st, int idx, const clwip_endpoint *from, const clwip_endpoint *to,
+                             uintptr_t token, int *err) {
     *err = ERR_OK;
-    if (idx < 0 || idx >= slot_count || from->is_v6 != to->is_v6) { *err = ERR_ARG; return NULL; }
+    if (idx < 0 || idx >= st->slot_count || from->is_v6 != to->is_v6) { *err = ERR_ARG; return NULL; }
     struct tcp_pcb *pcb = tcp_new_ip_type(from->is_v6 ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
     if (!pcb) { *err = ERR_MEM; return NULL; }
     ip_addr_t src, dst;
@@ -409,7 +410,7 @@ clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_en
     ip_from_endpoint(&dst, to);
     // Bound to the link's netif: its segments leave by it, and only segments fed to that
     // netif reach it (tcp_input skips pcbs bound to another one).
-    tcp_bind_netif(pcb, &slots[idx].netif);
+    tcp_bind_netif(pcb, &st->slots[idx].netif);
     err_t e = tcp_bind(pcb, &src, from->port);   // ERR_USE: another pcb has the port
     if (e != ERR_OK) { tcp_close(pcb); *err = e; return NULL; }
     tcp_nagle_disable(pcb);
@@ -437,11 +438,13 @@ void clwip_tcp_abort(clwip_tcp *c) {
 
 static void on_udp(void *arg, struct udp_pcb *pcb, struct pbuf *p, const ip_addr_t *addr, u16_t port) {
     (void)arg;
-    int idx = current_input;
+    // Inside clwip_input: the netif the datagram came in on is its input.
+    input_slot *s = slot_of(ip_current_input_netif());
+    if (s == NULL) { pbuf_free(p); return; }
     clwip_endpoint src, dst;
     endpoint_from(&src, addr, port);
     endpoint_from(&dst, ip_current_dest_addr(), pcb->local_port);
-    cb.udp(idx, &src, &dst, (clwip_pbuf *)p);
+    cb.udp(s->stack->ctx, s->index, &src, &dst, (clwip_pbuf *)p);
 }
 
 static struct udp_pcb *ensure_udp(u16_t port) {
@@ -454,8 +457,9 @@ static struct udp_pcb *ensure_udp(u16_t port) {
     return pcb;
 }
 
-int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len) {
-    if (idx < 0 || idx >= slot_count) return ERR_ARG;
+int clwip_udp_send(clwip_stack *st, int idx, const clwip_endpoint *from, const clwip_endpoint *to, const void *data,
+                   uint16_t len) {
+    if (idx < 0 || idx >= st->slot_count) return ERR_ARG;
     struct udp_pcb *pcb = ensure_udp(from->port);
     if (!pcb) return ERR_MEM;
     struct pbuf *p = pbuf_alloc(PBUF_TRANSPORT, len, PBUF_RAM);
@@ -464,7 +468,7 @@ int clwip_udp_send(int idx, const clwip_endpoint *from, const clwip_endpoint *to
     ip_addr_t src, dst;
     ip_from_endpoint(&src, from);
     ip_from_endpoint(&dst, to);
-    err_t e = udp_sendto_if_src(pcb, p, &dst, to->port, &slots[idx].netif, &src);
+    err_t e = udp_sendto_if_src(pcb, p, &dst, to->port, &st->slots[idx].netif, &src);
     pbuf_free(p);
     return e;
 }
@@ -479,14 +483,14 @@ static void on_link_udp(void *arg, struct udp_pcb *pcb, struct pbuf *p, const ip
     cb.link_udp((uintptr_t)arg, &src, (clwip_pbuf *)p);
 }
 
-clwip_udp *clwip_udp_open(int idx, const clwip_endpoint *from, uintptr_t token, int *err) {
+clwip_udp *clwip_udp_open(clwip_stack *st, int idx, const clwip_endpoint *from, uintptr_t token, int *err) {
     *err = ERR_OK;
-    if (idx < 0 || idx >= slot_count || from->is_v6) { *err = ERR_ARG; return NULL; }
+    if (idx < 0 || idx >= st->slot_count || from->is_v6) { *err = ERR_ARG; return NULL; }
     struct udp_pcb *pcb = udp_new_ip_type(IPADDR_TYPE_V4);
     if (!pcb) { *err = ERR_MEM; return NULL; }
     ip_addr_t src;
     ip_from_endpoint(&src, from);
-    udp_bind_netif(pcb, &slots[idx].netif);
+    udp_bind_netif(pcb, &st->slots[idx].netif);
     err_t e = udp_bind(pcb, &src, from->port);   // ERR_USE: a pcb has the port
     if (e != ERR_OK) { udp_remove(pcb); *err = e; return NULL; }
     udp_recv(pcb, on_link_udp, (void *)token);
@@ -512,13 +516,12 @@ void clwip_udp_close(clwip_udp *c) { udp_remove((struct udp_pcb *)c); }
 
 // ---- input --------------------------------------------------------------------------------
 
-// ---- segment checks before lwIP ------------------------------------------------------------
+// ---- a segment's connection, for the checks before lwIP ----------------------------------
 //
 // lwIP 2.1 takes a segment's window before it checks the segment's acknowledgement and
 // sequence number, and keeps out-of-order segments without a limit in this build
-// (TCP_OOSEQ_MAX_BYTES/PBUFS are 0). So a synchronized connection's segments are checked here
-// first, the way a kernel checks them (RFC 793 acceptability, RFC 5961's ACK range), and
-// dropped unseen when they fail.
+// (TCP_OOSEQ_MAX_BYTES/PBUFS are 0). So a synchronized connection's segments are checked first
+// (the checks themselves: segment_check.c); this finds the connection and reads its state.
 
 static uint32_t be32_at(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -531,10 +534,10 @@ static int addr_is(const ip_addr_t *a, const uint8_t *bytes, int v6) {
 
 // The connection a segment belongs to, moved to the head of the list (where lwIP's own
 // lookup, which moves it there too, then finds it first).
-static struct tcp_pcb *find_active(int idx, const uint8_t *packet, int v6, u16_t sport, u16_t dport) {
+static struct tcp_pcb *find_active(const struct netif *netif, const uint8_t *packet, int v6, u16_t sport, u16_t dport) {
     const uint8_t *src = packet + (v6 ? 8 : 12);
     const uint8_t *dst = packet + (v6 ? 24 : 16);
-    u8_t nidx = netif_get_index(&slots[idx].netif);
+    u8_t nidx = netif_get_index(netif);
     struct tcp_pcb *prev = NULL;
     for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb != NULL; prev = pcb, pcb = pcb->next) {
         if (pcb->remote_port != sport || pcb->local_port != dport) continue;
@@ -550,49 +553,30 @@ static struct tcp_pcb *find_active(int idx, const uint8_t *packet, int v6, u16_t
     return NULL;
 }
 
-static int segment_verdict(int idx, const uint8_t *packet, size_t len, int off) {
+static int check_segment(const struct netif *netif, const uint8_t *packet, size_t len, int off) {
     if (off <= 0 || (size_t)off + 20 > len) return CLWIP_SEGMENT_OK;
     const uint8_t *t = packet + off;
-    u8_t flags = t[13];
-    // SYN and RST are lwIP's to judge (it checks an RST's sequence number exactly); a segment
-    // without ACK is dropped by lwIP in every synchronized state.
-    if ((flags & (TCP_SYN | TCP_RST)) || !(flags & TCP_ACK)) return CLWIP_SEGMENT_OK;
-    struct tcp_pcb *pcb = find_active(idx, packet, (packet[0] >> 4) == 6,
+    if (!clwip_segment_checked(t[13])) return CLWIP_SEGMENT_OK;
+    struct tcp_pcb *pcb = find_active(netif, packet, (packet[0] >> 4) == 6,
                                       (u16_t)(t[0] << 8 | t[1]), (u16_t)(t[2] << 8 | t[3]));
     if (pcb == NULL || pcb->state < ESTABLISHED || pcb->state == TIME_WAIT) return CLWIP_SEGMENT_OK;
-    u32_t seq = be32_at(t + 4), ack = be32_at(t + 8);
+    clwip_tcp_window w;
+    w.snd_nxt = pcb->snd_nxt;
+    w.lastack = pcb->lastack;
+    w.max_snd_wnd = pcb->snd_wnd_max > 0 ? pcb->snd_wnd_max : TCP_WND;
+    w.rcv_nxt = pcb->rcv_nxt;
+    w.rcv_wnd = pcb->rcv_wnd > pcb->rcv_ann_wnd ? pcb->rcv_wnd : pcb->rcv_ann_wnd;
+    w.has_ooseq = pcb->ooseq != NULL;
     size_t hl = (size_t)(t[12] >> 4) * 4;
-    size_t payload = (size_t)off + hl <= len ? len - (size_t)off - hl : 0;
-    // RFC 5961 5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT.
-    u32_t max_wnd = pcb->snd_wnd_max > 0 ? pcb->snd_wnd_max : TCP_WND;
-    if (TCP_SEQ_GT(ack, pcb->snd_nxt) || TCP_SEQ_LT(ack, pcb->lastack - max_wnd)) return CLWIP_SEGMENT_BAD_ACK;
-    // RFC 793 acceptability, the upper edge: nothing may start beyond the window offered.
-    u32_t wnd = pcb->rcv_wnd > pcb->rcv_ann_wnd ? pcb->rcv_wnd : pcb->rcv_ann_wnd;
-    if (TCP_SEQ_GT(seq, pcb->rcv_nxt + wnd)) return CLWIP_SEGMENT_OUT_OF_WINDOW;
-    // Data ahead of what is expected is kept by lwIP until the gap fills: bounded here.
-    if (payload > 0 && TCP_SEQ_GT(seq, pcb->rcv_nxt)) {
-        u32_t segs = 0, bytes = 0;
-        for (struct tcp_seg *q = pcb->ooseq; q != NULL; q = q->next) {
-            segs++;
-            bytes += q->len;
-            if (segs >= CLWIP_OOSEQ_MAX_SEGMENTS || bytes + payload > CLWIP_OOSEQ_MAX_BYTES) return CLWIP_SEGMENT_OOSEQ_FULL;
-        }
+    uint32_t payload = (size_t)off + hl <= len ? (uint32_t)(len - (size_t)off - hl) : 0;
+    int v = clwip_segment_verdict(&w, be32_at(t + 4), be32_at(t + 8), payload);
+    if (v != CLWIP_SEGMENT_CHECK_REORDER) return v;
+    uint32_t segments = 0, bytes = 0;
+    for (struct tcp_seg *q = pcb->ooseq; q != NULL; q = q->next) {
+        segments++;
+        bytes += q->len;
     }
-    return CLWIP_SEGMENT_OK;
-}
-
-// The sum lwIP's TCP verification must get for the segment at `off` (see answered_ptr):
-// the one's complement of the pseudo-header's sum as lwIP adds it (addresses as 16-bit words in
-// memory order, then the protocol and the TCP length in network order), so that the total
-// folds to 0xFFFF.
-static u16_t verifying_sum(const uint8_t *packet, size_t len, int off) {
-    int v6 = (packet[0] >> 4) == 6;
-    uint32_t acc = lwip_standard_chksum(packet + (v6 ? 8 : 12), v6 ? 32 : 8);
-    acc += lwip_htons(IP_PROTO_TCP);
-    acc += lwip_htons((u16_t)(len - (size_t)off));
-    acc = (acc & 0xFFFF) + (acc >> 16);
-    acc = (acc & 0xFFFF) + (acc >> 16);
-    return (u16_t)~acc;
+    return clwip_reorder_full(segments, bytes, payload) ? CLWIP_SEGMENT_OOSEQ_FULL : CLWIP_SEGMENT_OK;
 }
 
 // The buffer an input reads its next packet into (clwip_rx_buffer): a pbuf lwIP can take as it
@@ -600,20 +584,19 @@ static u16_t verifying_sum(const uint8_t *packet, size_t len, int off) {
 // the next read; anything else is copied into a pbuf of its own size and the buffer is reused.
 // (With MEM_LIBC_MALLOC, pbuf_realloc does not shrink the allocation: a segment handed over
 // keeps the whole buffer, so only segments of at least half of it are.)
-static struct pbuf *rx_spare;
 #define RX_TAKEN_MIN 0x8000
 
-uint8_t *clwip_rx_buffer(void) {
-    if (rx_spare == NULL) rx_spare = pbuf_alloc(PBUF_RAW, CLWIP_RX_BUFFER_SIZE, PBUF_RAM);
-    return rx_spare ? (uint8_t *)rx_spare->payload : NULL;
+uint8_t *clwip_rx_buffer(clwip_stack *st) {
+    if (st->rx_spare == NULL) st->rx_spare = pbuf_alloc(PBUF_RAW, CLWIP_RX_BUFFER_SIZE, PBUF_RAM);
+    return st->rx_spare ? (uint8_t *)st->rx_spare->payload : NULL;
 }
 
-int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
-                int partial_checksum) {
-    if (idx < 0 || idx >= slot_count || len < 20 || len > 0xFFFF) return -1;
-    input_slot *s = &slots[idx];
+int clwip_input(clwip_stack *st, int idx, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
+                int checksum_answer) {
+    if (idx < 0 || idx >= st->slot_count || len < 20 || len > 0xFFFF) return -1;
+    input_slot *s = &st->slots[idx];
     if (tcp_offset > 0) {
-        int verdict = segment_verdict(idx, packet, len, tcp_offset);
+        int verdict = check_segment(&s->netif, packet, len, tcp_offset);
         if (verdict != CLWIP_SEGMENT_OK) return verdict;
     }
     if (syn_port >= 0) ensure_listener((u16_t)syn_port);
@@ -621,25 +604,26 @@ int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int ud
     struct pbuf *p;
     // Taken in place: a TCP segment (not a SYN, not an RST: the caller reads those again after
     // lwIP has them) that fills at least half of the read buffer it is in.
-    if (rx_spare != NULL && packet == (const uint8_t *)rx_spare->payload && len >= RX_TAKEN_MIN &&
+    if (st->rx_spare != NULL && packet == (const uint8_t *)st->rx_spare->payload && len >= RX_TAKEN_MIN &&
         tcp_offset > 0 && (size_t)tcp_offset + 14 <= len && !(packet[tcp_offset + 13] & (TCP_SYN | TCP_RST))) {
-        p = rx_spare;
-        rx_spare = NULL;
+        p = st->rx_spare;
+        st->rx_spare = NULL;
         pbuf_realloc(p, (u16_t)len);
     } else {
         p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
         if (!p) return -1;
         memcpy(p->payload, packet, len);
     }
-    current_input = idx;
     // While this packet is processed, only its own input may look like a route for IPv4
-    // (lwIP's ip4_route takes the first netif whose address/mask matches; all masks are 0).
-    for (int i = 0; i < slot_count; i++) {
-        if (i != idx) ip_2_ip4(&slots[i].netif.ip_addr)->addr = 0;
+    // (lwIP's ip4_route takes the first netif whose address/mask matches; all masks are 0):
+    // every other netif in the process, this stack's or another's, has address 0 meanwhile.
+    struct netif *n;
+    NETIF_FOREACH(n) {
+        if (n != &s->netif) ip_2_ip4(&n->ip_addr)->addr = 0;
     }
     struct tcp_pcb *head_before = tcp_active_pcbs;
-    if (partial_checksum && tcp_offset > 0) {
-        answered_sum = verifying_sum(packet, len, tcp_offset);
+    if (checksum_answer >= 0 && tcp_offset > 0) {
+        answered_sum = (u16_t)checksum_answer;
         answered_len = (int)(len - (size_t)tcp_offset);
         answered_ptr = (const uint8_t *)p->payload + tcp_offset;
     }
@@ -654,7 +638,7 @@ int clwip_input(int idx, const uint8_t *packet, size_t len, int syn_port, int ud
         memcpy(&ip_2_ip4(&s->netif.ip_addr)->addr, packet + 16, 4);
         ip_input(p, &s->netif);
     }
-    for (int i = 0; i < slot_count; i++) ip_2_ip4(&slots[i].netif.ip_addr)->addr = DUMMY_V4;
+    NETIF_FOREACH(n) ip_2_ip4(&n->ip_addr)->addr = DUMMY_V4;
     answered_ptr = NULL;
     // A SYN that created a connection: bind it to this input now, so its SYN-ACK
     // retransmissions (sent later from timers) also leave by the input it came from.
@@ -700,7 +684,13 @@ int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, i
     return n;
 }
 
-uint32_t clwip_reap_timewait(void) {
+// A pcb of this stack's: bound to one of its netifs (every accepted or opened pcb is, from its
+// SYN on), or bound to none.
+static int stack_owns(const clwip_stack *st, const struct tcp_pcb *pcb) {
+    return pcb->netif_idx == NETIF_NO_INDEX || owns_netif(st, pcb->netif_idx);
+}
+
+uint32_t clwip_reap_timewait(clwip_stack *st) {
     uint32_t n = 0;
     struct tcp_pcb *pcb = tcp_tw_pcbs;
     while (pcb != NULL) {
@@ -708,7 +698,7 @@ uint32_t clwip_reap_timewait(void) {
         // Only connections Swift has let go of (clwip_tcp_close detached them); a flow still
         // holding its pcb closes it first. tcp_abort on a TIME_WAIT pcb removes it from
         // tcp_tw_pcbs and frees it, sending nothing.
-        if (pcb->callback_arg == NULL) {
+        if (pcb->callback_arg == NULL && stack_owns(st, pcb)) {
             tcp_abort(pcb);
             n++;
         }
@@ -719,31 +709,50 @@ uint32_t clwip_reap_timewait(void) {
 
 // ---- teardown -----------------------------------------------------------------------------
 
-void clwip_shutdown(void) {
-    if (rx_spare != NULL) {
-        pbuf_free(rx_spare);
-        rx_spare = NULL;
+// Aborts the stack's pcbs on `list` (detached first: no callback reaches Swift). tcp_abort
+// unlinks the pcb, so the walk restarts from the head after each.
+static void abort_owned(clwip_stack *st, struct tcp_pcb **list) {
+    for (;;) {
+        struct tcp_pcb *pcb = *list;
+        while (pcb != NULL && !stack_owns(st, pcb)) pcb = pcb->next;
+        if (pcb == NULL) return;
+        detach(pcb);
+        tcp_abort(pcb);
+    }
+}
+
+void clwip_stack_free(clwip_stack *st) {
+    if (st == NULL) return;
+    if (st->rx_spare != NULL) {
+        pbuf_free(st->rx_spare);
+        st->rx_spare = NULL;
     }
     // Connections first, while their input still exists: each is detached (no callback reaches
     // Swift) and aborted, which sends an RST to the app unless it is in TIME_WAIT.
-    while (tcp_active_pcbs != NULL) {
-        struct tcp_pcb *pcb = tcp_active_pcbs;
-        detach(pcb);
-        tcp_abort(pcb);  // unlinks it from tcp_active_pcbs
+    abort_owned(st, &tcp_active_pcbs);
+    abort_owned(st, &tcp_tw_pcbs);
+    // UDP pcbs bound to its netifs (opened over a link).
+    for (struct udp_pcb *u = udp_pcbs; u != NULL;) {
+        struct udp_pcb *next = u->next;
+        if (u->netif_idx != NETIF_NO_INDEX && owns_netif(st, u->netif_idx)) udp_remove(u);
+        u = next;
     }
-    while (tcp_tw_pcbs != NULL) tcp_abort(tcp_tw_pcbs);
-    // Listeners and bound-but-unopened pcbs are freed by tcp_close (it cannot fail for them).
-    while (tcp_listen_pcbs.pcbs != NULL) tcp_close(tcp_listen_pcbs.pcbs);
-    while (tcp_bound_pcbs != NULL) tcp_close(tcp_bound_pcbs);
-    while (udp_pcbs != NULL) udp_remove(udp_pcbs);
-    for (int i = slot_count - 1; i >= 0; i--) netif_remove(&slots[i].netif);
-    memset(slots, 0, sizeof slots);
-    slot_count = 0;
-    free(listener_by_port);
-    listener_by_port = NULL;
-    free(udp_by_port);
-    udp_by_port = NULL;
-    current_input = 0;
+    if (stack_count == 1) {
+        // The last stack: the shared listeners and UDP pcbs, and bound-but-unopened pcbs, go
+        // too (tcp_close cannot fail for them).
+        while (tcp_listen_pcbs.pcbs != NULL) tcp_close(tcp_listen_pcbs.pcbs);
+        while (tcp_bound_pcbs != NULL) tcp_close(tcp_bound_pcbs);
+        while (udp_pcbs != NULL) udp_remove(udp_pcbs);
+        free(listener_by_port);
+        listener_by_port = NULL;
+        free(udp_by_port);
+        udp_by_port = NULL;
+    }
+    for (int i = st->slot_count - 1; i >= 0; i--) netif_remove(&st->slots[i].netif);
+    // netif_remove clears the default netif if it was one of these: another stack's takes over.
+    if (netif_default == NULL && netif_list != NULL) netif_set_default(netif_list);
+    stack_count--;
+    free(st);
 }
 
 void clwip_get_resources(clwip_resources *out) {

@@ -1,44 +1,17 @@
+import CChecksum
+
 /// The Internet checksum (RFC 1071), accumulated in 32 bits and folded at the end.
 public struct InternetChecksum {
     public private(set) var sum: UInt32 = 0
     public init() {}
 
     /// Adds `bytes` as big-endian 16-bit words (an odd last byte is the high half of a word).
-    /// Eight bytes per step in two accumulators with end-around carry: the one's-complement sum
-    /// of the words read in the machine's own order is the byte-swapped sum of the big-endian
-    /// words (RFC 1071, section 2(B)).
+    /// The sum is CChecksum's (the one implementation, which lwIP's checksum hook uses too): the
+    /// one's-complement sum of the words read in the machine's own order is the byte-swapped sum
+    /// of the big-endian words (RFC 1071, section 2(B)).
     public mutating func add(_ bytes: UnsafeRawBufferPointer) {
-        guard let base = bytes.baseAddress else { return }
-        @inline(__always) func plus(_ x: UInt64, _ y: UInt64) -> UInt64 {
-            let (s, carry) = x.addingReportingOverflow(y)
-            return s &+ (carry ? 1 : 0)
-        }
-        let n = bytes.count
-        var a: UInt64 = 0, b: UInt64 = 0
-        var i = 0
-        while i + 32 <= n {
-            a = plus(a, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
-            b = plus(b, base.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self))
-            a = plus(a, base.loadUnaligned(fromByteOffset: i + 16, as: UInt64.self))
-            b = plus(b, base.loadUnaligned(fromByteOffset: i + 24, as: UInt64.self))
-            i += 32
-        }
-        a = plus(a, b)
-        while i + 8 <= n {
-            a = plus(a, base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
-            i += 8
-        }
-        if i < n {
-            // The last 1...7 bytes, zero-padded, in memory order.
-            var tail: UInt64 = 0
-            withUnsafeMutableBytes(of: &tail) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[i..<n])) }
-            a = plus(a, tail)
-        }
-        a = (a & 0xFFFF_FFFF) &+ (a >> 32)
-        a = (a & 0xFFFF_FFFF) &+ (a >> 32)
-        a = (a & 0xFFFF) &+ (a >> 16)
-        a = (a & 0xFFFF) &+ (a >> 16)
-        add(UInt16(bigEndian: UInt16(truncatingIfNeeded: a)))
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+        add(UInt16(bigEndian: loft_checksum_sum(base, bytes.count)))
     }
 
     public mutating func add(_ word: UInt16) {

@@ -10,14 +10,16 @@ import LoftCore
 ///   `tcp_recved` open the app's window again, so a slow other side closes the window.
 /// - Writes copy into lwIP's send buffer (`writeRoom` is its free space); when it is full,
 ///   `streamWritable` follows the ACKs that make room.
-/// - Events reach the driver after the current batch of packets (`Netstack.afterEvents`),
-///   never from inside an lwIP callback, except `streamFailed` (the pcb is gone by then).
+/// - Events reach the driver after the current batch of packets (queued on the stack's
+///   `StreamBatch`, run by the loop's after-events hook), never from inside an lwIP callback,
+///   except `streamFailed` (the pcb is gone by then).
 ///
 /// A TUN flow's `TCPFlow` is one (one allocation per flow for its table entry, handshake and
 /// lwIP end); an active open over a link is a `LinkStream`.
 class LwipStream: ByteStream {
     weak var events: ByteStreamEvents?
-    unowned let stack: Netstack
+    /// Where this end queues its events for after the batch of packets (the stack's).
+    unowned let batch: StreamBatch
     var pcb: OpaquePointer?
     /// App → remote bytes lwIP delivered that the driver has not consumed yet.
     private var pending: [OpaquePointer] = []
@@ -37,8 +39,8 @@ class LwipStream: ByteStream {
     var connecting = false
     private var connectedPending = false
 
-    init(stack: Netstack, pcb: OpaquePointer?) {
-        self.stack = stack
+    init(batch: StreamBatch, pcb: OpaquePointer?) {
+        self.batch = batch
         self.pcb = pcb
     }
 
@@ -63,7 +65,7 @@ class LwipStream: ByteStream {
     func sent() {
         if wantWritable && !writableQueued {
             writableQueued = true
-            stack.writableStreams.append(self)
+            batch.queueWritable(self)
         }
     }
 
@@ -89,7 +91,7 @@ class LwipStream: ByteStream {
         connectedPending = true
         if !writableQueued {
             writableQueued = true
-            stack.writableStreams.append(self)
+            batch.queueWritable(self)
         }
     }
 
@@ -109,10 +111,10 @@ class LwipStream: ByteStream {
     private func queueReadable() {
         guard readInterest, !readableQueued else { return }
         readableQueued = true
-        stack.readableStreams.append(self)
+        batch.queueReadable(self)
     }
 
-    /// From Netstack.afterEvents.
+    /// From the stream batch.
     func deliverReadable() {
         readableQueued = false
         if readInterest { events?.streamReadable(self) }
@@ -137,7 +139,7 @@ class LwipStream: ByteStream {
     private func queueOutput() {
         guard !outputQueued else { return }
         outputQueued = true
-        stack.outputStreams.append(self)
+        batch.queueOutput(self)
     }
 
     // MARK: ByteStream
@@ -225,7 +227,7 @@ class LwipStream: ByteStream {
     }
 
     /// Hands the pcb to lwIP to finish the FIN exchange (never from inside its callbacks: the
-    /// driver calls it from loop events and afterEvents).
+    /// driver calls it from loop events and the stream batch).
     func close() {
         releasePending()
         if let pcb {

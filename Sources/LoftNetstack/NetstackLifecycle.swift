@@ -21,7 +21,8 @@ public struct LwIPResources: Equatable, Sendable, CustomStringConvertible {
 }
 
 extension Netstack {
-    /// lwIP's live pcbs and netifs right now (lwIP is global: whatever stack is live).
+    /// lwIP's live pcbs and netifs right now, of every stack in the process (lwIP's lists are
+    /// process-wide).
     public static func lwipResources() -> LwIPResources {
         var r = clwip_resources()
         clwip_get_resources(&r)
@@ -32,27 +33,23 @@ extension Netstack {
 
     /// Ends the stack: every TCP flow is aborted (its outbound reset, the app sent an RST),
     /// every UDP association closed, and lwIP's connections, listeners, UDP pcbs and netifs
-    /// freed. Afterwards a new Netstack may be created in this process. Call on the loop
+    /// freed (the shared listeners and UDP pcbs with the process's last stack). Call on the loop
     /// thread, outside lwIP callbacks; calling it again does nothing. The stack must not be fed
     /// packets afterwards.
     public func shutdown() {
         guard !isShutDown else { return }
-        for flow in tcpFlows.all { flow.abort() }
-        tcpFlows.removeAll()
-        for association in udpAssociations.all { closeAssociation(association) }
-        udpAssociations.removeAll()
+        for flow in flows.tcp.all { flow.abort() }
+        flows.tcp.removeAll()
+        for association in flows.udp.all { flows.closeAssociation(association) }
+        flows.udp.removeAll()
         // Connections opened over links fail (their pcbs are aborted before lwIP is emptied,
         // so no stream keeps a pointer to a freed pcb).
         for case let link as NetstackLink in inputs.map({ $0.writer }) { link.linkDown() }
-        udpConversations.removeAll()
-        acceptedFlows.removeAll()
-        readableStreams.removeAll()
-        writableStreams.removeAll()
-        outputStreams.removeAll()
+        flows.conversations.removeAll()
+        batch.removeAll()
         // Whatever lwIP still holds (connections already handed back to it, listeners, netifs);
         // its RSTs still reach the inputs' writers through this stack.
-        clwip_shutdown()
-        activeNetstack = nil
+        clwip_stack_free(lwip)
         isShutDown = true
     }
 
@@ -61,17 +58,16 @@ extension Netstack {
     /// are reset (the outbound is reset, the app gets its RST, queued pbufs are freed), each
     /// association's outbound side is closed, then lwIP is emptied as in `shutdown()`.
     func releaseInDeinit() {
-        for flow in tcpFlows.all {
+        for flow in flows.tcp.all {
             flow.splice.reset()
             flow.reset()
         }
-        for association in udpAssociations.all {
+        for association in flows.udp.all {
             association.outboundSide?.close()
             association.outboundSide = nil
         }
         for case let link as NetstackLink in inputs.map({ $0.writer }) { link.linkDown() }
-        clwip_shutdown()
-        activeNetstack = nil
+        clwip_stack_free(lwip)
         isShutDown = true
     }
 }

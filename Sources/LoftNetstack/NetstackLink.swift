@@ -70,8 +70,8 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
     // MARK: PacketLinkStack
 
     public func openStream(from address: IPAddress, to destination: Endpoint, events: ByteStreamEvents) -> ByteStream? {
-        guard address.isIPv4, destination.address.isIPv4, netif >= 0 else { return nil }
-        let s = LinkStream(stack: stack, pcb: nil)
+        guard address.isIPv4, destination.address.isIPv4, netif >= 0, !stack.isShutDown else { return nil }
+        let s = LinkStream(batch: stack.batch, pcb: nil)
         s.events = events
         let token = UInt(bitPattern: Unmanaged.passUnretained(s).toOpaque())
         var to = clwip_endpoint(destination)
@@ -88,7 +88,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
             s.connecting = true
             entries[key] = Entry(stream: s)
             live += 1
-            guard let pcb = clwip_tcp_connect(Int32(netif), &from, &to, token, &err) else {
+            guard let pcb = clwip_tcp_connect(stack.lwip, Int32(netif), &from, &to, token, &err) else {
                 entries[key] = nil
                 live -= 1
                 s.link = nil
@@ -116,7 +116,7 @@ public final class NetstackLink: PacketLinkStack, PacketWriter {
             guard associations[port] == nil, !stack.hasUDPPacketFlow(fromPort: port) else { continue }
             var from = clwip_endpoint(Endpoint(address, port))
             var err: Int32 = 0
-            guard let pcb = clwip_udp_open(Int32(netif), &from, token, &err) else {
+            guard let pcb = clwip_udp_open(stack.lwip, Int32(netif), &from, token, &err) else {
                 if err == -8 /* ERR_USE */ { continue }
                 return nil
             }
@@ -232,12 +232,12 @@ extension Netstack {
     /// its link (`NetstackLink`); nil when lwIP's netif table is full (the outbound then keeps
     /// refusing streams).
     public func addLink(for outbound: PacketOutbound, mtu: Int) -> NetstackLink? {
-        let idx = Int(clwip_netif_add(UInt16(clamping: mtu)))
+        let idx = Int(clwip_netif_add(lwip, UInt16(clamping: mtu)))
         guard idx >= 0 else { return nil }
         precondition(idx == inputs.count, "lwIP netif table out of step")
         let link = NetstackLink(stack: self, outbound: outbound)
         var input = Input(writer: link, mtu: mtu, verifyChecksums: false, offload: false)
-        input.windowScale = clwip_netif_window_scale(Int32(idx))
+        input.windowScale = clwip_netif_window_scale(lwip, Int32(idx))
         inputs.append(input)
         inputCounters.append(InputCounters())
         link.netif = idx
@@ -246,18 +246,18 @@ extension Netstack {
 
     /// Whether some UDP packet flow of the TUN's is from this port (any address: the TUN's
     /// apps have the link's address once it is up).
-    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { udpPacketSourcePorts.contains(port) }
+    func hasUDPPacketFlow(fromPort port: UInt16) -> Bool { packets.hasUDPSourcePort(port) }
 
     /// Whether the TUN's packet flows have this UDP 2-tuple pair (from the app's side).
     func hasUDPPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
-        guard let tun = packetModeInput, udpPacketSourcePorts.contains(source.port) else { return false }
-        return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.udp, source: source, destination: destination)] != nil
+        guard let tun = packetModeInput, packets.hasUDPSourcePort(source.port) else { return false }
+        return packets.flow(PacketFlowKey(netif: tun, proto: IPProtocol.udp, source: source, destination: destination)) != nil
     }
 
     /// Whether the TUN's packet flows have this 4-tuple (TCP, from the app's side).
     func hasPacketFlow(from source: Endpoint, to destination: Endpoint) -> Bool {
         guard let tun = packetModeInput else { return false }
-        return packetFlows[PacketFlowKey(netif: tun, proto: IPProtocol.tcp, source: source, destination: destination)] != nil
+        return packets.flow(PacketFlowKey(netif: tun, proto: IPProtocol.tcp, source: source, destination: destination)) != nil
     }
 
     /// A segment from the link for one of its connections: straight to lwIP (never routed).
@@ -266,8 +266,8 @@ extension Netstack {
         tally.bytesIn &+= UInt64(packet.count)
         inputCounters[netif].packetsIn &+= 1
         inputCounters[netif].bytesIn &+= UInt64(packet.count)
-        let verdict = clwip_input(Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
-                                  -1, -1, Int32(tcpOffset), 0)
+        let verdict = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                  -1, -1, Int32(tcpOffset), -1)
         if verdict != 0 { drop(Netstack.dropReason(verdict), netif) }
     }
 }

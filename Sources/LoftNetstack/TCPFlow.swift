@@ -5,9 +5,10 @@ import LoftIO
 
 /// One TCP connection from an app: the SYN held until the outbound connects, then lwIP's side
 /// (this object is that `LwipStream` too, once lwIP accepts) spliced to the outbound stream.
-/// The bytes, backpressure, half-close and resets are the splice's, the idle deadline the
-/// netstack's (its activity list); this is the flow's table entry, its handshake and its lwIP
-/// end, in one allocation.
+/// The bytes, backpressure, half-close and resets are the splice's, the idle deadline the flow
+/// table's (its activity list); this is the flow's table entry, its handshake and its lwIP
+/// end, in one allocation. It reports to its `FlowTable` (bytes moved, connected, failed,
+/// finished) and queues its lwIP events on the stack's `StreamBatch`: nothing else of the stack.
 final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     enum State: UInt8 { case connecting, handshaking, open, closed }
 
@@ -39,7 +40,11 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     var isHalfClosed: Bool { splice.isHalfClosed }
     var isRelaying: Bool { splice.isRelaying }
 
-    init(stack: Netstack, key: FlowKey, syn: [UInt8], summary: PacketSummary, now: UInt64) {
+    /// Where the flow reports (not owned: the table owns the flow).
+    unowned let table: FlowTable
+
+    init(table: FlowTable, key: FlowKey, syn: [UInt8], summary: PacketSummary, now: UInt64) {
+        self.table = table
         self.key = key
         self.heldSYN = syn
         (synSequence, appMSS) = syn.withUnsafeBytes { p in
@@ -48,9 +53,9 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
                 ?? (summary.version == 4 ? 536 : 1220))
         }
         self.createdAt = now
-        super.init(stack: stack, pcb: nil)
-        splice = Splice(loop: stack.loop, owner: self, meter: stack.meter,
-                        connectTimeoutMs: stack.settings.connectTimeoutMs)
+        super.init(batch: table.stack.batch, pcb: nil)
+        splice = Splice(loop: table.loop, owner: self, meter: table.stack.meter,
+                        connectTimeoutMs: table.settings.connectTimeoutMs)
     }
 
     // MARK: the splice
@@ -60,11 +65,11 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
         state = .handshaking
         let syn = heldSYN
         heldSYN = []
-        stack.inject(syn, netif: key.netif, port: key.destination.port)
+        table.flowConnected(self, syn: syn)
     }
 
     func spliceFailed(_ splice: Splice, _ failure: FlowFailure) {
-        stack.tally.tcpFlowsFailed &+= 1
+        table.flowFailed(self)
         Log.debug("flow.failed", ["src": key.source, "dst": key.destination, "reason": failure])
         // Still connecting: the app hears why, the way a kernel would tell it. Handshaking
         // (the connect deadline passed before the app completed lwIP's handshake): lwIP gives
@@ -78,7 +83,7 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
         finish()
     }
 
-    func spliceMoved(_ splice: Splice) { if state != .closed { stack.touch(self) } }
+    func spliceMoved(_ splice: Splice) { if state != .closed { table.touch(self) } }
 
     /// Tells the app why its connect failed.
     private func answerSYN(_ failure: FlowFailure) {
@@ -94,7 +99,7 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
             default:
                 reply = PacketBuilder.resetForSYN(syn, summary: synSummary)
             }
-            stack.send(reply, netif: key.netif)
+            table.reply(reply, for: self)
         }
         heldSYN = []
     }
@@ -107,16 +112,16 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     func accepted(_ pcb: OpaquePointer) {
         // Segments as large as the input's MTU and the app allow (lwIP alone stops at 1460);
         // on an input with offload 64 KiB ones, which the kernel cuts to the app's MSS.
-        let limit = stack.largeSegmentMSS(netif: key.netif, ipv4: key.source.address.isIPv4)
-        let mss = stack.inputs[key.netif].offload ? limit : min(appMSS, limit)
+        let (limit, offload) = table.segmentLimit(for: self)
+        let mss = offload ? limit : min(appMSS, limit)
         if mss > 1460 { clwip_tcp_raise_mss(pcb, mss) }
         self.pcb = pcb
-        payloadSummed = !stack.inputs[key.netif].offload
+        payloadSummed = !offload
         state = .open
-        stack.acceptedFlows.append(self)
+        batch.queueAccepted(self)
     }
 
-    /// From Netstack.afterEvents: the splice takes the lwIP end (holding it until the relay
+    /// From the stream batch: the splice takes the lwIP end (holding it until the relay
     /// ends, as the flow holds the splice).
     func attach() {
         guard state == .open else { return }
@@ -135,6 +140,6 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     private func finish() {
         guard state != .closed else { return }
         state = .closed
-        stack.remove(self)
+        table.remove(self)
     }
 }

@@ -262,10 +262,11 @@ final class Harness {
         loop.addAfterEvents { [weak ns] in ns?.afterEvents() }
     }
 
-    /// Shuts the stack down (idempotent); every test ends with it so the next can start one.
-    /// Afterwards nothing of lwIP's may be left.
-    func shutdown(file: StaticString = #filePath, line: UInt = #line) {
+    /// Shuts the stack down (idempotent); every test ends with it. Afterwards nothing of lwIP's
+    /// may be left (unless `expectEmpty` is false: another stack is still live).
+    func shutdown(expectEmpty: Bool = true, file: StaticString = #filePath, line: UInt = #line) {
         netstack?.shutdown()
+        guard expectEmpty else { return }
         let r = Netstack.lwipResources()
         XCTAssertTrue(r.isEmpty, "lwIP objects left after shutdown: \(r)", file: file, line: line)
     }

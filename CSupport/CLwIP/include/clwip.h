@@ -13,6 +13,9 @@
 typedef struct clwip_tcp clwip_tcp;     // struct tcp_pcb
 typedef struct clwip_pbuf clwip_pbuf;   // struct pbuf
 typedef struct clwip_udp clwip_udp;     // struct udp_pcb (one opened over a link)
+/// One netstack's share of lwIP: its netifs (inputs) and their state. Several may live in one
+/// process (lwIP itself is one per process: see docs/architecture.md), all on one thread.
+typedef struct clwip_stack clwip_stack;
 
 /// An IP endpoint in network byte order; for IPv4 only ip[0..3] is used.
 typedef struct {
@@ -22,11 +25,12 @@ typedef struct {
 } clwip_endpoint;
 
 typedef struct {
-    /// A packet leaves the stack towards the input it belongs to. The bytes are lent.
-    void (*output)(int netif, const uint8_t *data, size_t len);
+    /// A packet leaves the stack towards the input it belongs to. The bytes are lent. `ctx`:
+    /// the stack's, from clwip_stack_new.
+    void (*output)(void *ctx, int netif, const uint8_t *data, size_t len);
     /// A TCP handshake completed. Return a nonzero token to keep the connection (it is passed to
     /// every later callback), or 0 to reset it.
-    uintptr_t (*accepted)(clwip_tcp *pcb, int netif, const clwip_endpoint *src, const clwip_endpoint *dst);
+    uintptr_t (*accepted)(void *ctx, clwip_tcp *pcb, int netif, const clwip_endpoint *src, const clwip_endpoint *dst);
     /// Data (p != NULL, ownership passes to Swift) or the peer's FIN (p == NULL). Swift only
     /// queues it (no pcb is closed or aborted inside).
     void (*received)(uintptr_t token, clwip_pbuf *p);
@@ -37,23 +41,28 @@ typedef struct {
     /// An active open (clwip_tcp_connect) completed its handshake.
     void (*connected)(uintptr_t token);
     /// A UDP datagram; ownership of p passes to Swift.
-    void (*udp)(int netif, const clwip_endpoint *src, const clwip_endpoint *dst, clwip_pbuf *p);
+    void (*udp)(void *ctx, int netif, const clwip_endpoint *src, const clwip_endpoint *dst, clwip_pbuf *p);
     /// A datagram for a pcb opened with clwip_udp_open; ownership of p passes to Swift.
     void (*link_udp)(uintptr_t token, const clwip_endpoint *src, clwip_pbuf *p);
 } clwip_callbacks;
 
-/// Installs the callbacks; initialises lwIP on the first call only. Returns 0.
-int clwip_init(const clwip_callbacks *callbacks);
-/// Adds an input (TUN, bridge): a netif that accepts any destination. Returns its index.
-int clwip_netif_add(uint16_t mtu);
+/// A new stack: `ctx` is passed to its output, accepted and udp callbacks. The callbacks are
+/// the same functions for every stack (the last given are kept). Initialises lwIP on the
+/// first call in the process. NULL when out of memory.
+clwip_stack *clwip_stack_new(const clwip_callbacks *callbacks, void *ctx);
+/// Sets the `ctx` the stack's callbacks get.
+void clwip_stack_set_context(clwip_stack *st, void *ctx);
+/// Adds an input (TUN, bridge): a netif that accepts any destination. Returns its index in
+/// this stack, or -1 (the stack has MAX_NETIFS).
+int clwip_netif_add(clwip_stack *st, uint16_t mtu);
 /// A new MTU for input `idx` (a holder's STATUS changed the TUN's).
-void clwip_netif_set_mtu(int idx, uint16_t mtu);
+void clwip_netif_set_mtu(clwip_stack *st, int idx, uint16_t mtu);
 /// The receive window of connections accepted on input `idx` from now on (bytes the app may
 /// send ahead), when larger than TCP_WND; at most 0x1FFFE (window scale 1).
-void clwip_netif_set_recv_window(int idx, uint32_t bytes);
+void clwip_netif_set_recv_window(clwip_stack *st, int idx, uint32_t bytes);
 /// The window scale the input's connections use: the smallest that holds its receive window
 /// (lwIP's compiled 1 up to 128 KiB). Its SYN-ACKs must announce it (lwIP's announce 1).
-uint8_t clwip_netif_window_scale(int idx);
+uint8_t clwip_netif_window_scale(clwip_stack *st, int idx);
 
 /// What clwip_input says of a packet it did not give lwIP.
 enum {
@@ -66,10 +75,35 @@ enum {
     CLWIP_SEGMENT_OUT_OF_WINDOW = 2,
     /// Out-of-order data while the connection already holds the most it may (below).
     CLWIP_SEGMENT_OOSEQ_FULL = 3,
+    /// (clwip_segment_verdict only) passes if the out-of-order data held leaves room for it
+    /// (clwip_reorder_full).
+    CLWIP_SEGMENT_CHECK_REORDER = 4,
 };
 /// Out-of-order data held per connection: segments, and bytes (one receive window).
 #define CLWIP_OOSEQ_MAX_SEGMENTS 128
 #define CLWIP_OOSEQ_MAX_BYTES 0x20000
+
+// ---- the segment checks (segment_check.c): policy on a connection's sequence state ----------
+
+/// A synchronized connection's sequence state, as the checks before lwIP need it.
+typedef struct {
+    uint32_t snd_nxt, lastack;
+    /// The largest window the app ever offered (lwIP's TCP_WND before it offered one).
+    uint32_t max_snd_wnd;
+    uint32_t rcv_nxt;
+    /// The receive window offered: the larger of the current and the last announced.
+    uint32_t rcv_wnd;
+    /// Out-of-order data is held.
+    uint8_t has_ooseq;
+} clwip_tcp_window;
+/// Whether a segment with these TCP flags is checked: ACK set, SYN and RST clear.
+int clwip_segment_checked(uint8_t flags);
+/// The verdict on a segment of `payload` bytes at `seq` acknowledging `ack`: CLWIP_SEGMENT_OK,
+/// _BAD_ACK, _OUT_OF_WINDOW, or _CHECK_REORDER.
+int clwip_segment_verdict(const clwip_tcp_window *w, uint32_t seq, uint32_t ack, uint32_t payload);
+/// Whether out-of-order data of `payload` bytes finds no room beside `segments` segments of
+/// `bytes` bytes already held (nothing held: always room).
+int clwip_reorder_full(uint32_t segments, uint32_t bytes, uint32_t payload);
 
 /// The size of the buffer clwip_rx_buffer returns (the largest IP packet).
 #define CLWIP_RX_BUFFER_SIZE 0xFFFF
@@ -77,17 +111,20 @@ enum {
 /// NULL when no memory): a large TCP segment read there is handed to lwIP without a copy, and
 /// the next call returns a new buffer; otherwise the same one. Valid until the next
 /// clwip_input of a packet in it.
-uint8_t *clwip_rx_buffer(void);
+uint8_t *clwip_rx_buffer(clwip_stack *st);
 
-/// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer). `syn_port` >= 0 makes sure a listener for that TCP port exists
-/// on this netif first; `udp_port` >= 0 the same for a UDP port. `tcp_offset` > 0 (where the TCP
-/// header starts, for a TCP packet other than a SYN) has the segment checked against its
-/// connection first. `partial_checksum` (with `tcp_offset` > 0): the TCP checksum field holds
-/// only the pseudo-header's sum (a local sender's NEEDS_CSUM segment): lwIP's verification is
-/// answered without summing the payload. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no
-/// pbuf could be allocated, or why the segment was dropped unseen.
-int clwip_input(int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
-                int partial_checksum);
+/// Feeds one IP packet (copied, unless it is a large TCP segment in clwip_rx_buffer's buffer).
+/// `syn_port` >= 0 makes sure a listener for that TCP port exists first; `udp_port` >= 0 the
+/// same for a UDP port. `tcp_offset` > 0 (where the TCP header starts, for a TCP packet other
+/// than a SYN) has the segment checked against its connection first (segment_check.c).
+/// `checksum_answer` >= 0 (with
+/// `tcp_offset` > 0): the TCP checksum field holds only the pseudo-header's sum (a local
+/// sender's NEEDS_CSUM segment), and lwIP's verification of the segment is answered with this
+/// value (computed by the caller: the sum that makes it verify) without summing the payload;
+/// -1 otherwise. Returns CLWIP_SEGMENT_OK, CLWIP_NO_MEMORY when no pbuf could be allocated,
+/// or why the segment was dropped unseen.
+int clwip_input(clwip_stack *st, int netif, const uint8_t *packet, size_t len, int syn_port, int udp_port, int tcp_offset,
+                int checksum_answer);
 
 /// Runs due lwIP timers; returns milliseconds until the next one (capped at 1000).
 uint32_t clwip_check_timeouts(void);
@@ -126,7 +163,8 @@ void clwip_tcp_close(clwip_tcp *pcb);
 /// `token` gets received/sent/failed like an accepted pcb's, plus `connected` when the
 /// handshake completes. Returns NULL with *err set (ERR_USE = -8: the port is taken here;
 /// ERR_MEM = -1; ERR_ARG = -16).
-clwip_tcp *clwip_tcp_connect(int idx, const clwip_endpoint *from, const clwip_endpoint *to, uintptr_t token, int *err);
+clwip_tcp *clwip_tcp_connect(clwip_stack *st, int idx, const clwip_endpoint *from, const clwip_endpoint *to,
+                             uintptr_t token, int *err);
 /// Detaches Swift and sends RST. Inside tcp_received return 1 afterwards.
 void clwip_tcp_abort(clwip_tcp *pcb);
 
@@ -143,28 +181,28 @@ int clwip_pbuf_iovecs(clwip_pbuf *const *chains, int count, struct iovec *iov, i
 // UDP
 /// Sends a datagram from `from` (a remote endpoint, used as source) to `to` (the app) on netif.
 /// Returns 0 or a negative lwIP error.
-int clwip_udp_send(int netif, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len);
+int clwip_udp_send(clwip_stack *st, int netif, const clwip_endpoint *from, const clwip_endpoint *to, const void *data, uint16_t len);
 
 /// A UDP pcb on netif `idx` bound to `from` (the link's address and a port): datagrams fed
 /// to that netif for it reach `link_udp` with `token`. NULL with *err (ERR_USE = -8: the port
 /// is taken here). IPv4 only.
-clwip_udp *clwip_udp_open(int idx, const clwip_endpoint *from, uintptr_t token, int *err);
+clwip_udp *clwip_udp_open(clwip_stack *st, int idx, const clwip_endpoint *from, uintptr_t token, int *err);
 /// Sends a datagram from the pcb's address to `to` through its netif. 0 or a negative lwIP error.
 int clwip_udp_sendto(clwip_udp *pcb, const clwip_endpoint *to, const void *data, uint16_t len);
 void clwip_udp_close(clwip_udp *pcb);
 
-/// Frees every connection lwIP holds in TIME_WAIT. The app side is the local kernel over a
+/// Frees every connection of this stack's that lwIP holds in TIME_WAIT. The app side is the local kernel over a
 /// lossless TUN, so TIME_WAIT protects nothing here, while it would keep a pcb per closed
 /// connection for 2 minutes and answer a reused 4-tuple's SYN with a stale ACK. Returns how
 /// many were freed.
-uint32_t clwip_reap_timewait(void);
+uint32_t clwip_reap_timewait(clwip_stack *st);
 
 
-/// Undoes everything clwip made since clwip_init: aborts every TCP connection (RST to the app,
-/// no callbacks into Swift), frees TIME_WAIT pcbs, listeners and UDP pcbs, removes every
-/// netif, and forgets the per-port tables. lwIP itself stays initialised; a later
-/// clwip_init with new callbacks starts a fresh set of inputs. Never call from a callback.
-void clwip_shutdown(void);
+/// Undoes everything the stack made and frees it: aborts its TCP connections (RST to the app,
+/// no callbacks into Swift), frees its TIME_WAIT pcbs and its UDP pcbs opened over links,
+/// removes its netifs; the last stack in the process also frees the shared listeners and UDP
+/// pcbs. lwIP itself stays initialised. Never call from a callback.
+void clwip_stack_free(clwip_stack *st);
 
 /// lwIP's live objects, counted on its own lists (Debian's build has no LWIP_STATS, so pbufs
 /// and memp pools cannot be counted).

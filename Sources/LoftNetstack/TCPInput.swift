@@ -1,0 +1,58 @@
+import CLwIP
+import LoftCore
+
+/// A TCP flow's start: the app's SYN (held by a new flow until its outbound connects, then
+/// given to lwIP), and the app's reset of a handshake lwIP has not handed over.
+extension Netstack {
+    func openTCP(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int, decided: RouteMatch? = nil) {
+        let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
+                          destination: Endpoint(s.destination, s.destinationPort))
+        if let existing = flows.tcp[key] {
+            // A retransmitted SYN: held ones wait for the outbound; lwIP answers the others.
+            if existing.state != .connecting {
+                _ = clwip_input(lwip, Int32(netif), packet.baseAddress!.assumingMemoryBound(to: UInt8.self), packet.count,
+                                Int32(s.destinationPort), -1, 0, -1)
+            }
+            return
+        }
+        let match = decided ?? router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination)))
+        flows.countRule(match.rule)
+        switch match.decision {
+        case .drop(let reset):
+            drop(.rule, netif)
+            if reset { send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
+        case .outbound(let outbound):
+            guard flows.makeRoom() else {
+                drop(.flowCap, netif)
+                send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif)
+                return
+            }
+            let flow = TCPFlow(table: flows, key: key, syn: Array(packet), summary: s, now: loop.now)
+            flows.insert(flow)
+            tally.tcpFlowsOpened &+= 1
+            flow.outboundName = outbound.name
+            flow.ruleIndex = match.rule
+            flow.splice.dial(outbound, to: .ip(key.destination))
+        }
+    }
+
+    /// The app reset a connection lwIP has not handed over yet (its answer to lwIP's SYN-ACK:
+    /// a SYN scan, or a SYN its kernel never sent). lwIP has just dropped its half-open
+    /// connection without telling anyone; the flow and its outbound connection go too.
+    func appReset(_ packet: UnsafeRawBufferPointer, _ s: PacketSummary, netif: Int) {
+        let key = FlowKey(netif: netif, source: Endpoint(s.source, s.sourcePort),
+                          destination: Endpoint(s.destination, s.destinationPort))
+        guard let flow = flows.tcp[key], flow.state == .handshaking else { return }
+        // lwIP takes an RST in SYN_RCVD only at exactly the next sequence number it expects.
+        guard s.tcpSequence(packet) == flow.synSequence &+ 1 else { return }
+        tally.handshakesReset &+= 1
+        flow.abort()
+    }
+
+    /// Hands a held SYN to lwIP once the outbound is connected.
+    func inject(_ packet: [UInt8], netif: Int, port: UInt16) {
+        packet.withUnsafeBufferPointer { b in
+            if clwip_input(lwip, Int32(netif), b.baseAddress!, b.count, Int32(port), -1, 0, -1) != 0 { drop(.stackMemory, netif) }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import CLwIP
+import LoftCore
+import LoftIO
+
+extension Netstack {
+    /// A datagram lwIP took for an app: to the association of its conversation (routed on the
+    /// conversation's first datagram).
+    func udpReceived(netif: Int, source: Endpoint, destination: Endpoint, pbuf: OpaquePointer) {
+        let len = Int(clwip_pbuf_total(pbuf))
+        _ = clwip_pbuf_copy(pbuf, scratch.baseAddress, UInt16(len))
+        clwip_pbuf_free(pbuf)
+        let conversation = UDPConversation(netif: netif, source: source, destination: destination)
+        let assoc: UDPAssociation
+        if let known = flows.conversations[conversation] {
+            assoc = known
+        } else {
+            let match = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
+            guard case .outbound(let outbound) = match.decision else {
+                drop(.rule, netif)
+                return
+            }
+            let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
+            if let existing = flows.udp[key] {
+                assoc = existing
+            } else {
+                guard flows.makeRoom() else { drop(.flowCap, netif); return }
+                let a = UDPAssociation(stack: self, key: key, now: loop.now)
+                guard let outboundSide = outbound.openAssociation(events: a) else {
+                    drop(.rule, netif)
+                    return
+                }
+                a.outboundSide = outboundSide
+                a.outboundName = outbound.name
+                a.ruleIndex = match.rule
+                flows.countRule(match.rule)
+                flows.insert(a)
+                tally.udpAssociationsOpened &+= 1
+                assoc = a
+            }
+            flows.conversations[conversation] = assoc
+            assoc.conversations.append(conversation)
+        }
+        assoc.lastDestination = destination
+        flows.touch(assoc)
+        tally.udpDatagramsUp &+= 1
+        assoc.bytesUp &+= UInt64(len)
+        assoc.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
+    }
+}
+
+
+struct UDPKey: Hashable {
+    var netif: Int
+    var source: Endpoint
+    var outbound: ObjectIdentifier
+}
+
+/// One app endpoint talking to one destination: routed once, then found by this.
+struct UDPConversation: Hashable {
+    var netif: Int
+    var source: Endpoint
+    var destination: Endpoint
+}
+
+/// One app source endpoint's UDP traffic through one outbound (full-cone: replies from any
+/// remote return to the app with that remote as their source).
+final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
+    unowned let stack: Netstack
+    let key: UDPKey
+    var outboundSide: DatagramAssociation?
+    var outboundName = ""
+    var ruleIndex = -1
+    var lastActivity: UInt64
+    let createdAt: UInt64
+    var bytesUp: UInt64 = 0
+    var bytesDown: UInt64 = 0
+    /// The destination of the app's latest datagram (for status).
+    var lastDestination: Endpoint
+    /// The conversations routed to this association (forgotten with it).
+    var conversations: [UDPConversation] = []
+    /// Neighbours in the netstack's activity list.
+    unowned(unsafe) var older: UDPAssociation?
+    unowned(unsafe) var newer: UDPAssociation?
+
+    init(stack: Netstack, key: UDPKey, now: UInt64) {
+        self.stack = stack
+        self.key = key
+        self.lastActivity = now
+        self.createdAt = now
+        self.lastDestination = key.source
+    }
+
+    func close() {
+        outboundSide?.close()
+        outboundSide = nil
+    }
+
+    func datagramRefused(by remote: Endpoint) {
+        guard remote.address.isIPv4 == key.source.address.isIPv4 else { return }
+        stack.portUnreachable(from: remote, to: key.source, netif: key.netif)
+    }
+
+    func datagramReceived(_ payload: UnsafeRawBufferPointer, from remote: Endpoint) {
+        // An IPv4 reply cannot go to an IPv6 app endpoint or the reverse.
+        guard remote.address.isIPv4 == key.source.address.isIPv4, payload.count <= 65507 else { return }
+        stack.flows.touch(self)
+        bytesDown &+= UInt64(payload.count)
+        stack.tally.udpDatagramsDown &+= 1
+        var from = clwip_endpoint(remote)
+        var to = clwip_endpoint(key.source)
+        if clwip_udp_send(stack.lwip, Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
+            stack.drop(.stackMemory, key.netif)
+        }
+    }
+}
