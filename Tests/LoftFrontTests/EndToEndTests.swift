@@ -120,7 +120,7 @@ final class EndToEndTests: XCTestCase {
     }
 
     func testExpiredInstanceCannotResume() throws {
-        let h = try FrontHarness(FrontHarness.settings(expiry: .seconds(1)))
+        let h = try FrontHarness(FrontHarness.settings(expiry: .seconds(1)), clock: VirtualClock())
         let a = h.dial()
         var b: RawClient!
         let ok = h.run([
@@ -217,7 +217,7 @@ final class EndToEndTests: XCTestCase {
     /// An association silent both ways for udp-idle-timeout is closed with RST timed-out; one
     /// that keeps sending stays.
     func testIdleUDPAssociationIsClosed() throws {
-        let h = try FrontHarness(FrontHarness.settings(udpIdleTimeout: .milliseconds(300)))
+        let h = try FrontHarness(FrontHarness.settings(udpIdleTimeout: .milliseconds(300)), clock: VirtualClock())
         let echo = UDPEcho(loop: h.loop)
         let c = h.dial()
         let to = Endpoint(.v4(0x7F00_0001), echo.port)
@@ -232,7 +232,7 @@ final class EndToEndTests: XCTestCase {
             { c.has { $0 == .dgram(association: 1, remote: .ip(to), payload: [1]) } },
             {
                 // Association 3 stays busy (a datagram every 50 ms) while 1 goes quiet.
-                let now = monotonicMilliseconds()
+                let now = h.loop.now
                 if now - lastSent >= 50 {
                     lastSent = now
                     c.send(.dgram(association: 3, remote: .ip(to), payload: [3]))

@@ -8,7 +8,7 @@ import XCTest
 /// Clients that misbehave: silent, over their stream limit, resetting, or sending junk.
 final class RobustnessTests: XCTestCase {
     func testSilentClientIsClosedAndItsInstanceKept() throws {
-        let h = try FrontHarness(FrontHarness.settings(keepalive: .seconds(1)))
+        let h = try FrontHarness(FrontHarness.settings(keepalive: .seconds(1)), clock: VirtualClock())
         let echo = EchoServer(loop: h.loop)
         let c = h.dial()
         c.answersPings = false

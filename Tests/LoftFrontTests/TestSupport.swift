@@ -27,9 +27,11 @@ final class FrontHarness {
                       udpIdleTimeout: udpIdleTimeout)
     }
 
-    init(_ settings: FrontSettings = FrontHarness.settings()) throws {
+    /// `clock`: a virtual clock, for scenarios whose waits are the front's timers (keepalive,
+    /// expiry, UDP idle): the loop jumps to its next timer whenever it has nothing else to do.
+    init(_ settings: FrontSettings = FrontHarness.settings(), clock: VirtualClock? = nil) throws {
         Log.threshold = .warn
-        loop = try EventLoop()
+        loop = try EventLoop(clock: clock)
         clientRuntime = try CarrierRuntime(loop: loop)
         server = try FrontServer(settings: settings, loop: loop)
         try server.start()

@@ -250,8 +250,10 @@ final class Harness {
     private(set) var input = 0
     private let dead = DeadEvents()
 
-    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500, offload: Bool = false) {
-        loop = try! EventLoop()
+    /// `clock`: a virtual clock for tests of deadlines (`loop.advance(by:)` moves it).
+    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500, offload: Bool = false,
+         clock: VirtualClock? = nil) {
+        loop = try! EventLoop(clock: clock)
         router = TestRouter(decision: .drop(reset: true))
         router.decision = .outbound(outbound)
         let ns = Netstack(loop: loop, router: router, settings: settings)

@@ -612,7 +612,7 @@ final class HolderOutboundTests: XCTestCase {
 
     /// stop(): flows fail, the state says so, and nothing is dialled again.
     func testStopEndsTheSession() throws {
-        let sc = try Scenario()
+        let sc = try Scenario(clock: VirtualClock())
         let front = try sc.startFront()
         let echo = TCPEchoServer(loop: sc.loop)
         let holder = try sc.holder(port: front.localEndpoint!.port, hold: true)

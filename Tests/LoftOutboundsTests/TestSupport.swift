@@ -19,9 +19,11 @@ final class Scenario {
     let runtime: CarrierRuntime
     private(set) var failedStep: Int?
 
-    init() throws {
+    /// `clock`: a virtual clock, for scenarios whose waits are the loop's timers (backoff,
+    /// redial): the loop jumps to its next timer whenever it has nothing else to do.
+    init(clock: VirtualClock? = nil) throws {
         Log.threshold = .warn
-        loop = try EventLoop()
+        loop = try EventLoop(clock: clock)
         runtime = try CarrierRuntime(loop: loop)
     }
 
@@ -61,11 +63,11 @@ final class Scenario {
         return failedStep == nil
     }
 
-    /// A step that waits `ms` from its first call.
+    /// A step that waits `ms` from its first call (on the loop's clock).
     func pause(_ ms: UInt64) -> () -> Bool {
         var until: UInt64?
-        return {
-            let now = monotonicMilliseconds()
+        return { [loop] in
+            let now = loop.currentTime
             if until == nil { until = now + ms }
             return now >= until!
         }
