@@ -84,9 +84,9 @@ let package = Package(
                            "LoftOutbounds", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
-        .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux"]),
+        .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux", "LoftTestSupport"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
-        .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore"]),
+        .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore", "LoftTestSupport"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "CImage"]),

@@ -9,8 +9,6 @@ import XCTest
 final class Harness {
     let loop: EventLoop
     let runtime: CarrierRuntime
-    private var checks: [() -> Bool] = []
-    private var deadline: UInt64 = 0
     private(set) var timedOut = false
 
     init() throws {
@@ -21,17 +19,7 @@ final class Harness {
     /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass.
     @discardableResult
     func run(seconds: Double, until done: @escaping () -> Bool) -> Bool {
-        deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
-        loop.poll(every: 10) { [unowned self] in
-            if done() { self.loop.stop(); return false }
-            if monotonicMilliseconds() > self.deadline {
-                self.timedOut = true
-                self.loop.stop()
-                return false
-            }
-            return true
-        }
-        loop.run()
+        if !loop.run(seconds: seconds, until: done) { timedOut = true }
         return !timedOut
     }
 

@@ -4,6 +4,7 @@ import LoftConfig
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTestSupport
 import XCTest
 @testable import LoftFront
 
@@ -20,7 +21,7 @@ final class EndToEndTests: XCTestCase {
 
     private func tcpEcho(_ kind: CarrierKind) throws {
         let h = try FrontHarness()
-        let echo = EchoServer(loop: h.loop)
+        let echo = TCPEchoServer(loop: h.loop)
         let c = h.dial(kind)
         let message = Array("hello through the front".utf8)
         let ok = h.run([
@@ -174,7 +175,7 @@ final class EndToEndTests: XCTestCase {
 
     func testNamesAreResolvedByTheFront() throws {
         let h = try FrontHarness()
-        let echo = EchoServer(loop: h.loop)
+        let echo = TCPEchoServer(loop: h.loop)
         let c = h.dial()
         let ok = h.run([
             { c.connected }, hello(c), attached(c),
@@ -199,7 +200,7 @@ final class EndToEndTests: XCTestCase {
 
     func testUDPAssociation() throws {
         let h = try FrontHarness()
-        let echo = UDPEcho(loop: h.loop)
+        let echo = UDPEchoServer(loop: h.loop)
         let c = h.dial()
         let to = Endpoint(.v4(0x7F00_0001), echo.port)
         let ok = h.run([
@@ -218,7 +219,7 @@ final class EndToEndTests: XCTestCase {
     /// that keeps sending stays.
     func testIdleUDPAssociationIsClosed() throws {
         let h = try FrontHarness(FrontHarness.settings(udpIdleTimeout: .milliseconds(300)), clock: VirtualClock())
-        let echo = UDPEcho(loop: h.loop)
+        let echo = UDPEchoServer(loop: h.loop)
         let c = h.dial()
         let to = Endpoint(.v4(0x7F00_0001), echo.port)
         var lastSent: UInt64 = 0

@@ -2,6 +2,7 @@ import CLinux
 import Glibc
 import LoftCore
 @testable import LoftIO
+import LoftTestSupport
 import XCTest
 
 /// A byte stream in memory whose every move the test controls: bytes to read (`feed`), EOF
@@ -121,20 +122,6 @@ final class MemoryStream: ByteStream {
     }
 }
 
-/// Hands out one MemoryStream per openStream.
-final class MemoryOutbound: Outbound {
-    let name = "memory"
-    var opened: [MemoryStream] = []
-    var status: OutboundStatus { OutboundStatus(name: name, type: "memory", state: "ready") }
-    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
-        let s = MemoryStream()
-        s.events = events
-        opened.append(s)
-        return s
-    }
-    func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
-}
-
 final class Owner: SpliceOwner {
     var connected = 0
     var failed: [FlowFailure] = []
@@ -165,13 +152,17 @@ func bytes(_ n: Int, seed: UInt8 = 0) -> [UInt8] { (0..<n).map { UInt8(truncatin
 final class SpliceTests: XCTestCase {
     var loop: EventLoop!
     var owner: Owner!
-    var out: MemoryOutbound!
+    var out: FakeOutbound<MemoryStream>!
     var app: MemoryStream!
 
     override func setUpWithError() throws {
         loop = try EventLoop()
         owner = Owner()
-        out = MemoryOutbound()
+        out = FakeOutbound(name: "memory", type: "memory") { _, events in
+            let s = MemoryStream()
+            s.events = events
+            return s
+        }
         app = MemoryStream()
         owner.attachOnConnect = app
     }
@@ -181,7 +172,7 @@ final class SpliceTests: XCTestCase {
         let s = Splice(loop: loop, owner: owner, meter: meter, connectTimeoutMs: 10_000, idleTimeoutMs: idleMs)
         owner.splices.append(s)
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote = out.opened[0]
+        let remote = out.streams[0]
         remote.events?.streamConnected(remote)
         XCTAssertEqual(owner.connected, 1)
         XCTAssertTrue(s.isRelaying)
@@ -206,7 +197,7 @@ final class SpliceTests: XCTestCase {
         let s = Splice(loop: loop, owner: owner, connectTimeoutMs: 10_000)
         owner.attachOnConnect = nil
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote = out.opened[0]
+        let remote = out.streams[0]
         remote.events?.streamConnected(remote)
         XCTAssertFalse(remote.readInterest, "remote bytes wait until the inbound end is attached")
         remote.inbox = bytes(10)
@@ -240,7 +231,7 @@ final class SpliceTests: XCTestCase {
         owner.splices.append(s)
         owner.attachOnConnect = nil
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote = out.opened[0]
+        let remote = out.streams[0]
         remote.events?.streamConnected(remote)
         let data = bytes(3 * Splice.chunk, seed: 5)
         remote.inbox = data
@@ -344,7 +335,7 @@ final class SpliceTests: XCTestCase {
         let s2 = Splice(loop: loop, owner: owner2, connectTimeoutMs: 10_000)
         owner2.splices.append(s2)
         s2.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote2 = out.opened[1]
+        let remote2 = out.streams[1]
         remote2.events?.streamConnected(remote2)
         remote2.closed = true  // writes now return -1
         app2.feed(bytes(10))
@@ -356,7 +347,7 @@ final class SpliceTests: XCTestCase {
     func testConnectFailureAndDeadline() {
         let s = Splice(loop: loop, owner: owner, connectTimeoutMs: 10_000)
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        out.opened[0].fail(.refused)
+        out.streams[0].fail(.refused)
         XCTAssertEqual(owner.failed, [.refused])
         XCTAssertTrue(s.isFinished)
 
@@ -367,7 +358,7 @@ final class SpliceTests: XCTestCase {
         let t0 = monotonicMilliseconds()
         loop.turn(100)
         XCTAssertEqual(owner2.failed, [.timedOut])
-        XCTAssertEqual(out.opened[1].resets, 1)
+        XCTAssertEqual(out.streams[1].resets, 1)
         XCTAssertGreaterThanOrEqual(monotonicMilliseconds() - t0, 30)
     }
 

@@ -1,15 +1,10 @@
 import XCTest
 @testable import LoftIO
+import LoftTestSupport
 
 final class TimerTests: XCTestCase {
-    /// Runs the loop until `done` or 10 s (a failsafe timer that records the timeout).
-    private func run(_ loop: EventLoop) -> Bool {
-        var timedOut = false
-        let failsafe = loop.schedule(after: 10_000) { timedOut = true; loop.stop() }
-        loop.run()
-        loop.cancel(failsafe)
-        return !timedOut
-    }
+    /// Runs the loop until it is stopped or 10 s pass (a failsafe timer that records the timeout).
+    private func run(_ loop: EventLoop) -> Bool { loop.runUntilStopped(seconds: 10) }
 
     func testDeadlineOrderAndTiesInSchedulingOrder() throws {
         let loop = try EventLoop()

@@ -26,6 +26,25 @@ extension EventLoop {
 }
 
 extension EventLoop {
+    /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass on the loop's
+    /// clock. True when done in time.
+    @discardableResult
+    public func run(seconds: Double, until done: @escaping () -> Bool) -> Bool {
+        run(steps: [done], seconds: seconds) == nil
+    }
+
+    /// Runs the loop until something on it calls `stop()`, or `seconds` pass on the loop's
+    /// clock (a failsafe timer stops it then). True when stopped in time.
+    public func runUntilStopped(seconds: Double) -> Bool {
+        var timedOut = false
+        let failsafe = schedule(after: UInt64(seconds * 1000)) { [unowned self] in timedOut = true; self.stop() }
+        run()
+        cancel(failsafe)
+        return !timedOut
+    }
+}
+
+extension EventLoop {
     /// Calls `check` every `ms` milliseconds (a timer that schedules the next) while it
     /// returns true.
     public func poll(every ms: UInt64, _ check: @escaping () -> Bool) {
