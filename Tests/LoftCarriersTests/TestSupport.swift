@@ -11,8 +11,9 @@ final class Harness {
     let runtime: CarrierRuntime
     private(set) var timedOut = false
 
-    init() throws {
-        loop = try EventLoop()
+    /// `clock`: a virtual clock, for waits that are the loop's timers (a handshake deadline).
+    init(clock: VirtualClock? = nil) throws {
+        loop = try EventLoop(clock: clock)
         runtime = try CarrierRuntime(loop: loop)
     }
 
