@@ -87,7 +87,7 @@ let package = Package(
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux", "LoftTestSupport"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftConfig", "LoftCore", "LoftTestSupport"]),
-        .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore"]),
+        .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore", "LoftIO", "CLinux", "LoftTestSupport"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "CImage"]),
         .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),
