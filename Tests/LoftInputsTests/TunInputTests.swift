@@ -36,7 +36,10 @@ final class TunInputTests: XCTestCase {
                            loop: loop, netstack: netstack)
         try tun.start()
         var stopped = false
-        defer { if !stopped { tun.stop() } }
+        defer {
+            if !stopped { tun.stop() }
+            unlink("/run/loft/netns-\(ns).lock")   // the instance lock's file, left by design
+        }
         XCTAssertEqual(access("/var/run/netns/\(ns)", F_OK), 0, "the namespace was made")
 
         // The app: python in the namespace sends one datagram to an address behind the TUN and
