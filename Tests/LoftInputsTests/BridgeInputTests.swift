@@ -7,13 +7,6 @@ import LoftTestSupport
 import XCTest
 @testable import LoftInputs
 
-/// Sends every flow to one outbound.
-private final class ToOutbound: FlowRouter {
-    let outbound: Outbound
-    init(_ outbound: Outbound) { self.outbound = outbound }
-    func route(_ request: FlowRequest) -> RouteMatch { RouteMatch(.outbound(outbound), rule: 0) }
-}
-
 /// The UDP bridge through its public API: a peer socket on loopback sends raw IP packets to it,
 /// the netstack behind it hands the UDP flow to the fake outbound, and the reply comes back to
 /// the peer as one datagram.
@@ -47,9 +40,7 @@ final class BridgeInputTests: XCTestCase {
         Log.threshold = .warn
         let loop = try EventLoop()
         let out = TestOutbound()
-        let netstack = Netstack(loop: loop, router: ToOutbound(out), settings: Netstack.Settings())
-        loop.timerHook = { [weak netstack] in netstack?.runTimers() ?? 1000 }
-        loop.addAfterEvents { [weak netstack] in netstack?.afterEvents() }
+        let netstack = netstack(on: loop, to: out)
         defer { netstack.shutdown() }
         let settings = BridgeSettings(peerPort: freePort(), extensionPort: freePort(), mtu: 1500)
         let peer = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
@@ -71,12 +62,7 @@ final class BridgeInputTests: XCTestCase {
             },
             { out.associations.first?.sent.count == 1 },
             { out.associations[0].reply([4, 5], from: self.dns); return true },
-            {
-                var buf = [UInt8](repeating: 0, count: 2048)
-                let n = buf.withUnsafeMutableBytes { recv(peer, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-                if n > 0 { back = Array(buf[0..<n]) }
-                return n > 0
-            },
+            { back = receiveDatagram(peer) ?? []; return !back.isEmpty },
         ], seconds: 10)
         XCTAssertNil(failed)
         XCTAssertEqual(out.associations.first?.sent.first?.payload, [1, 2, 3])

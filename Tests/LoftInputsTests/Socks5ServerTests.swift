@@ -5,17 +5,6 @@ import LoftTestSupport
 import XCTest
 @testable import LoftInputs
 
-/// Sends every flow the same way.
-private final class OneWayRouter: FlowRouter {
-    let decision: RouteDecision
-    var requests: [FlowRequest] = []
-    init(_ decision: RouteDecision) { self.decision = decision }
-    func route(_ request: FlowRequest) -> RouteMatch {
-        requests.append(request)
-        return RouteMatch(decision, rule: 0)
-    }
-}
-
 /// A SOCKS5 client on a nonblocking loopback socket, driven by the test's steps.
 private final class Client {
     let fd: Int32
@@ -208,12 +197,7 @@ final class Socks5ServerTests: XCTestCase {
             },
             { out.associations.first?.sent.count == 1 },
             { out.associations[0].reply([4, 2], from: dns); return true },
-            {
-                var buf = [UInt8](repeating: 0, count: 2048)
-                let n = buf.withUnsafeMutableBytes { recv(u, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-                if n > 0 { reply = Array(buf[0..<n]) }
-                return n > 0
-            },
+            { reply = receiveDatagram(u) ?? []; return !reply.isEmpty },
         ], seconds: 10)
         XCTAssertNil(failed)
         XCTAssertEqual(Array(c.received[2..<12]), Socks5.reply(.succeeded, bound: s.bound))

@@ -8,13 +8,6 @@ import LoftTestSupport
 import XCTest
 @testable import LoftInputs
 
-/// Sends every flow to one outbound.
-private final class ToOutbound: FlowRouter {
-    let outbound: Outbound
-    init(_ outbound: Outbound) { self.outbound = outbound }
-    func route(_ request: FlowRequest) -> RouteMatch { RouteMatch(.outbound(outbound), rule: 0) }
-}
-
 /// The TUN input through its public API, on a real TUN in a namespace of its own. NEEDS ROOT
 /// (CAP_NET_ADMIN and /dev/net/tun): skipped, with the reason, otherwise.
 final class TunInputTests: XCTestCase {
@@ -26,9 +19,7 @@ final class TunInputTests: XCTestCase {
         Log.threshold = .warn
         let loop = try EventLoop()
         let out = TestOutbound()
-        let netstack = Netstack(loop: loop, router: ToOutbound(out), settings: Netstack.Settings())
-        loop.timerHook = { [weak netstack] in netstack?.runTimers() ?? 1000 }
-        loop.addAfterEvents { [weak netstack] in netstack?.afterEvents() }
+        let netstack = netstack(on: loop, to: out)
         defer { netstack.shutdown() }
         let ns = "loftut\(getpid() % 100_000)"
         let tun = TunInput(settings: TunSettings(name: "loftut0", netns: ns, ipv4: IPPrefix("198.18.0.1/30")!, ipv6: nil,
