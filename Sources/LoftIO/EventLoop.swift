@@ -46,10 +46,29 @@ public final class EventLoop {
     private var afterEventHooks: [() -> Void] = []
     public func addAfterEvents(_ hook: @escaping () -> Void) { afterEventHooks.append(hook) }
     private func afterEvents() { for h in afterEventHooks { h() } }
-    /// Milliseconds, cached once per iteration (at its start and again after epoll returns).
-    public private(set) var now: UInt64 = monotonicMilliseconds()
+    /// Milliseconds, cached once per iteration (at its start and again after epoll returns):
+    /// the time every deadline on the loop is computed from.
+    public private(set) var now: UInt64
+    /// A test's clock; nil in the product, where the loop reads the monotonic clock (one
+    /// nil check, then the direct clock_gettime call).
+    let virtualClock: VirtualClock?
 
-    public init() throws {
+    /// The loop's clock now (not the cached `now`).
+    @inline(__always)
+    private func readClock() -> UInt64 {
+        if let virtualClock { return virtualClock.now }
+        return monotonicMilliseconds()
+    }
+
+    /// The loop's clock at the call (`now` is the iteration's cached reading): what a
+    /// deadline computed outside the loop's turn is measured from.
+    public var currentTime: UInt64 { readClock() }
+
+    /// `clock`: a virtual clock for tests (time moves by `advance(by:)`, or, while `run()` has
+    /// nothing else to do, to the next timer); nil, the monotonic clock.
+    public init(clock: VirtualClock? = nil) throws {
+        virtualClock = clock
+        now = clock?.now ?? monotonicMilliseconds()
         switch Syscall.epollCreate() {
         case .success(let fd): epfd = fd
         case .failure(let e): throw SystemError("epoll_create", e.code)
@@ -131,7 +150,7 @@ public final class EventLoop {
     /// the iteration's cached `now`). Cancel with `cancel(_:)`.
     @discardableResult
     public func schedule(after ms: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
-        schedule(at: monotonicMilliseconds() &+ ms, action)
+        schedule(at: readClock() &+ ms, action)
     }
 
     /// Runs `action` on the loop at `deadline` (loop milliseconds, as `now`). Timers due at the
@@ -149,6 +168,8 @@ public final class EventLoop {
 
     /// Timers pending, and the entries the heap holds for them (for tests).
     var pendingTimers: Int { timers.count }
+    /// The earliest pending timer's deadline.
+    var nextTimerDeadline: UInt64? { timers.earliest }
     var timerCapacity: Int { timers.capacity }
 
     /// Runs every timer due at `now` that was scheduled before this drain began.
@@ -163,7 +184,7 @@ public final class EventLoop {
         if !deferred.isEmpty { return 0 }
         var timeout = hook ?? -1
         if let next = timers.earliest {
-            let clock = monotonicMilliseconds()
+            let clock = readClock()
             let wait = Int32(clamping: next > clock ? next - clock : 0)
             timeout = timeout < 0 ? wait : min(timeout, wait)
         }
@@ -172,7 +193,7 @@ public final class EventLoop {
 
     public func run() {
         while !stopRequested {
-            now = monotonicMilliseconds()
+            now = readClock()
             // lwIP's timers, then the loop's due timers; what they queued (data to flush, flows
             // to close) runs before the loop sleeps.
             let hookWait = timerHook.map { Int32(clamping: $0()) }
@@ -180,13 +201,18 @@ public final class EventLoop {
             runDeferred()
             afterEvents()
             if stopRequested { break }
-            let timeout = waitTimeout(hook: hookWait)
+            var timeout = waitTimeout(hook: hookWait)
+            // A virtual clock moves to the next timer once a millisecond of real time brought
+            // no I/O.
+            let virtualIdle = virtualClock != nil && timeout != 0 && timers.earliest != nil
+            if virtualIdle { timeout = 1 }
             let waited = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
                     Syscall.epollWait(epfd, t.baseAddress!, e.baseAddress!, Int32(t.count), timeout)
                 }
             }
-            now = monotonicMilliseconds()
+            if virtualIdle, case .success(0) = waited { _ = jumpToNextTimer() }
+            now = readClock()
             let n: Int
             switch waited {
             case .success(let count): n = count
@@ -220,7 +246,7 @@ public final class EventLoop {
     /// for code that drives the loop itself (tests): lwIP's timer hook and the due timers, the
     /// deferred actions and after-event hooks, the ready handlers, then those again.
     public func runOnce(timeoutMs: Int32 = 0) {
-        now = monotonicMilliseconds()
+        now = readClock()
         _ = timerHook?()
         runTimers()
         runDeferred()
@@ -230,7 +256,7 @@ public final class EventLoop {
                 Syscall.epollWait(epfd, t.baseAddress!, e.baseAddress!, Int32(t.count), timeoutMs)
             }
         }
-        now = monotonicMilliseconds()
+        now = readClock()
         if case .success(let n) = waited { dispatch(n) }
         runDeferred()
         afterEvents()

@@ -386,7 +386,7 @@ private final class Channel {
         // One millisecond more: the loop's clock counts whole milliseconds, so a timer could
         // run up to one early; c-ares would then find nothing due and the timer be set again.
         let after = UInt64(ms) + 1
-        let due = monotonicMilliseconds() + after
+        let due = loop.currentTime + after
         if let timer {
             if timerDue <= due { return }
             loop.cancel(timer)

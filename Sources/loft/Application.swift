@@ -305,10 +305,10 @@ enum Application {
         let notifier = ServiceNotifier()
         if notifier.isActive {
             let sessions: [Outbound] = (runtime.holders as [Outbound]) + (runtime.sstps as [Outbound])
-            let deadline = monotonicMilliseconds() + config.limits.connectTimeout.milliseconds + 1000
+            let deadline = loop.currentTime + config.limits.connectTimeout.milliseconds + 1000
             func settled() {
                 let dialing = sessions.contains { ["idle", "dialing"].contains($0.status.state) }
-                if dialing && monotonicMilliseconds() < deadline {
+                if dialing && loop.currentTime < deadline {
                     loop.schedule(after: 20) { settled() }
                     return
                 }

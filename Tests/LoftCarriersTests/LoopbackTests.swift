@@ -255,8 +255,9 @@ final class LoopbackTests: XCTestCase {
         }
     }
 
+    /// On virtual time: the handshake deadline is a loop timer.
     func testHandshakeTimeoutDropsSilentClients() throws {
-        let h = try Harness()
+        let h = try Harness(clock: VirtualClock())
         let listener = try CarrierListener(CarrierServerOptions(listen: Endpoint(.v4(0x7F00_0001), 0), tls: TestPKI.shared.server,
                                                                 handshakeTimeoutMs: 300),
                                            runtime: h.runtime, delegate: Acceptor { EchoPeer($0) })

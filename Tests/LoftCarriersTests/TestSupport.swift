@@ -10,29 +10,18 @@ import XCTest
 final class Harness {
     let loop: EventLoop
     let runtime: CarrierRuntime
-    private var checks: [() -> Bool] = []
-    private var deadline: UInt64 = 0
     private(set) var timedOut = false
 
-    init() throws {
-        loop = try EventLoop()
+    /// `clock`: a virtual clock, for waits that are the loop's timers (a handshake deadline).
+    init(clock: VirtualClock? = nil) throws {
+        loop = try EventLoop(clock: clock)
         runtime = try CarrierRuntime(loop: loop)
     }
 
     /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass.
     @discardableResult
     func run(seconds: Double, until done: @escaping () -> Bool) -> Bool {
-        deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
-        loop.poll(every: 10) { [unowned self] in
-            if done() { self.loop.stop(); return false }
-            if monotonicMilliseconds() > self.deadline {
-                self.timedOut = true
-                self.loop.stop()
-                return false
-            }
-            return true
-        }
-        loop.run()
+        if !loop.run(seconds: seconds, until: done) { timedOut = true }
         return !timedOut
     }
 

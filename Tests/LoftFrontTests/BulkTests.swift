@@ -16,7 +16,7 @@ final class BulkTests: XCTestCase {
     func testStreamsEchoMegabytesOverEveryCarrier() throws {
         for kind in [CarrierKind.ws, .get, .h2] {
             let h = try FrontHarness()
-            let echo = BufferedEcho(loop: h.loop)
+            let echo = TCPEchoServer(loop: h.loop)
             let c = SessionClient(h, kind)
             let size = 6 << 20
             var streams: [UInt32] = []
@@ -168,75 +168,6 @@ final class SessionClient: CarrierDelegate, ClientSessionDelegate {
     func streamReset(_ s: ClientSession, stream: UInt32, reason: RstReason) { failure = "RST \(stream) \(reason)" }
     func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination, payload: UnsafeRawBufferPointer) {}
     func sessionOutputReady(_ s: ClientSession) { flush() }
-}
-
-/// A nonblocking TCP echo with a bounded buffer per connection (reads pause while it is full),
-/// answering EOF with FIN once everything is echoed.
-final class BufferedEcho: IOHandler {
-    let loop: EventLoop
-    let fd: Int32
-    let port: UInt16
-    private var connections: [Int32: Connection] = [:]
-
-    final class Connection: IOHandler {
-        let fd: Int32
-        let loop: EventLoop
-        var pending: [UInt8] = []
-        var eof = false
-        var done = false
-        init(fd: Int32, loop: EventLoop) { self.fd = fd; self.loop = loop }
-
-        func handleIO(_ events: UInt32) {
-            if !pending.isEmpty {
-                let n = pending.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if n > 0 { pending.removeFirst(n) }
-            }
-            if pending.isEmpty && !eof {
-                var buf = [UInt8](repeating: 0, count: 128 * 1024)
-                let n = read(fd, &buf, buf.count)
-                if n > 0 {
-                    let w = buf.withUnsafeBytes { write(fd, $0.baseAddress, n) }
-                    pending = Array(buf[max(0, w)..<n])
-                } else if n == 0 {
-                    eof = true
-                } else if errno != EAGAIN {
-                    finish(); return
-                }
-            }
-            if eof && pending.isEmpty { finish(); return }
-            loop.modify(fd, pending.isEmpty ? IOEvents.readable : IOEvents.writable)
-        }
-
-        func finish() {
-            guard !done else { return }
-            done = true
-            shutdown(fd, Int32(SHUT_WR))
-            loop.unregister(fd)
-            // Closed a little later so the FIN is not turned into a reset by unread bytes.
-            let f = fd
-            loop.soon { close(f) }
-        }
-    }
-
-    init(loop: EventLoop) {
-        self.loop = loop
-        let s = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
-        let addr = SocketAddress(Endpoint(.v4(0x7F00_0001), 0))
-        _ = addr.withSockaddr { bind(s, $0, $1) }
-        listen(s, 64)
-        fd = s
-        port = Sockets.localEndpoint(s)!.port
-        loop.register(fd, IOEvents.readable, self)
-    }
-
-    func handleIO(_ events: UInt32) {
-        let c = accept(fd, nil, nil)
-        guard c >= 0 else { return }
-        _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
-        let conn = Connection(fd: c, loop: loop)
-        connections[c] = conn
-        loop.register(c, IOEvents.readable, conn)
-    }
 }
 
 /// Accepts one connection and writes to it as fast as the kernel takes bytes.

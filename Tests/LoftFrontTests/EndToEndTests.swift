@@ -4,6 +4,7 @@ import LoftConfig
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTestSupport
 import XCTest
 @testable import LoftFront
 
@@ -20,7 +21,7 @@ final class EndToEndTests: XCTestCase {
 
     private func tcpEcho(_ kind: CarrierKind) throws {
         let h = try FrontHarness()
-        let echo = EchoServer(loop: h.loop)
+        let echo = TCPEchoServer(loop: h.loop)
         let c = h.dial(kind)
         let message = Array("hello through the front".utf8)
         let ok = h.run([
@@ -120,7 +121,7 @@ final class EndToEndTests: XCTestCase {
     }
 
     func testExpiredInstanceCannotResume() throws {
-        let h = try FrontHarness(FrontHarness.settings(expiry: .seconds(1)))
+        let h = try FrontHarness(FrontHarness.settings(expiry: .seconds(1)), clock: VirtualClock())
         let a = h.dial()
         var b: RawClient!
         let ok = h.run([
@@ -174,7 +175,7 @@ final class EndToEndTests: XCTestCase {
 
     func testNamesAreResolvedByTheFront() throws {
         let h = try FrontHarness()
-        let echo = EchoServer(loop: h.loop)
+        let echo = TCPEchoServer(loop: h.loop)
         let c = h.dial()
         let ok = h.run([
             { c.connected }, hello(c), attached(c),
@@ -199,7 +200,7 @@ final class EndToEndTests: XCTestCase {
 
     func testUDPAssociation() throws {
         let h = try FrontHarness()
-        let echo = UDPEcho(loop: h.loop)
+        let echo = UDPEchoServer(loop: h.loop)
         let c = h.dial()
         let to = Endpoint(.v4(0x7F00_0001), echo.port)
         let ok = h.run([
@@ -217,8 +218,8 @@ final class EndToEndTests: XCTestCase {
     /// An association silent both ways for udp-idle-timeout is closed with RST timed-out; one
     /// that keeps sending stays.
     func testIdleUDPAssociationIsClosed() throws {
-        let h = try FrontHarness(FrontHarness.settings(udpIdleTimeout: .milliseconds(300)))
-        let echo = UDPEcho(loop: h.loop)
+        let h = try FrontHarness(FrontHarness.settings(udpIdleTimeout: .milliseconds(300)), clock: VirtualClock())
+        let echo = UDPEchoServer(loop: h.loop)
         let c = h.dial()
         let to = Endpoint(.v4(0x7F00_0001), echo.port)
         var lastSent: UInt64 = 0
@@ -232,7 +233,7 @@ final class EndToEndTests: XCTestCase {
             { c.has { $0 == .dgram(association: 1, remote: .ip(to), payload: [1]) } },
             {
                 // Association 3 stays busy (a datagram every 50 ms) while 1 goes quiet.
-                let now = monotonicMilliseconds()
+                let now = h.loop.now
                 if now - lastSent >= 50 {
                     lastSent = now
                     c.send(.dgram(association: 3, remote: .ip(to), payload: [3]))

@@ -2,14 +2,15 @@ import LoftCarriers
 import LoftCore
 import LoftIO
 import LoftProtocol
+import LoftTestSupport
 import XCTest
 @testable import LoftFront
 
 /// Clients that misbehave: silent, over their stream limit, resetting, or sending junk.
 final class RobustnessTests: XCTestCase {
     func testSilentClientIsClosedAndItsInstanceKept() throws {
-        let h = try FrontHarness(FrontHarness.settings(keepalive: .seconds(1)))
-        let echo = EchoServer(loop: h.loop)
+        let h = try FrontHarness(FrontHarness.settings(keepalive: .seconds(1)), clock: VirtualClock())
+        let echo = TCPEchoServer(loop: h.loop)
         let c = h.dial()
         c.answersPings = false
         let ok = h.run([
@@ -31,7 +32,7 @@ final class RobustnessTests: XCTestCase {
 
     func testStreamLimitAndResets() throws {
         let h = try FrontHarness()
-        let echo = EchoServer(loop: h.loop)
+        let echo = TCPEchoServer(loop: h.loop)
         let c = h.dial()
         let to = Destination.ip(Endpoint(.v4(0x7F00_0001), echo.port))
         let ok = h.run([
@@ -56,8 +57,8 @@ final class RobustnessTests: XCTestCase {
     /// afterwards a well-behaved client still gets through.
     func testRandomFramesDoNotHurtTheFront() throws {
         let h = try FrontHarness(FrontHarness.settings(maxSessions: 64))
-        let echo = EchoServer(loop: h.loop)
-        let udp = UDPEcho(loop: h.loop)
+        let echo = TCPEchoServer(loop: h.loop)
+        let udp = UDPEchoServer(loop: h.loop)
         var rng = SystemRandomNumberGenerator()
         var clients: [RawClient] = []
         var steps: [() -> Bool] = []

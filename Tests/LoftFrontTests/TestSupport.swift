@@ -28,9 +28,11 @@ final class FrontHarness {
                       udpIdleTimeout: udpIdleTimeout)
     }
 
-    init(_ settings: FrontSettings = FrontHarness.settings()) throws {
+    /// `clock`: a virtual clock, for scenarios whose waits are the front's timers (keepalive,
+    /// expiry, UDP idle): the loop jumps to its next timer whenever it has nothing else to do.
+    init(_ settings: FrontSettings = FrontHarness.settings(), clock: VirtualClock? = nil) throws {
         Log.threshold = .warn
-        loop = try EventLoop()
+        loop = try EventLoop(clock: clock)
         clientRuntime = try CarrierRuntime(loop: loop)
         server = try FrontServer(settings: settings, loop: loop)
         try server.start()
@@ -116,100 +118,4 @@ final class RawClient: CarrierDelegate {
     func carrierWritable(_ carrier: Carrier) {}
 
     func carrier(_ carrier: Carrier, closed reason: CarrierCloseReason) { closed = reason }
-}
-
-/// A TCP server on 127.0.0.1 that echoes every byte and answers EOF with its own FIN.
-final class EchoServer: IOHandler {
-    let loop: EventLoop
-    let fd: Int32
-    let port: UInt16
-    private var clients: [Int32: EchoClient] = [:]
-    private(set) var accepted = 0
-
-    init(loop: EventLoop) {
-        self.loop = loop
-        let s = Sockets.make(family: AF_INET, type: Int32(SOCK_STREAM.rawValue))
-        let addr = SocketAddress(Endpoint(.v4(0x7F00_0001), 0))
-        _ = addr.withSockaddr { bind(s, $0, $1) }
-        listen(s, 64)
-        fd = s
-        port = Sockets.localEndpoint(s)!.port
-        loop.register(fd, IOEvents.readable, self)
-    }
-
-    func handleIO(_ events: UInt32) {
-        let c = accept(fd, nil, nil)
-        guard c >= 0 else { return }
-        _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
-        accepted += 1
-        let client = EchoClient(fd: c, loop: loop)
-        clients[c] = client
-        client.onClose = { [weak self] in self?.clients[c] = nil }
-        loop.register(c, IOEvents.readable, client)
-    }
-
-    deinit {
-        loop.unregister(fd)
-        Glibc.close(fd)
-    }
-}
-
-final class EchoClient: IOHandler {
-    let fd: Int32
-    let loop: EventLoop
-    var onClose: (() -> Void)?
-
-    init(fd: Int32, loop: EventLoop) { self.fd = fd; self.loop = loop }
-
-    func handleIO(_ events: UInt32) {
-        var buf = [UInt8](repeating: 0, count: 65536)
-        let n = read(fd, &buf, buf.count)
-        if n > 0 {
-            // Tests send little; a blocking-enough write is fine here.
-            var off = 0
-            while off < n {
-                let w = buf.withUnsafeBytes { write(fd, $0.baseAddress! + off, n - off) }
-                if w > 0 { off += w } else { usleep(1000) }
-            }
-        } else if n == 0 {
-            shutdown(fd, Int32(SHUT_WR))
-            loop.unregister(fd)
-            Glibc.close(fd)
-            onClose?()
-        } else if errno != EAGAIN {
-            loop.unregister(fd)
-            Glibc.close(fd)
-            onClose?()
-        }
-    }
-}
-
-/// A UDP socket on 127.0.0.1 that sends every datagram back to its sender.
-final class UDPEcho: IOHandler {
-    let fd: Int32
-    let port: UInt16
-    let loop: EventLoop
-
-    init(loop: EventLoop) {
-        self.loop = loop
-        let s = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
-        let addr = SocketAddress(Endpoint(.v4(0x7F00_0001), 0))
-        _ = addr.withSockaddr { bind(s, $0, $1) }
-        fd = s
-        port = Sockets.localEndpoint(s)!.port
-        loop.register(fd, IOEvents.readable, self)
-    }
-
-    func handleIO(_ events: UInt32) {
-        var buf = [UInt8](repeating: 0, count: 65536)
-        var from = SocketAddress()
-        let n = from.withMutableSockaddr { recvfrom(fd, &buf, buf.count, Int32(MSG_DONTWAIT), $0, $1) }
-        guard n >= 0 else { return }
-        _ = from.withSockaddr { sendto(fd, buf, n, 0, $0, $1) }
-    }
-
-    deinit {
-        loop.unregister(fd)
-        Glibc.close(fd)
-    }
 }

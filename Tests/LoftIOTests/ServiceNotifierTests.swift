@@ -68,11 +68,12 @@ final class ServiceNotifierTests: XCTestCase {
         XCTAssertNil(ServiceNotifier(environment: env([:])).watchdogIntervalMs)
     }
 
+    /// On virtual time: the watchdog is a loop timer.
     func testWatchdogFromTheLoop() throws {
         let path = "/tmp/loft-notify-wd-\(getpid()).sock"
         let fd = listener(path)
         defer { close(fd); unlink(path) }
-        let loop = try EventLoop()
+        let loop = try EventLoop(clock: VirtualClock())
         let n = ServiceNotifier(environment: env(["NOTIFY_SOCKET": path, "WATCHDOG_USEC": "100000"]))
         var ticks = 0
         n.startWatchdog(on: loop) { ticks += 1 }

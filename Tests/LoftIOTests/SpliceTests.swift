@@ -2,145 +2,15 @@ import CLinux
 import Glibc
 import LoftCore
 @testable import LoftIO
+import LoftTestSupport
 import XCTest
-
-/// A byte stream in memory whose every move the test controls: bytes to read (`feed`), EOF
-/// (`finishInput`), room for writes (`capacity`, `drain`), a failure (`fail`).
-final class MemoryStream: ByteStream {
-    weak var events: ByteStreamEvents?
-    var inbox: [UInt8] = []
-    var inputEOF = false
-    var failure: FlowFailure?
-    /// Bytes write() still takes (Int.max: everything).
-    var capacity = Int.max
-    var written: [UInt8] = []
-    var readInterest = true
-    var reads = 0
-    var shut = false
-    var closed = false
-    var resets = 0
-    /// Called inside write(), after taking bytes (to model a stream that reports events from
-    /// inside a write).
-    var onWrite: (() -> Void)?
-    /// Offer reads as iovecs over `inbox` (an end that holds its bytes, as lwIP's does).
-    var zeroCopy = false
-
-    func feed(_ bytes: [UInt8]) {
-        inbox += bytes
-        if readInterest { events?.streamReadable(self) }
-    }
-
-    func finishInput() {
-        inputEOF = true
-        if readInterest { events?.streamReadable(self) }
-    }
-
-    func drain(_ n: Int) {
-        capacity = capacity == Int.max ? Int.max : capacity + n
-        events?.streamWritable(self)
-    }
-
-    func fail(_ f: FlowFailure) {
-        failure = f
-        events?.streamFailed(self, f)
-    }
-
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        if failure != nil || closed || resets > 0 { return -1 }
-        var total = 0
-        for i in 0..<count {
-            let take = min(segments[i].iov_len, capacity - total)
-            if take <= 0 { break }
-            written += UnsafeRawBufferPointer(start: segments[i].iov_base, count: take)
-            total += take
-        }
-        if capacity != Int.max { capacity -= total }
-        onWrite?()
-        return total
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        reads += 1
-        if let failure { return .failed(failure) }
-        if inbox.isEmpty { return inputEOF ? .eof : .wouldBlock }
-        let n = min(buffer.count, inbox.count)
-        inbox.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: n) }
-        inbox.removeFirst(n)
-        return .data(n)
-    }
-
-    private var peeked: UnsafeMutableRawBufferPointer?
-
-    func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
-        guard zeroCopy else { return nil }
-        reads += 1
-        if let failure { return .failed(failure) }
-        if inbox.isEmpty { return inputEOF ? .eof : .wouldBlock }
-        // Two iovecs over a copy the stream owns until consume.
-        peeked?.deallocate()
-        let p = UnsafeMutableRawBufferPointer.allocate(byteCount: inbox.count, alignment: 1)
-        inbox.withUnsafeBytes { p.copyMemory(from: $0) }
-        peeked = p
-        let half = inbox.count / 2
-        iov[0] = iovec(iov_base: p.baseAddress, iov_len: half)
-        iov[1] = iovec(iov_base: p.baseAddress! + half, iov_len: inbox.count - half)
-        count = half > 0 ? 2 : 1
-        if half == 0 { iov[0] = iovec(iov_base: p.baseAddress, iov_len: inbox.count) }
-        return .data(inbox.count)
-    }
-
-    func consume(_ n: Int) { inbox.removeFirst(n) }
-
-    /// Take writes in place (`writeSpace`/`commitWrite`), in pieces of at most `piece` bytes
-    /// (a ring's wrap), as a QUIC stream's send ring does.
-    var inPlace = false
-    var piece = 3_000
-    var commits = 0
-    private let space = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 1)
-
-    func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? {
-        guard inPlace else { return nil }
-        let n = min(max, capacity, piece, space.count)
-        return UnsafeMutableRawBufferPointer(rebasing: space[0..<n])
-    }
-
-    func commitWrite(_ n: Int) {
-        written += UnsafeRawBufferPointer(rebasing: space[0..<n])
-        if capacity != Int.max { capacity -= n }
-        commits += 1
-    }
-
-    func setReadInterest(_ on: Bool) { readInterest = on }
-    func shutdownWrite() { shut = true }
-    func close() { closed = true }
-    func reset() { resets += 1 }
-
-    deinit {
-        peeked?.deallocate()
-        space.deallocate()
-    }
-}
-
-/// Hands out one MemoryStream per openStream.
-final class MemoryOutbound: Outbound {
-    let name = "memory"
-    var opened: [MemoryStream] = []
-    var status: OutboundStatus { OutboundStatus(name: name, type: "memory", state: "ready") }
-    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
-        let s = MemoryStream()
-        s.events = events
-        opened.append(s)
-        return s
-    }
-    func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
-}
 
 final class Owner: SpliceOwner {
     var connected = 0
     var failed: [FlowFailure] = []
     var ended: [Splice.Ending] = []
     var moved = 0
-    var attachOnConnect: MemoryStream?
+    var attachOnConnect: TestStream?
     /// Owners keep their splices.
     var splices: [Splice] = []
     func spliceConnected(_ splice: Splice) {
@@ -165,23 +35,25 @@ func bytes(_ n: Int, seed: UInt8 = 0) -> [UInt8] { (0..<n).map { UInt8(truncatin
 final class SpliceTests: XCTestCase {
     var loop: EventLoop!
     var owner: Owner!
-    var out: MemoryOutbound!
-    var app: MemoryStream!
+    var out: TestOutbound!
+    var app: TestStream!
 
     override func setUpWithError() throws {
         loop = try EventLoop()
         owner = Owner()
-        out = MemoryOutbound()
-        app = MemoryStream()
+        out = FakeOutbound(name: "memory", type: "memory") { destination, events in
+            TestStream(destination: destination, events: events, readInterest: true, announcesRoom: false)
+        }
+        app = TestStream(readInterest: true, announcesRoom: false)
         owner.attachOnConnect = app
     }
 
     /// A splice dialled and connected: `app` inbound, the returned stream outbound.
-    func connectedSplice(idleMs: UInt64 = 0, meter: SpliceMeter? = nil) -> (Splice, MemoryStream) {
+    func connectedSplice(idleMs: UInt64 = 0, meter: SpliceMeter? = nil) -> (Splice, TestStream) {
         let s = Splice(loop: loop, owner: owner, meter: meter, connectTimeoutMs: 10_000, idleTimeoutMs: idleMs)
         owner.splices.append(s)
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote = out.opened[0]
+        let remote = out.streams[0]
         remote.events?.streamConnected(remote)
         XCTAssertEqual(owner.connected, 1)
         XCTAssertTrue(s.isRelaying)
@@ -206,10 +78,10 @@ final class SpliceTests: XCTestCase {
         let s = Splice(loop: loop, owner: owner, connectTimeoutMs: 10_000)
         owner.attachOnConnect = nil
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote = out.opened[0]
+        let remote = out.streams[0]
         remote.events?.streamConnected(remote)
         XCTAssertFalse(remote.readInterest, "remote bytes wait until the inbound end is attached")
-        remote.inbox = bytes(10)
+        remote.incoming = bytes(10)
         let early: [UInt8] = [1, 2, 3]
         early.withUnsafeBytes { s.attach(app, initialUp: $0) }
         XCTAssertTrue(app.written == bytes(10), "\(app.written.count) bytes written")
@@ -218,17 +90,17 @@ final class SpliceTests: XCTestCase {
 
     func testBackpressureHoldsAtMostOneReadAndResumes() {
         let (_, remote) = connectedSplice()
-        remote.capacity = 1000
+        remote.room = 1000
         let data = bytes(3 * Splice.chunk)
         app.feed(data)
         XCTAssertFalse(app.readInterest, "a full destination pauses reads from the source")
         XCTAssertEqual(remote.written.count, 1000)
-        XCTAssertLessThanOrEqual(data.count - app.inbox.count, Splice.chunk, "at most one read waits in the splice")
-        let readsWhilePaused = app.reads
+        XCTAssertLessThanOrEqual(data.count - app.incoming.count, Splice.chunk, "at most one read waits in the splice")
+        let readsWhilePaused = app.readCalls
         for _ in 0..<200 where remote.written.count < data.count { remote.drain(50_000) }
         XCTAssertTrue(remote.written == data, "\(remote.written.count) bytes written")
         XCTAssertTrue(app.readInterest)
-        XCTAssertGreaterThan(app.reads, readsWhilePaused)
+        XCTAssertGreaterThan(app.readCalls, readsWhilePaused)
     }
 
     /// The remote end's reads are off until attach. A server that speaks first to an app that
@@ -240,28 +112,28 @@ final class SpliceTests: XCTestCase {
         owner.splices.append(s)
         owner.attachOnConnect = nil
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote = out.opened[0]
+        let remote = out.streams[0]
         remote.events?.streamConnected(remote)
         let data = bytes(3 * Splice.chunk, seed: 5)
-        remote.inbox = data
-        app.capacity = 1000
+        remote.incoming = data
+        app.room = 1000
         s.attach(app)
         XCTAssertEqual(app.written.count, 1000)
         XCTAssertFalse(remote.readInterest, "a full app pauses reads from the remote")
-        let readsWhilePaused = remote.reads
+        let readsWhilePaused = remote.readCalls
         for _ in 0..<200 where app.written.count < data.count { app.drain(50_000) }
         XCTAssertTrue(app.written == data, "\(app.written.count) bytes written")
         XCTAssertTrue(remote.readInterest)
-        XCTAssertGreaterThan(remote.reads, readsWhilePaused)
+        XCTAssertGreaterThan(remote.readCalls, readsWhilePaused)
     }
 
     func testZeroCopySourceIsConsumedOnlyAsWritten() {
         let (_, remote) = connectedSplice()
         app.zeroCopy = true
-        remote.capacity = 10_000
+        remote.room = 10_000
         let data = bytes(50_000)
         app.feed(data)
-        XCTAssertEqual(app.inbox.count, 40_000, "only what the destination took is consumed")
+        XCTAssertEqual(app.incoming.count, 40_000, "only what the destination took is consumed")
         XCTAssertFalse(app.readInterest)
         remote.drain(1_000_000)
         XCTAssertTrue(remote.written == data, "\(remote.written.count) bytes written")
@@ -272,11 +144,11 @@ final class SpliceTests: XCTestCase {
     func testInPlaceDestinationIsReadIntoDirectly() {
         let (s, remote) = connectedSplice()
         remote.inPlace = true
-        remote.capacity = 10_000
+        remote.room = 10_000
         let data = bytes(50_000)
         app.feed(data)
         XCTAssertEqual(remote.written.count, 10_000)
-        XCTAssertEqual(app.inbox.count, 40_000, "only what the destination had room for was read")
+        XCTAssertEqual(app.incoming.count, 40_000, "only what the destination had room for was read")
         XCTAssertEqual(remote.commits, 4, "3,000-byte pieces: 3 + 3 + 3 + 1")
         XCTAssertFalse(app.readInterest)
         remote.drain(1_000_000)
@@ -300,13 +172,13 @@ final class SpliceTests: XCTestCase {
         XCTAssertTrue(app.shut)
         XCTAssertEqual(owner.ended, [.closed])
         XCTAssertTrue(app.closed && remote.closed)
-        XCTAssertEqual(app.resets + remote.resets, 0)
+        XCTAssertEqual(app.resetCalls + remote.resetCalls, 0)
         XCTAssertTrue(s.isFinished)
     }
 
     func testEOFWaitsForPendingBytes() {
         let (_, remote) = connectedSplice()
-        remote.capacity = 100
+        remote.room = 100
         app.feed(bytes(1000))
         app.finishInput()
         XCTAssertFalse(remote.shut, "no half-close while bytes wait")
@@ -317,46 +189,48 @@ final class SpliceTests: XCTestCase {
 
     func testResetWhilePausedResetsTheOtherSideOnce() {
         let (_, remote) = connectedSplice()
-        app.capacity = 0
+        app.room = 0
         remote.feed(bytes(Splice.chunk))
         XCTAssertFalse(remote.readInterest)
-        let reads = remote.reads
+        let reads = remote.readCalls
         remote.fail(.other(ECONNRESET))
-        XCTAssertEqual(app.resets, 1)
+        XCTAssertEqual(app.resetCalls, 1)
         XCTAssertEqual(owner.ended, [.reset(inbound: false, .other(ECONNRESET))])
         // Nothing more happens, however often the failed end reports.
         remote.events?.streamReadable(remote)
         remote.events?.streamFailed(remote, .other(ECONNRESET))
-        XCTAssertEqual(remote.reads, reads)
+        XCTAssertEqual(remote.readCalls, reads)
         XCTAssertEqual(owner.ended.count, 1)
     }
 
     func testReadFailureAndBrokenWrite() {
         let (_, remote) = connectedSplice()
-        remote.failure = .other(ECONNRESET)
+        remote.breakReads(.other(ECONNRESET))
         remote.events?.streamReadable(remote)
-        XCTAssertEqual(app.resets, 1)
+        XCTAssertEqual(app.resetCalls, 1)
         XCTAssertEqual(owner.ended, [.reset(inbound: false, .other(ECONNRESET))])
 
         let owner2 = Owner()
-        let app2 = MemoryStream()
+        let app2 = TestStream(readInterest: true, announcesRoom: false)
         owner2.attachOnConnect = app2
         let s2 = Splice(loop: loop, owner: owner2, connectTimeoutMs: 10_000)
         owner2.splices.append(s2)
         s2.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let remote2 = out.opened[1]
+        let remote2 = out.streams[1]
         remote2.events?.streamConnected(remote2)
-        remote2.closed = true  // writes now return -1
+        remote2.close()  // writes now return -1
         app2.feed(bytes(10))
-        XCTAssertEqual(remote2.resets, 1)
-        XCTAssertEqual(app2.resets, 1)
+        XCTAssertEqual(remote2.resetCalls, 1)
+        XCTAssertEqual(app2.resetCalls, 1)
         XCTAssertEqual(owner2.ended.count, 1)
     }
 
-    func testConnectFailureAndDeadline() {
+    /// On virtual time: the connect deadline is a loop timer.
+    func testConnectFailureAndDeadline() throws {
+        loop = try EventLoop(clock: VirtualClock())
         let s = Splice(loop: loop, owner: owner, connectTimeoutMs: 10_000)
         s.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        out.opened[0].fail(.refused)
+        out.streams[0].fail(.refused)
         XCTAssertEqual(owner.failed, [.refused])
         XCTAssertTrue(s.isFinished)
 
@@ -364,14 +238,16 @@ final class SpliceTests: XCTestCase {
         let s2 = Splice(loop: loop, owner: owner2, connectTimeoutMs: 30)
         owner2.splices.append(s2)
         s2.dial(out, to: .ip(Endpoint("198.18.1.2:80")!))
-        let t0 = monotonicMilliseconds()
+        let t0 = loop.currentTime
         loop.turn(100)
         XCTAssertEqual(owner2.failed, [.timedOut])
-        XCTAssertEqual(out.opened[1].resets, 1)
-        XCTAssertGreaterThanOrEqual(monotonicMilliseconds() - t0, 30)
+        XCTAssertEqual(out.streams[1].resetCalls, 1)
+        XCTAssertGreaterThanOrEqual(loop.currentTime - t0, 30)
     }
 
-    func testIdleDeadlineFollowsActivity() {
+    /// On virtual time: the idle deadline is a loop timer.
+    func testIdleDeadlineFollowsActivity() throws {
+        loop = try EventLoop(clock: VirtualClock())
         let (_, remote) = connectedSplice(idleMs: 60)
         loop.turn(40)
         app.feed(bytes(10))  // activity pushes the deadline out
@@ -379,15 +255,15 @@ final class SpliceTests: XCTestCase {
         XCTAssertTrue(owner.ended.isEmpty, "active within the idle timeout")
         loop.turn(80)
         XCTAssertEqual(owner.ended, [.idle])
-        XCTAssertEqual(app.resets, 1)
-        XCTAssertEqual(remote.resets, 1)
+        XCTAssertEqual(app.resetCalls, 1)
+        XCTAssertEqual(remote.resetCalls, 1)
     }
 
     func testEventsFromInsideAWriteWaitATurn() {
         let (_, remote) = connectedSplice()
         // The remote reports "writable" from inside every write, and has bytes of its own.
         remote.onWrite = { [unowned remote] in remote.events?.streamWritable(remote); remote.events?.streamReadable(remote) }
-        remote.inbox = bytes(300_000, seed: 5)
+        remote.incoming = bytes(300_000, seed: 5)
         app.feed(bytes(600_000))
         loop.turn(0)
         loop.turn(0)
@@ -398,11 +274,11 @@ final class SpliceTests: XCTestCase {
     func testOwnerResetAndCloseCallNoOwner() {
         let (s, remote) = connectedSplice()
         s.reset()
-        XCTAssertEqual(app.resets, 1)
-        XCTAssertEqual(remote.resets, 1)
+        XCTAssertEqual(app.resetCalls, 1)
+        XCTAssertEqual(remote.resetCalls, 1)
         XCTAssertTrue(owner.ended.isEmpty)
         s.reset()
-        XCTAssertEqual(app.resets, 1)
+        XCTAssertEqual(app.resetCalls, 1)
     }
 
     func testRemainderBuffer() {

@@ -1,15 +1,10 @@
 import XCTest
 @testable import LoftIO
+import LoftTestSupport
 
 final class TimerTests: XCTestCase {
-    /// Runs the loop until `done` or 10 s (a failsafe timer that records the timeout).
-    private func run(_ loop: EventLoop) -> Bool {
-        var timedOut = false
-        let failsafe = loop.schedule(after: 10_000) { timedOut = true; loop.stop() }
-        loop.run()
-        loop.cancel(failsafe)
-        return !timedOut
-    }
+    /// Runs the loop until it is stopped or 10 s pass (a failsafe timer that records the timeout).
+    private func run(_ loop: EventLoop) -> Bool { loop.runUntilStopped(seconds: 10) }
 
     func testDeadlineOrderAndTiesInSchedulingOrder() throws {
         let loop = try EventLoop()
@@ -146,5 +141,45 @@ final class TimerTests: XCTestCase {
         XCTAssertTrue(run(loop))
         XCTAssertGreaterThanOrEqual(firedAt - start, 30)
         XCTAssertLessThan(firedAt - start, 500)
+    }
+
+    /// On a virtual clock, advance(by:) runs every timer due on the way, in deadline order, each
+    /// at its own deadline (what it schedules is timed from there), and nothing beyond the target.
+    func testVirtualClockAdvanceRunsDueTimersInOrderWithoutSleeping() throws {
+        let clock = VirtualClock()
+        let loop = try EventLoop(clock: clock)
+        let base = loop.now
+        XCTAssertEqual(base, clock.now)
+        var ran: [(String, UInt64)] = []
+        loop.schedule(after: 30_000) { ran.append(("30s", loop.now)) }
+        loop.schedule(after: 10_000) {
+            ran.append(("10s", loop.now))
+            loop.schedule(after: 5_000) { ran.append(("10s+5s", loop.now)) }
+        }
+        loop.schedule(after: 60_000) { ran.append(("60s", loop.now)) }
+        let started = monotonicMilliseconds()
+        loop.advance(by: .seconds(30))
+        XCTAssertLessThan(monotonicMilliseconds() - started, 1000, "no sleeping")
+        XCTAssertEqual(ran.map(\.0), ["10s", "10s+5s", "30s"])
+        XCTAssertEqual(ran.map(\.1), [base + 10_000, base + 15_000, base + 30_000])
+        XCTAssertEqual(loop.now, base + 30_000)
+        XCTAssertEqual(loop.pendingTimers, 1)
+        loop.advance(by: 29_999)
+        XCTAssertEqual(ran.count, 3)
+        loop.advance(by: 1)
+        XCTAssertEqual(ran.last?.0, "60s")
+    }
+
+    /// run() on a virtual clock with nothing to do moves the clock to the next timer instead of
+    /// waiting for it.
+    func testVirtualClockRunJumpsToTheNextTimer() throws {
+        let loop = try EventLoop(clock: VirtualClock())
+        let base = loop.now
+        var firedAt: UInt64 = 0
+        loop.schedule(after: 9_000) { firedAt = loop.now; loop.stop() }
+        let started = monotonicMilliseconds()
+        XCTAssertTrue(run(loop))
+        XCTAssertEqual(firedAt, base + 9_000)
+        XCTAssertLessThan(monotonicMilliseconds() - started, 1000)
     }
 }

@@ -2,6 +2,8 @@ import Glibc
 import LoftCore
 import LoftIO
 import LoftNetstack
+// The fake outbound and stream (TestOutbound, TestStream, TestAssociation), for every file here.
+@_exported import LoftTestSupport
 import XCTest
 
 /// Collects every packet the stack emits towards the input. With `offload` it completes the
@@ -41,203 +43,6 @@ final class TestRouter: FlowRouter {
     func calls(_ network: FlowNetwork) -> Int { requests.filter { $0.network == network }.count }
 }
 
-/// An outbound byte stream the test controls: when it connects or fails, how many bytes its
-/// writes take, what there is to read and when EOF or a failure comes. The harness delivers its
-/// readiness once per loop turn, level-triggered like epoll but within the ByteStream contract:
-/// `streamReadable` only while read interest is on and something is readable (a reset while
-/// reads are paused is reported by `fail`, once), `streamWritable` once after a write came up
-/// short or `writeRoom` was 0, when there is room again. Every call from the stack is counted.
-final class TestStream: ByteStream {
-    weak var events: ByteStreamEvents?
-    let destination: Destination
-
-    /// Bytes the stack wrote, in order.
-    var written: [UInt8] = []
-    /// Bytes writes may still take (Int.max: unlimited). `grant(_:)` adds more.
-    var room = Int.max
-    /// The most one write call takes (a socket buffer that drains between calls).
-    var maxPerWrite = Int.max
-    private var writeCameUpShort = false
-    /// Bytes waiting for the stack to read.
-    private var readable: [UInt8] = []
-    private var readOffset = 0
-    /// Bytes the stack read in total.
-    var bytesRead = 0
-    private var eofPending = false
-    /// What reads return once the bytes are gone (a reset by the remote).
-    private var readFailure: FlowFailure?
-
-    private(set) var connected = false
-    private(set) var readInterest = false
-
-    // What the stack did.
-    private(set) var readCalls = 0
-    private(set) var writeCalls = 0
-    private(set) var readableEvents = 0
-    private(set) var writableEvents = 0
-    private(set) var interestChanges: [Bool] = []
-    private(set) var shutdownWriteCalls = 0
-    private(set) var closeCalls = 0
-    private(set) var resetCalls = 0
-    var isFinished: Bool { closeCalls > 0 || resetCalls > 0 || failedReported }
-    private var failedReported = false
-
-    init(destination: Destination, events: ByteStreamEvents) {
-        self.destination = destination
-        self.events = events
-    }
-
-    // MARK: the test's controls
-
-    /// The remote accepted the connection.
-    func connect() {
-        connected = true
-        events?.streamConnected(self)
-    }
-
-    /// The stream broke (connecting failed, or the remote reset): one streamFailed.
-    func fail(_ failure: FlowFailure) {
-        failedReported = true
-        readable = []
-        readOffset = 0
-        readFailure = failure
-        events?.streamFailed(self, failure)
-    }
-
-    /// The remote reset, reported only through reads (`read` returns `.failed`).
-    func breakReads(_ failure: FlowFailure) {
-        readable = []
-        readOffset = 0
-        readFailure = failure
-    }
-
-    /// The remote sent these bytes.
-    func supply(_ bytes: [UInt8]) { readable += bytes }
-
-    /// The remote finished sending (EOF after the bytes supplied).
-    func finishSending() { eofPending = true }
-
-    /// Lets writes take `n` more bytes.
-    func grant(_ n: Int) { room = room == Int.max ? Int.max : room + n }
-
-    var unread: Int { readable.count - readOffset }
-
-    /// One loop turn's readiness for this stream.
-    func deliverReadiness() {
-        guard closeCalls == 0, resetCalls == 0, !failedReported else { return }
-        if writeCameUpShort && room > 0 {
-            writeCameUpShort = false
-            writableEvents += 1
-            events?.streamWritable(self)
-        }
-        let hasSomething = unread > 0 || eofPending || readFailure != nil
-        if hasSomething && readInterest {
-            readableEvents += 1
-            events?.streamReadable(self)
-        }
-    }
-
-    // MARK: ByteStream
-
-    /// What the next write takes. Reporting 0 promises a streamWritable once room is granted.
-    var writeRoom: Int {
-        let limit = min(room, maxPerWrite)
-        if limit == 0 { writeCameUpShort = true }
-        return limit
-    }
-
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        writeCalls += 1
-        if readFailure != nil || closeCalls > 0 || resetCalls > 0 { return -1 }
-        var taken = 0
-        var short = false
-        let limit = min(room, maxPerWrite)
-        for i in 0..<count {
-            let iov = segments[i]
-            let want = Int(iov.iov_len)
-            let n = min(want, limit == Int.max ? want : limit - taken)
-            if n > 0 {
-                written += UnsafeRawBufferPointer(start: iov.iov_base, count: n)
-                taken += n
-            }
-            if n < want { short = true; break }
-        }
-        if room != Int.max { room -= taken }
-        if short { writeCameUpShort = true }
-        return taken
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        readCalls += 1
-        if unread > 0 {
-            let n = min(buffer.count, unread)
-            readable.withUnsafeBytes { src in
-                buffer.baseAddress!.copyMemory(from: src.baseAddress! + readOffset, byteCount: n)
-            }
-            readOffset += n
-            bytesRead += n
-            if readOffset == readable.count { readable = []; readOffset = 0 }
-            return .data(n)
-        }
-        if let f = readFailure { return .failed(f) }
-        if eofPending { return .eof }
-        return .wouldBlock
-    }
-
-    func setReadInterest(_ on: Bool) {
-        if on != readInterest { interestChanges.append(on) }
-        readInterest = on
-    }
-
-    func shutdownWrite() { shutdownWriteCalls += 1 }
-    func close() { closeCalls += 1 }
-    func reset() { resetCalls += 1 }
-}
-
-/// The outbound side of one UDP association: what the stack sent, replies on demand.
-final class TestAssociation: DatagramAssociation {
-    weak var events: DatagramEvents?
-    var sent: [(payload: [UInt8], to: Destination)] = []
-    private(set) var closed = false
-
-    init(events: DatagramEvents) { self.events = events }
-
-    func send(_ payload: UnsafeRawBufferPointer, to destination: Destination) -> Bool {
-        sent.append((Array(payload), destination))
-        return true
-    }
-
-    func close() { closed = true }
-
-    /// A reply from `remote`.
-    func reply(_ payload: [UInt8], from remote: Endpoint) {
-        payload.withUnsafeBytes { events?.datagramReceived($0, from: remote) }
-    }
-}
-
-/// Hands out TestStreams and TestAssociations and keeps them for the test.
-final class TestOutbound: Outbound {
-    let name = "test"
-    var status: OutboundStatus { OutboundStatus(name: name, type: "test", state: "ready") }
-    var streams: [TestStream] = []
-    var associations: [TestAssociation] = []
-    /// Runs on each new stream inside openStream (e.g. to fail it later via the loop).
-    var onOpen: ((TestStream) -> Void)?
-
-    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
-        let s = TestStream(destination: destination, events: events)
-        streams.append(s)
-        onOpen?(s)
-        return s
-    }
-
-    func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
-        let a = TestAssociation(events: events)
-        associations.append(a)
-        return a
-    }
-}
-
 /// A Netstack on an embedded loop: packets in through `send`, one loop turn per `turn()`
 /// (stream readiness, then the loop's deferred work, after-event hooks and lwIP's timers),
 /// packets out collected by the writer.
@@ -250,8 +55,10 @@ final class Harness {
     private(set) var input = 0
     private let dead = DeadEvents()
 
-    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500, offload: Bool = false) {
-        loop = try! EventLoop()
+    /// `clock`: a virtual clock for tests of deadlines (`loop.advance(by:)` moves it).
+    init(settings: Netstack.Settings = Netstack.Settings(), mtu: Int = 1500, offload: Bool = false,
+         clock: VirtualClock? = nil) {
+        loop = try! EventLoop(clock: clock)
         router = TestRouter(decision: .drop(reset: true))
         router.decision = .outbound(outbound)
         let ns = Netstack(loop: loop, router: router, settings: settings)

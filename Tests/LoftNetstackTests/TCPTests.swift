@@ -484,17 +484,17 @@ final class FlowCapTests: XCTestCase {
     func testOneFlowTooManyEvictsTheLongestIdle() {
         var settings = Netstack.Settings()
         settings.maxFlows = 2
-        let h = Harness(settings: settings)
+        let h = Harness(settings: settings, clock: VirtualClock())
         defer { h.shutdown() }
         var app1 = AppTCP(local: Endpoint(appV4.address, 40001), remote: remoteV4)
         var app2 = AppTCP(local: Endpoint(appV4.address, 40002), remote: remoteV4)
         var app3 = AppTCP(local: Endpoint(appV4.address, 40003), remote: remoteV4)
         let s1 = h.establish(&app1)
-        // Idle times differ by milliseconds (the loop's clock): short real sleeps.
-        usleep(3000)
+        // Idle times differ by milliseconds (the loop's clock, virtual here).
+        h.loop.advance(by: 3)
         h.turn()
         let s2 = h.establish(&app2)
-        usleep(3000)
+        h.loop.advance(by: 3)
         h.turn()
         // app1 is active again: app2 is now the longest idle.
         h.send(app1.data(pattern(10)))

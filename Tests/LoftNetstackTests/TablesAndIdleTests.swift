@@ -59,7 +59,7 @@ final class IdleDeadlineTests: XCTestCase {
     func testIdleFlowIsResetAndActiveOneKept() {
         var settings = Netstack.Settings()
         settings.tcpIdleTimeoutMs = 60
-        let h = Harness(settings: settings)
+        let h = Harness(settings: settings, clock: VirtualClock())
         defer { h.shutdown() }
         var app1 = AppTCP(local: Endpoint(appV4.address, 40011), remote: remoteV4)
         var app2 = AppTCP(local: Endpoint(appV4.address, 40012), remote: remoteV4)
@@ -68,7 +68,7 @@ final class IdleDeadlineTests: XCTestCase {
         let timersWithTwoFlows = h.loop.pendingTimers
         // app1 keeps sending for 100 ms; app2 is silent.
         for i in 0..<10 {
-            usleep(10_000)
+            h.loop.advance(by: 10)
             h.send(app1.data(pattern(10, seed: UInt8(i))))
             h.deliver(to: &app1)
         }
@@ -82,7 +82,7 @@ final class IdleDeadlineTests: XCTestCase {
         XCTAssertLessThanOrEqual(timersWithTwoFlows, 2, "no timer per idle flow")
         // Then app1 falls silent too.
         for _ in 0..<12 where s1.resetCalls == 0 {
-            usleep(10_000)
+            h.loop.advance(by: 10)
             h.turn()
         }
         XCTAssertEqual(s1.resetCalls, 1)
@@ -95,14 +95,14 @@ final class IdleDeadlineTests: XCTestCase {
         let dns1 = Endpoint(IPAddress("8.8.8.8")!, 53)
         var settings = Netstack.Settings()
         settings.udpIdleTimeoutMs = 40
-        let h = Harness(settings: settings)
+        let h = Harness(settings: settings, clock: VirtualClock())
         defer { h.shutdown() }
         h.send(udpPacket(from: appUDP, to: dns1, payload: Array("q1".utf8)))
         let other = Endpoint(appUDP.address, appUDP.port &+ 1)
         h.send(udpPacket(from: other, to: dns1, payload: Array("q2".utf8)))
         XCTAssertEqual(h.netstack.udpAssociationCount, 2)
         for _ in 0..<6 {
-            usleep(10_000)
+            h.loop.advance(by: 10)
             h.send(udpPacket(from: other, to: dns1, payload: Array("q3".utf8)))
         }
         h.turns(2)
@@ -110,7 +110,7 @@ final class IdleDeadlineTests: XCTestCase {
         XCTAssertTrue(h.outbound.associations[0].closed)
         XCTAssertFalse(h.outbound.associations[1].closed)
         for _ in 0..<10 where h.netstack.udpAssociationCount > 0 {
-            usleep(10_000)
+            h.loop.advance(by: 10)
             h.turn()
         }
         XCTAssertEqual(h.netstack.udpAssociationCount, 0)

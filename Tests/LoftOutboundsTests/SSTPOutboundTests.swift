@@ -28,7 +28,7 @@ final class SSTPOutboundTests: XCTestCase {
     func testHoldRefusesEverythingWhileDown() throws {
         let sc = try Scenario()
         let echo = TCPEchoServer(loop: sc.loop)
-        let fallback = CountingOutbound(DirectOutbound(loop: sc.loop))
+        let fallback = TestOutbound(name: "counting-direct", type: "counting", forwardingTo: DirectOutbound(loop: sc.loop))
         let sstp = try outbound(sc, hold: true, fallback: fallback)
         sstp.start()
         let p = StreamProbe()
@@ -56,7 +56,7 @@ final class SSTPOutboundTests: XCTestCase {
         XCTAssertEqual(st.counter("fallback-flows"), 0)
         XCTAssertEqual(st.counter("dials"), 1)
         XCTAssertTrue(st.detail.contains("last error connect"), st.detail)
-        XCTAssertEqual(fallback.streams + fallback.associations, 0, "nothing goes another way")
+        XCTAssertEqual(fallback.streamsOpened + fallback.associationsOpened, 0, "nothing goes another way")
         XCTAssertEqual(echo.accepted, 0)
         sstp.stop()
     }
@@ -65,7 +65,7 @@ final class SSTPOutboundTests: XCTestCase {
         let sc = try Scenario()
         let echo = TCPEchoServer(loop: sc.loop)
         let udp = UDPEchoServer(loop: sc.loop)
-        let fallback = CountingOutbound(DirectOutbound(loop: sc.loop))
+        let fallback = TestOutbound(name: "counting-direct", type: "counting", forwardingTo: DirectOutbound(loop: sc.loop))
         let sstp = try outbound(sc, hold: false, fallback: fallback)
         sstp.start()
         let p = StreamProbe()
@@ -93,8 +93,8 @@ final class SSTPOutboundTests: XCTestCase {
         XCTAssertEqual(st.counter("fallback-flows"), 2)
         XCTAssertEqual(st.counter("down-drops"), 0)
         XCTAssertNil(st.counter(OutboundStatus.holdDrops))
-        XCTAssertEqual(fallback.streams, 1)
-        XCTAssertEqual(fallback.associations, 1)
+        XCTAssertEqual(fallback.streamsOpened, 1)
+        XCTAssertEqual(fallback.associationsOpened, 1)
         assoc?.close()
         sstp.stop()
     }

@@ -138,12 +138,13 @@ final class VLESSSplitTests: XCTestCase {
     /// still fails as one.
     func testEverySplitOverAScriptedStream() throws {
         let sc = try Scenario()
-        var dialed: [ScriptedStream] = []
+        var dialed: [TestStream] = []
         let o = try VLESSOutbound(name: "v", loop: sc.loop, runtime: sc.runtime,
                                   options: VLESSOptions(host: "127.0.0.1", port: 1, uuid: uuid,
                                                         tls: TLSClientOptions(insecure: true)))
         o.testDialer = { events in
-            let s = ScriptedStream()
+            let s = TestStream(readInterest: true)
+            s.zeroCopy = true
             s.events = events
             dialed.append(s)
             return s

@@ -104,59 +104,6 @@ extension VLESS.Request {
     func with(_ d: Destination) -> VLESS.Request { VLESS.Request(uuid: uuid, command: command, destination: d) }
 }
 
-/// An inner stream the test scripts: what it takes, what it has to read, how it ends.
-final class ScriptedStream: ByteStream {
-    weak var events: ByteStreamEvents?
-    var writes: [[UInt8]] = []
-    var room = Int.max
-    var incoming: [UInt8] = []
-    var eof = false
-    var failure: FlowFailure?
-    var shut = false, closed = false, wasReset = false
-    var readInterest = true
-    var written: [UInt8] { writes.flatMap { $0 } }
-
-    var writeRoom: Int { room }
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        if failure != nil { return -1 }
-        var out: [UInt8] = []
-        for i in 0..<count {
-            let take = min(segments[i].iov_len, room - out.count)
-            if take <= 0 { break }
-            out += UnsafeRawBufferPointer(start: segments[i].iov_base, count: take)
-        }
-        if !out.isEmpty { writes.append(out) }
-        return out.count
-    }
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        if !incoming.isEmpty {
-            let n = min(buffer.count, incoming.count)
-            buffer.copyBytes(from: incoming[0..<n])
-            incoming.removeFirst(n)
-            return .data(n)
-        }
-        if let failure { return .failed(failure) }
-        return eof ? .eof : .wouldBlock
-    }
-    /// peek shows `incoming` (copied into a buffer that stays put until the next peek).
-    private let peekBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
-    deinit { peekBuffer.deallocate() }
-    func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
-        count = 0
-        if incoming.isEmpty { return failure.map { .failed($0) } ?? (eof ? .eof : .wouldBlock) }
-        peekBuffer.copyBytes(from: incoming)
-        iov[0] = iovec(iov_base: peekBuffer.baseAddress, iov_len: incoming.count)
-        count = 1
-        return .data(incoming.count)
-    }
-    func consume(_ n: Int) { incoming.removeFirst(n) }
-    func setReadInterest(_ on: Bool) { readInterest = on }
-    func shutdownWrite() { shut = true }
-    func close() { closed = true }
-    func reset() { wasReset = true }
-}
-
-
 final class VLESSStreamTests: XCTestCase {
     let uuidText = "27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b"
     var sc: Scenario!
@@ -173,9 +120,10 @@ final class VLESSStreamTests: XCTestCase {
     }
 
     /// A vless stream over a scripted inner stream, connected.
-    func make(_ log: RecordingStreamEvents, connect: Bool = true) -> (VLESSStream, ScriptedStream) {
+    func make(_ log: RecordingStreamEvents, connect: Bool = true) -> (VLESSStream, TestStream) {
         let s = VLESSStream(outbound: outbound, header: header, events: log)
-        let inner = ScriptedStream()
+        let inner = TestStream(readInterest: true)
+        inner.zeroCopy = true
         inner.events = s
         s.start(inner)
         if connect { s.streamConnected(inner) }
@@ -214,7 +162,7 @@ final class VLESSStreamTests: XCTestCase {
 
     func testHeaderAloneAfterTheWait() {
         let log = RecordingStreamEvents()
-        var pair: (VLESSStream, ScriptedStream)?
+        var pair: (VLESSStream, TestStream)?
         let ok = sc.run([
             { pair = self.make(log); return true },
             { !pair!.1.writes.isEmpty },
@@ -274,7 +222,7 @@ final class VLESSStreamTests: XCTestCase {
         XCTAssertEqual(read(s), .failed(.other(EPROTO)))
         XCTAssertEqual(outbound.failures(.badResponse), 1)
         s.reset()
-        XCTAssertTrue(inner.wasReset)
+        XCTAssertTrue(inner.resetCalls > 0)
         XCTAssertEqual(outbound.failures(.timeout), 0, "a reset after a failure counts nothing more")
         XCTAssertTrue(outbound.status.detail.contains("bad-response"), outbound.status.detail)
     }
@@ -316,7 +264,7 @@ final class VLESSStreamTests: XCTestCase {
         let (s, inner) = make(RecordingStreamEvents(), connect: false)
         XCTAssertEqual(write(s, [1]), 0, "nothing is written before the connection is up")
         s.reset()
-        XCTAssertTrue(inner.wasReset)
+        XCTAssertTrue(inner.resetCalls > 0)
         XCTAssertEqual(outbound.failures(.timeout), 1)
     }
 
@@ -360,9 +308,11 @@ final class VLESSAssociationTests: XCTestCase {
     let dns4 = Endpoint("198.18.1.2:53")!
     let dns6 = Endpoint("[fd00:1::2]:53")!
     var sc: Scenario!
-    var dialed: [ScriptedStream] = []
+    var dialed: [TestStream] = []
 
-    override func setUpWithError() throws { sc = try Scenario() }
+    /// On virtual time: the idle and connect deadlines are loop timers, the inner streams
+    /// scripted.
+    override func setUpWithError() throws { sc = try Scenario(clock: VirtualClock()) }
 
     func outbound(idleMs: UInt64 = 60_000, connectMs: UInt64 = 10_000) throws -> VLESSOutbound {
         let o = try VLESSOutbound(name: "v", loop: sc.loop, runtime: sc.runtime,
@@ -370,7 +320,8 @@ final class VLESSAssociationTests: XCTestCase {
                                                         tls: TLSClientOptions(insecure: true), udpIdleTimeoutMs: idleMs,
                                                         connectTimeoutMs: connectMs))
         o.testDialer = { [unowned self] events in
-            let s = ScriptedStream()
+            let s = TestStream(readInterest: true)
+            s.zeroCopy = true
             s.events = events
             self.dialed.append(s)
             return s

@@ -1,19 +1,11 @@
 import XCTest
 import LoftCore
 @testable import LoftRouting
-
-final class StubOutbound: Outbound {
-    let name: String
-    init(_ name: String) { self.name = name }
-    /// Routing tests only choose it; it never opens a flow.
-    var status: OutboundStatus { OutboundStatus(name: name, type: "stub", state: "ready") }
-    func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream { fatalError("not used") }
-    func openAssociation(events: DatagramEvents) -> DatagramAssociation? { nil }
-}
+import LoftTestSupport
 
 final class RouterTests: XCTestCase {
-    let direct = StubOutbound("direct")
-    let home = StubOutbound("home")
+    let direct = TestOutbound(name: "direct")
+    let home = TestOutbound(name: "home")
 
     func req(_ dst: String, _ port: UInt16, _ net: FlowNetwork = .tcp) -> FlowRequest {
         FlowRequest(network: net, source: Endpoint(IPAddress("198.18.0.1")!, 40000), destination: .ip(Endpoint(IPAddress(dst)!, port)))
@@ -132,7 +124,7 @@ final class ShadowTests: XCTestCase {
             Rule(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [0...65535]),
             Rule(action: .drop(reset: true), to: [IPPrefix("198.18.1.0/24")!]),
         ]
-        let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": StubOutbound("direct")])
+        let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": TestOutbound(name: "direct")])
         let icmp = FlowRequest(network: .icmp, source: Endpoint(IPAddress("198.18.0.1")!, 0), destination: .ip(Endpoint(IPAddress("198.18.1.2")!, 0)))
         let m = r.route(icmp)
         guard case .drop(reset: true) = m.decision else { return XCTFail("ICMP should match the port-less rule") }

@@ -2,10 +2,10 @@ import LoftIO
 
 extension EventLoop {
     /// Runs the loop once through `steps`: each is called every 10 ms until it returns true,
-    /// then the next. Returns the index of the step still waiting when `seconds` passed, or nil
-    /// when all were done.
+    /// then the next. Returns the index of the step still waiting when `seconds` passed (on
+    /// the loop's clock: virtual seconds on a virtual clock), or nil when all were done.
     public func run(steps: [() -> Bool], seconds: Double) -> Int? {
-        let deadline = monotonicMilliseconds() + UInt64(seconds * 1000)
+        let deadline = currentTime + UInt64(seconds * 1000)
         var index = 0
         var failed: Int?
         poll(every: 10) { [unowned self] in
@@ -13,7 +13,7 @@ extension EventLoop {
             if index == steps.count {
                 self.stop()
                 return false
-            } else if monotonicMilliseconds() > deadline {
+            } else if self.currentTime > deadline {
                 failed = index
                 self.stop()
                 return false
@@ -22,6 +22,25 @@ extension EventLoop {
         }
         run()
         return failed
+    }
+}
+
+extension EventLoop {
+    /// Runs the loop until `done()` holds (checked every 10 ms) or `seconds` pass on the loop's
+    /// clock. True when done in time.
+    @discardableResult
+    public func run(seconds: Double, until done: @escaping () -> Bool) -> Bool {
+        run(steps: [done], seconds: seconds) == nil
+    }
+
+    /// Runs the loop until something on it calls `stop()`, or `seconds` pass on the loop's
+    /// clock (a failsafe timer stops it then). True when stopped in time.
+    public func runUntilStopped(seconds: Double) -> Bool {
+        var timedOut = false
+        let failsafe = schedule(after: UInt64(seconds * 1000)) { [unowned self] in timedOut = true; self.stop() }
+        run()
+        cancel(failsafe)
+        return !timedOut
     }
 }
 
