@@ -1,5 +1,4 @@
 import Glibc
-import LoftConfig
 import LoftCore
 import LoftIO
 import LoftNetstack
@@ -42,7 +41,7 @@ final class BridgeInputTests: XCTestCase {
         let out = TestOutbound()
         let netstack = netstack(on: loop, to: out)
         defer { netstack.shutdown() }
-        let settings = BridgeSettings(peerPort: freePort(), extensionPort: freePort(), mtu: 1500)
+        let settings = BridgeInput.Options(peerPort: freePort(), extensionPort: freePort(), mtu: 1500)
         let peer = Sockets.make(family: AF_INET, type: Int32(SOCK_DGRAM.rawValue))
         defer { Glibc.close(peer) }
         _ = SocketAddress(Endpoint(.v4(0x7F00_0001), settings.peerPort)).withSockaddr { bind(peer, $0, $1) }

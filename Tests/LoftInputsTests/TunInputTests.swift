@@ -1,6 +1,5 @@
 import Foundation
 import Glibc
-import LoftConfig
 import LoftCore
 import LoftIO
 import LoftNetstack
@@ -22,8 +21,8 @@ final class TunInputTests: XCTestCase {
         let netstack = netstack(on: loop, to: out)
         defer { netstack.shutdown() }
         let ns = "loftut\(getpid() % 100_000)"
-        let tun = TunInput(settings: TunSettings(name: "loftut0", netns: ns, ipv4: IPPrefix("198.18.0.1/30")!, ipv6: nil,
-                                                 routeAll: false, offload: .off),
+        let tun = TunInput(settings: TunInput.Options(name: "loftut0", netns: ns, mtu: 1500, ipv4: IPPrefix("198.18.0.1/30")!, ipv6: nil,
+                                                      routeAll: false, dns: [], offload: false),
                            loop: loop, netstack: netstack)
         try tun.start()
         var stopped = false
