@@ -73,7 +73,8 @@ public final class HostRoutes {
                 var to: IPPrefix?
                 if w.count == 8 {
                     guard w[6] == "to", let prefix = IPPrefix(w[7]), prefix.address.isIPv4 != v6 else { return nil }
-                    to = prefix
+                    // As the kernel keeps it (and as loft writes it): the host bits cleared.
+                    to = prefix.masked
                 }
                 self = .rule(ipv6: v6, priority: p, to: to)
             } else {

@@ -159,6 +159,11 @@ final class RouteNetlinkTests: XCTestCase {
         XCTAssertEqual(HostRoutes.Undo(line: "ip -6 rule del priority 20005 to fd00:1::/64"),
                        .rule(ipv6: true, priority: 20005, to: IPPrefix("fd00:1::/64")!))
         XCTAssertEqual(HostRoutes.Undo(line: "ip -6 route flush table 27001"), .flush(ipv6: true, table: 27001))
+        // fuzz/host_routes_undo's find: a prefix with host bits reads as its network, so the line
+        // loft would write for it reads back to the same change.
+        let hostBits = HostRoutes.Undo(line: "ip -6 rule del priority 20005 to fd00:1::/12")
+        XCTAssertEqual(hostBits, .rule(ipv6: true, priority: 20005, to: IPPrefix("fd00::/12")!))
+        XCTAssertEqual(hostBits.flatMap { HostRoutes.Undo(line: $0.line) }, hostBits)
         for bad in ["", "ip", "ip -4 rule add priority 1", "ip -4 rule del priority x", "ip -4 route flush table",
                     "ip -4 rule del priority 5 to fd00::/8", "ip -6 rule del priority 5 to 10.0.0.0/8",
                     "ip -4 rule del priority 5 from 10.0.0.0/8", "rm -rf /", "ip -4 route flush table 1 extra",
