@@ -138,6 +138,22 @@ public struct IPPrefix: Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(address)/\(length)" }
 
+    /// The prefix with its host bits cleared (what the kernel keeps for a route or a rule).
+    public var masked: IPPrefix {
+        switch address {
+        case .v4(let a):
+            let mask: UInt32 = length == 0 ? 0 : ~UInt32(0) << UInt32(32 - length)
+            return IPPrefix(.v4(a & mask), length)!
+        case .v6(let hi, let lo):
+            let mh: UInt64 = length == 0 ? 0 : length >= 64 ? ~0 : ~UInt64(0) << UInt64(64 - length)
+            let ml: UInt64 = length <= 64 ? 0 : length == 128 ? ~0 : ~UInt64(0) << UInt64(128 - length)
+            return IPPrefix(.v6(hi & mh, lo & ml), length)!
+        }
+    }
+
+    /// The masked prefix as text, as `ip` writes it.
+    public var network: String { masked.description }
+
     /// Whether `other` lies inside this prefix (same family only).
     public func contains(_ other: IPAddress) -> Bool {
         switch (address, other) {

@@ -153,21 +153,3 @@ public enum NetworkNamespace {
         if r < 0 { throw Failure(description: "cannot remove network namespace \(name): \(String(cString: strerror(-r)))") }
     }
 }
-
-extension IPPrefix {
-    /// The prefix with host bits cleared.
-    public var masked: IPPrefix { IPPrefix(network)! }
-
-    /// The prefix with host bits cleared, as `ip` wants it.
-    public var network: String {
-        switch address {
-        case .v4(let a):
-            let mask: UInt32 = length == 0 ? 0 : ~UInt32(0) << UInt32(32 - length)
-            return "\(IPAddress.v4(a & mask))/\(length)"
-        case .v6(let hi, let lo):
-            let mh: UInt64 = length == 0 ? 0 : length >= 64 ? ~0 : ~UInt64(0) << UInt64(64 - length)
-            let ml: UInt64 = length <= 64 ? 0 : length == 128 ? ~0 : ~UInt64(0) << UInt64(128 - length)
-            return "\(IPAddress.v6(hi & mh, lo & ml))/\(length)"
-        }
-    }
-}
