@@ -29,12 +29,6 @@ extension Syscall {
         return check(setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size)))
     }
 
-    /// O_NONBLOCK and FD_CLOEXEC on an fd that came without them.
-    public static func setNonblockingCloexec(_ fd: Int32) {
-        _ = fcntl(fd, F_SETFL, O_NONBLOCK | O_RDWR)
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-    }
-
     /// TCP_NODELAY.
     @discardableResult
     public static func setNoDelay(_ fd: Int32) -> Bool { clinux_set_nodelay(fd) == 0 }
@@ -154,11 +148,10 @@ extension Syscall {
 
     // MARK: files
 
-    /// Writes `bytes` to `path` (created with `mode`, truncated); `atomically`: to PATH.tmp,
-    /// then renamed over PATH, so a reader sees the old file or the new one.
-    public static func writeFile(_ path: String, _ bytes: [UInt8], mode: mode_t, atomically: Bool = false) -> Result<Void, Errno> {
-        let target = atomically ? path + ".tmp" : path
-        let f = Glibc.open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+    /// Writes `bytes` to `path` (created with `mode`, truncated). A file that must survive a
+    /// crash whole is `StateFile.write`'s (atomic, fsynced).
+    public static func writeFile(_ path: String, _ bytes: [UInt8], mode: mode_t) -> Result<Void, Errno> {
+        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard f >= 0 else { return failure() }
         var done = 0
         while done < bytes.count {
@@ -172,7 +165,6 @@ extension Syscall {
             done += n
         }
         Glibc.close(f)
-        if atomically, rename(target, path) != 0 { return failure() }
         return .success(())
     }
 

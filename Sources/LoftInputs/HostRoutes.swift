@@ -12,7 +12,7 @@ import LoftIO
 /// A mark instead of a /32 per front address: it needs no resolution of front names, follows
 /// them when they change, and covers every outbound socket (direct dials too) at once.
 ///
-/// Every change is made over rtnetlink (no `ip` process), and the `ip` command that undoes it is
+/// Every change is made over rtnetlink (no `ip` process), and the `ip` commands that undo them are
 /// written to a state file first, so a killed run's leftovers are removed at the next start (and
 /// on every clean exit).
 public final class HostRoutes {
@@ -96,36 +96,43 @@ public final class HostRoutes {
         Syscall.makeDirectory("/run/loft", mode: 0o755)
         let nl = try RouteNetlink(netns: nil)
         defer { nl.close() }
-        let tunIndex = try nl.index(of: plan.tun)
-        var undo: [Undo] = []
-        func apply(_ change: () throws -> Void, undoing: Undo) throws {
-            undo.append(undoing)
-            try write(undo)
+        let tun = plan.tun
+        let tunIndex = try nl.index(of: tun)
+        // Every change with what undoes it. The undo file is written whole before the first
+        // change is made: a run killed half-way leaves a file that undoes at least what it did
+        // (undoing a change not made yet finds nothing, which is no error).
+        var changes: [(make: () throws -> Void, undo: Undo)] = []
+        let main = UInt32(254)  // RT_TABLE_MAIN
+        let prio = UInt32(priority), table = UInt32(self.table)
+        for v6 in [false, true] {
+            changes.append(({ try nl.addRule(priority: prio, ipv6: v6, fwmark: HostRoutes.mark, table: main) },
+                            .rule(ipv6: v6, priority: prio, to: nil)))
+            for p in plan.offTun where p.address.isIPv4 == !v6 {
+                changes.append(({ try nl.addRule(priority: prio + 1, ipv6: v6, to: p, table: main) },
+                                .rule(ipv6: v6, priority: prio + 1, to: p.masked)))
+            }
+            changes.append(({ try nl.addRule(priority: prio + 2, ipv6: v6, table: table) },
+                            .rule(ipv6: v6, priority: prio + 2, to: nil)))
+            var into = plan.intoTun.filter { $0.address.isIPv4 == !v6 }
+            if plan.routeAll { into.append(IPPrefix(v6 ? .v6(0, 0) : .v4(0), 0)!) }
+            for p in into {
+                changes.append(({ try nl.replaceRoute(p, table: table, index: tunIndex, name: tun) },
+                                .flush(ipv6: v6, table: table)))
+            }
+        }
+        var seen = Set<String>()
+        let lines = changes.map(\.undo.line).filter { seen.insert($0).inserted }
+        if let failure = StateFile.write(lines.joined(separator: "\n") + "\n", to: statePath) {
+            throw TunInput.StartError(description: "cannot write \(statePath): \(failure)")
+        }
+        for change in changes {
             do {
-                try change()
+                try change.make()
             } catch {
                 Log.error("command.failed", ["command": "\(error)"])
                 throw error
             }
             installed += 1
-        }
-        let main = UInt32(254)  // RT_TABLE_MAIN
-        let prio = UInt32(priority), table = UInt32(self.table)
-        for v6 in [false, true] {
-            try apply({ try nl.addRule(priority: prio, ipv6: v6, fwmark: HostRoutes.mark, table: main) },
-                      undoing: .rule(ipv6: v6, priority: prio, to: nil))
-            for p in plan.offTun where p.address.isIPv4 == !v6 {
-                try apply({ try nl.addRule(priority: prio + 1, ipv6: v6, to: p, table: main) },
-                          undoing: .rule(ipv6: v6, priority: prio + 1, to: p.masked))
-            }
-            try apply({ try nl.addRule(priority: prio + 2, ipv6: v6, table: table) },
-                      undoing: .rule(ipv6: v6, priority: prio + 2, to: nil))
-            var into = plan.intoTun.filter { $0.address.isIPv4 == !v6 }
-            if plan.routeAll { into.append(IPPrefix(v6 ? .v6(0, 0) : .v4(0), 0)!) }
-            for p in into {
-                try apply({ try nl.replaceRoute(p, table: table, index: tunIndex, name: plan.tun) },
-                          undoing: .flush(ipv6: v6, table: table))
-            }
         }
         Log.info("tun.host-routes", ["table": self.table, "priority": priority, "into-tun": plan.intoTun.count,
                                      "off-tun": plan.offTun.count, "route-all": plan.routeAll, "mark": HostRoutes.mark])
@@ -134,13 +141,6 @@ public final class HostRoutes {
     public func remove() {
         HostRoutes.undo(statePath)
         installed = 0
-    }
-
-    private func write(_ undo: [Undo]) throws {
-        let text = undo.map(\.line).joined(separator: "\n") + "\n"
-        if case .failure(let e) = Syscall.writeFile(statePath, Array(text.utf8), mode: 0o600, atomically: true) {
-            throw TunInput.StartError(description: "cannot write \(statePath): \(e)")
-        }
     }
 
     /// Undoes an undo file's changes in reverse order (each at most once; one already gone is
