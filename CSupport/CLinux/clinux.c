@@ -644,7 +644,24 @@ int clinux_rtnl_table_route(int fd, int add, int family, uint32_t table, const u
     return rtnl_transact(fd, &r);
 }
 
+static int rtnl_flush_pass(int fd, int family, uint32_t table, int *more);
+
 int clinux_rtnl_flush_table(int fd, int family, uint32_t table) {
+    // Passes of at most max_routes each, until one finds the table's last routes.
+    int deleted = 0, more = 1;
+    while (more) {
+        int n = rtnl_flush_pass(fd, family, table, &more);
+        if (n < 0) return n;
+        deleted += n;
+        if (n == 0) break;
+    }
+    return deleted;
+}
+
+// One dump of the family's routes; up to max_routes of `table`'s are deleted. `more` is set when
+// the pass stopped at max_routes (the table may hold more).
+static int rtnl_flush_pass(int fd, int family, uint32_t table, int *more) {
+    *more = 0;
     // 1. The dump: every route of the family; those of `table` are kept (whole messages, so
     //    each can be sent back as its own RTM_DELROUTE).
     struct rtnl_request r;
@@ -688,7 +705,8 @@ int clinux_rtnl_flush_table(int fd, int family, uint32_t table) {
             int len = (int)RTM_PAYLOAD(h);
             for (const struct rtattr *a = RTM_RTA(m); RTA_OK(a, len); a = RTA_NEXT(a, len))
                 if (a->rta_type == RTA_TABLE && RTA_PAYLOAD(a) >= sizeof(uint32_t)) memcpy(&t, RTA_DATA(a), sizeof t);
-            if (t != table || count == max_routes) continue;
+            if (t != table) continue;
+            if (count == max_routes) { *more = 1; continue; }
             // The route's identity (what RTM_DELROUTE matches on), not its cache and metrics.
             struct rtmsg *d = rtnl_start(&found[count], RTM_DELROUTE, 0, sizeof *d);
             *d = *m;

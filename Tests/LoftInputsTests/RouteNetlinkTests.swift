@@ -152,6 +152,22 @@ final class RouteNetlinkTests: XCTestCase {
         XCTAssertThrowsError(try nl.deleteRule(priority: 20100, ipv6: false))
     }
 
+    /// A table flush removes every route, also past one dump pass's 4,096 (host mode puts one
+    /// route per `via`/`drop` prefix in its table; prefix files hold many thousands).
+    func testFlushEmptiesALargeTable() throws {
+        let nl = try RouteNetlink(netns: ns)
+        defer { nl.close() }
+        let index = try nl.index(of: "nl0")
+        try nl.setUp(index: index, name: "nl0")
+        let table: UInt32 = 27124
+        for i in 0..<5000 {
+            try nl.replaceRoute(IPPrefix(.v4(0x0A00_0000 | UInt32(i) << 8), 24)!, table: table, index: index, name: "nl0")
+        }
+        XCTAssertEqual(inNetns("ip -4 route show table 27124 | wc -l"), "5000\n")
+        XCTAssertEqual(try nl.flushTable(table, ipv6: false), 5000)
+        XCTAssertEqual(inNetns("ip -4 route show table 27124"), "")
+    }
+
     /// The undo file's lines: exactly the two forms loft writes, nothing else (the file is run
     /// as root at the next start).
     func testUndoLinesParseOnlyWhatLoftWrites() {
