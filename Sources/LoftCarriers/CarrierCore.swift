@@ -1,3 +1,4 @@
+import LoftCore
 import LoftIO
 import LoftTLS
 
@@ -141,5 +142,43 @@ final class CarrierCore<State: CarrierState> {
         let old = state
         state = .closed
         return old
+    }
+}
+
+/// A carrier on a `CarrierCore`: its side, state and openness are the core's.
+protocol CoreCarrier: Carrier {
+    associatedtype State: CarrierState
+    var core: CarrierCore<State> { get }
+}
+
+extension CoreCarrier {
+    var side: CarrierSide { core.side }
+    var isOpen: Bool { core.isOpen }
+    var state: State {
+        get { core.state }
+        set { core.state = newValue }
+    }
+}
+
+/// The first steps of a carrier that dials (ws, get, h2 clients): resolving the front's name,
+/// then connecting to it.
+protocol DialState: CarrierState {
+    static var resolving: Self { get }
+    static var connecting: Self { get }
+}
+
+extension CarrierCore where State: DialState {
+    /// Client: the front's name resolved, then `connect` with its addresses (state connecting);
+    /// `fail` hears a failed resolve, or a timeout ("no `what` within N ms") when the carrier
+    /// is still `handshaking` after the client's connect timeout.
+    func dial(_ client: CarrierClient, _ what: String, handshaking: @escaping (State) -> Bool,
+              fail: @escaping (CarrierCloseReason) -> Void, connect: @escaping ([Endpoint]) -> Void) {
+        let timeout = client.options.connectTimeoutMs
+        dialDeadline(timeout, handshaking: handshaking) { fail(.timeout("no \(what) within \(timeout) ms")) }
+        client.resolve(fail) { [weak self] endpoints in
+            guard let self, self.state == .resolving else { return }
+            self.state = .connecting
+            connect(endpoints)
+        }
     }
 }

@@ -136,3 +136,35 @@ extension FrameWriter {
         core.writableAgain(writable(c), of: c.outCap - Self.controlReserve)
     }
 }
+
+/// ws and get: session bytes framed (`out`) into one TLS connection's output, `outputLeg`
+/// (ws: its connection; get: the client's POST, the front's GET). The contract's writing half
+/// is the same for all three.
+protocol FramedCarrier: CoreCarrier {
+    var out: FrameWriter { get set }
+    /// The connection session bytes are framed into; nil before it is there and once it is gone.
+    var outputLeg: TLSConnection? { get }
+    /// Session bytes may be taken now (open, and the carrier's output not ended).
+    var canSend: Bool { get }
+}
+
+extension FramedCarrier {
+    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard canSend, let c = outputLeg else { return 0 }
+        return out.write(bytes, to: c, core)
+    }
+
+    var writableBytes: Int {
+        guard canSend, let c = outputLeg else { return 0 }
+        return out.writable(c)
+    }
+
+    var bufferedBytes: Int { outputLeg?.pending ?? 0 }
+
+    /// After a flush: `carrierWritable` when it is owed and half the output is free.
+    func afterFlush() {
+        if let c = outputLeg, out.writableAgain(c, core) {
+            delegate?.carrierWritable(self)
+        }
+    }
+}

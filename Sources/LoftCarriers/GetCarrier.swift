@@ -8,30 +8,24 @@ import LoftTLS
 /// `GET <path>?session=<id>` whose `200` response streams chunks; upstream is a
 /// `POST <path>?session=<id>` whose chunked body streams. The front answers the GET only once
 /// both requests have arrived, so that 200 means the channel is up.
-final class GetClientCarrier: Carrier, TLSConnectionOwner {
-    enum State: CarrierState { case resolving, connecting, open, closing, closed }
+final class GetClientCarrier: FramedCarrier, TLSConnectionOwner {
+    enum State: DialState { case resolving, connecting, open, closing, closed }
 
     let kind = CarrierKind.get
     weak var delegate: CarrierDelegate?
     private let client: CarrierClient
-    private let core: CarrierCore<State>
+    let core: CarrierCore<State>
     private var runtime: CarrierRuntime { core.runtime }
     let sessionID = Hex.encode(Crypto.random(16))
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state: State {
-        get { core.state }
-        set { core.state = newValue }
-    }
     private var downHead = false
     private var upReady = false
     private var upEnded = false
     private var chunks = ChunkedDecoder()
-    private var out = FrameWriter(.chunked)
+    var out = FrameWriter(.chunked)
     private var peerAddress: Endpoint?
 
-    var side: CarrierSide { core.side }
-    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress }
     var request: CarrierRequest? { nil }
     var tlsDescription: String { describeTLS(down) }
@@ -48,13 +42,9 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
     }
 
     func start() {
-        let timeout = client.options.connectTimeoutMs
-        core.dialDeadline(timeout, handshaking: { $0 == .resolving || $0 == .connecting }) { [weak self] in
-            self?.fail(.timeout("no get channel within \(timeout) ms"))
-        }
-        client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
-            guard let self, self.state == .resolving else { return }
-            self.state = .connecting
+        core.dial(client, "get channel", handshaking: { $0 == .resolving || $0 == .connecting },
+                  fail: { [weak self] in self?.fail($0) }) { [weak self] endpoints in
+            guard let self else { return }
             self.down = self.client.dialTLS(endpoints, owner: self, outputBytes: 4096)
             self.up = self.client.dialTLS(endpoints, owner: self, inputBytes: 16 * 1024)
         }
@@ -202,27 +192,12 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
 
     // MARK: sending
 
-    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
-        guard state == .open, !upEnded, let c = up else { return 0 }
-        return out.write(bytes, to: c, core)
-    }
-
-    var writableBytes: Int {
-        guard state == .open, !upEnded, let c = up else { return 0 }
-        return out.writable(c)
-    }
-
-    var bufferedBytes: Int { up?.pending ?? 0 }
+    var outputLeg: TLSConnection? { up }
+    var canSend: Bool { state == .open && !upEnded }
 
     func flush() {
         guard let c = up else { return }
         out.flush(c)
-    }
-
-    private func afterFlush() {
-        if let c = up, out.writableAgain(c, core) {
-            delegate?.carrierWritable(self)
-        }
     }
 
     func setReading(_ on: Bool) { core.setReading(on, down) }
@@ -280,28 +255,22 @@ final class GetClientCarrier: Carrier, TLSConnectionOwner {
 
 /// The `get` carrier, front side: made when the first of the two requests arrives, handed to
 /// the embedder when both are there (the GET is answered `200` then).
-final class GetServerCarrier: Carrier, TLSConnectionOwner {
+final class GetServerCarrier: FramedCarrier, TLSConnectionOwner {
     /// No graceful close of its own: the front ends both legs at once (closing is unused).
     enum State: CarrierState { case joining, open, closing, closed }
 
     let kind = CarrierKind.get
     weak var delegate: CarrierDelegate?
     let sessionID: String
-    private let core: CarrierCore<State>
+    let core: CarrierCore<State>
     private weak var listener: CarrierListener?
     private var down: TLSConnection?
     private var up: TLSConnection?
-    private var state: State {
-        get { core.state }
-        set { core.state = newValue }
-    }
     private var chunks = ChunkedDecoder()
-    private var out = FrameWriter(.chunked)
+    var out = FrameWriter(.chunked)
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    var side: CarrierSide { core.side }
-    var isOpen: Bool { core.isOpen }
     var isJoining: Bool { state == .joining }
     var peer: Endpoint? { peerAddress }
     var tlsDescription: String { describeTLS(down) }
@@ -435,27 +404,12 @@ final class GetServerCarrier: Carrier, TLSConnectionOwner {
 
     // MARK: sending
 
-    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
-        guard state == .open, let c = down else { return 0 }
-        return out.write(bytes, to: c, core)
-    }
-
-    var writableBytes: Int {
-        guard state == .open, let c = down else { return 0 }
-        return out.writable(c)
-    }
-
-    var bufferedBytes: Int { down?.pending ?? 0 }
+    var outputLeg: TLSConnection? { down }
+    var canSend: Bool { state == .open }
 
     func flush() {
         guard let c = down else { return }
         out.flush(c)
-    }
-
-    private func afterFlush() {
-        if let c = down, out.writableAgain(c, core) {
-            delegate?.carrierWritable(self)
-        }
     }
 
     /// Before the join the POST's body waits unread whatever is asked (`join` applies it).

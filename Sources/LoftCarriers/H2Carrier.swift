@@ -17,27 +17,21 @@ extension TLSConnection: H2Output {
 /// `:protocol loft`) over TLS with ALPN `h2`. The HTTP/2 machinery is `H2Engine` (nghttp2);
 /// this type joins it to a TLSConnection and to the carrier contract. One TLS connection carries
 /// one session; the front refuses a second CONNECT on it (429).
-final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
-    enum State: CarrierState { case resolving, connecting, settings, requesting, awaitingRequest, open, closing, closed }
+final class H2Carrier: CoreCarrier, TLSConnectionOwner, H2EngineOwner {
+    enum State: DialState { case resolving, connecting, settings, requesting, awaitingRequest, open, closing, closed }
 
     let kind = CarrierKind.h2
     weak var delegate: CarrierDelegate?
-    private let core: CarrierCore<State>
+    let core: CarrierCore<State>
     private var runtime: CarrierRuntime { core.runtime }
     private let client: CarrierClient?
     private weak var listener: CarrierListener?
     private var conn: TLSConnection?
     private var engine: H2Engine?
-    private var state: State {
-        get { core.state }
-        set { core.state = newValue }
-    }
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    var side: CarrierSide { core.side }
     private var isServer: Bool { core.isServer }
-    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress ?? conn?.peer }
     var tlsDescription: String { describeTLS(conn) }
 
@@ -78,13 +72,9 @@ final class H2Carrier: Carrier, TLSConnectionOwner, H2EngineOwner {
 
     func start() {
         guard let client else { return }
-        let timeout = client.options.connectTimeoutMs
-        core.dialDeadline(timeout, handshaking: { [.resolving, .connecting, .settings, .requesting].contains($0) }) { [weak self] in
-            self?.fail(.timeout("no h2 session stream within \(timeout) ms"))
-        }
-        client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
-            guard let self, self.state == .resolving else { return }
-            self.state = .connecting
+        core.dial(client, "h2 session stream", handshaking: { [.resolving, .connecting, .settings, .requesting].contains($0) },
+                  fail: { [weak self] in self?.fail($0) }) { [weak self] endpoints in
+            guard let self else { return }
             self.conn = client.dialTLS(endpoints, owner: self)
         }
     }

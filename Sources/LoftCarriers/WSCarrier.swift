@@ -6,27 +6,21 @@ import LoftTLS
 /// The `ws` carrier: one WebSocket (RFC 6455) over TLS; session bytes travel in binary frames
 /// (client frames masked, server frames not). Ping is answered with Pong; the close handshake
 /// is done both ways; any violation ends the connection with the matching close code.
-final class WSCarrier: Carrier, TLSConnectionOwner {
-    enum State: CarrierState { case resolving, connecting, upgrading, open, closing, closed }
+final class WSCarrier: FramedCarrier, TLSConnectionOwner {
+    enum State: DialState { case resolving, connecting, upgrading, open, closing, closed }
 
     let kind = CarrierKind.ws
     weak var delegate: CarrierDelegate?
-    private let core: CarrierCore<State>
+    let core: CarrierCore<State>
     private var runtime: CarrierRuntime { core.runtime }
     private let client: CarrierClient?
     private var conn: TLSConnection?
-    private var state: State {
-        get { core.state }
-        set { core.state = newValue }
-    }
     private var key = ""
     private var decoder: WSDecoder
-    private var out: FrameWriter
+    var out: FrameWriter
     private(set) var request: CarrierRequest?
     private var peerAddress: Endpoint?
 
-    var side: CarrierSide { core.side }
-    var isOpen: Bool { core.isOpen }
     var peer: Endpoint? { peerAddress ?? conn?.peer }
     var tlsDescription: String { describeTLS(conn) }
 
@@ -71,13 +65,9 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     func start() {
         guard let client else { return }
-        let timeout = client.options.connectTimeoutMs
-        core.dialDeadline(timeout, handshaking: { $0 == .resolving || $0 == .connecting || $0 == .upgrading }) { [weak self] in
-            self?.fail(.timeout("no ws connection within \(timeout) ms"))
-        }
-        client.resolve({ [weak self] r in self?.fail(r) }) { [weak self] endpoints in
-            guard let self, self.state == .resolving else { return }
-            self.state = .connecting
+        core.dial(client, "ws connection", handshaking: { $0 == .resolving || $0 == .connecting || $0 == .upgrading },
+                  fail: { [weak self] in self?.fail($0) }) { [weak self] endpoints in
+            guard let self else { return }
             self.conn = client.dialTLS(endpoints, owner: self)
         }
     }
@@ -221,17 +211,8 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
 
     // MARK: sending
 
-    func write(_ bytes: UnsafeRawBufferPointer) -> Int {
-        guard state == .open, let c = conn else { return 0 }
-        return out.write(bytes, to: c, core)
-    }
-
-    var writableBytes: Int {
-        guard state == .open, let c = conn else { return 0 }
-        return out.writable(c)
-    }
-
-    var bufferedBytes: Int { conn?.pending ?? 0 }
+    var outputLeg: TLSConnection? { conn }
+    var canSend: Bool { state == .open }
 
     func flush() {
         guard let c = conn, state == .open || state == .closing else { return }
@@ -241,12 +222,6 @@ final class WSCarrier: Carrier, TLSConnectionOwner {
     private func flushNow() {
         flush()
         afterFlush()
-    }
-
-    private func afterFlush() {
-        if let c = conn, out.writableAgain(c, core) {
-            delegate?.carrierWritable(self)
-        }
     }
 
     func setReading(_ on: Bool) { core.setReading(on, conn) }
