@@ -8,6 +8,7 @@ import LoftInputs
 import LoftNetstack
 import LoftOutbounds
 import LoftRouting
+import LoftRuntime
 import LoftSSTP
 import LoftTLS
 
@@ -22,7 +23,7 @@ extension Application {
         do { loop = try EventLoop() } catch { Log.error("start.failed", ["error": error]); return 1 }
         let signals = SignalWatcher(loop: loop)
         signals.onShutdown = { _ in loop.stop() }
-        let runtime = Runtime(config: config, configPath: configPath, loop: loop)
+        let runtime = Runtime(config: config, configPath: configPath, loop: loop, version: version)
 
         // The loop's one resolver, shared by the direct outbounds and the holders' carriers.
         let resolver: Resolver

@@ -4,6 +4,7 @@ import LoftControl
 import LoftCore
 import LoftIO
 import LoftRouting
+import LoftRuntime
 
 // `loft`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage or
 // configuration error; errors go to stderr, one line each.

@@ -8,31 +8,37 @@ import LoftNetstack
 import LoftOutbounds
 import LoftRouting
 
-/// Holds the running parts, answers the control socket and builds status reports.
-final class Runtime {
-    let config: Configuration
-    let configPath: String?
-    let loop: EventLoop
-    let started = monotonicMilliseconds()
-    var outbounds: [String: Outbound] = [:]
-    var router: Router?
-    var netstack: Netstack?
-    var tun: TunInput?
-    var bridge: BridgeInput?
-    var socks5: Socks5Server?
-    var control: ControlServer?
-    var metrics: MetricsServer?
-    var holders: [HolderOutbound] = []
-    var sstps: [SSTPOutbound] = []
-    var pathMonitor: PathMonitor?
+/// Holds the running parts, answers the control socket and builds status reports. `loft run`
+/// (Sources/loft/Startup.swift) makes the parts and hands them in; a test can hand in its own.
+public final class Runtime {
+    public let config: Configuration
+    public let configPath: String?
+    public let loop: EventLoop
+    /// loft's version, as status reports it.
+    public let version: String
+    /// When it started, on the loop's clock (status's uptime).
+    public let started: UInt64
+    public var outbounds: [String: Outbound] = [:]
+    public var router: Router?
+    public var netstack: Netstack?
+    public var tun: TunInput?
+    public var bridge: BridgeInput?
+    public var socks5: Socks5Server?
+    public var control: ControlServer?
+    public var metrics: MetricsServer?
+    public var holders: [HolderOutbound] = []
+    public var sstps: [SSTPOutbound] = []
+    public var pathMonitor: PathMonitor?
 
-    init(config: Configuration, configPath: String?, loop: EventLoop) {
+    public init(config: Configuration, configPath: String?, loop: EventLoop, version: String) {
         self.config = config
         self.configPath = configPath
         self.loop = loop
+        self.version = version
+        started = loop.currentTime
     }
 
-    func stopAll() {
+    public func stopAll() {
         pathMonitor?.stop(); pathMonitor = nil
         for h in holders { h.stop() }
         for s in sstps { s.stop() }
@@ -44,7 +50,7 @@ final class Runtime {
     }
 
     /// One line for systemd's STATUS= (`systemctl status`): each input up and each session's state.
-    func serviceStatus() -> String {
+    public func serviceStatus() -> String {
         var parts: [String] = []
         if let t = tun { parts.append("tun \(config.tun?.name ?? "")\(t.currentIPv4.map { " \($0)" } ?? "")") }
         if let s = config.socks5, socks5 != nil { parts.append("socks5 \(s.listen)") }
@@ -57,7 +63,7 @@ final class Runtime {
         return parts.joined(separator: "; ")
     }
 
-    func logInputStats() {
+    public func logInputStats() {
         guard let netstack else { return }
         for (name, index) in [("tun", tun?.inputIndex), ("bridge", bridge?.inputIndex)] {
             guard let index else { continue }

@@ -7,7 +7,7 @@ import LoftRouting
 // `ControlRequest` parses the line, `Runtime.handle` carries it out.
 extension Runtime {
     /// One control request.
-    func handle(_ line: String) -> Result<String, ControlServer.ControlError> {
+    public func handle(_ line: String) -> Result<String, ControlServer.ControlError> {
         let request: ControlRequest
         switch ControlRequest.parse(line) {
         case .success(let r): request = r

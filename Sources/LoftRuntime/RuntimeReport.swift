@@ -9,11 +9,11 @@ import LoftRouting
 // What `loft status`, `loft status --json` and the metrics scrape show: one `StatusReport` built
 // from the running parts.
 extension Runtime {
-    func report() -> StatusReport {
+    public func report() -> StatusReport {
         var r = StatusReport()
         r.version = version
         r.pid = getpid()
-        r.uptimeMs = monotonicMilliseconds() - started
+        r.uptimeMs = loop.currentTime - started
         let memory = Syscall.memoryUsage()
         r.residentBytes = memory.rss
         r.peakResidentBytes = memory.peak
