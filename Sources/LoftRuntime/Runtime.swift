@@ -1,4 +1,3 @@
-import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore

@@ -1,4 +1,3 @@
-import Glibc
 import LoftControl
 import LoftCore
 import LoftIO
@@ -12,7 +11,7 @@ extension Runtime {
     public func report() -> StatusReport {
         var r = StatusReport()
         r.version = version
-        r.pid = getpid()
+        r.pid = Syscall.processID
         r.uptimeMs = loop.currentTime - started
         let memory = Syscall.memoryUsage()
         r.residentBytes = memory.rss

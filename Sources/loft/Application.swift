@@ -1,4 +1,3 @@
-import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
@@ -18,11 +17,11 @@ enum Application {
     /// runs half-configured).
     static func unsupported(_ config: Configuration) -> String? {
         for o in config.outbounds {
-            if case .vless(_, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
-                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            if case .vless(_, _, .caFile(let path), _, _) = o.kind, case .failure(let e) = Syscall.checkReadable(path) {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(e)"
             }
-            if case .sstp(_, _, _, .caFile(let path), _, _) = o.kind, access(path, R_OK) != 0 {
-                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            if case .sstp(_, _, _, .caFile(let path), _, _) = o.kind, case .failure(let e) = Syscall.checkReadable(path) {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(e)"
             }
             guard case .loft(_, let carrier, _, let verification, _) = o.kind else { continue }
             if CarrierKind(rawValue: carrier) == nil {
@@ -30,8 +29,8 @@ enum Application {
                 return "\(o.position): outbound \"\(o.name)\": carrier \(carrier) is not available in this build (built: \(built))"
             }
             // A CA file that cannot be read would only fail at the first dial.
-            if case .caFile(let path) = verification, access(path, R_OK) != 0 {
-                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(String(cString: strerror(errno)))"
+            if case .caFile(let path) = verification, case .failure(let e) = Syscall.checkReadable(path) {
+                return "\(o.position): outbound \"\(o.name)\": tls.ca \(path): \(e)"
             }
         }
         return nil
@@ -52,10 +51,9 @@ enum Application {
         var out: [String] = []
         var seen: Set<String> = []
         for (file, what) in files where seen.insert(file).inserted {
-            var st = stat()
-            guard stat(file, &st) == 0, st.st_mode & 0o044 != 0 else { continue }
-            let mode = String(st.st_mode & 0o777, radix: 8)
-            out.append("\(file): warning: holds a secret (\(what)) and is readable by \(st.st_mode & 0o004 != 0 ? "others" : "its group") (mode 0\(mode)); chmod 600 \(file)")
+            guard let st_mode = Syscall.fileMode(file), st_mode & 0o044 != 0 else { continue }
+            let mode = String(st_mode & 0o777, radix: 8)
+            out.append("\(file): warning: holds a secret (\(what)) and is readable by \(st_mode & 0o004 != 0 ? "others" : "its group") (mode 0\(mode)); chmod 600 \(file)")
         }
         return out
     }

@@ -1,8 +1,8 @@
 import LoftCarriers
 import LoftConfig
+import LoftIO
 import LoftOutbounds
 import LoftTLS
-import Glibc
 
 /// The TLS client options of a config's `tls` section.
 func tlsOptions(_ verification: TLSVerification, serverName: String?) -> TLSClientOptions {
@@ -33,9 +33,7 @@ func holderOptions(server: String, carrier: String, token: String, verification:
     guard let hp = HostPort(server) else { throw TLSError("server must be host:port: \(server)") }
     let tls = tlsOptions(verification, serverName: serverName)
     let kind = CarrierKind(rawValue: carrier) ?? .ws
-    var name = [CChar](repeating: 0, count: 256)
-    gethostname(&name, name.count - 1)
-    let hostName = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    let hostName = Syscall.hostName()
     return HolderOptions(
         carrier: CarrierClientOptions(kind: kind, host: hp.host, port: hp.port, tls: tls,
                                       connectTimeoutMs: config.limits.connectTimeout.milliseconds),

@@ -1,4 +1,3 @@
-import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
@@ -111,7 +110,7 @@ extension Application {
             // Several lofts may run at once (one per namespace); only the first gets the default
             // socket unless the files name their own. A path the file names must be free.
             guard config.control == Configuration.defaultControl, let fallback = try? ControlServer(
-                path: "/run/loft/control.\(getpid()).sock", loop: loop, handler: { [unowned runtime] in runtime.handle($0) })
+                path: "/run/loft/control.\(Syscall.processID).sock", loop: loop, handler: { [unowned runtime] in runtime.handle($0) })
             else { return abandon("control", error) }
             Log.warn("control.fallback", ["wanted": config.control, "using": fallback.path, "reason": error])
             runtime.control = fallback
@@ -213,7 +212,7 @@ extension Application {
         }
         if !runtime.holders.isEmpty || !runtime.sstps.isEmpty {
             let monitor = PathMonitor(loop: loop)
-            if let t = config.tun, t.netns == nil { monitor.ignoreInterfaceIndex = Int32(bitPattern: if_nametoindex(t.name)) }
+            if let t = config.tun, t.netns == nil { monitor.ignoreInterfaceIndex = Int32(bitPattern: Syscall.interfaceIndex(t.name)) }
             monitor.onChange = { [unowned runtime] in
                 runtime.holders.forEach { $0.pathChanged(reason: "default route") }
                 runtime.sstps.forEach { $0.pathChanged(reason: "default route") }
@@ -222,7 +221,7 @@ extension Application {
             runtime.pathMonitor = monitor
         }
 
-        Log.info("ready", ["version": version, "pid": getpid(), "nofile": nofile, "tun": tun != nil ? "on" : "off",
+        Log.info("ready", ["version": version, "pid": Syscall.processID, "nofile": nofile, "tun": tun != nil ? "on" : "off",
                            "bridge": bridge != nil ? "on" : "off",
                            "socks5": socks5 != nil ? "on" : "off", "control": runtime.control?.path ?? "-"])
         // Under systemd (Type=notify): READY=1 once the first dial of every session has
