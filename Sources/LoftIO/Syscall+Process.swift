@@ -22,6 +22,9 @@ extension Syscall {
     /// The real user id (getuid).
     public static var userID: UInt32 { getuid() }
 
+    /// The effective user id (geteuid).
+    public static var effectiveUserID: UInt32 { geteuid() }
+
     /// The host's name (gethostname), "" when it cannot be read.
     public static func hostName() -> String {
         var name = [CChar](repeating: 0, count: 256)
