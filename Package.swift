@@ -90,17 +90,22 @@ let package = Package(
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
+        // The running loft: its parts, the control socket's dispatch, reload and the status report.
+        .target(name: "LoftRuntime", dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
+                                                    "LoftInputs", "LoftOutbounds", "LoftControl"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
         .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "LoftTLS", "CTLS", "CQRencode", "CZbar", "CImage"]),
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                           "LoftOutbounds", "LoftDirect", "LoftInputs", "LoftControl", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
+                           "LoftOutbounds", "LoftDirect", "LoftInputs", "LoftControl", "LoftRuntime", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux", "LoftTestSupport"]),
         .testTarget(name: "LoftConfigTests", dependencies: ["LoftConfig"]),
         .testTarget(name: "LoftRoutingTests", dependencies: ["LoftRouting", "LoftCore", "LoftTestSupport"]),
+        .testTarget(name: "LoftRuntimeTests", dependencies: ["LoftRuntime", "LoftConfig", "LoftRouting", "LoftNetstack", "LoftControl",
+                                                            "LoftOutbounds", "LoftCarriers", "LoftTLS", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "LoftTLS", "CImage"]),

@@ -1,4 +1,3 @@
-import Glibc
 import LoftCore
 import LoftIO
 
@@ -213,7 +212,7 @@ public final class ControlServer: IOHandler {
         switch Syscall.unixListen(path, mode: 0o600) {
         case .success(let r): fd = r
         case .failure(let e):
-            throw ControlError(e.code == EADDRINUSE ? "control socket \(path) is in use by another loft"
+            throw ControlError(e == .addressInUse ? "control socket \(path) is in use by another loft"
                                                     : "control socket \(path): \(e)")
         }
         loop.register(fd, IOEvents.readable, self)
@@ -228,7 +227,7 @@ public final class ControlServer: IOHandler {
             guard case .success(let c) = Syscall.accept(fd) else { return }
             // Only root and loft's own user; the file mode says the same, this holds for root too.
             let uid = Syscall.peerUID(c)
-            if uid == nil || (uid != 0 && uid != geteuid()) {
+            if uid == nil || (uid != 0 && uid != Syscall.effectiveUserID) {
                 refusedPeers &+= 1
                 refuse(c, "error permission denied\n")
                 continue
@@ -304,9 +303,9 @@ public final class MetricsServer: IOHandler {
     public init(listen: Endpoint, loop: EventLoop, render: @escaping () -> String) throws {
         self.loop = loop
         self.render = render
-        let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_STREAM.rawValue))
+        let s = Sockets.make(family: Sockets.family(of: listen), type: Sockets.stream)
         guard s >= 0 else { throw ControlServer.ControlError("metrics: socket failed") }
-        _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
+        Sockets.reuseAddress(s)
         let bound = Syscall.bind(s, to: SocketAddress(listen)).flatMap { Syscall.listen(s, backlog: 64) }
         if case .failure(let e) = bound {
             _ = Syscall.close(s)

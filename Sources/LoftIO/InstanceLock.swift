@@ -54,6 +54,21 @@ public final class InstanceLock {
     deinit { release() }
 }
 
+extension InstanceLock {
+    /// Whether some process holds the lock named `key` now (`loft exec`: is a loft serving the
+    /// namespace?). A shared lock is tried and given back at once; a missing lock file is not held.
+    public static func isHeld(key: String) -> Bool {
+        let fd = open("\(directory)/\(key).lock", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return false
+        }
+        return errno == EWOULDBLOCK
+    }
+}
+
 private extension String {
     var trimmingWhitespace: String {
         var s = Substring(self)

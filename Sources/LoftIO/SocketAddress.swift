@@ -94,6 +94,13 @@ public enum Sockets {
 
     public static func family(of e: Endpoint) -> Int32 { e.address.isIPv4 ? AF_INET : AF_INET6 }
 
+    /// SOCK_STREAM, the `type` of a TCP socket for `open` and `make`.
+    public static let stream = Int32(SOCK_STREAM.rawValue)
+
+    /// SO_REUSEADDR on: a listener binds its port again while connections of an earlier one linger.
+    @discardableResult
+    public static func reuseAddress(_ fd: Int32) -> Result<Void, Errno> { Syscall.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1) }
+
     public static var errno: Int32 { clinux_errno() }
 
     public static func localEndpoint(_ fd: Int32) -> Endpoint? {

@@ -11,6 +11,7 @@ public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
     public static let inProgress = Errno(EINPROGRESS)
     public static let exists = Errno(EEXIST)
     public static let badDescriptor = Errno(EBADF)
+    public static let addressInUse = Errno(EADDRINUSE)
 
     /// EAGAIN or EWOULDBLOCK: a nonblocking call that would have waited.
     public var wouldBlock: Bool { code == EAGAIN || code == EWOULDBLOCK }

@@ -1,6 +1,6 @@
-import Glibc
 import LoftConfig
 import LoftCore
+import LoftIO
 import LoftLinks
 
 // `loft import`, `loft share`, `loft export` (docs/links.md). Every check is made before anything
@@ -50,7 +50,7 @@ enum Connections {
             Terminal.say(link)
         }
         warn("loft: this link carries the secret of outbound \"\(name)\" (\(secretWord(o))): anyone who has it can connect as you\(o.stateFile != nil ? "; its state-file stays local" : "")")
-        exit(0)
+        Syscall.exit(0)
     }
 
     static func secretWord(_ o: OutboundSettings) -> String {
@@ -119,7 +119,7 @@ enum Connections {
         }
         if let problem = writeAtomically(output, bytes, mode: 0o600) { Terminal.fail("loft: \(output): \(problem)", code: 1) }
         Terminal.say("exported \(chosen.count) connection\(chosen.count == 1 ? "" : "s") (\(chosen.map(\.name).joined(separator: ", "))) to \(output)\(encrypt ? ", encrypted" : "") (mode 0600: it holds their secrets)")
-        exit(0)
+        Syscall.exit(0)
     }
 
     // MARK: import
@@ -202,12 +202,16 @@ enum Connections {
         // Write: the folder, CA and outbound files (each atomically), then the main file's key.
         var created: [String] = []
         var replaced: [(String, [UInt8])] = []
-        let madeDir = mkdir(dir, 0o700) == 0
-        if !madeDir && errno != EEXIST { Terminal.fail("loft: cannot make \(dir): \(String(cString: strerror(errno)))", code: 1) }
+        var madeDir = false
+        switch Syscall.makeDirectory(dir, mode: 0o700) {
+        case .success: madeDir = true
+        case .failure(let e) where e != .exists: Terminal.fail("loft: cannot make \(dir): \(e)", code: 1)
+        case .failure: break
+        }
         func undo(_ why: String) -> Never {
-            for p in created { unlink(p) }
+            for p in created { Syscall.unlink(p) }
             for (p, old) in replaced { _ = writeAtomically(p, old, mode: 0o600) }
-            if madeDir { rmdir(dir) }
+            if madeDir { Syscall.removeDirectory(dir) }
             Terminal.fail(why, code: 2)
         }
         for f in files {
@@ -237,7 +241,7 @@ enum Connections {
         }
         if mainText != nil { Terminal.say("added outbound-dir: \(dirKey!) to \(config)") }
         warn("loft: \(restartNote)")
-        exit(0)
+        Syscall.exit(0)
     }
 
     /// The connections of one source: a link, `-`, a .loft file, an encrypted file or a picture.
@@ -319,26 +323,20 @@ enum Connections {
             guard !line.isEmpty else { Terminal.fail("loft: the first line of \(file) (the passphrase) is empty", code: 2) }
             return line
         }
-        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
-        guard tty >= 0 else { Terminal.fail("loft: no terminal to ask the passphrase on: give --passphrase-file FILE", code: 2) }
-        defer { close(tty) }
+        guard case .success(let tty) = Syscall.openReadWrite("/dev/tty") else {
+            Terminal.fail("loft: no terminal to ask the passphrase on: give --passphrase-file FILE", code: 2)
+        }
+        defer { _ = Syscall.close(tty) }
         func ask(_ prompt: String) -> [UInt8] {
             // Echo off before the prompt: whatever is typed after it is never shown.
-            var saved = termios()
-            let isTerm = tcgetattr(tty, &saved) == 0
-            if isTerm {
-                var quiet = saved
-                quiet.c_lflag &= ~tcflag_t(ECHO)
-                tcsetattr(tty, TCSAFLUSH, &quiet)
-            }
-            var p = Array(prompt.utf8)
-            _ = write(tty, &p, p.count)
+            let saved = Syscall.terminalMode(tty)
+            if let saved { Syscall.setQuiet(tty, from: saved, keys: false) }
+            _ = Syscall.writeAll(tty, Array(prompt.utf8))
             var line: [UInt8] = []
             var c: UInt8 = 0
-            while Glibc.read(tty, &c, 1) == 1, c != UInt8(ascii: "\n") { line.append(c) }
-            if isTerm { tcsetattr(tty, TCSANOW, &saved) }
-            var nl = Array("\n".utf8)
-            _ = write(tty, &nl, 1)
+            while case .success(1) = Syscall.read(tty, &c, 1), c != UInt8(ascii: "\n") { line.append(c) }
+            if let saved { Syscall.setTerminalMode(tty, saved) }
+            _ = Syscall.writeAll(tty, Array("\n".utf8))
             if line.last == UInt8(ascii: "\r") { line.removeLast() }
             return line
         }
@@ -361,48 +359,41 @@ enum Connections {
     }
 
     static func warn(_ message: String) {
-        var line = Array((message + "\n").utf8)
-        _ = write(2, &line, line.count)
+        _ = Syscall.writeAll(2, Array((message + "\n").utf8))
     }
 
     enum Read { case success([UInt8]), failure(String) }
 
-    static func readFile(_ path: String) -> Read {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(String(cString: strerror(errno))) }
-        defer { close(fd) }
-        return readFD(fd)
-    }
+    static let maxFile = 64 << 20
 
-    static func readFD(_ fd: Int32) -> Read {
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; return .failure(String(cString: strerror(errno))) }
-            if n == 0 { return .success(out) }
-            out += chunk[0..<n]
-            if out.count > 64 << 20 { return .failure("larger than 64 MiB") }
+    static func readFile(_ path: String) -> Read { read(Syscall.readFile(path, upTo: maxFile)) }
+
+    static func readFD(_ fd: Int32) -> Read { read(Syscall.readAll(fd, upTo: maxFile)) }
+
+    private static func read(_ r: Result<[UInt8], Errno>) -> Read {
+        switch r {
+        case .success(let bytes) where bytes.count > maxFile: return .failure("larger than 64 MiB")
+        case .success(let bytes): return .success(bytes)
+        case .failure(let e): return .failure(e.description)
         }
     }
 
     /// Writes a temporary file next to `path` and renames it over: a reader sees the old file or
     /// the new one. `mode` nil keeps the old file's mode (0600 for a new one).
-    static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t?) -> String? {
-        var m: mode_t = mode ?? 0o600
-        if mode == nil { var st = stat(); if stat(path, &st) == 0 { m = st.st_mode & 0o7777 } }
-        let tmp = resolve(".\(basename(path)).\(getpid()).tmp", against: directory(of: path))
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, m)
-        guard fd >= 0 else { return "cannot write \(tmp): \(String(cString: strerror(errno)))" }
-        fchmod(fd, m)
-        var off = 0
-        while off < bytes.count {
-            let n = bytes[off...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; let e = String(cString: strerror(errno)); close(fd); unlink(tmp); return e }
-            off += n
+    static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32?) -> String? {
+        var m: UInt32 = mode ?? 0o600
+        if mode == nil, let old = Syscall.fileMode(path) { m = old & 0o7777 }
+        let tmp = resolve(".\(basename(path)).\(Syscall.processID).tmp", against: directory(of: path))
+        let fd: Int32
+        switch Syscall.createExclusive(tmp, mode: m) {
+        case .success(let f): fd = f
+        case .failure(let e): return "cannot write \(tmp): \(e)"
         }
-        guard fsync(fd) == 0, close(fd) == 0 else { unlink(tmp); return String(cString: strerror(errno)) }
-        guard rename(tmp, path) == 0 else { let e = String(cString: strerror(errno)); unlink(tmp); return e }
+        Syscall.setMode(fd, m)
+        if case .failure(let e) = Syscall.writeAll(fd, bytes) { _ = Syscall.close(fd); Syscall.unlink(tmp); return e.description }
+        if case .failure(let e) = Syscall.sync(fd) { Syscall.unlink(tmp); return e.description }
+        if case .failure(let e) = Syscall.close(fd) { Syscall.unlink(tmp); return e.description }
+        if case .failure(let e) = Syscall.rename(tmp, to: path) { Syscall.unlink(tmp); return e.description }
         return nil
     }
 

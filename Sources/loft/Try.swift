@@ -1,4 +1,3 @@
-import Glibc
 import LoftCore
 import LoftIO
 import LoftInputs
@@ -49,23 +48,25 @@ enum Try {
         let needs: [(Capability, String)] = [(.netAdmin, "the TUN, the veth and their addresses and routes"),
                                              (.sysAdmin, "the namespaces loft-try and loft-try-dst")]
         if let problem = Privileges.missing(needs, program: "loft try") { Terminal.fail(problem, code: 1) }
-        for ns in [appNetns, dstNetns] where access("/var/run/netns/\(ns)", F_OK) == 0 {
+        for ns in [appNetns, dstNetns] where Syscall.exists("/var/run/netns/\(ns)") {
             Terminal.fail("loft try: the namespace \(ns) exists already (another loft try, or one killed): `ip netns del \(ns)` if no loft try runs", code: 1)
         }
         for tool in ["python3", "ip"] where !onPath(tool) {
             Terminal.fail("loft try: \(tool) is not installed (scripts/deps.sh --run installs it)", code: 1)
         }
-        var template = Array("/tmp/loft-try.XXXXXX".utf8CString)
-        guard let dirPtr = mkdtemp(&template) else { Terminal.fail("loft try: mkdtemp: \(String(cString: strerror(errno)))", code: 1) }
-        let dir = String(cString: dirPtr)
-        chmod(dir, 0o755)
-        var pids: [pid_t] = []
-        var loftPid: pid_t = 0
+        let dir: String
+        switch Syscall.makeTemporaryDirectory("/tmp/loft-try.XXXXXX") {
+        case .success(let d): dir = d
+        case .failure(let e): Terminal.fail("loft try: mkdtemp: \(e)", code: 1)
+        }
+        Syscall.setMode(path: dir, 0o755)
+        var pids: [Int32] = []
+        var loftPid: Int32 = 0
         var madeDst = false
 
         func teardown() {
-            if loftPid > 0 { stopChild(loftPid) }
-            for p in pids { stopChild(p) }
+            if loftPid > 0 { Syscall.stopChild(loftPid) }
+            for p in pids { Syscall.stopChild(p) }
             if madeDst { _ = try? Command.run(["ip", "netns", "del", dstNetns], allowFailure: true) }
             _ = try? Command.run(["rm", "-rf", dir], allowFailure: true)
         }
@@ -75,10 +76,7 @@ enum Try {
         }
 
         // Signals wait for sigtimedwait below, from the start: Ctrl-C during set-up tears down too.
-        var set = sigset_t()
-        sigemptyset(&set)
-        for s in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&set, s) }
-        sigprocmask(SIG_BLOCK, &set, nil)
+        var signals = BlockedTerminationSignals()
 
         write(dir + "/www/index.html", "<!doctype html><title>loft try</title><p>Hello through loft: this page is served in the namespace \(dstNetns) at \(dst4).</p>\n", makeDir: true)
         write(dir + "/dns.py", dnsScript)
@@ -112,23 +110,23 @@ enum Try {
             abandon("cannot make the destination namespace: \(error)")
         }
         let inDst = ["ip", "netns", "exec", dstNetns]
-        guard let web = spawn(inDst + ["python3", "-m", "http.server", "80", "--bind", dst4, "--directory", dir + "/www"], log: dir + "/web.log"),
-              let dns = spawn(inDst + ["python3", dir + "/dns.py", dst4], log: dir + "/dns.log") else {
+        guard let web = Syscall.spawn(inDst + ["python3", "-m", "http.server", "80", "--bind", dst4, "--directory", dir + "/www"], log: dir + "/web.log"),
+              let dns = Syscall.spawn(inDst + ["python3", dir + "/dns.py", dst4], log: dir + "/dns.log") else {
             abandon("cannot start the web and DNS servers")
         }
         pids = [web, dns]
-        guard let l = spawn([loftBinary, "run", "-c", config], log: dir + "/loft.log") else { abandon("cannot start loft") }
+        guard let l = Syscall.spawn([loftBinary, "run", "-c", config], log: dir + "/loft.log") else { abandon("cannot start loft") }
         loftPid = l
         // Ready: the TUN in the namespace and the servers listening (10 s at most).
         var ready = false
         for _ in 0..<100 {
-            if !alive(loftPid) { abandon("loft exited: \(tail(dir + "/loft.log"))") }
+            if !Syscall.isRunning(loftPid) { abandon("loft exited: \(tail(dir + "/loft.log"))") }
             if (try? Command.run(["ip", "-n", appNetns, "link", "show", "loft-try"], allowFailure: true)) == 0,
                (try? Command.run(inDst + ["sh", "-c", "ss -Htln 'sport = :80' | grep -q . && ss -Huln 'sport = :53' | grep -q ."], allowFailure: true)) == 0 {
                 ready = true
                 break
             }
-            usleep(100_000)
+            Syscall.sleep(milliseconds: 100)
         }
         guard ready else { abandon("not ready after 10 s: \(tail(dir + "/loft.log"))") }
         let me = CommandLine.arguments[0].contains("/") ? CommandLine.arguments[0] : "loft"
@@ -143,13 +141,10 @@ enum Try {
 
         Ctrl-C removes all of it (both namespaces, the veth, the servers, \(dir)).
         """)
-        var info = siginfo_t()
-        var tick = timespec(tv_sec: 1, tv_nsec: 0)
         var exitCode: Int32 = 0
         while true {
-            let s = sigtimedwait(&set, &info, &tick)
-            if s > 0 { break }
-            if !alive(loftPid) {
+            if signals.wait(milliseconds: 1000) { break }
+            if !Syscall.isRunning(loftPid) {
                 Terminal.say("loft try: loft exited: \(tail(dir + "/loft.log"))")
                 loftPid = 0
                 exitCode = 1
@@ -158,75 +153,28 @@ enum Try {
         }
         teardown()
         Terminal.say("loft try: removed")
-        exit(exitCode)
+        Syscall.exit(exitCode)
     }
 
     static func onPath(_ tool: String) -> Bool {
-        let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/sbin:/usr/bin:/sbin:/bin"
-        return path.split(separator: ":").contains { access("\($0)/\(tool)", X_OK) == 0 }
+        let path = Syscall.environment("PATH") ?? "/usr/sbin:/usr/bin:/sbin:/bin"
+        return path.split(separator: ":").contains { Syscall.isExecutable("\($0)/\(tool)") }
     }
 
     static func write(_ path: String, _ text: String, makeDir: Bool = false) {
         if makeDir {
             let folder = String(path[..<path.lastIndex(of: "/")!])
-            mkdir(folder, 0o755)
+            Syscall.makeDirectory(folder, mode: 0o755)
         }
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return }
-        var bytes = Array(text.utf8)
-        _ = Glibc.write(fd, &bytes, bytes.count)
-        close(fd)
+        _ = Syscall.writeFile(path, Array(text.utf8), mode: 0o644)
     }
 
-    /// A child with stdin from /dev/null and stdout and stderr to `log`.
-    static func spawn(_ argv: [String], log: String) -> pid_t? {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        // The children do not inherit the blocked signals.
-        var attr = posix_spawnattr_t()
-        posix_spawnattr_init(&attr)
-        defer { posix_spawnattr_destroy(&attr) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attr, &empty)
-        posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK))
-        var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) }
-        cargs.append(nil)
-        defer { for p in cargs { free(p) } }
-        var pid = pid_t()
-        return posix_spawnp(&pid, argv[0], &actions, &attr, cargs, environ) == 0 ? pid : nil
-    }
-
-    static func alive(_ pid: pid_t) -> Bool {
-        var status: Int32 = 0
-        return waitpid(pid, &status, WNOHANG) == 0
-    }
-
-    /// SIGTERM, up to 5 s, then SIGKILL; reaped.
-    static func stopChild(_ pid: pid_t) {
-        kill(pid, SIGTERM)
-        for _ in 0..<50 {
-            if !alive(pid) { return }
-            usleep(100_000)
-        }
-        kill(pid, SIGKILL)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-    }
-
+    /// The log's last line (where `loft run` says why it stopped).
     static func tail(_ path: String) -> String {
-        guard let f = fopen(path, "r") else { return "" }
-        defer { fclose(f) }
-        var last = ""
-        var buf = [CChar](repeating: 0, count: 4096)
-        while fgets(&buf, Int32(buf.count), f) != nil {
-            let n = buf.firstIndex(of: 0) ?? buf.count
-            last = String(decoding: buf[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        }
+        guard case .success(let bytes) = Syscall.readFile(path, upTo: Int.max) else { return "" }
+        var text = Substring(String(decoding: bytes, as: UTF8.self))
+        if text.last == "\n" { text.removeLast() }
+        let last = text.split(separator: "\n", omittingEmptySubsequences: false).last.map(String.init) ?? ""
         return last.trimmingCharacters(in: "\n")
     }
 }

@@ -1,9 +1,9 @@
-import Glibc
 import LoftConfig
 import LoftControl
 import LoftCore
 import LoftIO
 import LoftRouting
+import LoftRuntime
 
 // `loft`: argument parsing and wiring only. Exit codes: 0 ok, 1 runtime failure, 2 usage or
 // configuration error; errors go to stderr, one line each.
@@ -48,7 +48,7 @@ guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
 // `loft COMMAND --help` is help, not a usage error.
 let own = args.prefix { $0 != "--" }  // after `--`: exec's command, not loft's
-if own.contains("--help") || own.contains("-h") { Terminal.say(usage); exit(0) }
+if own.contains("--help") || own.contains("-h") { Terminal.say(usage); Syscall.exit(0) }
 
 /// The command's arguments (`Arguments.configPath`); `required`: without a file is a usage
 /// error (exit 2).
@@ -82,12 +82,10 @@ func ask(_ socket: String, _ request: String) -> String {
 
 /// The fallback sockets a second loft on the default path takes (/run/loft/control.PID.sock).
 func otherControlSockets() -> [String]? {
-    guard let dir = opendir("/run/loft") else { return nil }
-    defer { closedir(dir) }
+    guard let names = Syscall.directoryEntries("/run/loft") else { return nil }
     var found: [String] = []
-    while let e = readdir(dir) {
-        let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if name.hasPrefix("control.") && name.hasSuffix(".sock") && name != "control.sock" { found.append("/run/loft/\(name)") }
+    for name in names where name.hasPrefix("control.") && name.hasSuffix(".sock") && name != "control.sock" {
+        found.append("/run/loft/\(name)")
     }
     return found.sorted()
 }
@@ -99,18 +97,18 @@ func status(_ args: [String]) -> Never {
     if args.contains("--flows") {
         let sort = value(args, "--sort") ?? "bytes"
         Terminal.say(ask(socket, "flows sort=\(sort)\(json ? " json" : "")"), newline: false)
-        exit(0)
+        Syscall.exit(0)
     }
     func request() -> String { json ? "status json" : "status text=\(terminalWidth(wide: wide))" }
     if !args.contains("--watch") {
         Terminal.say(ask(socket, request()), newline: false)
-        exit(0)
+        Syscall.exit(0)
     }
     // Piped: one report a second, separated by a blank line, no terminal codes.
-    guard isatty(1) == 1 else {
+    guard Syscall.isTerminal(1) else {
         while true {
             Terminal.say(ask(socket, request()))
-            sleep(1)
+            Syscall.sleep(milliseconds: 1000)
         }
     }
     // Like top: redraw in place once a second until q or Ctrl-C.
@@ -119,7 +117,7 @@ func status(_ args: [String]) -> Never {
         let body = ask(socket, request())
         let lines = body.split(separator: "\n", omittingEmptySubsequences: false)
         Terminal.say("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", newline: false)
-        if WatchTerminal.waitForQuit(milliseconds: 1000) { WatchTerminal.leave(); exit(0) }
+        if WatchTerminal.waitForQuit(milliseconds: 1000) { WatchTerminal.leave(); Syscall.exit(0) }
     }
 }
 
@@ -128,7 +126,7 @@ func status(_ args: [String]) -> Never {
 func terminalWidth(wide: Bool = false) -> Int {
     if wide { return 1000 }
     var w = Syscall.terminalWidth(1)
-    if w == 0, let c = getenv("COLUMNS").flatMap({ Int(String(cString: $0)) }) { w = c }
+    if w == 0, let c = Syscall.environment("COLUMNS").flatMap({ Int($0) }) { w = c }
     return w >= 40 ? min(w, 1000) : 80
 }
 
@@ -137,7 +135,7 @@ func loadConfig(_ path: String?) -> Configuration {
     return arguments.load(path, with: ConfigLoader.load(path:))
 }
 
-if arguments.answered(command) { exit(0) }
+if arguments.answered(command) { Syscall.exit(0) }
 switch command {
 case "check":
     let path = configPath(args, required: true, positional: true)!
@@ -156,7 +154,7 @@ case "run":
     let config = loadConfig(path)
     if let problem = Application.unsupported(config) { Terminal.fail("loft: \(problem)", code: 2) }
     if let problem = Application.privilegeProblem(config) { Terminal.fail(problem, code: 1) }
-    exit(Application.run(config, configPath: path))
+    Syscall.exit(Application.run(config, configPath: path))
 case "status":
     status(args)
 case "path-changed":
@@ -176,9 +174,7 @@ case "exec":
 case "try":
     _ = configPath(args, required: false)
     if value(args, "-c") != nil { Terminal.fail("loft try: takes no -c (it writes its own configuration)", code: 2) }
-    var buf = [CChar](repeating: 0, count: 4096)
-    let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-    Try.run(loftBinary: n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0])
+    Try.run(loftBinary: Syscall.readLink("/proc/self/exe") ?? CommandLine.arguments[0])
 default:
     Terminal.fail("loft: unknown command \"\(command)\"\n\(usage)", code: 2)
 }

@@ -1,30 +1,31 @@
 // Where the config becomes the runtime: each section's YAML-layer settings (LoftConfig) turned
-// into the value the part that runs it takes. The inputs and the router never see LoftConfig.
+// into the value the part that runs it takes (`loft run` and a reload). The inputs and the router
+// never see LoftConfig.
 import LoftConfig
 import LoftInputs
 import LoftRouting
 
 extension TunInput.Options {
-    init(_ s: TunSettings) {
+    public init(_ s: TunSettings) {
         self.init(name: s.name, netns: s.netns, mtu: s.mtu, ipv4: s.ipv4, ipv6: s.ipv6,
                   routeAll: s.routeAll, dns: s.dns, offload: s.offload == .auto)
     }
 }
 
 extension BridgeInput.Options {
-    init(_ s: BridgeSettings) {
+    public init(_ s: BridgeSettings) {
         self.init(peerPort: s.peerPort, extensionPort: s.extensionPort, mtu: s.mtu)
     }
 }
 
 extension Socks5Server.Options {
-    init(_ s: Socks5Settings) {
+    public init(_ s: Socks5Settings) {
         self.init(listen: s.listen, maxClients: s.maxClients)
     }
 }
 
 extension Rule.Action {
-    init(_ a: RuleAction) {
+    public init(_ a: RuleAction) {
         switch a {
         case .direct: self = .direct
         case .drop(let reset): self = .drop(reset: reset)
@@ -34,7 +35,7 @@ extension Rule.Action {
 }
 
 extension Rule {
-    init(_ s: RuleSettings) {
+    public init(_ s: RuleSettings) {
         self.init(action: Action(s.action), to: s.to, ports: s.ports, network: s.network, domains: s.domains)
     }
 }

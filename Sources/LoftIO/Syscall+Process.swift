@@ -1,0 +1,128 @@
+import Glibc
+
+// The process, its environment and its children, for the command-line side (`loft exec`,
+// `loft try`, `loft status --watch`) and start-up. Nothing here runs on the loop after start-up.
+extension Syscall {
+    /// exit(3): atexit handlers run, stdio flushed.
+    public static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
+
+    /// _exit(2) at once: for a signal handler.
+    public static func exitNow(_ code: Int32) -> Never { _exit(code) }
+
+    /// `handler` runs when the process exits through `exit` (atexit).
+    public static func atExit(_ handler: @escaping @convention(c) () -> Void) { atexit(handler) }
+
+    /// `handler` runs on SIGINT, SIGTERM and SIGHUP (signal(2)), in signal context.
+    public static func onTerminationSignals(_ handler: @escaping @convention(c) (Int32) -> Void) {
+        for s in [SIGINT, SIGTERM, SIGHUP] { signal(s, handler) }
+    }
+
+    public static var processID: Int32 { getpid() }
+
+    /// The real user id (getuid).
+    public static var userID: UInt32 { getuid() }
+
+    /// The effective user id (geteuid).
+    public static var effectiveUserID: UInt32 { geteuid() }
+
+    /// The host's name (gethostname), "" when it cannot be read.
+    public static func hostName() -> String {
+        var name = [CChar](repeating: 0, count: 256)
+        gethostname(&name, name.count - 1)
+        return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The index of network interface `name` in this namespace, 0 when there is none.
+    public static func interfaceIndex(_ name: String) -> UInt32 { if_nametoindex(name) }
+
+    /// An environment variable, nil when unset.
+    public static func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+
+    public static func setEnvironment(_ name: String, _ value: String) { setenv(name, value, 1) }
+
+    /// A user of the password database: ids and home folder (getpwnam), nil when unknown.
+    public static func user(named name: String) -> (uid: UInt32, gid: UInt32, home: String)? {
+        guard let pw = getpwnam(name) else { return nil }
+        return (pw.pointee.pw_uid, pw.pointee.pw_gid, String(cString: pw.pointee.pw_dir))
+    }
+
+    /// Replaces this process with `argv[0]` found on PATH (execvp); returns only on failure.
+    public static func execute(_ argv: [String]) -> Errno {
+        var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) }
+        cargs.append(nil)
+        execvp(argv[0], cargs)
+        return Errno(errno)
+    }
+
+    /// Sleeps `milliseconds` (the calling thread: never on the loop).
+    public static func sleep(milliseconds: Int) {
+        var ts = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+        var left = timespec()
+        while nanosleep(&ts, &left) != 0 && errno == EINTR { ts = left }
+    }
+
+    // MARK: children
+
+    /// A child running `argv` (found on PATH) with stdin from /dev/null and stdout and stderr
+    /// appended to `log`, without the signals this process blocks; its pid, nil when it could
+    /// not start.
+    public static func spawn(_ argv: [String], log: String) -> Int32? {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // The children do not inherit the blocked signals.
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attr, &empty)
+        posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK))
+        var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) }
+        cargs.append(nil)
+        defer { for p in cargs { free(p) } }
+        var pid = pid_t()
+        return posix_spawnp(&pid, argv[0], &actions, &attr, cargs, environ) == 0 ? pid : nil
+    }
+
+    /// Whether child `pid` still runs (waitpid WNOHANG: an exited child is reaped).
+    public static func isRunning(_ pid: Int32) -> Bool {
+        var status: Int32 = 0
+        return waitpid(pid, &status, WNOHANG) == 0
+    }
+
+    /// Child `pid` stopped: SIGTERM, up to 5 s, then SIGKILL; reaped.
+    public static func stopChild(_ pid: Int32) {
+        kill(pid, SIGTERM)
+        for _ in 0..<50 {
+            if !isRunning(pid) { return }
+            usleep(100_000)
+        }
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP blocked, to be waited for synchronously (`loft try`: from its
+/// start, so Ctrl-C during set-up tears down too). A signal that arrives while blocked waits for
+/// `wait`.
+public struct BlockedTerminationSignals {
+    private var set = sigset_t()
+
+    public init() {
+        sigemptyset(&set)
+        for s in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&set, s) }
+        sigprocmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Waits up to `milliseconds` (sigtimedwait): true when one of them arrived.
+    public mutating func wait(milliseconds: Int) -> Bool {
+        var info = siginfo_t()
+        var tick = timespec(tv_sec: milliseconds / 1000, tv_nsec: (milliseconds % 1000) * 1_000_000)
+        return sigtimedwait(&set, &info, &tick) > 0
+    }
+}
