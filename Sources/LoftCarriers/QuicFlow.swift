@@ -14,13 +14,13 @@ public protocol FlowCarrier: AnyObject {
 /// reads (front) the loft OPEN frame and its answer; the carrier knows nothing of them.
 public final class QuicFlow: ByteStream {
     public weak var events: ByteStreamEvents?
-    weak var carrier: QuicCarrier?
+    weak var carrier: QuicCarrierBase?
     public let id: Int64
     private var readInterest = true
     private var missedReadable = false
     private var finished = false
 
-    init(carrier: QuicCarrier, id: Int64) {
+    init(carrier: QuicCarrierBase, id: Int64) {
         self.carrier = carrier
         self.id = id
     }
