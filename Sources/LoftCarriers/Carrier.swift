@@ -210,23 +210,17 @@ public final class CarrierClient {
     /// (never from inside this call). The caller keeps the carrier alive.
     public func dial(delegate: CarrierDelegate) -> Carrier {
         switch options.kind {
-        case .ws:
-            let c = WSCarrier(client: self, delegate: delegate)
-            c.start()
-            return c
-        case .get:
-            let c = GetClientCarrier(client: self, delegate: delegate)
-            c.start()
-            return c
-        case .h2:
-            let c = H2Carrier(client: self, delegate: delegate)
-            c.start()
-            return c
-        case .quic, .h3:
-            let c = QuicCarrier(client: self, delegate: delegate)
-            c.start()
-            return c
+        case .ws: return started(WSCarrier(client: self, delegate: delegate), WSCarrier.start)
+        case .get: return started(GetClientCarrier(client: self, delegate: delegate), GetClientCarrier.start)
+        case .h2: return started(H2Carrier(client: self, delegate: delegate), H2Carrier.start)
+        case .quic: return started(QuicCarrier(client: self, delegate: delegate), QuicCarrier.start)
+        case .h3: return started(H3Carrier(client: self, delegate: delegate), H3Carrier.start)
         }
+    }
+
+    private func started<C: Carrier>(_ c: C, _ start: (C) -> () -> Void) -> Carrier {
+        start(c)()
+        return c
     }
 
     /// A TLS connection to the front (its addresses in turn) for a carrier over TCP: 64 KiB of

@@ -376,7 +376,7 @@ public final class CarrierListener: IOHandler {
 
     // MARK: quic
 
-    func acceptedQuic(_ c: QuicCarrier) {
+    func acceptedQuic(_ c: QuicCarrierBase) {
         if let r = c.request, let d = delegate, !d.carrierListener(self, admit: r) {
             stats.rejected += 1
             Log.info("carrier.rejected", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": c.kind.rawValue, "status": 403, "reason": "refused by the front"])

@@ -14,13 +14,13 @@ public protocol FlowCarrier: AnyObject {
 /// reads (front) the loft OPEN frame and its answer; the carrier knows nothing of them.
 public final class QuicFlow: ByteStream {
     public weak var events: ByteStreamEvents?
-    weak var carrier: QuicCarrier?
+    weak var carrier: QuicCarrierBase?
     public let id: Int64
     private var readInterest = true
     private var missedReadable = false
     private var finished = false
 
-    init(carrier: QuicCarrier, id: Int64) {
+    init(carrier: QuicCarrierBase, id: Int64) {
         self.carrier = carrier
         self.id = id
     }
@@ -80,12 +80,8 @@ public final class QuicFlow: ByteStream {
     /// then consumes what was taken (no copy through its buffer).
     public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
         guard let q = quic else { return .failed(.other(ECONNRESET)) }
-        let (b, eof) = q.peek(id)
-        if let p = b.baseAddress, b.count > 0, max > 0 {
-            iov[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: p), iov_len: b.count)
-            count = 1
-            return .data(b.count)
-        }
+        let (n, eof) = q.peek(id, iov, max: max, count: &count)
+        if n > 0 { return .data(n) }
         return eof ? .eof : .wouldBlock
     }
 

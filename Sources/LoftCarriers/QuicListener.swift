@@ -17,13 +17,13 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private var fd: Int32
     let localEndpoint: Endpoint
     private let localAddress: SocketAddress
-    private var routes: [QuicCID: QuicCarrier] = [:] { didSet { routesChanged &+= 1 } }
+    private var routes: [QuicCID: QuicServerConnection] = [:] { didSet { routesChanged &+= 1 } }
     /// Bumped by every change of `routes` (a `LastRoute` is good while it stays the same).
     private var routesChanged = 0
-    private var handshaking: [ObjectIdentifier: QuicCarrier] = [:]
+    private var handshaking: [ObjectIdentifier: QuicServerConnection] = [:]
     private var handshakesPerSource: [IPAddress: Int] = [:]
     /// The same, oldest first (at most maxPendingHandshakes).
-    private var handshakeOrder: [QuicCarrier] = []
+    private var handshakeOrder: [QuicServerConnection] = []
     private var secret = [UInt8](repeating: 0, count: 32)
     private var wantsWrite = false
     private var blocked: [QuicConnection] = []
@@ -74,7 +74,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
             cngtcp2_creds_free(c)
             throw SystemError("bind udp \(listen)", e.code)
         }
-        QuicCarrier.tune(s)
+        QuicCarrierBase.tune(s)
         fd = s
         localEndpoint = Sockets.localEndpoint(s) ?? listen
         localAddress = SocketAddress(localEndpoint)
@@ -193,19 +193,18 @@ final class QuicListener: IOHandler, QuicPacketSink {
         guard let validated = admit(p, from: from) else { return }
         let source = from.endpoint?.address
         makeRoom(for: source)
-        let carrier = QuicCarrier(server: self, peer: from.endpoint)
-        carrier.addressValidated = validated
+        let entry = QuicServerConnection(listener: self, peer: from.endpoint, addressValidated: validated)
         guard let q = QuicConnection.server(loop: runtime.loop, sink: self, creds: creds, alpn: alpns, secret: secret,
                                             local: localAddress, remote: from, packet: p, limits: limits,
-                                            delegate: carrier) else {
+                                            delegate: entry) else {
             stats.dropped += 1
-            for id in carrier.cids { routes[id] = nil }
+            for id in entry.cids { routes[id] = nil }
             return
         }
-        carrier.attach(q)
+        entry.attach(q)
         stats.accepted += 1
-        handshaking[ObjectIdentifier(carrier)] = carrier
-        handshakeOrder.append(carrier)
+        handshaking[ObjectIdentifier(entry)] = entry
+        handshakeOrder.append(entry)
         if let source { handshakesPerSource[source, default: 0] += 1 }
         q.receive(p, from: from, at: localAddress)
     }
@@ -274,7 +273,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
 
     // MARK: from carriers
 
-    func route(_ id: QuicCID, to c: QuicCarrier, add: Bool) {
+    func route(_ id: QuicCID, to c: QuicServerConnection, add: Bool) {
         if add {
             routes[id] = c
             c.cids.append(id)
@@ -289,7 +288,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
     private func makeRoom(for source: IPAddress?) {
         // Handshakes whose address is not validated go first (a spoofed flood cannot push
         // out a client that came back with a token).
-        var victim: QuicCarrier?
+        var victim: QuicServerConnection?
         if let source, (handshakesPerSource[source] ?? 0) >= maxPendingPerSource {
             victim = handshakeOrder.first { $0.peer?.address == source && !$0.addressValidated }
                 ?? handshakeOrder.first { $0.peer?.address == source }
@@ -301,7 +300,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         v.abort()
     }
 
-    private func leaveHandshake(_ c: QuicCarrier) -> Bool {
+    private func leaveHandshake(_ c: QuicServerConnection) -> Bool {
         guard handshaking.removeValue(forKey: ObjectIdentifier(c)) != nil else { return false }
         if let i = handshakeOrder.firstIndex(where: { $0 === c }) { handshakeOrder.remove(at: i) }
         if let a = c.peer?.address {
@@ -311,27 +310,90 @@ final class QuicListener: IOHandler, QuicPacketSink {
         return true
     }
 
-    func accepted(_ c: QuicCarrier) {
-        guard leaveHandshake(c) else { return }
-        owner?.acceptedQuic(c)
+    /// The QUIC handshake chose the ALPN: the connection goes to the carrier it names.
+    func handshakeDone(_ c: QuicServerConnection, _ q: QuicConnection) {
+        let carrier: QuicCarrierBase = q.alpn == H3Carrier.alpn ? H3Carrier(server: c, listener: self, connection: q)
+                                                               : QuicCarrier(server: c, listener: self, connection: q)
+        c.carrier = carrier
+        carrier.connectionReady(q)
     }
 
-    func handshakeEnded(_ c: QuicCarrier, _ reason: CarrierCloseReason) {
+    /// The carrier's session is open (h3: its CONNECT accepted): it goes to the front.
+    func accepted(_ c: QuicServerConnection) {
+        guard leaveHandshake(c), let carrier = c.carrier else { return }
+        owner?.acceptedQuic(carrier)
+    }
+
+    func handshakeEnded(_ c: QuicServerConnection, _ reason: CarrierCloseReason) {
         guard leaveHandshake(c) else { return }
         stats.handshakeFailed += 1
         Log.debug("carrier.handshake_failed", ["peer": c.peer.map { "\($0)" } ?? "", "carrier": "quic", "reason": reason])
     }
 
-    func refusedH3(_ c: QuicCarrier, status: Int, reason: String, nth: Int) { owner?.refused(c, status, reason, nth: nth) }
+    func refusedH3(_ c: H3Carrier, status: Int, reason: String, nth: Int) { owner?.refused(c, status, reason, nth: nth) }
 
     /// The connection is gone: its ids route nowhere.
-    func forget(_ c: QuicCarrier) {
+    func forget(_ c: QuicServerConnection) {
         _ = leaveHandshake(c)
         stats.amplificationHeld += c.quic?.amplificationHeld ?? 0
         for id in c.cids where routes[id] === c { routes[id] = nil }
         c.cids.removeAll()
         closeIfUnused()
     }
+}
+
+/// The listener's record of one connection of the front's, from its first Initial until it is
+/// gone: its connection ids (routed to it), its address and whether it was validated (the
+/// handshake caps), and the carrier its ALPN picked. Until the QUIC handshake is done it is the
+/// connection's delegate; then `QuicListener.handshakeDone` makes the carrier (`QuicCarrier` for
+/// `loft`, `H3Carrier` for `h3`), which takes the connection's events from there. Held by the
+/// listener's routes (as the carrier is, by this) until the connection is over.
+final class QuicServerConnection: QuicConnectionDelegate {
+    private weak var listener: QuicListener?
+    let peer: Endpoint?
+    /// The Initial carried a token of the front's that verified (a handshake to evict last).
+    let addressValidated: Bool
+    /// The server's ids of this connection (for the listener's table).
+    var cids: [QuicCID] = []
+    private(set) var quic: QuicConnection?
+    /// The carrier, once the handshake chose it.
+    var carrier: QuicCarrierBase?
+
+    init(listener: QuicListener, peer: Endpoint?, addressValidated: Bool) {
+        self.listener = listener
+        self.peer = peer
+        self.addressValidated = addressValidated
+    }
+
+    /// The connection made for the Initial; over before its handshake, it is forgotten.
+    func attach(_ q: QuicConnection) {
+        quic = q
+        q.onFinished = { [weak self] in
+            guard let self else { return }
+            self.listener?.forget(self)
+        }
+    }
+
+    /// Evicted, or the listener closes: the carrier goes, or the connection in its handshake.
+    func abort() {
+        if let carrier { carrier.abort() } else { quic?.abort() }
+    }
+
+    // MARK: QuicConnectionDelegate, in the handshake
+
+    func quicHandshakeDone(_ c: QuicConnection) { listener?.handshakeDone(self, c) }
+    /// A stream before the handshake is done (0-RTT): the session stream waits, any other is
+    /// refused.
+    func quicReadable(_ c: QuicConnection, stream: Int64) {
+        if stream != 0 { c.reset(stream, code: 0x101) }
+    }
+    func quicWritable(_ c: QuicConnection, stream: Int64) {}
+    func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) {
+        if stream == 0 { c.abort() }
+    }
+    func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {}
+    func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason) { listener?.handshakeEnded(self, reason) }
+    func quicConnectionID(_ c: QuicConnection, _ id: QuicCID, add: Bool) { listener?.route(id, to: self, add: add) }
 }
 
 struct QuicListenerStats {

@@ -15,6 +15,14 @@ package protocol H3Transport: QuicStreamLayer {
     /// The stream is held and its owner has not let go of it (a late wake-up for a stream
     /// already done is not a new request).
     func isLive(_ id: Int64) -> Bool
+    /// A request stream's received bytes in place from the front of its receive buffer (valid
+    /// until the next packet or `drop`), and whether its FIN was received.
+    func received(_ id: Int64) -> (UnsafeRawBufferPointer, Bool)
+    /// `n` more received bytes were handed to nghttp3 (they stay in the buffer): the peer may
+    /// send that much more.
+    func credit(_ id: Int64, _ n: Int)
+    /// `n` credited bytes leave the front of the buffer; true once the FIN was reached.
+    @discardableResult func drop(_ id: Int64, _ n: Int) -> Bool
 }
 
 extension QuicConnection: H3Transport {
@@ -38,9 +46,14 @@ package protocol H3StreamsDelegate: AnyObject {
 /// The h3 carrier's streams (docs/protocol.md §1.3): HTTP/3 (nghttp3) on a QuicConnection.
 /// The session is the body of an extended CONNECT (`:protocol loft`) on the client's first
 /// request stream, each flow the body of an extended CONNECT `loft-flow` on a request stream
-/// of its own. Bodies are bounded both ways: a request stream's received body waits here up to
-/// `bodyCap` bytes (QUIC is read no further, so its window holds the peer back), and a body
-/// written waits in nghttp3's buffer (`cnghttp3_body_write`) until QUIC's stream takes it.
+/// of its own. Bodies are bounded both ways: a request stream's received body waits up to
+/// `bodyCap` bytes (QUIC's stream is handed to nghttp3 no further, so its window holds the peer
+/// back), and a body written waits in nghttp3's buffer (`cnghttp3_body_write`) until QUIC's
+/// stream takes it. A received body is buffered once, in the QUIC stream's receive buffer:
+/// nghttp3 parses the stream's bytes there (`received`), each DATA payload stays where it is
+/// and `H3BodyRuns` lists where (the reader sees it in place); bytes handed to nghttp3 are
+/// credited to the peer then (`credit`, as when they were copied out) and leave the buffer as
+/// the reader takes the payload before and among them (`drop`).
 package final class H3Streams: QuicFlowLayer {
     package static let protocolSession = "loft"
     package static let protocolFlow = "loft-flow"
@@ -52,7 +65,11 @@ package final class H3Streams: QuicFlowLayer {
         var session = false
         /// Server: the CONNECT was answered 200; client: the 200 arrived.
         var open = false
-        var body = ReceiveQueue()
+        /// The body, in the QUIC stream's receive buffer.
+        var runs = H3BodyRuns()
+        /// Stream positions of the buffer's front and of the end of the bytes nghttp3 has.
+        var front = 0
+        var fedEnd = 0
         var peerFin = false
         var peerFinRead = false
         /// QUIC's FIN of the stream was read and handed to nghttp3.
@@ -64,8 +81,7 @@ package final class H3Streams: QuicFlowLayer {
         var blocked = false
         let cap: Int
         init(id: Int64, cap: Int) { self.id = id; self.cap = cap }
-        deinit { body.release() }
-        var available: Int { body.available }
+        var available: Int { runs.bytes }
     }
 
     package let isServer: Bool
@@ -85,6 +101,10 @@ package final class H3Streams: QuicFlowLayer {
     private var toPull: [Int64] = []
     private var wakeWritable: [Int64] = []
     private lazy var pullSoon = SoonOnce(loop: loop) { [weak self] in self?.pullPending() }
+    /// The request whose bytes nghttp3 is reading, where they start in memory and how many.
+    private var feeding: Request?
+    private var feedBase: UnsafeRawPointer?
+    private var feedLen = 0
     /// Requests refused (server); past `maxRefused` the connection is closed.
     package private(set) var refused = 0
     package static let maxRefused = 16
@@ -162,8 +182,9 @@ package final class H3Streams: QuicFlowLayer {
         if r.open || !isServer { delegate?.h3Reset(sid, code: code) }
     }
 
-    /// Hands up to `max` bytes of a QUIC stream to nghttp3, in place (no copy); false when
-    /// nothing was there (no bytes, no FIN) or nghttp3 failed.
+    /// Hands up to `max` bytes of a QUIC stream to nghttp3, in place (no copy), and drops them
+    /// (a unidirectional stream, or a request whose body nobody reads); false when nothing was
+    /// there (no bytes, no FIN) or nghttp3 failed.
     private func feed(_ sid: Int64, upTo max: Int, fin: inout Bool) -> Bool {
         guard let h3 else { return false }
         var rv: Int64 = 0
@@ -178,6 +199,45 @@ package final class H3Streams: QuicFlowLayer {
         return got > 0 || eof
     }
 
+    /// Hands up to `max` more of a request stream's bytes to nghttp3 where QUIC holds them; the
+    /// DATA payloads among them stay there as the body (`onData`), the rest leaves the buffer
+    /// once no body waits before it.
+    private func feedBody(_ r: Request, upTo max: Int, fin: inout Bool) -> Bool {
+        guard let h3 else { return false }
+        let (bytes, quicFin) = quic.received(r.id)
+        let at = r.fedEnd - r.front
+        let n = Swift.max(0, min(max, bytes.count - at))
+        var rv: Int64 = 0
+        if n > 0, let base = bytes.baseAddress {
+            feeding = r
+            feedBase = UnsafeRawPointer(base)
+            feedLen = n
+            rv = cnghttp3_read(h3, r.id, (base + at).assumingMemoryBound(to: UInt8.self), n, 0)
+            feeding = nil
+            feedBase = nil
+            r.fedEnd += n
+            quic.credit(r.id, n)
+        }
+        let eof = quicFin && at + n >= bytes.count
+        if rv >= 0 && eof { rv = cnghttp3_read(h3, r.id, nil, 0, 1) }
+        settle(r)
+        if eof { quic.drop(r.id, 0) }
+        if rv < 0 { fail(.protocolError("HTTP/3: \(String(cString: cnghttp3_strerror(rv)))")); return false }
+        fin = eof
+        return n > 0 || eof
+    }
+
+    /// Drops from the front of the request stream's buffer what comes before its body's first
+    /// byte (frame headers; everything handed to nghttp3 when no body waits or nobody reads it).
+    private func settle(_ r: Request) {
+        if r.released { r.runs.removeAll() }
+        let to = r.runs.firstStart ?? r.fedEnd
+        guard to > r.front else { return }
+        let k = to - r.front
+        r.front = to
+        quic.drop(r.id, k)
+    }
+
     private func pullUni(_ sid: Int64) {
         var fin = false
         while feed(sid, upTo: 65_536, fin: &fin) && !fin {}
@@ -189,7 +249,7 @@ package final class H3Streams: QuicFlowLayer {
         while !r.quicFin && (r.released || r.available < r.cap) && failedReason == nil {
             let room = r.released ? 65_536 : min(65_536, r.cap - r.available)
             var fin = false
-            if !feed(r.id, upTo: room, fin: &fin) { break }
+            if !(r.released ? feed(r.id, upTo: room, fin: &fin) : feedBody(r, upTo: room, fin: &fin)) { break }
             if fin { r.quicFin = true }
         }
         pump()
@@ -270,9 +330,14 @@ package final class H3Streams: QuicFlowLayer {
         return 400
     }
 
+    /// A DATA payload, where `feedBody` handed the stream's bytes to nghttp3 (nghttp3 keeps
+    /// bytes of its own only for a stream blocked on QPACK, which loft's SETTINGS rule out).
     private func onData(_ sid: Int64, _ d: UnsafePointer<UInt8>?, _ n: Int) -> Int32 {
         guard let r = requests[sid], !r.released, let d, n > 0 else { return 0 }
-        r.body.append(d, n)
+        guard r === feeding, let base = feedBase else { return -1 }
+        let off = base.distance(to: UnsafeRawPointer(d))
+        let at = r.front + off
+        guard at >= r.fedEnd, at + n <= r.fedEnd + feedLen, r.runs.add(at: at, n) else { return -1 }
         return 0
     }
 
@@ -285,7 +350,11 @@ package final class H3Streams: QuicFlowLayer {
         if stopOnly {
             // The rest of the peer's body is not wanted (a refused request): it is read and
             // dropped, and what we send (the refusal) is not cut off.
-            if let r = requests[sid] { r.released = true; r.body.release() }
+            // (Inside nghttp3's read of its buffer the bytes leave once the read is over.)
+            if let r = requests[sid] {
+                r.released = true
+                if feeding !== r { settle(r) }
+            }
             return 0
         }
         loop.soon { [weak self] in
@@ -393,21 +462,39 @@ package final class H3Streams: QuicFlowLayer {
     package func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? { nil }
     package func commitWrite(_ id: Int64, _ n: Int) {}
 
-    package func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
-        guard let r = requests[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
-        let b = r.body.readable
-        return (b, finReached(r))
+    /// The body in place in the QUIC stream's buffer, one piece per run (up to `max`).
+    package func peek(_ id: Int64, _ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> (Int, Bool) {
+        guard let r = requests[id] else { return (0, true) }
+        guard r.available > 0, max > 0, let base = quic.received(id).0.baseAddress else { return (0, finReached(r)) }
+        var k = 0
+        let n = r.runs.forEach(upTo: Int.max, runs: max) { start, len in
+            iov[k] = iovec(iov_base: UnsafeMutableRawPointer(mutating: base + (start - r.front)), iov_len: len)
+            k += 1
+        }
+        count = k
+        return (n, false)
     }
 
     package func consume(_ id: Int64, _ n: Int) {
         guard n > 0, let r = requests[id] else { return }
-        r.body.consume(n)
+        r.runs.take(n)
+        settle(r)
         took(r, n)
     }
 
+    /// The body in place, a run at a time (`body` may close or reset the stream).
     package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let r = requests[id] else { return true }
-        let n = r.body.drain(upTo: max, body)
+        var n = 0
+        while n < max, requests[id] === r, let start = r.runs.firstStart, let base = quic.received(id).0.baseAddress {
+            var len = 0
+            _ = r.runs.forEach(upTo: max - n, runs: 1) { _, l in len = l }
+            body(UnsafeRawBufferPointer(start: base + (start - r.front), count: len))
+            n += len
+            guard requests[id] === r, !r.released else { break }
+            r.runs.take(len)
+            settle(r)
+        }
         if n > 0 { took(r, n) }
         return finReached(r)
     }
@@ -438,7 +525,7 @@ package final class H3Streams: QuicFlowLayer {
     package func release(_ id: Int64) {
         guard let r = requests[id] else { return }
         r.released = true
-        r.body.release()
+        settle(r)
         if !r.quicFin { toPull.append(id); pullSoon.schedule() }
         maybeDone(r)
     }

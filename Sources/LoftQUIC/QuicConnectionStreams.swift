@@ -151,8 +151,9 @@ extension QuicConnection {
     /// for good, and enough of them stop every stream, the session stream's PINGs too.
     /// (Bytes ngtcp2 has not handed over yet it credits itself at the reset.)
     func discardReceived(_ s: QuicStreamState) {
-        let n = s.recv.available
+        let n = s.recv.available - s.recvCredited
         s.recv.release()
+        s.recvCredited = 0
         guard n > 0, let conn, !closed else { return }
         _ = cngtcp2_consumed(conn, s.id, UInt64(n))
         flushSoon.schedule()
@@ -167,12 +168,17 @@ extension QuicConnection {
         flushSoon.schedule()
     }
 
-    /// The stream's received bytes in place (until `consume` or the next packet) and whether
-    /// its FIN has been reached (no bytes left and the FIN received).
-    package func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
-        guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
+    /// The stream's received bytes in place, one piece (until `consume` or the next packet), and
+    /// whether its FIN has been reached (no bytes left and the FIN received).
+    package func peek(_ id: Int64, _ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> (Int, Bool) {
+        guard let s = streams[id] else { return (0, true) }
         let b = s.recv.readable
-        return (b, finReached(s))
+        if let p = b.baseAddress, b.count > 0, max > 0 {
+            iov[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: p), iov_len: b.count)
+            count = 1
+            return (b.count, false)
+        }
+        return (0, finReached(s))
     }
 
     /// `n` bytes of what `peek` showed were taken.
@@ -188,6 +194,32 @@ extension QuicConnection {
         guard let s = streams[id] else { return true }
         let n = s.recv.drain(upTo: max, body)
         if n > 0 { consumed(s, n) }
+        return finReached(s)
+    }
+
+    // MARK: received bytes parsed in place (h3)
+
+    /// The stream's received bytes in place, from its front (valid until the next packet, `drop`
+    /// or release), and whether its FIN was received (it is reached once they are all dropped).
+    package func received(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+        guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
+        return (s.recv.readable, s.recvFin)
+    }
+
+    /// `n` more of the received bytes (after those credited already) were taken by the layer
+    /// above, which keeps them here: the peer may send that much more.
+    package func credit(_ id: Int64, _ n: Int) {
+        guard n > 0, let s = streams[id] else { return }
+        s.recvCredited += n
+        consumed(s, n)
+    }
+
+    /// `n` credited bytes leave the front; true once the FIN was reached.
+    package func drop(_ id: Int64, _ n: Int) -> Bool {
+        guard let s = streams[id] else { return true }
+        let k = min(n, s.recvCredited)
+        s.recv.consume(k)
+        s.recvCredited -= k
         return finReached(s)
     }
 

@@ -1,3 +1,5 @@
+import Glibc
+
 /// What the quic carrier and its flows need of a connection's streams: QuicConnection itself
 /// (quic: raw QUIC streams) or `H3Streams` (h3: request-stream bodies over nghttp3).
 /// Public, not `package`: the h3 fuzz target (compiled outside the package) puts an in-memory
@@ -10,7 +12,8 @@ public protocol QuicStreamLayer: AnyObject {
     func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool)
     func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
     /// Hands up to `max` received bytes of the stream to `body` (which takes them all), in
-    /// place; true once the FIN was reached.
+    /// place and in one or more pieces (h3: one per run of body bytes); true once the FIN was
+    /// reached.
     func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
     func finish(_ id: Int64)
     func release(_ id: Int64)
@@ -24,8 +27,8 @@ extension QuicStreamLayer {
     public func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
         var n = 0
         let eof = drain(id, upTo: into.count) { b in
-            into.baseAddress!.copyMemory(from: b.baseAddress!, byteCount: b.count)
-            n = b.count
+            (into.baseAddress! + n).copyMemory(from: b.baseAddress!, byteCount: b.count)
+            n += b.count
         }
         return (n, eof)
     }
@@ -37,9 +40,10 @@ extension QuicStreamLayer {
 /// The stream layer a `QuicFlow` goes through (raw QUIC streams, or HTTP/3 request bodies),
 /// which also shows received bytes in place.
 package protocol QuicFlowLayer: QuicStreamLayer {
-    /// The received bytes in place (valid until `consume`, an append or a release) and
-    /// whether the FIN has been reached (none left and the FIN received).
-    func peek(_ id: Int64) -> (UnsafeRawBufferPointer, Bool)
+    /// The received bytes in place, in up to `max` pieces in `iov` (valid until `consume`, an
+    /// append or a release): how many bytes, and whether the FIN has been reached (none left and
+    /// the FIN received).
+    func peek(_ id: Int64, _ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> (Int, Bool)
     /// `n` bytes of what `peek` showed were taken.
     func consume(_ id: Int64, _ n: Int)
     /// Up to `max` bytes of the stream's free send buffer in one piece, written in place and

@@ -27,6 +27,9 @@ package final class QuicStreamState {
     package var budgeted: Bool { id != 0 }
     // receive
     package var recv = ReceiveQueue()
+    /// Bytes at the front of `recv` whose credit the peer already has (h3: handed to nghttp3,
+    /// their DATA payloads waiting there for the reader).
+    package var recvCredited = 0
     package var recvFin = false
     package var recvFinDelivered = false
     /// In the connection's `pendingReadable` (listed once however many packets it got).

@@ -66,7 +66,7 @@ final class H3CarrierTests: XCTestCase {
     func testMoreFlowsOverTimeThanTheStreamLimit() throws {
         let f = try QuicFixture(.h3)
         try f.flowsOneAfterAnother(1100) {
-            let server = f.acceptor.carriers.first as? QuicCarrier
+            let server = f.acceptor.carriers.first as? H3Carrier
             XCTAssertNotNil(server?.h3)
         }
     }

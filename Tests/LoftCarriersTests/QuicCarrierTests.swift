@@ -82,7 +82,7 @@ final class QuicCarrierTests: XCTestCase {
         let f = try QuicFixture(.quic)
         let (carrier, r) = f.dialRecorder(try f.client()) { [acceptor = f.acceptor] in $0.connected && !acceptor.carriers.isEmpty }
         let server = try XCTUnwrap(f.acceptor.carriers.first as? QuicCarrier)
-        server.listener?.forget(server)
+        server.listener?.forget(try XCTUnwrap(server.entry))
         XCTAssertEqual([UInt8](repeating: 7, count: 500).withUnsafeBytes { carrier.write($0) }, 500)
         carrier.flush()
         let t0 = monotonicMilliseconds()

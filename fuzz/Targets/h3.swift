@@ -12,6 +12,7 @@ import CNghttp3
 import LoftCore
 @testable import LoftHTTP
 import LoftIO
+@testable import LoftQUIC
 @testable import LoftTLS
 
 private final class Memory: H3Transport {
@@ -36,24 +37,28 @@ private final class Memory: H3Transport {
         if record { written[id, default: []] += bytes }
         return min(bytes.count, 1 << 16)
     }
-    func read(_ id: Int64, into: UnsafeMutableRawBufferPointer) -> (Int, Bool) {
-        let have = inbox[id] ?? []
-        let n = min(into.count, have.count)
-        if n > 0 {
-            have.withUnsafeBytes { into.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: n) }
-            inbox[id] = Array(have.dropFirst(n))
-        }
-        return (n, (inbox[id]?.isEmpty ?? true) && inFin.contains(id))
+    /// Received bytes as QUIC holds them, in one buffer per stream (what `inbox` got moves there).
+    private var recv: [Int64: ReceiveQueue] = [:]
+    deinit { for id in recv.keys { recv[id]!.release() } }
+    private func arrive(_ id: Int64) {
+        guard let b = inbox[id], !b.isEmpty else { return }
+        b.withUnsafeBufferPointer { recv[id, default: ReceiveQueue()].append($0.baseAddress!, $0.count) }
+        inbox[id] = []
     }
-    func drain(_ id: Int64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool { drain(id, upTo: .max, body) }
+    private func finReached(_ id: Int64) -> Bool { (recv[id]?.available ?? 0) == 0 && inFin.contains(id) }
     func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
-        let have = inbox[id] ?? []
-        let n = min(max, have.count)
-        if n > 0 {
-            have.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            inbox[id] = Array(have.dropFirst(n))
-        }
-        return (inbox[id]?.isEmpty ?? true) && inFin.contains(id)
+        arrive(id)
+        _ = recv[id]?.drain(upTo: max, body)
+        return finReached(id)
+    }
+    func received(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
+        arrive(id)
+        return (recv[id]?.readable ?? UnsafeRawBufferPointer(start: nil, count: 0), inFin.contains(id))
+    }
+    func credit(_ id: Int64, _ n: Int) {}
+    func drop(_ id: Int64, _ n: Int) -> Bool {
+        recv[id]?.consume(n)
+        return finReached(id)
     }
     func finish(_ id: Int64) {}
     var released: Set<Int64> = []
