@@ -82,6 +82,30 @@ public enum FlowPreamble {
     }
 }
 
+extension FlowPreamble {
+    /// The client's OPEN as the front's preface end reads it (`LoftIO.PrefaceStream`).
+    public struct OpenCodec: PrefaceCodec {
+        public init() {}
+        public var capacity: Int { FlowPreamble.maxOpen }
+        public func parse(_ bytes: UnsafeRawBufferPointer) -> PrefaceParse<Open> {
+            let r = FlowPreamble.parseOpen(bytes)
+            if case .needMore(let n) = r { return .needMore(n) }
+            return .answer(r)
+        }
+    }
+
+    /// The front's OPEN_OK or OPEN_FAIL as the holder's preface end reads it.
+    public struct AnswerCodec: PrefaceCodec {
+        public init() {}
+        public var capacity: Int { 16 }
+        public func parse(_ bytes: UnsafeRawBufferPointer) -> PrefaceParse<Answer> {
+            let r = FlowPreamble.parseAnswer(bytes)
+            if case .needMore(let n) = r { return .needMore(n) }
+            return .answer(r)
+        }
+    }
+}
+
 /// A preamble read exactly (the OPEN at the front, the answer at the holder): its bytes so far,
 /// in a buffer of its longest size. Each read takes no more than the parser's `needMore` asks
 /// for, so the flow's own bytes stay in the stream.

@@ -1,0 +1,223 @@
+import Glibc
+import LoftCore
+
+/// What a preface end waits on before it has its inner stream (sstp's lookup of a name over
+/// its link): cancelled when the end is closed first.
+public protocol PrefaceWait: AnyObject {
+    func cancel()
+}
+
+/// How the wait for the answer ended: the answer (the codec's), or the inner stream ended
+/// before all of it (`ECONNRESET` for an EOF, else the read's failure).
+public enum PrefaceOutcome<Answer> {
+    case answered(Answer)
+    case cut(FlowFailure)
+}
+
+/// The one preface end: a stream that starts with a preamble out and an answer in, then
+/// passes bytes through. It wraps its inner stream (`attach`, at once or once something it
+/// waits on made it), writes the preamble whole, reads the peer's answer exactly (the codec,
+/// a value type beside its wire format, says how many bytes more; the stream's own bytes
+/// after it stay in the inner stream), lets the owner's verdict accept or refuse it once, and
+/// from then on every call goes to the inner stream, with the bytes counted in `meter`.
+/// Until the answer is in, reads say `wouldBlock`; writes, `writeRoom` and `shutdownWrite`
+/// already go through (to nothing, before there is an inner stream: 0, or -1 once failed).
+/// `streamConnected` comes once the answer is accepted and the inner stream is connected.
+///
+/// Used by the holder's flows on their own QUIC streams (OPEN out, OPEN_OK or OPEN_FAIL in),
+/// the front's quic flows (no preamble; the client's OPEN in) and sstp's pending link streams
+/// (no preamble, no answer: the end waits for its inner stream). Specialized for nothing:
+/// the inner stream is called as the `ByteStream` it is.
+public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEvents {
+    public weak var events: ByteStreamEvents?
+    /// The stream it wraps (nil until attached).
+    public private(set) var inner: ByteStream?
+    private let meter: StreamMeter?
+    /// The answer is in and accepted: every call passes through.
+    public private(set) var answered = false
+    private var innerConnected = false
+    private var wantsReads = true
+    private var shutdownPending = false
+    /// Closed, reset or failed.
+    private var finished = false
+    private var failure: FlowFailure?
+    /// What it waits on before it has its inner stream; cancelled by `close` or `reset` first.
+    public var waitingOn: PrefaceWait?
+    /// The answer's bytes read so far (`buffer[0..<answerBytes]`).
+    public private(set) var answerBytes = 0
+    private var buffer: [UInt8]
+    private let codec: Codec
+    private var verdict: ((PrefaceOutcome<Codec.Answer>) -> FlowFailure?)?
+
+    /// `verdict` runs once, when the answer is in or the stream was cut before it: nil accepts
+    /// the answer (the end passes through from then on), a failure refuses it (the inner stream
+    /// is reset and `streamFailed` reports the failure). It may close or reset the end itself.
+    /// Without one, an answer is accepted and a cut stream fails with its failure.
+    public init(codec: Codec, events: ByteStreamEvents?, meter: StreamMeter? = nil,
+                verdict: ((PrefaceOutcome<Codec.Answer>) -> FlowFailure?)? = nil) {
+        self.codec = codec
+        self.events = events
+        self.meter = meter
+        self.verdict = verdict
+        buffer = codec.capacity > 0 ? [UInt8](repeating: 0, count: codec.capacity) : []
+    }
+
+    /// Starts on `stream`, which reports to this end from now on (it has its reads on, as a new
+    /// stream has): writes `preamble` whole, then waits for the answer (`connected`: the inner
+    /// stream is connected already, as a QUIC stream is). False when the preamble did not all
+    /// fit (the inner stream is reset; nothing is reported) or the end was closed meanwhile.
+    @discardableResult
+    public func attach(_ stream: ByteStream, connected: Bool, preamble: UnsafeRawBufferPointer? = nil) -> Bool {
+        waitingOn = nil
+        guard !finished else { stream.reset(); return false }
+        inner = stream
+        innerConnected = connected
+        stream.events = self
+        if let preamble, preamble.count > 0 {
+            var v = iovec(iov_base: UnsafeMutableRawPointer(mutating: preamble.baseAddress!), iov_len: preamble.count)
+            guard stream.write(&v, count: 1) == preamble.count else {
+                finished = true
+                stream.reset()
+                return false
+            }
+        }
+        if shutdownPending {
+            shutdownPending = false
+            stream.shutdownWrite()
+        }
+        // An answer of no bytes (`NoAnswer`) is in at once.
+        if case .answer(let a) = codec.parse(UnsafeRawBufferPointer(start: nil, count: 0)) { judge(.answered(a)) }
+        return true
+    }
+
+    /// Fails the end (a wait that came to nothing, say): the inner stream, if any, is reset and
+    /// `streamFailed` reports `f`, once.
+    public func fail(_ f: FlowFailure) {
+        waitingOn = nil
+        guard !finished else { return }
+        finished = true
+        failure = f
+        inner?.reset()
+        events?.streamFailed(self, f)
+    }
+
+    // MARK: the answer
+
+    /// The answer, read exactly: what follows is the stream's own bytes.
+    private func readAnswer() {
+        while !answered && !finished, let inner {
+            let parsed = buffer.withUnsafeBytes { codec.parse(UnsafeRawBufferPointer(rebasing: $0[0..<answerBytes])) }
+            switch parsed {
+            case .answer(let a):
+                return judge(.answered(a))
+            case .needMore(let need):
+                let start = answerBytes
+                // A codec that asks past its capacity is broken: the stream is refused.
+                guard need > 0, start + need <= buffer.count else { return judge(.cut(.other(EPROTO))) }
+                let r = buffer.withUnsafeMutableBytes { b in
+                    inner.read(into: UnsafeMutableRawBufferPointer(rebasing: b[start..<(start + need)]))
+                }
+                switch r {
+                case .data(let n): answerBytes += n
+                case .wouldBlock: return
+                case .eof: return judge(.cut(.other(ECONNRESET)))
+                case .failed(let f): return judge(.cut(f))
+                }
+            }
+        }
+    }
+
+    private func judge(_ outcome: PrefaceOutcome<Codec.Answer>) {
+        let v = verdict
+        verdict = nil
+        let refusal: FlowFailure?
+        if let v {
+            refusal = v(outcome)
+        } else if case .cut(let f) = outcome {
+            refusal = f
+        } else {
+            refusal = nil
+        }
+        guard !finished else { return }
+        if let refusal { return fail(refusal) }
+        answered = true
+        buffer = []
+        guard let inner else { return }
+        inner.setReadInterest(wantsReads)
+        if innerConnected { events?.streamConnected(self) }
+    }
+
+    // MARK: the inner stream's events
+
+    public func streamConnected(_: ByteStream) {
+        innerConnected = true
+        if answered { events?.streamConnected(self) }
+    }
+
+    public func streamFailed(_: ByteStream, _ f: FlowFailure) {
+        finished = true
+        failure = f
+        events?.streamFailed(self, f)
+    }
+
+    public func streamReadable(_: ByteStream) {
+        guard answered else { return readAnswer() }
+        events?.streamReadable(self)
+    }
+
+    public func streamWritable(_: ByteStream) { events?.streamWritable(self) }
+
+    // MARK: ByteStream
+
+    public var writeRoom: Int { inner?.writeRoom ?? 0 }
+
+    public func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
+        guard let inner else { return failure == nil ? 0 : -1 }
+        let n = inner.write(segments, count: count)
+        if n > 0, let meter { meter.bytesWritten &+= UInt64(n) }
+        return n
+    }
+
+    public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { inner?.writeSpace(max: max) }
+
+    public func commitWrite(_ n: Int) {
+        inner?.commitWrite(n)
+        if n > 0, let meter { meter.bytesWritten &+= UInt64(n) }
+    }
+
+    public func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
+        guard answered, let inner else { return failure.map { .failed($0) } ?? .wouldBlock }
+        let r = inner.read(into: buffer)
+        if case .data(let n) = r, let meter { meter.bytesRead &+= UInt64(n) }
+        return r
+    }
+
+    public func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> StreamReadResult? {
+        guard answered, let inner else { return nil }
+        return inner.peek(iov, max: max, count: &count)
+    }
+
+    public func consume(_ n: Int) {
+        inner?.consume(n)
+        if let meter { meter.bytesRead &+= UInt64(n) }
+    }
+
+    public func setReadInterest(_ on: Bool) {
+        wantsReads = on
+        if answered { inner?.setReadInterest(on) }
+    }
+
+    public func shutdownWrite() {
+        if let inner { inner.shutdownWrite() } else { shutdownPending = true }
+    }
+
+    public func close() {
+        finished = true
+        if let inner { inner.close() } else { waitingOn?.cancel(); waitingOn = nil }
+    }
+
+    public func reset() {
+        finished = true
+        if let inner { inner.reset() } else { waitingOn?.cancel(); waitingOn = nil }
+    }
+}
