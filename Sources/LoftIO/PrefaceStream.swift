@@ -43,10 +43,9 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
     private var failure: FlowFailure?
     /// What it waits on before it has its inner stream; cancelled by `close` or `reset` first.
     public var waitingOn: PrefaceWait?
-    /// The answer's bytes read so far (`buffer[0..<answerBytes]`).
-    public private(set) var answerBytes = 0
-    private var buffer: [UInt8]
-    private let codec: Codec
+    /// The answer's bytes read so far.
+    public var answerBytes: Int { reader.count }
+    private var reader: PrefaceReader<Codec>
     private var verdict: ((PrefaceOutcome<Codec.Answer>) -> FlowFailure?)?
 
     /// `verdict` runs once, when the answer is in or the stream was cut before it: nil accepts
@@ -55,11 +54,10 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
     /// Without one, an answer is accepted and a cut stream fails with its failure.
     public init(codec: Codec, events: ByteStreamEvents?, meter: StreamMeter? = nil,
                 verdict: ((PrefaceOutcome<Codec.Answer>) -> FlowFailure?)? = nil) {
-        self.codec = codec
+        reader = PrefaceReader(codec)
         self.events = events
         self.meter = meter
         self.verdict = verdict
-        buffer = codec.capacity > 0 ? [UInt8](repeating: 0, count: codec.capacity) : []
     }
 
     /// Starts on `stream`, which reports to this end from now on (it has its reads on, as a new
@@ -71,7 +69,8 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
         waitingOn = nil
         guard !finished else { stream.reset(); return false }
         inner = stream
-        innerConnected = connected
+        // (A stream that reported its connect already, to this end as its events, stays so.)
+        if connected { innerConnected = true }
         stream.events = self
         if let preamble, preamble.count > 0 {
             var v = iovec(iov_base: UnsafeMutableRawPointer(mutating: preamble.baseAddress!), iov_len: preamble.count)
@@ -86,7 +85,7 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
             stream.shutdownWrite()
         }
         // An answer of no bytes (`NoAnswer`) is in at once.
-        if case .answer(let a) = codec.parse(UnsafeRawBufferPointer(start: nil, count: 0)) { judge(.answered(a)) }
+        if case .answer(let a) = reader.codec.parse(UnsafeRawBufferPointer(start: nil, count: 0)) { judge(.answered(a)) }
         return true
     }
 
@@ -105,25 +104,12 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
 
     /// The answer, read exactly: what follows is the stream's own bytes.
     private func readAnswer() {
-        while !answered && !finished, let inner {
-            let parsed = buffer.withUnsafeBytes { codec.parse(UnsafeRawBufferPointer(rebasing: $0[0..<answerBytes])) }
-            switch parsed {
-            case .answer(let a):
-                return judge(.answered(a))
-            case .needMore(let need):
-                let start = answerBytes
-                // A codec that asks past its capacity is broken: the stream is refused.
-                guard need > 0, start + need <= buffer.count else { return judge(.cut(.other(EPROTO))) }
-                let r = buffer.withUnsafeMutableBytes { b in
-                    inner.read(into: UnsafeMutableRawBufferPointer(rebasing: b[start..<(start + need)]))
-                }
-                switch r {
-                case .data(let n): answerBytes += n
-                case .wouldBlock: return
-                case .eof: return judge(.cut(.other(ECONNRESET)))
-                case .failed(let f): return judge(.cut(f))
-                }
-            }
+        guard !answered, !finished, let inner else { return }
+        switch reader.read(from: inner) {
+        case .answer(let a): judge(.answered(a))
+        case .wouldBlock: return
+        case .eof: judge(.cut(.other(ECONNRESET)))
+        case .failed(let f): judge(.cut(f))
         }
     }
 
@@ -141,7 +127,6 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
         guard !finished else { return }
         if let refusal { return fail(refusal) }
         answered = true
-        buffer = []
         guard let inner else { return }
         inner.setReadInterest(wantsReads)
         if innerConnected { events?.streamConnected(self) }
@@ -219,5 +204,57 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
     public func reset() {
         finished = true
         if let inner { inner.reset() } else { waitingOn?.cancel(); waitingOn = nil }
+    }
+}
+
+/// An answer read exactly from the start of a stream with its codec: its bytes so far, in a
+/// buffer of the codec's capacity (allocated at the first read, given back with the answer).
+/// Each read takes no more than the codec's `needMore` asks for, so the stream's own bytes
+/// stay in the stream. `PrefaceStream` reads its answer with it; so does `VLESSStream`, which
+/// reads VLESS's response header in line with the flow's reads.
+public struct PrefaceReader<Codec: PrefaceCodec> {
+    public let codec: Codec
+    private var buffer: [UInt8] = []
+    /// Bytes read so far.
+    public private(set) var count = 0
+
+    public enum Step {
+        case answer(Codec.Answer)
+        /// Not all of it yet (a read took nothing).
+        case wouldBlock
+        /// The stream ended before all of it.
+        case eof
+        /// The read failed, or the codec asked past its capacity (EPROTO).
+        case failed(FlowFailure)
+    }
+
+    public init(_ codec: Codec) { self.codec = codec }
+
+    /// Reads from `stream` until the answer is whole or a read stops it.
+    public mutating func read(from stream: ByteStream) -> Step {
+        while true {
+            let parsed = buffer.withUnsafeBytes { b in
+                codec.parse(UnsafeRawBufferPointer(rebasing: b[0..<Swift.min(count, b.count)]))
+            }
+            switch parsed {
+            case .answer(let a):
+                buffer = []
+                return .answer(a)
+            case .needMore(let need):
+                let start = count
+                // A codec that asks past its capacity is broken: the stream is refused.
+                guard need > 0, start + need <= codec.capacity else { return .failed(.other(EPROTO)) }
+                if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: codec.capacity) }
+                let r = buffer.withUnsafeMutableBytes { b in
+                    stream.read(into: UnsafeMutableRawBufferPointer(rebasing: b[start..<(start + need)]))
+                }
+                switch r {
+                case .data(let n) where n > 0: count += n
+                case .data, .wouldBlock: return .wouldBlock
+                case .eof: return .eof
+                case .failed(let f): return .failed(f)
+                }
+            }
+        }
     }
 }
