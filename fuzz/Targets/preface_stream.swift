@@ -65,9 +65,9 @@ func run<C: PrefaceCodec>(_ codec: C, _ input: UnsafeRawBufferPointer, seed: UIn
     }
     end.attach(inner, connected: true)
     var at = 0
-    var step = Int(seed)
+    var step = UInt(seed)
     while at < all.count {
-        let n = min(all.count - at, 1 + step % 16)
+        let n = min(all.count - at, 1 + Int(step & 15))
         step = step &* 31 &+ 7
         inner.bytes += all[at..<(at + n)]
         at += n
