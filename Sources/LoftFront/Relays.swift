@@ -178,6 +178,10 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
 
     // MARK: the OPEN
 
+    /// The OPEN may have come with the stream: read what there is (the connection asks once,
+    /// after it keeps the relay).
+    func readOpen() { head.readNow() }
+
     func streamConnected(_: ByteStream) {}
     func streamWritable(_: ByteStream) {}
     func streamReadable(_: ByteStream) {}

@@ -26,8 +26,9 @@ public enum PrefaceOutcome<Answer> {
 ///
 /// Used by the holder's flows on their own QUIC streams (OPEN out, OPEN_OK or OPEN_FAIL in),
 /// the front's quic flows (no preamble; the client's OPEN in) and sstp's pending link streams
-/// (no preamble, no answer: the end waits for its inner stream). Specialized for nothing:
-/// the inner stream is called as the `ByteStream` it is.
+/// (no preamble, no answer: the end waits for its inner stream); VLESS reads its response
+/// header with its `PrefaceReader` (docs/architecture.md, "The preface end"). The inner stream
+/// is called through `ByteStream`, as the splice calls this end.
 public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEvents {
     public weak var events: ByteStreamEvents?
     /// The stream it wraps (nil until attached).
@@ -101,6 +102,10 @@ public final class PrefaceStream<Codec: PrefaceCodec>: ByteStream, ByteStreamEve
     }
 
     // MARK: the answer
+
+    /// Reads what there is of the answer now: for an inner stream that may hold it already and
+    /// will not say so again (a QUIC stream whose first bytes came with it).
+    public func readNow() { readAnswer() }
 
     /// The answer, read exactly: what follows is the stream's own bytes.
     private func readAnswer() {

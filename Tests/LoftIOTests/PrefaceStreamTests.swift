@@ -84,6 +84,15 @@ final class PrefaceStreamTests: XCTestCase {
         XCTAssertEqual(log.failures, [])
     }
 
+    func testAnswerThereBeforeAttachIsReadOnAsking() {
+        inner.supply(Array("+\u{0}rest".utf8))
+        let s = make()
+        XCTAssertEqual(log.connected, 0, "no event said so")
+        s.readNow()
+        XCTAssertEqual(log.connected, 1)
+        XCTAssertEqual(inner.unread, 4)
+    }
+
     func testAnswerSplitAcrossReads() {
         let s = make()
         for piece in ["+", "\u{3}", "ab", "c"] {
