@@ -247,6 +247,13 @@ DG = frame(0x20, 1, bytes([1]) + V4D + b"\x00\x35" + b"dns query")
 seed("quic_datagram", b"\x01" + dgram_piece(DG) + dgram_piece(frame(0x20, 1, bytes([3, 4]) + b"a.b." + b"\x00\x35")))
 seed("quic_datagram", b"\x01" + dgram_piece(DG) + dgram_piece(frame(0x20, 9, bytes([1]) + V4D + b"\x00\x35")) + dgram_piece(DG + DG))
 seed("quic_datagram", b"\x01" + dgram_piece(frame(0x20, 3, bytes([1]) + V4D + b"\x00\x35")))
+# preface_stream: byte 0 picks the codec (0 the client's OPEN, 1 the front's answer, 2 VLESS's response); byte 1 how it is cut
+seed("preface_stream", b"\x00\x05" + frame(0x10, 1, bytes([6, 1]) + V4D + b"\x00\x50") + b"raw bytes")
+seed("preface_stream", b"\x03\x00" + frame(0x10, 1, bytes([6, 3, 12]) + b"example.test" + b"\x01\xbb"))
+seed("preface_stream", b"\x01\x03" + frame(0x11, 1) + b"raw")
+seed("preface_stream", b"\x01\x09" + frame(0x12, 1, b"\x05"))
+seed("preface_stream", b"\x02\x01\x00\x00response bytes")
+seed("preface_stream", b"\x02\x04\x00\x03abcdata")
 
 
 # --- HTTP/1.1 and WebSocket ------------------------------------------------------------------

@@ -381,7 +381,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         guard !ending, instanceID != nil, openStreams < server.limits.maxStreams else { return false }
         let r = FlowRelay(connection: self, flow: flow)
         flows[ObjectIdentifier(r)] = r
-        r.streamReadable(flow)
+        r.readOpen()
         return true
     }
 

@@ -130,13 +130,14 @@ final class DatagramRelay: DatagramEvents {
 }
 
 /// quic: one TCP flow on a QUIC stream of its own (docs/protocol.md §1.2). The stream starts
-/// with the client's OPEN frame, read here exactly; the destination is dialed; OPEN_OK (then
-/// the splice joins the stream to the socket) or OPEN_FAIL (then the stream's FIN) answers it.
+/// with the client's OPEN frame, read exactly by the flow's preface end (`PrefaceStream` with
+/// `FlowPreamble.OpenCodec`); the destination is dialed; OPEN_OK (then the splice joins the
+/// stream itself to the socket) or OPEN_FAIL (then the stream's FIN) answers it.
 final class FlowRelay: SpliceOwner, ByteStreamEvents {
     private unowned let connection: FrontConnection
     let flow: QuicFlow
     private var splice: Splice?
-    private var head = PreambleReader(capacity: FlowPreamble.maxOpen)
+    private var head: PrefaceStream<FlowPreamble.OpenCodec>!
     private var refused = false
     private(set) var destination: Destination?
     /// Until the OPEN is whole: a stream that never finishes it is reset (it would hold its
@@ -150,7 +151,8 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         self.connection = connection
         self.flow = flow
         loop = connection.server.loop
-        flow.events = self
+        head = PrefaceStream(codec: FlowPreamble.OpenCodec(), events: self) { [unowned self] in self.judge($0) }
+        head.attach(flow, connected: true)
         openDeadline = loop.schedule(after: connection.server.connectTimeoutMs) { [weak self] in
             self?.openExpired()
         }
@@ -169,37 +171,41 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         guard destination == nil, !refused else { return }
         refused = true
         server.stats.openTimeouts += 1
-        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": head.count])
-        flow.reset()
+        Log.debug("flow-open-timeout", ["peer": connection.peerText, "flow": flow.id, "bytes": head.answerBytes])
+        head.reset()
         connection.flowEnded(self)
     }
 
     // MARK: the OPEN
 
+    /// The OPEN may have come with the stream: read what there is (the connection asks once,
+    /// after it keeps the relay).
+    func readOpen() { head.readNow() }
+
     func streamConnected(_: ByteStream) {}
     func streamWritable(_: ByteStream) {}
+    func streamReadable(_: ByteStream) {}
+
+    /// The stream broke, or it was not an OPEN (then the preface end reset it).
     func streamFailed(_: ByteStream, _ failure: FlowFailure) {
         splice?.reset()
         splice = nil
         connection.flowEnded(self)
     }
 
-    func streamReadable(_: ByteStream) {
-        guard destination == nil, !refused else { return }
-        while true {
-            switch head.parse(FlowPreamble.parseOpen) {
-            case .open(let network, let dest):
-                return opened(network, dest)
-            case .malformed:
-                return refuseMalformed()
-            case .needMore(let need):
-                switch head.read(need, from: flow) {
-                case .data: break
-                case .wouldBlock: return
-                case .eof, .failed: return refuseMalformed()
-                }
-            }
+    /// The preface end's verdict on the OPEN.
+    private func judge(_ outcome: PrefaceOutcome<FlowPreamble.Open>) -> FlowFailure? {
+        guard case .answered(.open(let network, let dest)) = outcome else {
+            // Not an OPEN (or the stream ended before it was whole): the preface end resets
+            // the stream (the session goes on).
+            refused = true
+            stopDeadline()
+            server.stats.protocolErrors += 1
+            Log.debug("flow-malformed", ["peer": connection.peerText])
+            return .other(EPROTO)
         }
+        opened(network, dest)
+        return nil
     }
 
     private func opened(_ network: FlowNetwork, _ dest: Destination) {
@@ -207,20 +213,11 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         stopDeadline()
         guard network == .tcp else { return answer(.networkNotSupported) }
         if case .ip(let e) = dest, !server.destinationAllowed(e.address) { return answer(.notAllowed) }
-        flow.setReadInterest(false)
+        // No reads while the destination is dialed (the preface end applies it as it accepts).
+        head.setReadInterest(false)
         let s = Splice(loop: server.loop, owner: self, meter: server.meter, connectTimeoutMs: server.connectTimeoutMs)
         splice = s
         s.dial(server.outbound, to: dest)
-    }
-
-    /// Not an OPEN: the stream is reset (the session goes on).
-    private func refuseMalformed() {
-        refused = true
-        stopDeadline()
-        server.stats.protocolErrors += 1
-        Log.debug("flow-malformed", ["peer": connection.peerText])
-        flow.reset()
-        connection.flowEnded(self)
     }
 
     /// OPEN_FAIL, then the stream's FIN.
@@ -228,7 +225,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         refused = true
         server.stats.streamsFailed += 1
         write(FlowPreamble.openFail(reason))
-        flow.close()
+        head.close()
         connection.flowEnded(self)
     }
 
@@ -246,6 +243,7 @@ final class FlowRelay: SpliceOwner, ByteStreamEvents {
         Log.debug("stream-open", ["flow": flow.id, "to": destination.map { "\($0)" } ?? ""])
         write(FlowPreamble.openOK)
         flow.setReadInterest(true)
+        // From here the splice has the stream itself: the preface end is out of the way.
         splice.attach(flow)
     }
 

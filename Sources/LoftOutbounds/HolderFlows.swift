@@ -15,7 +15,7 @@ extension HolderOutbound {
         case .up:
             // quic: the flow on a QUIC stream of its own (docs/protocol.md §1.2).
             if let fc = carrier as? FlowCarrier, let flow = fc.openFlow() {
-                if let s = HolderFlowStream(flow: flow, destination: destination, events: events, holder: self) {
+                if let s = openFlowStream(flow, to: destination, events: events) {
                     counts.flowsOpened += 1
                     counts.flowStreams += 1
                     return s
@@ -56,8 +56,26 @@ extension HolderOutbound {
 
     // MARK: flows on QUIC streams
 
-    func countUp(_ n: Int) { counts.bytesUp += UInt64(n) }
-    func countDown(_ n: Int) { counts.bytesDown += UInt64(n) }
+    /// quic: a flow on a QUIC stream of its own (docs/protocol.md §1.2), a preface end over the
+    /// carrier's `QuicFlow`: the OPEN out, the front's OPEN_OK or OPEN_FAIL in, then the flow's
+    /// bytes raw both ways (counted in `flowStreamMeter`). Nil when the OPEN cannot be encoded
+    /// (a name the codec refuses) or does not fit the stream at once (then it is reset).
+    private func openFlowStream(_ flow: QuicFlow, to destination: Destination, events: ByteStreamEvents) -> ByteStream? {
+        guard let open = FlowPreamble.open(destination) else { return nil }
+        let s = PrefaceStream(codec: FlowPreamble.AnswerCodec(), events: events, meter: flowStreamMeter) { outcome in
+            switch outcome {
+            case .answered(.accepted): return nil
+            case .answered(.refused(let reason)): return reason.flowFailure
+            case .answered(.malformed(let e)):
+                Log.warn("holder.flow-protocol-error", ["error": e.description])
+                return .other(EPROTO)
+            case .answered(.needMore): return .other(EPROTO)   // the codec never answers this
+            case .cut(let f): return f
+            }
+        }
+        guard open.withUnsafeBytes({ s.attach(flow, connected: true, preamble: $0) }) else { return nil }
+        return s
+    }
 
     // MARK: streams
 

@@ -62,6 +62,8 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
     var pendingStreams: [SessionStream] = []
     /// The bytes its streams carried (they count them as they write and read the session).
     let streamMeter = SessionStreamMeter()
+    /// The bytes of flows on QUIC streams of their own (quic, h3).
+    let flowStreamMeter = StreamMeter()
     var associations: [UInt32: HolderAssociation] = [:]
     var writeBlocked = false
     var lastLimitLog: UInt64 = 0

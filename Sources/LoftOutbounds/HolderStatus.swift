@@ -40,6 +40,8 @@ extension HolderOutbound {
         var s = counts
         s.bytesUp &+= streamMeter.bytesUp
         s.bytesDown &+= streamMeter.bytesDown
+        s.bytesUp &+= flowStreamMeter.bytesWritten
+        s.bytesDown &+= flowStreamMeter.bytesRead
         s.state = switch link {
         case .idle: "idle"
         case .dialing, .handshaking: "dialing"

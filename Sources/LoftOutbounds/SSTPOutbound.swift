@@ -469,10 +469,17 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
     /// opened over the link to its first IPv4 address. nil (refused) without DNS servers or a
     /// name DNS cannot carry. A name that does not resolve fails the stream `hostUnreachable`,
     /// no answer within 4 s `timedOut` (both `lookup-failures`).
+    ///
+    /// The SOCKS5 CONNECT gets a preface end at once that waits on the lookup (no preamble, no
+    /// answer: `NoAnswer`): nothing passes until the connection over the link is attached; from
+    /// then on every call goes to it, and its events come through unchanged. A failed lookup is
+    /// one `streamFailed`; closing the end first cancels the lookup.
     private func lookUpAndOpen(_ name: String, port: UInt16, events: ByteStreamEvents) -> ByteStream? {
         guard state == .up, let l = link, let ls = linkStack, !l.dns.isEmpty else { return nil }
-        let pending = PendingLinkStream(events: events)
-        guard let assoc = ls.openAssociation(from: l.address, events: pending.nothing) else { return nil }
+        let pending = PrefaceStream(codec: NoAnswer(), events: events)
+        // The association's events until `LinkLookup` takes them over.
+        let nothing = NoDatagrams()
+        guard let assoc = ls.openAssociation(from: l.address, events: nothing) else { return nil }
         guard let lookup = LinkLookup(loop: loop, name: name, servers: l.dns, association: assoc, completion: { [weak self, weak pending] answer in
                   guard let self, let pending else { return }
                   guard case .addresses(let all, _) = answer, let a = all.first(where: \.isIPv4) else {
@@ -483,7 +490,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
                       return
                   }
                   if let s = self.openLinkStream(to: Endpoint(a, port), events: pending) {
-                      pending.attach(s)
+                      pending.attach(s, connected: false)
                   } else {
                       self.counts.streamRefused &+= 1
                       pending.fail(.networkUnreachable)
@@ -492,7 +499,7 @@ public final class SSTPOutbound: PacketOutbound, ByteStreamEvents, SSTPClientDel
             assoc.close()
             return nil
         }
-        pending.lookup = lookup
+        pending.waitingOn = lookup
         guard lookup.start() else { lookup.cancel(); return nil }
         counts.lookups &+= 1
         return pending

@@ -185,3 +185,21 @@ public enum VLESS {
         return .done(2..<2 + n, 2 + n)
     }
 }
+
+extension VLESS {
+    /// The server's response header as the flow reads it (`LoftIO.PrefaceReader`): whole
+    /// (version 0 and its addons, which are skipped), or not VLESS (its first byte).
+    public enum ResponseHeader: Equatable {
+        case ok
+        case bad(firstByte: UInt8)
+    }
+
+    public struct ResponseCodec: PrefaceCodec {
+        public init() {}
+        public var capacity: Int { 2 + 255 }
+        public func parse(_ bytes: UnsafeRawBufferPointer) -> PrefaceParse<ResponseHeader> {
+            guard let need = VLESS.responseBytesNeeded(bytes) else { return .answer(.bad(firstByte: bytes.first ?? 0)) }
+            return need == 0 ? .answer(.ok) : .needMore(need)
+        }
+    }
+}

@@ -181,7 +181,7 @@ final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
     private var header: [UInt8]
     private var headerSent = 0
     private var headerTimer: TimerHandle?
-    private var response: [UInt8] = []
+    private var response = PrefaceReader(VLESS.ResponseCodec())
     private(set) var responded = false
     private(set) var connected = false
     private var shutPending = false
@@ -352,49 +352,33 @@ final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
         return w - h
     }
 
-    /// Reads the response header off the front; nil once it is complete (bytes may follow),
-    /// else what the caller's read returns.
+    /// Reads the response header off the front, exactly (`VLESS.ResponseCodec`); nil once it
+    /// is complete (bytes may follow), else what the caller's read returns.
     private func readResponse(_ inner: ByteStream) -> StreamReadResult? {
-        var buf = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0),
-                   UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0),
-                   UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0),
-                   UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-        while true {
-            guard let need = response.withUnsafeBytes({ VLESS.responseBytesNeeded($0) }) else {
-                count(.badResponse, "response starts with byte \(response.first ?? 0)")
-                failure = .other(EPROTO)
-                return .failed(.other(EPROTO))
-            }
-            if need == 0 {
-                responded = true
-                response = []
-                outbound.responded()
-                return nil
-            }
-            let r = withUnsafeMutableBytes(of: &buf) { raw -> StreamReadResult in
-                let r = inner.read(into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<min(need, raw.count)]))
-                if case .data(let n) = r { response += raw[0..<n] }
-                return r
-            }
-            switch r {
-            case .data(let n) where n > 0:
-                continue
-            case .data, .wouldBlock:
-                return .wouldBlock
-            case .eof where appDone && response.isEmpty:
-                // The app had finished and the destination closed without a word (a client
-                // that closed before sending anything, say): a plain end, not a failure.
-                return .eof
-            case .eof:
-                count(.noResponse, response.isEmpty ? "closed without a response" : "closed inside the response header")
-                failure = .other(ECONNRESET)
-                return .failed(.other(ECONNRESET))
-            case .failed(let f):
-                let (_, detail) = VLESSOutbound.cause(of: inner as? TLSStream, responded: false)
-                count(.noResponse, detail)
-                failure = f
-                return .failed(f)
-            }
+        switch response.read(from: inner) {
+        case .answer(.ok):
+            responded = true
+            outbound.responded()
+            return nil
+        case .answer(.bad(let first)):
+            count(.badResponse, "response starts with byte \(first)")
+            failure = .other(EPROTO)
+            return .failed(.other(EPROTO))
+        case .wouldBlock:
+            return .wouldBlock
+        case .eof where appDone && response.count == 0:
+            // The app had finished and the destination closed without a word (a client
+            // that closed before sending anything, say): a plain end, not a failure.
+            return .eof
+        case .eof:
+            count(.noResponse, response.count == 0 ? "closed without a response" : "closed inside the response header")
+            failure = .other(ECONNRESET)
+            return .failed(.other(ECONNRESET))
+        case .failed(let f):
+            let (_, detail) = VLESSOutbound.cause(of: inner as? TLSStream, responded: false)
+            count(.noResponse, detail)
+            failure = f
+            return .failed(f)
         }
     }
 

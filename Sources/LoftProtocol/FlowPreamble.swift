@@ -82,28 +82,26 @@ public enum FlowPreamble {
     }
 }
 
-/// A preamble read exactly (the OPEN at the front, the answer at the holder): its bytes so far,
-/// in a buffer of its longest size. Each read takes no more than the parser's `needMore` asks
-/// for, so the flow's own bytes stay in the stream.
-public struct PreambleReader {
-    private var bytes: [UInt8]
-    /// Bytes read so far.
-    public private(set) var count = 0
-
-    public init(capacity: Int) { bytes = [UInt8](repeating: 0, count: capacity) }
-
-    /// The parser's verdict on the bytes so far.
-    public func parse<T>(_ parser: (UnsafeRawBufferPointer) -> T) -> T {
-        bytes.withUnsafeBytes { parser(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+extension FlowPreamble {
+    /// The client's OPEN as the front's preface end reads it (`LoftIO.PrefaceStream`).
+    public struct OpenCodec: PrefaceCodec {
+        public init() {}
+        public var capacity: Int { FlowPreamble.maxOpen }
+        public func parse(_ bytes: UnsafeRawBufferPointer) -> PrefaceParse<Open> {
+            let r = FlowPreamble.parseOpen(bytes)
+            if case .needMore(let n) = r { return .needMore(n) }
+            return .answer(r)
+        }
     }
 
-    /// Up to `need` more bytes from `stream` (never past the buffer).
-    public mutating func read<S: ByteStream>(_ need: Int, from stream: S) -> StreamReadResult {
-        let start = count
-        let r = bytes.withUnsafeMutableBytes { b in
-            stream.read(into: UnsafeMutableRawBufferPointer(rebasing: b[start..<min(b.count, start + need)]))
+    /// The front's OPEN_OK or OPEN_FAIL as the holder's preface end reads it.
+    public struct AnswerCodec: PrefaceCodec {
+        public init() {}
+        public var capacity: Int { 16 }
+        public func parse(_ bytes: UnsafeRawBufferPointer) -> PrefaceParse<Answer> {
+            let r = FlowPreamble.parseAnswer(bytes)
+            if case .needMore(let n) = r { return .needMore(n) }
+            return .answer(r)
         }
-        if case .data(let n) = r { count += n }
-        return r
     }
 }
