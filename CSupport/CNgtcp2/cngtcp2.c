@@ -45,6 +45,9 @@ struct cngtcp2_conn {
     // of ours that verified, or a Handshake packet of its decrypted (only the client can make
     // one: it needs the keys from our Initial).
     int address_validated;
+    // The timestamp of the packet being read (ns, the caller's clock): what a callback inside
+    // ngtcp2_conn_read_pkt that needs the time (the NEW_TOKEN's) reads.
+    uint64_t now;
     char err[256];
 };
 
@@ -166,12 +169,6 @@ static int remove_cid_cb(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud) {
 
 #define FORWARD(call) do { if ((call) != 0) return NGTCP2_ERR_CALLBACK_FAILURE; return 0; } while (0)
 
-uint64_t cngtcp2_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
     cngtcp2_conn *c = ud;
     if (c->server) {
@@ -179,7 +176,7 @@ static int handshake_completed_cb(ngtcp2_conn *conn, void *ud) {
         uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
         const ngtcp2_path *p = ngtcp2_conn_get_path(conn);
         ngtcp2_ssize n = ngtcp2_crypto_generate_regular_token(token, c->secret, sizeof c->secret, p->remote.addr,
-                                                              p->remote.addrlen, cngtcp2_now());
+                                                              p->remote.addrlen, c->now);
         if (n > 0) (void)ngtcp2_conn_submit_new_token(conn, token, (size_t)n);
     }
     if (!c->ev.handshake_done) return 0;
@@ -588,6 +585,7 @@ int cngtcp2_read(cngtcp2_conn *c, const void *local, unsigned local_len,
     if (len == 0) return 0;   // an empty UDP datagram carries nothing (and ngtcp2 asserts on it)
     ngtcp2_path path = make_path(local, local_len, remote, remote_len);
     ngtcp2_pkt_info pi = {0};
+    c->now = now;
     return ngtcp2_conn_read_pkt(c->conn, &path, &pi, pkt, len, now);
 }
 

@@ -64,6 +64,14 @@ public final class EventLoop {
     /// deadline computed outside the loop's turn is measured from.
     public var currentTime: UInt64 { readClock() }
 
+    /// The loop's clock at the call in nanoseconds, on the same base as `now` (which is this
+    /// / 10^6, read once per turn): for what times itself finer than the heap's milliseconds
+    /// (QUIC's timestamps: ngtcp2's round trips, loss detection and pacing).
+    public var nanoseconds: UInt64 {
+        if let virtualClock { return virtualClock.nanoseconds }
+        return monotonicNanoseconds()
+    }
+
     /// `clock`: a virtual clock for tests (time moves by `advance(by:)`, or, while `run()` has
     /// nothing else to do, to the next timer); nil, the monotonic clock.
     public init(clock: VirtualClock? = nil) throws {
@@ -159,6 +167,22 @@ public final class EventLoop {
     @discardableResult
     public func schedule(at deadline: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
         timers.insert(at: deadline, action)
+    }
+
+    /// Runs `action` on the loop at `deadline` in the loop's nanoseconds (`nanoseconds`). The
+    /// heap counts milliseconds: on the monotonic clock a deadline less than 1 ms away runs on
+    /// the loop's next turn (after an epoll that does not wait: real time passes meanwhile,
+    /// and ngtcp2's pacing asks for the next burst a fraction of a millisecond ahead on a fast
+    /// path) instead of a whole millisecond later, and a later one after the whole
+    /// milliseconds to it. A virtual clock stands still until advanced, so there a deadline in
+    /// the future runs at the first whole millisecond at or after it (never before it is due).
+    @discardableResult
+    public func schedule(atNanoseconds deadline: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
+        let clock = nanoseconds
+        guard deadline > clock else { return schedule(at: now, action) }
+        if let virtualClock { return schedule(at: virtualClock.now &+ (deadline - clock + 999_999) / 1_000_000, action) }
+        let ms = (deadline - clock) / 1_000_000
+        return ms == 0 ? schedule(at: now, action) : schedule(after: ms, action)
     }
 
     /// A timer that has not run yet never runs. Cancelling one that ran (or twice) does nothing.

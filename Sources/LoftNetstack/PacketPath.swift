@@ -27,18 +27,18 @@ final class PacketPath {
     /// association over a link never takes a port an app uses (`NetstackLink`).
     private var udpSourcePorts: [UInt16: Int] = [:]
 
-    private var udpIdle = ActivityList<PacketFlow>()
-    private var tcpIdle = ActivityList<PacketFlow>()
-    private var closingIdle = ActivityList<PacketFlow>()
-    private var udpTimer: TimerHandle?
-    private var tcpTimer: TimerHandle?
-    private var closingTimer: TimerHandle?
+    private var udpIdle: IdleList
+    private var tcpIdle: IdleList
+    private var closingIdle: IdleList
     private var fragmentTimer: TimerHandle?
 
     init(stack: Netstack, loop: EventLoop, settings: Netstack.Settings) {
         self.stack = stack
         self.loop = loop
         self.settings = settings
+        udpIdle = IdleList(timeoutMs: settings.udpIdleTimeoutMs)
+        tcpIdle = IdleList(timeoutMs: settings.tcpIdleTimeoutMs)
+        closingIdle = IdleList(timeoutMs: Self.closingIdleMs)
     }
 
     deinit { segmentScratch?.deallocate() }
@@ -176,18 +176,40 @@ final class PacketPath {
 
     // MARK: idle deadlines
 
+    /// Flows of one idle timeout in the order of their last packet, and the one timer armed
+    /// for the oldest's deadline.
+    private struct IdleList {
+        var flows = ActivityList<PacketFlow>()
+        var timer: TimerHandle?
+        let timeoutMs: UInt64
+    }
+
+    private enum List { case udp, tcp, closing }
+
+    /// The list of kind `l`, in place (the one place that maps a kind to its list).
+    private subscript(l: List) -> IdleList {
+        @inline(__always) get {
+            switch l {
+            case .udp: udpIdle
+            case .tcp: tcpIdle
+            case .closing: closingIdle
+            }
+        }
+        @inline(__always) _modify {
+            switch l {
+            case .udp: yield &udpIdle
+            case .tcp: yield &tcpIdle
+            case .closing: yield &closingIdle
+            }
+        }
+    }
+
     /// A packet of `f`: it becomes the newest of its list (an ICMP echo's flow is in none).
     private func seen(_ f: PacketFlow) {
         f.lastSeen = loop.now
         guard f.listed else { return }
-        switch listOf(f) {
-        case .udp: udpIdle.touch(f)
-        case .tcp: tcpIdle.touch(f)
-        case .closing: closingIdle.touch(f)
-        }
+        self[listOf(f)].flows.touch(f)
     }
-
-    private enum List { case udp, tcp, closing }
 
     private func listOf(_ f: PacketFlow) -> List {
         f.key.proto == IPProtocol.tcp ? (f.closing ? .closing : .tcp) : .udp
@@ -195,71 +217,33 @@ final class PacketPath {
 
     private func add(_ f: PacketFlow) {
         f.listed = true
-        switch listOf(f) {
-        case .udp: udpIdle.append(f); arm(.udp)
-        case .tcp: tcpIdle.append(f); arm(.tcp)
-        case .closing: closingIdle.append(f); arm(.closing)
-        }
+        let l = listOf(f)
+        self[l].flows.append(f)
+        arm(l)
     }
 
     private func startClosing(_ f: PacketFlow) {
-        tcpIdle.remove(f)
+        tcpIdle.flows.remove(f)
         f.closing = true
-        closingIdle.append(f)
+        closingIdle.flows.append(f)
         arm(.closing)
-    }
-
-    private func timeout(_ l: List) -> UInt64 {
-        switch l {
-        case .udp: settings.udpIdleTimeoutMs
-        case .tcp: settings.tcpIdleTimeoutMs
-        case .closing: Self.closingIdleMs
-        }
-    }
-
-    private func oldest(_ l: List) -> PacketFlow? {
-        switch l {
-        case .udp: udpIdle.oldest
-        case .tcp: tcpIdle.oldest
-        case .closing: closingIdle.oldest
-        }
-    }
-
-    private func timer(_ l: List) -> TimerHandle? {
-        switch l {
-        case .udp: udpTimer
-        case .tcp: tcpTimer
-        case .closing: closingTimer
-        }
-    }
-
-    private func setTimer(_ l: List, _ t: TimerHandle?) {
-        switch l {
-        case .udp: udpTimer = t
-        case .tcp: tcpTimer = t
-        case .closing: closingTimer = t
-        }
     }
 
     /// The list's timer, for its oldest flow's deadline (unless one is armed: it re-arms).
     private func arm(_ l: List) {
-        guard timer(l) == nil, let first = oldest(l) else { return }
-        let limit = timeout(l)
-        setTimer(l, loop.schedule(at: first.lastSeen &+ limit) { [weak self] in
+        guard self[l].timer == nil, let first = self[l].flows.oldest else { return }
+        let limit = self[l].timeoutMs
+        self[l].timer = loop.schedule(at: first.lastSeen &+ limit) { [weak self] in
             guard let self else { return }
-            self.setTimer(l, nil)
+            self[l].timer = nil
             let now = self.loop.now
-            while let f = self.oldest(l), now &- f.lastSeen >= limit { self.forget(f, l) }
+            while let f = self[l].flows.oldest, now &- f.lastSeen >= limit { self.forget(f, l) }
             self.arm(l)
-        })
+        }
     }
 
     private func forget(_ f: PacketFlow, _ l: List) {
-        switch l {
-        case .udp: udpIdle.remove(f)
-        case .tcp: tcpIdle.remove(f)
-        case .closing: closingIdle.remove(f)
-        }
+        self[l].flows.remove(f)
         f.listed = false
         flows[f.key] = nil
         if l == .udp, let n = udpSourcePorts[f.key.source.port] {

@@ -59,7 +59,7 @@ package final class QuicConnection {
     var handshakeReported = false
     var handshakeJustDone = false
     var timer: TimerHandle?
-    var pacer = QuicPacer(now: quicNow())
+    var pacer: QuicPacer
     var timerAt: UInt64 = .max
     package internal(set) var closed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
@@ -91,6 +91,7 @@ package final class QuicConnection {
         self.isServer = isServer
         addressValidated = !isServer
         self.loop = loop
+        pacer = QuicPacer(now: loop.nanoseconds)
         self.sink = sink
         self.limits = limits
         self.local = local
@@ -139,7 +140,7 @@ package final class QuicConnection {
             return local.withSockaddr { l, ll in
                 remote.withSockaddr { r, rl in
                     withUnsafePointer(to: &q.events) { ev in
-                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, quicNow(), &err, err.count)
+                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, loop.nanoseconds, &err, err.count)
                     }
                 }
             }
@@ -162,7 +163,7 @@ package final class QuicConnection {
             remote.withSockaddr { r, rl in
                 withUnsafePointer(to: &q.events) { ev in
                     cngtcp2_server_new(ev, creds, alpn, l, ll, r, rl, packet.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                                     packet.count, secret, &params, quicNow(), &err, err.count)
+                                     packet.count, secret, &params, loop.nanoseconds, &err, err.count)
                 }
             }
         }
@@ -214,7 +215,7 @@ package final class QuicConnection {
         remote = from
         let rv = at.withSockaddr { l, ll in
             from.withSockaddr { r, rl in
-                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, quicNow())
+                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, loop.nanoseconds)
             }
         }
         if rv != 0 {
@@ -289,7 +290,7 @@ package final class QuicConnection {
         var toLen: socklen_t = 0
         if cngtcp2_is_closing(conn) == 0 {
             let n = closePacket.withUnsafeMutableBytes { p in
-                cngtcp2_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, quicNow())
+                cngtcp2_write_close(conn, p.baseAddress!.assumingMemoryBound(to: UInt8.self), p.count, closeCode, liberr, &to, &toLen, loop.nanoseconds)
             }
             if n > 0 {
                 let addr = address(to, toLen)
@@ -536,7 +537,7 @@ package final class QuicConnection {
     /// Moves the connection to a new local address (the sink sends from its new socket now).
     package func migrate(local newLocal: SocketAddress) -> Bool {
         guard let conn, !closed, !isServer else { return false }
-        let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cngtcp2_migrate(conn, l, ll, r, rl, quicNow()) } }
+        let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cngtcp2_migrate(conn, l, ll, r, rl, loop.nanoseconds) } }
         guard rv == 0 else { return false }
         local = newLocal
         flushSoon.schedule()

@@ -15,7 +15,7 @@ extension QuicConnection {
 
     package func flush() {
         guard let conn, !closed, !blockedOnSocket else { return }
-        let now = quicNow()
+        let now = loop.nanoseconds
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
         let maxPkt = max(1200, cngtcp2_max_packet(conn))
@@ -180,20 +180,16 @@ extension QuicConnection {
         if let timer { loop.cancel(timer); self.timer = nil }
         timerAt = exp
         guard exp != .max else { return }
-        let now = quicNow()
-        // The heap counts milliseconds. ngtcp2's pacing asks for the next burst in a fraction
-        // of one on a fast path: a deadline less than 1 ms away runs on the loop's next turn
-        // (after an epoll that does not wait) instead of a whole millisecond later.
-        let ms = exp > now ? (exp - now) / 1_000_000 : 0
-        timer = ms == 0 ? loop.schedule(at: loop.now) { [weak self] in self?.expired() }
-                        : loop.schedule(after: ms) { [weak self] in self?.expired() }
+        // ngtcp2's deadline is in the loop's nanoseconds: one less than 1 ms away runs on the
+        // loop's next turn (see `schedule(atNanoseconds:)`).
+        timer = loop.schedule(atNanoseconds: exp) { [weak self] in self?.expired() }
     }
 
     func expired() {
         timer = nil
         timerAt = .max
         guard let conn, !closed else { return }
-        let rv = cngtcp2_expire(conn, quicNow())
+        let rv = cngtcp2_expire(conn, loop.nanoseconds)
         if rv != 0 { failed(rv); return }
         dispatchEvents()
         flush()

@@ -15,7 +15,7 @@
 package struct QuicPacer {
     /// Bytes the sender may send now.
     package private(set) var tokens: Double
-    /// When `tokens` was last brought up to date (ns, quicNow()).
+    /// When `tokens` was last brought up to date (ns, the loop's `nanoseconds`).
     private var filledAt: UInt64
     package let depthNs: Double
     package let minPackets: Double

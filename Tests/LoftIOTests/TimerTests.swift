@@ -182,4 +182,36 @@ final class TimerTests: XCTestCase {
         XCTAssertEqual(firedAt, base + 9_000)
         XCTAssertLessThan(monotonicMilliseconds() - started, 1000)
     }
+
+    /// The loop's nanoseconds are its milliseconds' clock (`now` is them / 10^6), and a
+    /// nanosecond deadline (QUIC's) runs on the heap: within the current millisecond on the
+    /// next turn on the monotonic clock; on a virtual clock, which stands still, at the first
+    /// whole millisecond at or after it, never before it is due.
+    func testNanosecondDeadlines() throws {
+        let real = try EventLoop()
+        let msBefore = real.currentTime
+        let ns = real.nanoseconds
+        let msAfter = real.currentTime
+        XCTAssertLessThanOrEqual(msBefore, ns / 1_000_000, "one clock")
+        XCTAssertLessThanOrEqual(ns / 1_000_000, msAfter, "one clock")
+        var soon = false
+        real.schedule(atNanoseconds: real.nanoseconds + 300_000) { soon = true }
+        real.runOnce(timeoutMs: 0)
+        XCTAssertTrue(soon, "less than 1 ms away: the next turn")
+
+        let clock = VirtualClock()
+        let loop = try EventLoop(clock: clock)
+        XCTAssertEqual(loop.nanoseconds, clock.now * 1_000_000)
+        var ranAt: [UInt64] = []
+        loop.schedule(atNanoseconds: loop.nanoseconds + 300_000) { ranAt.append(loop.nanoseconds) }
+        loop.schedule(atNanoseconds: loop.nanoseconds + 2_000_000) { ranAt.append(loop.nanoseconds) }
+        loop.schedule(atNanoseconds: loop.nanoseconds - 1) { ranAt.append(loop.nanoseconds) }
+        let base = loop.nanoseconds
+        loop.advance(by: 0)
+        XCTAssertEqual(ranAt, [base], "a deadline passed runs at once")
+        loop.advance(by: 1)
+        XCTAssertEqual(ranAt, [base, base + 1_000_000], "0.3 ms away: at the next whole millisecond")
+        loop.advance(by: 1)
+        XCTAssertEqual(ranAt, [base, base + 1_000_000, base + 2_000_000])
+    }
 }

@@ -131,8 +131,6 @@ long cngtcp2_write_datagram(cngtcp2_conn *c, uint8_t *dest, size_t destlen, cons
 long cngtcp2_write_close(cngtcp2_conn *c, uint8_t *dest, size_t destlen, uint64_t app_code, int liberr,
                        void *to, unsigned *to_len, uint64_t now_ns);
 
-/// Nanoseconds on the monotonic clock: ngtcp2's timestamps, for the shim and the carrier alike.
-uint64_t cngtcp2_now(void);
 /// The next deadline (ns; UINT64_MAX: none) and running it.
 uint64_t cngtcp2_expiry(cngtcp2_conn *c);
 int cngtcp2_expire(cngtcp2_conn *c, uint64_t now_ns);
