@@ -216,7 +216,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
     /// answered with a Retry (no state kept) when the policy says so, else let in.
     private func admit(_ p: UnsafeRawBufferPointer, from: SocketAddress) -> Bool? {
         let base = p.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        let now = quicNow()
+        let now = runtime.loop.nanoseconds
         let token = from.withSockaddr { a, l in cngtcp2_initial_token(base, p.count, secret, a, UInt32(l), now) }
         switch token {
         case CNGTCP2_TOKEN_RETRY, CNGTCP2_TOKEN_REGULAR:
@@ -242,7 +242,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
     /// client whose connection the front no longer has learns it at once. Smaller than the
     /// packet, never for one of 21 bytes or less, at most `resetBucket` a second.
     private func statelessReset(_ p: UnsafeRawBufferPointer, to: SocketAddress) {
-        guard resetBucket.take(now: quicNow() / 1_000_000) else { return }
+        guard resetBucket.take(now: runtime.loop.nanoseconds / 1_000_000) else { return }
         let out = Self.scratch + 32
         let n = cngtcp2_write_reset(out.assumingMemoryBound(to: UInt8.self), 64, p.baseAddress!.assumingMemoryBound(to: UInt8.self),
                                   p.count, 18, secret)

@@ -65,7 +65,3 @@ package func cText(_ a: [CChar]) -> String {
     a.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
 }
 
-/// Nanoseconds on the monotonic clock: ngtcp2's timestamps where there is no connection's loop
-/// to ask (the listener's token checks and stateless-reset rate). A connection reads its
-/// loop's `nanoseconds`, the same clock in the product and a test's virtual clock in tests.
-@inline(__always) package func quicNow() -> UInt64 { monotonicNanoseconds() }
