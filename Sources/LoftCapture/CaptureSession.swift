@@ -29,6 +29,8 @@ final class CaptureSession: IOHandler {
     private var timer: TimerHandle?
     private var flushSoon: SoonOnce!
     private var wantWritable = false
+    /// The reader has ended its side (it reads on until the statistics are out).
+    private var readerDone = false
     /// The bytes the last packet offered took in the ring (0: it was not kept), and the
     /// interface it counted on, so that it can be taken back.
     private var lastKept = 0
@@ -118,19 +120,36 @@ final class CaptureSession: IOHandler {
     }
 
     func handleIO(_ events: UInt32) {
-        if events & IOEvents.readable != 0 {
-            // The reader sends nothing after its request: anything else, or its end, ends the capture.
+        if events & (IOEvents.error | IOEvents.hangup) != 0 {
+            // The reader is gone both ways: nothing more reaches it.
+            if !ending { finish("reader gone") }
+            close()
+            return
+        }
+        if events & IOEvents.readable != 0, !readerDone {
+            // The reader sends nothing after its request; its end of sending (Ctrl-C in
+            // `loft capture`) ends the capture, and the statistics still go to it.
             var b = [UInt8](repeating: 0, count: 256)
             switch b.withUnsafeMutableBytes({ Syscall.read(fd, $0.baseAddress!, $0.count) }) {
             case .failure(let e) where e.wouldBlock: break
             case .success(let n) where n > 0: break
-            default:
+            case .success:
+                readerDone = true
+                watch()
                 if !ending { finish("reader closed") }
+            case .failure:
+                if !ending { finish("reader gone") }
                 close()
                 return
             }
         }
-        if events & (IOEvents.writable | IOEvents.readable) != 0 { flush() }
+        if events & IOEvents.writable != 0 { flush() }
+    }
+
+    /// What the loop watches: the reader's end while it may come, room to write while bytes wait.
+    private func watch() {
+        guard !closed else { return }
+        hub.loop.modify(fd, (readerDone ? 0 : IOEvents.readable) | (wantWritable ? IOEvents.writable : 0))
     }
 
     /// The ring to the reader, as much as it takes now.
@@ -153,7 +172,7 @@ final class CaptureSession: IOHandler {
             case .failure(let e) where e.wouldBlock:
                 if !wantWritable {
                     wantWritable = true
-                    hub.loop.modify(fd, IOEvents.readable | IOEvents.writable)
+                    watch()
                 }
                 return
             default:
@@ -164,7 +183,7 @@ final class CaptureSession: IOHandler {
         }
         if wantWritable {
             wantWritable = false
-            hub.loop.modify(fd, IOEvents.readable)
+            watch()
         }
         if ending { close() }
     }

@@ -43,10 +43,31 @@ final class FlowTable {
     /// The flow or association a packet of input `netif` belongs to (`inbound`: read from the
     /// input, so its source is the app's end): its id and outbound. For captures.
     func owner(of packet: UnsafeRawBufferPointer, netif: Int, inbound: Bool) -> (id: UInt64, outbound: String)? {
-        guard case .success(let s) = PacketSummary.parse(packet, maxLength: .max), !s.isLaterFragment else { return nil }
-        let a = Endpoint(s.source, s.sourcePort), b = Endpoint(s.destination, s.destinationPort)
+        // The addresses and ports only: a segment loft writes with offloads is not a whole
+        // packet by PacketSummary's checks (its lengths and checksums are the kernel's to finish).
+        let p = packet
+        guard p.count >= 20 else { return nil }
+        let proto: UInt8, t: Int, src: IPAddress, dst: IPAddress
+        switch p[0] >> 4 {
+        case 4:
+            t = Int(p[0] & 0x0F) * 4
+            guard t >= 20, (Int(p[6] & 0x1F) << 8 | Int(p[7])) == 0 else { return nil }
+            proto = p[9]
+            src = IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: p[12..<16]))
+            dst = IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: p[16..<20]))
+        case 6:
+            guard p.count >= 40 else { return nil }
+            t = 40
+            proto = p[6]
+            src = IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: p[8..<24]))
+            dst = IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: p[24..<40]))
+        default:
+            return nil
+        }
+        guard p.count >= t + 4 else { return nil }
+        let a = Endpoint(src, UInt16(p[t]) << 8 | UInt16(p[t + 1])), b = Endpoint(dst, UInt16(p[t + 2]) << 8 | UInt16(p[t + 3]))
         let (app, remote) = inbound ? (a, b) : (b, a)
-        switch s.proto {
+        switch proto {
         case IPProtocol.tcp:
             guard let f = tcp[FlowKey(netif: netif, source: app, destination: remote)] else { return nil }
             return (UInt64(f.id), f.outboundName)

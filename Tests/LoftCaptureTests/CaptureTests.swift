@@ -262,6 +262,21 @@ final class CaptureHubTests: XCTestCase {
         XCTAssertEqual(told, [true, false])
     }
 
+    /// `loft capture`'s Ctrl-C: the reader ends its side; loft ends the capture, its
+    /// statistics still reach the reader, then the connection closes.
+    func testReaderEndingItsSideGetsTheStatistics() {
+        let h = hub()
+        h.start(CaptureRequest(), fd: hubSide)
+        packet(tcp: true, port: 80).withUnsafeBytes { h.packet($0, netif: 0, .inbound) }
+        XCTAssertEqual(shutdown(reader, Int32(SHUT_WR)), 0)
+        var got: [UInt8] = []
+        XCTAssertTrue(loop.run(seconds: 5) { [self] in let d = drain(); got += d.bytes; return d.closed })
+        XCTAssertFalse(h.isActive)
+        let b = Blocks(Array(got.dropFirst(3)))
+        XCTAssertNil(b.error)
+        XCTAssertEqual(b.blocks.map(\.type), [0x0A0D_0D0A, 1, 1, 6, 5, 5])
+    }
+
     /// A packet the netstack drops while taking it in leaves the plain capture and enters the
     /// one that asked for drops, with the reason.
     func testADroppedPacketIsTakenBackAndAnnotated() throws {
