@@ -54,13 +54,14 @@ ts() { tshark -r "$@" 2>"$T_DIR/tshark.raw"; local rc=$?; grep -v '^Running as u
 
 # --- 1. A download through the TUN, filtered to port 80, reassembled --------------------------
 cap dl --input tun --filter "tcp port 80" || fail capture-download-reassembled "loft capture did not start: $(cat "$T_DIR/dl.err")"
+dl_pid=$CAP_PID
 in_app ping -c 2 -i 0.2 "$SRV4" >/dev/null 2>&1     # not port 80: the filter leaves it out
 cap all --input tun
 all_pid=$CAP_PID
 in_app ping -c 2 -i 0.2 "$SRV4" >/dev/null 2>&1
 # Rate-limited: the capture's reader keeps up, nothing lost, so the stream is whole.
 in_app curl -gsS --max-time 60 --limit-rate 25M -o "$T_DIR/dl.out" "http://$SRV4/big" 2>"$T_DIR/curl.err"
-stop_cap; CAP_PID=$all_pid; stop_cap
+CAP_PID=$dl_pid; stop_cap; CAP_PID=$all_pid; stop_cap
 got=$(sha_of "$T_DIR/dl.out")
 python3 - "$T_DIR/dl.pcapng" >"$T_DIR/dl.body.sha" 2>"$T_DIR/reasm.err" <<'PYEOF'
 import hashlib, subprocess, sys
@@ -90,8 +91,8 @@ note "filter 'tcp port 80': $n packets, $other others; unfiltered: $icmp_all ICM
 
 # --- 2. The bridge: interface and direction ----------------------------------------------------
 cap br --input bridge
-DL_NS=$PEER_NS DL_SECONDS=60 download bridge-download "http://$SRV4/small" >/dev/null 2>&1
 in_peer curl -gsS --max-time 20 -o /dev/null "http://$SRV4/small" 2>/dev/null
+in_peer curl -gsS --max-time 20 -o /dev/null "http://$SRV4/f0" 2>/dev/null
 stop_cap
 ts "$T_DIR/br.pcapng" -T fields -e frame.interface_name -e frame.p2p_dir -e ip.src -e ip.dst >"$T_DIR/br.txt"
 in_n=$(awk -v s="$SRV4" '$1 == "bridge" && $2 == 1 && $4 == s' "$T_DIR/br.txt" | wc -l)
@@ -116,12 +117,13 @@ for p in [b"\x45\x00garbage",                                                   
     s.sendto(p, ("127.0.0.1", port))
 PYEOF
 cap drops --input bridge --drops
+drops_pid=$CAP_PID
 cap nodrops --input bridge
 nodrops_pid=$CAP_PID
 peer_down                        # its port is the sender's now
 python3 -W ignore "$T_DIR/hostile.py" "$EXT_PORT" "$PEER_PORT" 2>"$T_DIR/hostile.err" || note "hostile.py: $(tail -1 "$T_DIR/hostile.err")"
 sleep 0.3
-stop_cap; CAP_PID=$nodrops_pid; stop_cap
+CAP_PID=$drops_pid; stop_cap; CAP_PID=$nodrops_pid; stop_cap
 ts "$T_DIR/drops.pcapng" -T fields -e frame.comment >"$T_DIR/drops.txt"
 reasons=$(grep -o 'dropped: [a-z-]*' "$T_DIR/drops.txt" | sort -u | tr '\n' ',')
 want="dropped: bad-version,dropped: loopback,dropped: multicast,dropped: same-address,dropped: truncated,"
@@ -133,7 +135,7 @@ else fail capture-drops-only-when-asked "$nd packets in the capture without --dr
 note "drops: $reasons"
 
 # --- 4. A flow and an outbound chosen ---------------------------------------------------------
-in_app curl -gsS --max-time 30 --limit-rate 400K -o /dev/null "http://$SRV4/f1" 2>/dev/null &
+in_app curl -gsS --max-time 60 --limit-rate 200K -o /dev/null "http://$SRV4/big" 2>/dev/null &
 slow=$!
 fid=
 for i in $(seq 30); do
@@ -160,6 +162,7 @@ kill $slow 2>/dev/null; wait $slow 2>/dev/null
 
 # --- 5. Count and duration end it, with loft's statistics -----------------------------------------
 in_app ping -c 30 -i 0.05 "$SRV4" >/dev/null 2>&1 &
+pinger=$!
 "$LOFT_BIN" capture -c "$CFG" -w "$T_DIR/count.pcapng" --input tun --count 7 --duration 10s 2>"$T_DIR/count.err"; rc=$?
 cn=$(ts "$T_DIR/count.pcapng" | wc -l)
 if [ $rc = 0 ] && [ "$cn" = 7 ] && grep -q '^loft capture: 7 packets, 0 lost$' "$T_DIR/count.err"; then pass capture-count
@@ -169,7 +172,7 @@ t0=$(now_ms)
 ms=$(( $(now_ms) - t0 ))
 if [ $rc = 0 ] && [ "$ms" -ge 650 ] && [ "$ms" -lt 3000 ] && grep -q 'packets, 0 lost$' "$T_DIR/dur.err"; then pass capture-duration
 else fail capture-duration "exit $rc after $ms ms: $(cat "$T_DIR/dur.err")"; fi
-wait
+wait $pinger
 
 # --- 6. A reader that stops reading: packets lost and counted, loft neither slowed nor grown ------
 cap stalled --input tun
