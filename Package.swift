@@ -62,6 +62,11 @@ let package = Package(
             linkerSettings: [.linkedLibrary("zbar")]
         ),
         .target(
+            name: "CPcap",
+            path: "CSupport/CPcap",
+            linkerSettings: [.linkedLibrary("pcap")]
+        ),
+        .target(
             name: "CImage",
             path: "CSupport/CImage",
             linkerSettings: [.linkedLibrary("png16"), .linkedLibrary("jpeg")]
@@ -88,17 +93,19 @@ let package = Package(
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
         .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP", "CChecksum"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
-        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack"]),
+        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftCapture"]),
+        // Live captures of what the packet inputs read and write (`loft capture`, pcapng).
+        .target(name: "LoftCapture", dependencies: ["LoftCore", "LoftIO", "LoftControl", "CPcap"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
         // The running loft: its parts, the control socket's dispatch, reload and the status report.
         .target(name: "LoftRuntime", dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                                                    "LoftInputs", "LoftOutbounds", "LoftControl"]),
+                                                    "LoftInputs", "LoftOutbounds", "LoftControl", "LoftCapture"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
         .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "LoftTLS", "CTLS", "CQRencode", "CZbar", "CImage"]),
         .executableTarget(
             name: "loft",
             dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
-                           "LoftOutbounds", "LoftDirect", "LoftInputs", "LoftControl", "LoftRuntime", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
+                           "LoftOutbounds", "LoftDirect", "LoftInputs", "LoftControl", "LoftRuntime", "LoftCapture", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftSSTP", "LoftLinks"]
         ),
         .testTarget(name: "LoftCoreTests", dependencies: ["LoftCore"]),
         .testTarget(name: "LoftIOTests", dependencies: ["LoftIO", "LoftCore", "CLinux", "LoftTestSupport"]),
@@ -107,6 +114,7 @@ let package = Package(
         .testTarget(name: "LoftRuntimeTests", dependencies: ["LoftRuntime", "LoftConfig", "LoftRouting", "LoftNetstack", "LoftControl",
                                                             "LoftOutbounds", "LoftCarriers", "LoftTLS", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftControlTests", dependencies: ["LoftControl", "LoftCore", "LoftIO", "LoftTestSupport"]),
+        .testTarget(name: "LoftCaptureTests", dependencies: ["LoftCapture", "LoftControl", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "LoftTLS", "CImage"]),
         .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),

@@ -47,10 +47,11 @@ bench_mtu() {
     topo_mtu "$1"
 }
 
-# bench_loft_start [loft_config key=value ...]: kernel routes off, loft up in APP_NS.
+# bench_loft_start [loft_config key=value ...]: kernel routes off, loft up in APP_NS (LAST_CFG: its config).
 bench_loft_start() {
     kernel_routes_off
-    loft_start "$(loft_config "bench-$(date +%s%N)" "$@")" "$APP_NS" || {
+    LAST_CFG=$(loft_config "bench-$(date +%s%N)" "$@")
+    loft_start "$LAST_CFG" "$APP_NS" || {
         echo "loft did not start: $(tail -5 "$LOFT_LOG" 2>/dev/null)" >&2; return 1; }
 }
 # bench_path_start NAME [DEFAULT OUTBOUND]: kernel routes off, loft up in APP_NS with a config

@@ -310,6 +310,10 @@ for t in ["198.18.1.2", "fd00:1::2", "::", "::ffff:1.2.3.4", "198.18.1.2:80", "[
 for line in ["status", "status json", "status text=120", "flows json sort=age", "metrics", "path-changed", "reload"]:
     seed("control_request", b"\x00" + line.encode() + b"\n")
 seed("control_request", b"\x01GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9100\r\n\r\n")
+for line in ["input=tun", "input=bridge drops snaplen=128 count=10", "input=all outbound=direct flow=3 duration-ms=2000",
+             "filter=tcp port 80", "input=tun filter=udp and (port 53 or port 5353)", "filter=ip6 and tcp[tcpflags] & tcp-syn != 0",
+             "drops filter=not icmp"]:
+    seed("capture_request", line)
 
 # --- state files -----------------------------------------------------------------------------
 

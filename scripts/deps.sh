@@ -30,6 +30,8 @@ RUN_PACKAGES=(
     # build: QR codes of connection links (libqrencode to draw, zbar to read, libpng and libjpeg
     # for the pictures; docs/links.md)
     libqrencode-dev libzbar-dev libpng-dev libjpeg-dev
+    # build: `loft capture`'s filters (libpcap compiles tcpdump expressions; docs/capture.md)
+    libpcap-dev
     binutils gcc libc6-dev libstdc++-12-dev libcurl4-openssl-dev libxml2-dev libncurses-dev
     libedit2 libsqlite3-0 libpython3-dev uuid-dev zlib1g-dev tzdata git ca-certificates
     # run: namespaces, links, routes; the service units' checks
@@ -56,6 +58,8 @@ TEST_PACKAGES=(
     # service: systemd-analyze verify/security of the units, setpriv and capsh (the units'
     # capabilities), man for the generated pages
     systemd libcap2-bin man-db
+    # capture: the captures read back by Debian's tshark (and tcpdump, above)
+    tshark
 )
 
 # PyPI, for the python3 on PATH (the tests' clients): the SOCKS5 test's python-socks, the

@@ -1,5 +1,6 @@
 /// One request line of loft's control socket, parsed: `status [json|text[=WIDTH]]`,
-/// `flows [json] [sort=bytes|age|up|down]`, `metrics`, `path-changed`, `reload`.
+/// `flows [json] [sort=bytes|age|up|down]`, `metrics`, `path-changed`, `reload`, `capture …`
+/// (a pcapng stream; `CaptureRequest`).
 public enum ControlRequest: Equatable, Sendable {
     public enum StatusFormat: Equatable, Sendable { case text, json, textWidth(Int) }
     public enum FlowOrder: String, Sendable, CaseIterable { case bytes, age, up, down }
@@ -9,12 +10,13 @@ public enum ControlRequest: Equatable, Sendable {
     case metrics
     case pathChanged
     case reload
+    case capture(CaptureRequest)
 
     /// Whether it only reads loft's state (so a storm of it may share one render).
     public var isReadOnly: Bool {
         switch self {
         case .status, .flows, .metrics: return true
-        case .pathChanged, .reload: return false
+        case .pathChanged, .reload, .capture: return false
         }
     }
 
@@ -45,10 +47,12 @@ public enum ControlRequest: Equatable, Sendable {
             return .success(.pathChanged)
         case "reload":
             return .success(.reload)
+        case "capture":
+            return CaptureRequest.parse(line).map { .capture($0) }
         case "":
             return .failure(.init("empty request"))
         default:
-            return .failure(.init("unknown command \"\(words[0].prefix(32))\" (status, flows, metrics, path-changed, reload)"))
+            return .failure(.init("unknown command \"\(words[0].prefix(32))\" (status, flows, metrics, path-changed, reload, capture)"))
         }
     }
 }

@@ -17,6 +17,9 @@ final class OneShotConnection: IOHandler {
     var answered = false
     var closed = false
     var onClose: ((OneShotConnection) -> Void)?
+    /// Offered the request before `respond`: true when it took the connection's descriptor
+    /// (it answers and closes it from then on; this connection lets go without closing it).
+    var adopt: (([UInt8], Int32) -> Bool)?
     /// When it was accepted (the oldest idle one is evicted first when the table is full).
     let acceptedAt: UInt64
 
@@ -54,6 +57,17 @@ final class OneShotConnection: IOHandler {
 
     private func answer(_ req: [UInt8]?) {
         answered = true
+        if let req, let adopt {
+            loop.unregister(fd)
+            if adopt(req, fd) {
+                closed = true
+                if let deadline { loop.cancel(deadline) }
+                deadline = nil
+                onClose?(self)
+                return
+            }
+            loop.register(fd, IOEvents.readable, self)
+        }
         response = req.map(respond) ?? Array("error request too long\n".utf8)
         loop.modify(fd, IOEvents.writable)
         flush()
@@ -244,8 +258,23 @@ public final class ControlServer: IOHandler {
                 return self.respond(req)
             }
             conn.onClose = { [weak self] c in self?.table.remove(c) }
+            if captureHandler != nil {
+                conn.adopt = { [weak self] req, fd in self?.adoptCapture(req, fd) ?? false }
+            }
             table.add(conn)
         }
+    }
+
+    /// Takes `capture …` requests' connections: the handler answers (`ok` then the stream, or
+    /// `error …`) and closes the descriptor itself. Nil: a capture request is answered by the
+    /// handler like any other (an error where loft has nothing to capture).
+    public var captureHandler: ((CaptureRequest, Int32) -> Void)?
+
+    private func adoptCapture(_ raw: [UInt8], _ fd: Int32) -> Bool {
+        guard let captureHandler, let line = Self.requestLine(raw), line.hasPrefix("capture"),
+              case .success(.capture(let request)) = ControlRequest.parse(line) else { return false }
+        captureHandler(request, fd)
+        return true
     }
 
     private func refuse(_ c: Int32, _ message: String) {

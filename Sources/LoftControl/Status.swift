@@ -19,6 +19,8 @@ public struct StatusReport: Sendable {
     }
 
     public struct Flow: Sendable {
+        /// The flow's id (for `loft capture --flow`).
+        public var id: UInt64 = 0
         public var network: String
         public var source: String
         public var destination: String
@@ -117,7 +119,7 @@ extension StatusReport {
 
 extension StatusReport.Flow {
     public var json: JSON {
-        .object([("network", .string(network)), ("source", .string(source)), ("destination", .string(destination)),
+        .object([("id", .uint(id)), ("network", .string(network)), ("source", .string(source)), ("destination", .string(destination)),
                  ("outbound", .string(outbound)), ("bytes_up", .uint(bytesUp)), ("bytes_down", .uint(bytesDown)),
                  ("age_ms", .uint(ageMs))])
     }

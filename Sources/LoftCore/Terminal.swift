@@ -17,6 +17,12 @@ public enum Terminal {
         _ = write(1, &line, line.count)
     }
 
+    /// Prints the message on stderr (a note beside output that goes to stdout).
+    public static func note(_ message: String) {
+        var line = Array((message + "\n").utf8)
+        _ = write(2, &line, line.count)
+    }
+
     /// Prints the message on stderr and exits with `code`.
     public static func fail(_ message: String, code: Int32) -> Never {
         var line = Array((message + "\n").utf8)

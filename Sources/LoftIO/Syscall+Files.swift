@@ -98,5 +98,10 @@ extension Syscall {
         let n = readlink(path, &buf, buf.count - 1)
         return n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
     }
-}
 
+    /// Opens `path` for writing, created (`mode`) or truncated.
+    public static func createFile(_ path: String, mode: UInt32) -> Result<Int32, Errno> {
+        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        return fd >= 0 ? .success(fd) : .failure(Errno(errno))
+    }
+}

@@ -126,3 +126,19 @@ public struct BlockedTerminationSignals {
         return sigtimedwait(&set, &info, &tick) > 0
     }
 }
+
+/// For a command that streams from a socket until the user stops it (`loft capture`).
+nonisolated(unsafe) private var halfClosedOnSignal: Int32 = -1
+
+extension Syscall {
+    /// SIGINT, SIGTERM and SIGHUP half-close `fd` (the peer reads its end, answers and closes)
+    /// instead of ending the process; SIGPIPE is ignored (a write to a pipe whose reader left
+    /// fails with EPIPE instead).
+    public static func halfCloseOnSignals(_ fd: Int32) {
+        halfClosedOnSignal = fd
+        signal(SIGPIPE, SIG_IGN)
+        for s in [SIGINT, SIGTERM, SIGHUP] {
+            signal(s) { _ in _ = Glibc.shutdown(halfClosedOnSignal, Int32(SHUT_WR)) }
+        }
+    }
+}

@@ -12,6 +12,7 @@ public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
     public static let exists = Errno(EEXIST)
     public static let badDescriptor = Errno(EBADF)
     public static let addressInUse = Errno(EADDRINUSE)
+    public static let brokenPipe = Errno(EPIPE)
 
     /// EAGAIN or EWOULDBLOCK: a nonblocking call that would have waited.
     public var wouldBlock: Bool { code == EAGAIN || code == EWOULDBLOCK }

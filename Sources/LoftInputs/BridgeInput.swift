@@ -1,4 +1,5 @@
 import Glibc
+import LoftCapture
 import LoftCore
 import LoftIO
 import LoftNetstack
@@ -57,6 +58,8 @@ public final class BridgeInput: IOHandler, PacketWriter {
     /// second segment; a batch needs only each connection's last ACK.
     private lazy var acks = AckCoalescer { [unowned self] in self.enqueue($0) }
     public var inputIndex: Int { netif }
+    /// Live captures (`loft capture`): asked once per packet whether one runs.
+    public var capture: CaptureHub?
 
     private static let batch = 64
     /// Per TCP flow from the peer: the most lwIP's window scale (1) can announce.
@@ -142,10 +145,13 @@ public final class BridgeInput: IOHandler, PacketWriter {
                 let len = Int(rxLens[i])
                 if len < 0 || len > settings.mtu {
                     tally.oversize &+= 1
-                    netstack.countDrop(.tooLarge, input: netif)
+                    netstack.countDrop(.tooLarge, input: netif,
+                                       packet: UnsafeRawBufferPointer(rebasing: rx[i * slot ..< i * slot + min(max(len, 0), slot)]))
                     continue
                 }
-                netstack.input(UnsafeRawBufferPointer(rebasing: rx[i * slot ..< i * slot + len]), from: netif)
+                let packet = UnsafeRawBufferPointer(rebasing: rx[i * slot ..< i * slot + len])
+                if let c = capture, c.isActive { c.packet(packet, netif: netif, .inbound) }
+                netstack.input(packet, from: netif)
             }
             if Int(n) < Self.batch { return }
         }
@@ -163,6 +169,7 @@ public final class BridgeInput: IOHandler, PacketWriter {
     }
 
     private func enqueue(_ packet: UnsafeRawBufferPointer) {
+        if let c = capture, c.isActive { c.packet(packet, netif: netif, .outbound) }
         if txCount == Self.batch { send() }
         let dst = tx.baseAddress! + txCount * slot
         dst.copyMemory(from: packet.baseAddress!, byteCount: packet.count)

@@ -1,4 +1,5 @@
 import Glibc
+import LoftCapture
 import LoftCore
 import LoftIO
 import LoftNetstack
@@ -51,6 +52,10 @@ public final class TunInput: IOHandler, PacketWriter {
     private var rtnl: RouteNetlink?
     private var ifindex: Int32 = 0
     public var inputIndex: Int { netif }
+    /// Live captures (`loft capture`): asked once per packet whether one runs.
+    public var capture: CaptureHub?
+    /// The device's name.
+    public var name: String { settings.name }
     private var createdNetns = false
     /// Held from the first step of start-up until `stop` has undone everything.
     private var lock: InstanceLock?
@@ -370,14 +375,17 @@ public final class TunInput: IOHandler, PacketWriter {
             guard case .success(let n) = r, n > 0 else { return }
             packetsRead &+= 1
             guard vnet else {
-                netstack.input(UnsafeRawBufferPointer(rebasing: rx[0..<n]), from: netif)
+                let packet = UnsafeRawBufferPointer(rebasing: rx[0..<n])
+                if let c = capture, c.isActive { c.packet(packet, netif: netif, .inbound) }
+                netstack.input(packet, from: netif)
                 continue
             }
             guard n > VirtioNetHeader.size, let header = VirtioNetHeader(UnsafeRawBufferPointer(vnetHeader)) else {
-                netstack.countDrop(.truncated, input: netif)
+                netstack.countDrop(.truncated, input: netif, packet: UnsafeRawBufferPointer(rebasing: rx[0..<max(0, n - VirtioNetHeader.size)]))
                 continue
             }
             let packet = UnsafeMutableRawBufferPointer(rebasing: rx[0..<(n - VirtioNetHeader.size)])
+            if let c = capture, c.isActive { c.packet(UnsafeRawBufferPointer(packet), netif: netif, .inbound) }
             if header.gsoType & ~VirtioNetHeader.gsoECN == VirtioNetHeader.gsoUDPL4 {
                 splitDatagrams(UnsafeRawBufferPointer(packet), segmentSize: Int(header.gsoSize))
                 continue
@@ -387,7 +395,7 @@ public final class TunInput: IOHandler, PacketWriter {
             // checksum is completed here.
             let partial = netif != netstack.packetModeInput && header.leavesTCPChecksumPartial(UnsafeRawBufferPointer(packet))
             if !partial, let reason = header.complete(packet) {
-                netstack.countDrop(reason, input: netif)
+                netstack.countDrop(reason, input: netif, packet: UnsafeRawBufferPointer(packet))
                 continue
             }
             if header.gsoType != VirtioNetHeader.gsoNone { largeSegmentsRead &+= 1 }
@@ -402,7 +410,7 @@ public final class TunInput: IOHandler, PacketWriter {
         let cut = UDPSegmentation.split(packet, transportOffset: t, segmentSize: segmentSize, scratch: segmentScratch) { piece in
             netstack.input(piece, from: netif)
         }
-        if cut { largeDatagramsRead &+= 1 } else { netstack.countDrop(.offloadHeader, input: netif) }
+        if cut { largeDatagramsRead &+= 1 } else { netstack.countDrop(.offloadHeader, input: netif, packet: packet) }
     }
 
     public func writePacket(_ packet: UnsafeRawBufferPointer, segmentSize: Int) {
@@ -433,6 +441,7 @@ public final class TunInput: IOHandler, PacketWriter {
 
     private func writeNow(_ packet: UnsafeRawBufferPointer) {
         guard fd >= 0 else { return }
+        if let c = capture, c.isActive { c.packet(packet, netif: netif, .outbound) }
         send(offload.isOn ? UnsafeRawBufferPointer(plainHeader) : UnsafeRawBufferPointer(start: nil, count: 0), packet)
     }
 
@@ -459,6 +468,7 @@ public final class TunInput: IOHandler, PacketWriter {
     /// it cuts into pieces): its headers go from a copy whose checksum field holds the
     /// pseudo-header's sum; the payload goes from lwIP's segment as it is.
     private func writeTCP(_ packet: UnsafeRawBufferPointer, _ offload: (header: VirtioNetHeader, checksumSeed: UInt16)?) {
+        if let c = capture, c.isActive { c.packet(packet, netif: netif, .outbound) }
         guard let (header, seed) = offload,
               Int(header.headerLength) + VirtioNetHeader.size <= segmentHeaders.count
         else {

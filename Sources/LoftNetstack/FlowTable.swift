@@ -33,6 +33,57 @@ final class FlowTable {
 
     var count: Int { tcp.count + udp.count }
 
+    /// Ids for flows and associations, from 1 (wrapping past 2^32 - 1 to 1 again).
+    private var lastID: UInt32 = 0
+    func nextID() -> UInt32 {
+        lastID = lastID == UInt32.max ? 1 : lastID + 1
+        return lastID
+    }
+
+    /// The flow or association a packet of input `netif` belongs to (`inbound`: read from the
+    /// input, so its source is the app's end): its id and outbound. For captures.
+    func owner(of packet: UnsafeRawBufferPointer, netif: Int, inbound: Bool) -> (id: UInt64, outbound: String)? {
+        // The addresses and ports only: a segment loft writes with offloads is not a whole
+        // packet by PacketSummary's checks (its lengths and checksums are the kernel's to finish).
+        let p = packet
+        guard p.count >= 20 else { return nil }
+        let proto: UInt8, t: Int, src: IPAddress, dst: IPAddress
+        switch p[0] >> 4 {
+        case 4:
+            t = Int(p[0] & 0x0F) * 4
+            guard t >= 20, (Int(p[6] & 0x1F) << 8 | Int(p[7])) == 0 else { return nil }
+            proto = p[9]
+            src = IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: p[12..<16]))
+            dst = IPAddress(ipv4Bytes: UnsafeRawBufferPointer(rebasing: p[16..<20]))
+        case 6:
+            guard p.count >= 40 else { return nil }
+            t = 40
+            proto = p[6]
+            src = IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: p[8..<24]))
+            dst = IPAddress(ipv6Bytes: UnsafeRawBufferPointer(rebasing: p[24..<40]))
+        default:
+            return nil
+        }
+        guard p.count >= t + 4 else { return nil }
+        let a = Endpoint(src, UInt16(p[t]) << 8 | UInt16(p[t + 1])), b = Endpoint(dst, UInt16(p[t + 2]) << 8 | UInt16(p[t + 3]))
+        let (app, remote) = inbound ? (a, b) : (b, a)
+        switch proto {
+        case IPProtocol.tcp:
+            guard let f = tcp[FlowKey(netif: netif, source: app, destination: remote)] else { return nil }
+            return (UInt64(f.id), f.outboundName)
+        case IPProtocol.udp:
+            guard let u = conversations[UDPConversation(netif: netif, source: app, destination: remote)] else { return nil }
+            return (UInt64(u.id), u.outboundName)
+        default:
+            return nil
+        }
+    }
+
+    /// A flow or association with this id is live.
+    func contains(id: UInt64) -> Bool {
+        tcp.contains { UInt64($0.id) == id } || udp.contains { UInt64($0.id) == id }
+    }
+
     func countRule(_ rule: Int) { ruleUsage[rule, default: Netstack.RuleUsage()].flows &+= 1 }
 
     // MARK: TCP flows
@@ -205,11 +256,17 @@ final class FlowTable {
         return [("connecting", connecting), ("handshaking", handshaking), ("established", open), ("closing", closing)]
     }
 
-    func snapshot() -> [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] {
+    func snapshot() -> [Netstack.FlowRow] {
         let now = loop.now
-        var out: [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] = []
-        for f in tcp { out.append((.tcp, f.key.source, f.key.destination, f.outboundName, f.bytesUp, f.bytesDown, now - f.createdAt)) }
-        for a in udp { out.append((.udp, a.key.source, a.lastDestination, a.outboundName, a.bytesUp, a.bytesDown, now - a.createdAt)) }
+        var out: [Netstack.FlowRow] = []
+        for f in tcp {
+            out.append(.init(id: UInt64(f.id), network: .tcp, source: f.key.source, destination: f.key.destination,
+                             outbound: f.outboundName, bytesUp: f.bytesUp, bytesDown: f.bytesDown, ageMs: now - f.createdAt))
+        }
+        for a in udp {
+            out.append(.init(id: UInt64(a.id), network: .udp, source: a.key.source, destination: a.lastDestination,
+                             outbound: a.outboundName, bytesUp: a.bytesUp, bytesDown: a.bytesDown, ageMs: now - a.createdAt))
+        }
         return out
     }
 }

@@ -136,10 +136,23 @@ public final class Netstack {
     func drop(_ r: PacketDropReason, _ netif: Int) {
         tally.drops[r.rawValue] &+= 1
         inputCounters[netif].drops[r.rawValue] &+= 1
+        if let tap = dropTap, let p = packetInHand { tap(p, r, netif) }
     }
 
-    /// For inputs that drop before the stack sees a packet (an oversize datagram, say).
-    public func countDrop(_ r: PacketDropReason, input: Int) { drop(r, input) }
+    /// For inputs that drop before the stack sees a packet (an oversize datagram, say): the
+    /// packet, when there is one, goes to `dropTap` too.
+    public func countDrop(_ r: PacketDropReason, input: Int, packet: UnsafeRawBufferPointer? = nil) {
+        guard let packet, dropTap != nil else { return drop(r, input) }
+        packetInHand = packet
+        drop(r, input)
+        packetInHand = nil
+    }
+
+    /// Told of every packet dropped while an input hands it in (its bytes, why, the input):
+    /// `loft capture --drops`. Nil (no cost beyond one check per drop) while nobody asks.
+    public var dropTap: ((UnsafeRawBufferPointer, PacketDropReason, Int) -> Void)?
+    /// The packet `input` is taking, while `dropTap` is set.
+    private var packetInHand: UnsafeRawBufferPointer?
 
     /// Per input (index from addInput): packets and drops by reason.
     public internal(set) var inputCounters: [InputCounters] = []
@@ -158,6 +171,13 @@ public final class Netstack {
     /// lwIP then takes it without summing it. Never on the packet-mode input (its packets may
     /// be forwarded as they are).
     public func input(_ packet: UnsafeRawBufferPointer, from netif: Int, partialChecksum: Bool = false) {
+        guard dropTap != nil else { return take(packet, from: netif, partialChecksum: partialChecksum) }
+        packetInHand = packet
+        take(packet, from: netif, partialChecksum: partialChecksum)
+        packetInHand = nil
+    }
+
+    private func take(_ packet: UnsafeRawBufferPointer, from netif: Int, partialChecksum: Bool) {
         tally.packetsIn &+= 1
         tally.bytesIn &+= UInt64(packet.count)
         inputCounters[netif].packetsIn &+= 1
@@ -329,7 +349,27 @@ public final class Netstack {
 
     /// Live flows for status: (network, source, destination, outbound, bytes up, bytes down,
     /// age ms). A UDP association shows the destination of its app's latest datagram.
-    public func flowSnapshot() -> [(FlowNetwork, Endpoint, Endpoint, String, UInt64, UInt64, UInt64)] { flows.snapshot() }
+    /// One live flow or association, as `loft status --flows` shows it.
+    public struct FlowRow {
+        public var id: UInt64
+        public var network: FlowNetwork
+        public var source: Endpoint
+        public var destination: Endpoint
+        public var outbound: String
+        public var bytesUp: UInt64
+        public var bytesDown: UInt64
+        public var ageMs: UInt64
+    }
+
+    public func flowSnapshot() -> [FlowRow] { flows.snapshot() }
+
+    /// The flow a packet of input `netif` belongs to (its id and outbound), for captures.
+    public func flowOf(_ packet: UnsafeRawBufferPointer, netif: Int, inbound: Bool) -> (id: UInt64, outbound: String)? {
+        flows.owner(of: packet, netif: netif, inbound: inbound)
+    }
+
+    /// A flow or association with this id is live.
+    public func hasFlow(id: UInt64) -> Bool { flows.contains(id: id) }
 
     /// After each batch of events: the lwIP ends' events (bytes from apps, room from ACKs),
     /// then one tcp_output per flow that was written to.

@@ -13,7 +13,6 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     enum State: UInt8 { case connecting, handshaking, open, closed }
 
     let key: FlowKey
-    var state = State.connecting
     /// The rule that decided the flow (-1: the default). Small fields together, after the key:
     /// the object is one allocation per flow, and padding counts at 10k flows.
     private var rule: Int32 = -1
@@ -21,10 +20,13 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
         get { Int(rule) }
         set { rule = Int32(clamping: newValue) }
     }
+    /// The flow's id in `loft status --flows` (and `loft capture --flow`).
+    let id: UInt32
     /// The app's initial sequence number.
     let synSequence: UInt32
     /// The MSS the app announced (RFC 9293's default when it announced none).
     let appMSS: UInt16
+    var state = State.connecting
     var outboundName = ""
     private(set) var splice: Splice!
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
@@ -46,6 +48,7 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     init(table: FlowTable, key: FlowKey, syn: [UInt8], summary: PacketSummary, now: UInt64) {
         self.table = table
         self.key = key
+        self.id = table.nextID()
         self.heldSYN = syn
         (synSequence, appMSS) = syn.withUnsafeBytes { p in
             (summary.tcpSequence(p),

@@ -24,7 +24,7 @@ extension Netstack {
                 assoc = existing
             } else {
                 guard flows.makeRoom() else { drop(.flowCap, netif); return }
-                let a = UDPAssociation(stack: self, key: key, now: loop.now)
+                let a = UDPAssociation(stack: self, key: key, id: flows.nextID(), now: loop.now)
                 guard let outboundSide = outbound.openAssociation(events: a) else {
                     drop(.rule, netif)
                     return
@@ -67,6 +67,8 @@ struct UDPConversation: Hashable {
 final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
     unowned let stack: Netstack
     let key: UDPKey
+    /// The association's id in `loft status --flows` (and `loft capture --flow`).
+    let id: UInt32
     var outboundSide: DatagramAssociation?
     var outboundName = ""
     var ruleIndex = -1
@@ -82,9 +84,10 @@ final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
     unowned(unsafe) var older: UDPAssociation?
     unowned(unsafe) var newer: UDPAssociation?
 
-    init(stack: Netstack, key: UDPKey, now: UInt64) {
+    init(stack: Netstack, key: UDPKey, id: UInt32, now: UInt64) {
         self.stack = stack
         self.key = key
+        self.id = id
         self.lastActivity = now
         self.createdAt = now
         self.lastDestination = key.source

@@ -1,3 +1,4 @@
+import LoftCapture
 import LoftConfig
 import LoftControl
 import LoftCore
@@ -28,6 +29,7 @@ public final class Runtime {
     public var holders: [HolderOutbound] = []
     public var sstps: [SSTPOutbound] = []
     public var pathMonitor: PathMonitor?
+    public var capture: CaptureHub?
 
     public init(config: Configuration, configPath: String?, loop: EventLoop, version: String) {
         self.config = config
@@ -38,6 +40,7 @@ public final class Runtime {
     }
 
     public func stopAll() {
+        capture?.stop(); capture = nil
         pathMonitor?.stop(); pathMonitor = nil
         for h in holders { h.stop() }
         for s in sstps { s.stop() }

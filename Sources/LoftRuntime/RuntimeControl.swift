@@ -33,13 +33,19 @@ extension Runtime {
             return .success(said + sstps.map { "\($0.name): redialling\n" }.joined())
         case .reload:
             return reload()
+        case .capture:
+            // The control server hands capture requests to the hub before this; here only
+            // when nothing can be captured.
+            return .failure(.init("capture: this loft has no packet input (tun or bridge) to capture"))
         }
     }
 
     private func flows(json: Bool, order: ControlRequest.FlowOrder) -> String {
         var rows = (netstack?.flowSnapshot() ?? []).map {
-            StatusReport.Flow(network: $0.0.rawValue, source: $0.1.description, destination: $0.2.description,
-                              outbound: $0.3, bytesUp: $0.4, bytesDown: $0.5, ageMs: $0.6)
+            var f = StatusReport.Flow(network: $0.network.rawValue, source: $0.source.description, destination: $0.destination.description,
+                                      outbound: $0.outbound, bytesUp: $0.bytesUp, bytesDown: $0.bytesDown, ageMs: $0.ageMs)
+            f.id = $0.id
+            return f
         }
         switch order {
         case .age: rows.sort { $0.ageMs > $1.ageMs }
@@ -48,11 +54,11 @@ extension Runtime {
         case .bytes: rows.sort { $0.bytesUp + $0.bytesDown > $1.bytesUp + $1.bytesDown }
         }
         if json { return JSON.array(rows.map(\.json)).serialized + "\n" }
-        var out = Format.pad("NET", 4) + Format.pad("SOURCE", 26) + Format.pad("DESTINATION", 26) + Format.pad("VIA", 8)
+        var out = Format.padLeft("ID", 8) + " " + Format.pad("NET", 4) + Format.pad("SOURCE", 26) + Format.pad("DESTINATION", 26) + Format.pad("VIA", 8)
             + Format.padLeft("UP", 10) + Format.padLeft("DOWN", 10) + Format.padLeft("AGE", 10) + "\n"
         if rows.isEmpty { out += "(no live flows)\n" }
         for r in rows {
-            out += Format.pad(r.network, 4) + Format.pad(r.source, 26) + Format.pad(r.destination, 26) + Format.pad(r.outbound, 8)
+            out += Format.padLeft(String(r.id), 8) + " " + Format.pad(r.network, 4) + Format.pad(r.source, 26) + Format.pad(r.destination, 26) + Format.pad(r.outbound, 8)
                 + Format.padLeft(Format.bytes(r.bytesUp), 10) + Format.padLeft(Format.bytes(r.bytesDown), 10)
                 + Format.padLeft(Format.duration(r.ageMs), 10) + "\n"
         }

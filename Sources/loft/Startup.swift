@@ -170,6 +170,8 @@ extension Application {
             runtime.bridge = input
         }
 
+        runtime.setUpCapture(netstack)
+
         // SSTP outbounds too: the first one's IPCP address goes on the TUN (no holder's STATUS
         // competes: a holder, if any, owns the overlay), and its packets come back to the TUN.
         if let tun, !runtime.sstps.isEmpty { netstack.packetModeInput = tun.inputIndex }

@@ -20,6 +20,11 @@ usage: loft run [-c FILE] [--log-format text|json]
                                FILE's `control:`, else /run/loft/control.sock)
        loft path-changed [-c FILE | --control SOCKET]   re-dial sessions after a network change
        loft reload [-c FILE | --control SOCKET]   re-read the rules of the running loft's file
+       loft capture [-c FILE | --control SOCKET] [-w FILE|-] [--input tun|bridge|all]
+                   [--outbound NAME] [--flow ID] [--drops] [--snaplen N] [--count N]
+                   [--duration D] [--filter EXPRESSION]
+                               live pcapng of the packets the TUN and the bridge carry
+                               (docs/capture.md): loft capture -w - | tshark -r -
        loft exec [-c FILE] -- COMMAND [ARG...]
                                run COMMAND in the namespace the loft running FILE routes
                                (as the invoking user under sudo)
@@ -161,6 +166,8 @@ case "path-changed":
     Terminal.say(ask(controlSocket(args), "path-changed"), newline: false)
 case "reload":
     Terminal.say(ask(controlSocket(args), "reload"), newline: false)
+case "capture":
+    CaptureCommand.run(args, socket: controlSocket(args, flags: CaptureCommand.flags, values: CaptureCommand.values))
 case "import":
     Connections.importSources(args)
 case "share":

@@ -173,7 +173,7 @@ final class ControlDispatchTests: XCTestCase {
         let f = try fixture()
         defer { f.stop() }
         XCTAssertEqual(answer(f.handle("flows")),
-                       "NET SOURCE                    DESTINATION               VIA             UP      DOWN       AGE\n(no live flows)\n")
+                       "      ID NET SOURCE                    DESTINATION               VIA             UP      DOWN       AGE\n(no live flows)\n")
         XCTAssertEqual(answer(f.handle("flows json")), "[]\n")
 
         // Oldest, fewest bytes up, most bytes down: each order puts another flow first.
@@ -189,7 +189,7 @@ final class ControlDispatchTests: XCTestCase {
         f.loop.runOnce(timeoutMs: 0)
 
         func sources(_ request: String) -> [String] {
-            answer(f.handle(request)).split(separator: "\n").dropFirst().map { String($0.split(separator: " ")[1]) }
+            answer(f.handle(request)).split(separator: "\n").dropFirst().map { String($0.split(separator: " ")[2]) }
         }
         XCTAssertEqual(sources("flows sort=age"), ["10.0.0.2:40000", "10.0.0.2:40001", "10.0.0.3:40002"])
         XCTAssertEqual(sources("flows sort=up"), ["10.0.0.2:40001", "10.0.0.2:40000", "10.0.0.3:40002"])
@@ -199,10 +199,10 @@ final class ControlDispatchTests: XCTestCase {
 
         let table = answer(f.handle("flows sort=age"))
         let first = table.split(separator: "\n")[1]
-        XCTAssertEqual(String(first), "udp 10.0.0.2:40000            198.18.1.1:53             alt          100 B    1000 B  00:00:06")
+        XCTAssertEqual(String(first), "       1 udp 10.0.0.2:40000            198.18.1.1:53             alt          100 B    1000 B  00:00:06")
 
         let json = answer(f.handle("flows json sort=up"))
-        XCTAssertTrue(json.hasPrefix("[{\"network\":\"udp\",\"source\":\"10.0.0.2:40001\",\"destination\":\"198.18.2.2:5000\",\"outbound\":\"direct\",\"bytes_up\":300,\"bytes_down\":0,\"age_ms\":1000},"), json)
+        XCTAssertTrue(json.hasPrefix("[{\"id\":2,\"network\":\"udp\",\"source\":\"10.0.0.2:40001\",\"destination\":\"198.18.2.2:5000\",\"outbound\":\"direct\",\"bytes_up\":300,\"bytes_down\":0,\"age_ms\":1000},"), json)
         XCTAssertEqual(answer(f.handle("flows sort=up json")), json)
     }
 
@@ -314,9 +314,9 @@ final class ControlDispatchTests: XCTestCase {
         let f = try fixture()
         defer { f.stop() }
         XCTAssertEqual(error(f.handle("")), "empty request")
-        XCTAssertEqual(error(f.handle("shutdown")), "unknown command \"shutdown\" (status, flows, metrics, path-changed, reload)")
+        XCTAssertEqual(error(f.handle("shutdown")), "unknown command \"shutdown\" (status, flows, metrics, path-changed, reload, capture)")
         XCTAssertEqual(error(f.handle(String(repeating: "x", count: 40))),
-                       "unknown command \"\(String(repeating: "x", count: 32))\" (status, flows, metrics, path-changed, reload)")
+                       "unknown command \"\(String(repeating: "x", count: 32))\" (status, flows, metrics, path-changed, reload, capture)")
         XCTAssertEqual(error(f.handle("status yaml")), "status: unknown format \"yaml\"")
         XCTAssertEqual(error(f.handle("status text=39")), "status: unknown format \"text=39\"")
         XCTAssertEqual(error(f.handle("status json text")), "usage: status [json|text[=WIDTH]]")
