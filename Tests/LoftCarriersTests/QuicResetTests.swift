@@ -28,6 +28,12 @@ final class QuicResetTests: XCTestCase {
         let b = SocketAddress(Endpoint(.v4(0x7F00_0001), 40002))
         var lossPercent: UInt64 = 0
         var delayMs: UInt64 = 2
+        /// No server: the client's packets go nowhere (counted in `clientSent`).
+        var serverless = false
+        /// Every packet is lost while set.
+        var cut = false
+        var clientSent = 0
+        var clientClosed: CarrierCloseReason?
         private var rng: UInt64 = 0x9E37_79B9_7F4A_7C15
         var sent = 0, dropped = 0
         var handshakes = 0
@@ -74,6 +80,8 @@ final class QuicResetTests: XCTestCase {
                 let pkt = Array(bytes[at..<at + n])
                 at += n
                 sent += 1
+                if toServer { clientSent += 1 }
+                if cut || (toServer && serverless) { dropped += 1; continue }
                 if draw() < lossPercent { dropped += 1; continue }
                 _ = loop.schedule(after: delayMs) { [weak self] in self?.deliver(pkt, toServer: toServer) }
             }
@@ -109,7 +117,10 @@ final class QuicResetTests: XCTestCase {
         func quicWritable(_ c: QuicConnection, stream: Int64) {}
         func quicStreamReset(_ c: QuicConnection, stream: Int64, code: UInt64) { resets.append(stream) }
         func quicDatagram(_ c: QuicConnection, _ bytes: UnsafeRawBufferPointer) {}
-        func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason) { closedReason = reason }
+        func quicClosed(_ c: QuicConnection, _ reason: CarrierCloseReason) {
+            closedReason = reason
+            if c === client { clientClosed = reason }
+        }
     }
 
     /// The client writes 512 KiB on each of 8 streams at 10 % loss and resets every one of

@@ -1,8 +1,13 @@
-# A bridge peer for bridge.test.sh and sstp.test.sh: socat turns a TUN (198.18.2.1/24,
+# A bridge peer for the bridge, capture and sstp tests: socat turns a TUN (198.18.2.1/24,
 # fd00:2::1/64) in its own namespace into a bridge client (one datagram = one IP packet).
-# The caller sets PEER_NS, PEER_TUN, EXT_PORT (loft's bridge port) and PEER_PORT (socat's),
-# then sources this: the namespace is made (and removed with the test's), and peer_up /
-# peer_down start and stop socat; in_peer runs a command in the peer's namespace.
+# The caller may set PEER_NS, PEER_TUN, EXT_PORT (loft's bridge port) and PEER_PORT (socat's)
+# before sourcing this (each has a default from the test's id): the namespace is made (and
+# removed with the test's), and peer_up / peer_down start and stop socat; in_peer runs a
+# command in the peer's namespace.
+PEER_NS=${PEER_NS:-loft-peer-$T_ID}
+PEER_TUN=${PEER_TUN:-lpeer$((T_ID % 100000))}
+EXT_PORT=${EXT_PORT:-$((30000 + T_ID % 10000))}
+PEER_PORT=${PEER_PORT:-$((EXT_PORT + 10000))}
 SOCAT_PID=
 ip netns add "$PEER_NS" && T_NETNS+=("$PEER_NS") && register netns "$PEER_NS"
 ip -n "$PEER_NS" link set lo up

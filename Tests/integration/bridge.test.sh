@@ -11,10 +11,6 @@ start_nginx 1 4096
 start_dns
 start_sink
 
-PEER_NS=loft-peer-$T_ID
-PEER_TUN=lpeer$((T_ID % 100000))
-EXT_PORT=$((30000 + T_ID % 10000))
-PEER_PORT=$((EXT_PORT + 10000))
 . "$(dirname "$0")/bridge-peer.sh"
 
 cfg=$T_DIR/bridge.yaml
