@@ -45,7 +45,8 @@ public final class CaptureHub {
     /// The last packet read from an input (its bytes' address and its input) while the
     /// netstack takes it: a drop of it takes it back out of the captures.
     private var pending: (UnsafeRawPointer?, Int) = (nil, -1)
-    /// Captures run, and packets their readers lost, since start (for status).
+    /// Captures run, and packets their readers lost, since start (each capture's own are in its
+    /// statistics block and its `capture.end` log line).
     public private(set) var started: UInt64 = 0
     public private(set) var lost: UInt64 = 0
 
@@ -64,7 +65,7 @@ public final class CaptureHub {
             Log.info("capture.start", ["input": request.input.rawValue, "filter": request.filter ?? "",
                                        "drops": request.drops, "captures": sessions.count])
         case .failure(let e):
-            CaptureSession.refuse(fd, "error \(e.description)\n")
+            ControlServer.refuse(fd, "error \(e.description)\n")
         }
     }
 

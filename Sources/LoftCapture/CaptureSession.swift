@@ -217,11 +217,4 @@ final class CaptureSession: IOHandler {
         ring.deallocate()
         keep = nil
     }
-
-    /// An answer to a capture that does not start, and the connection closed.
-    static func refuse(_ fd: Int32, _ message: String) {
-        let msg = Array(message.utf8)
-        _ = msg.withUnsafeBytes { Syscall.send(fd, $0.baseAddress!, $0.count, flags: Int32(MSG_NOSIGNAL)) }
-        _ = Syscall.close(fd)
-    }
 }

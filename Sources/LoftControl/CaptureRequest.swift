@@ -33,15 +33,15 @@ public struct CaptureRequest: Equatable, Sendable {
     /// The request, or why not. `line` begins with "capture".
     public static func parse(_ line: String) -> Result<CaptureRequest, ControlServer.ControlError> {
         var r = CaptureRequest()
-        var rest = Substring(line)
-        guard rest.hasPrefix("capture") else { return .failure(.init(usage)) }
-        rest = rest.dropFirst("capture".count)
-        if let f = rest.firstRange(" filter=") {
-            let expr = rest[f.upperBound...].trimmingSpaces
+        guard line.hasPrefix("capture") else { return .failure(.init(usage)) }
+        var rest = Substring(line).dropFirst("capture".count)
+        let bytes = Array(line.utf8), key = Array(" filter=".utf8)
+        if let f = OneShotConnection.find(key, in: bytes) {
+            let expr = Substring(String(decoding: bytes[(f + key.count)...], as: UTF8.self)).trimmingSpaces
             if expr.isEmpty { return .failure(.init("capture: filter= needs an expression")) }
             if expr.utf8.count > maxFilterBytes { return .failure(.init("capture: the filter is longer than \(maxFilterBytes) bytes")) }
             r.filter = String(expr)
-            rest = rest[..<f.lowerBound]
+            rest = Substring(String(decoding: bytes["capture".utf8.count..<f], as: UTF8.self))
         }
         var seen = Set<Substring>()
         for word in rest.split(separator: " ") {
@@ -99,20 +99,6 @@ public struct CaptureRequest: Equatable, Sendable {
 }
 
 extension Substring {
-    /// Where `needle` first stands in this text.
-    func firstRange(_ needle: String) -> Range<Index>? {
-        let n = Array(needle.utf8)
-        let u = utf8
-        var i = u.startIndex
-        while i != u.endIndex {
-            var j = i, k = 0
-            while k < n.count, j != u.endIndex, u[j] == n[k] { j = u.index(after: j); k += 1 }
-            if k == n.count { return i..<j }
-            i = u.index(after: i)
-        }
-        return nil
-    }
-
     var trimmingSpaces: Substring {
         var s = self
         while s.first == " " { s = s.dropFirst() }

@@ -243,13 +243,13 @@ public final class ControlServer: IOHandler {
             let uid = Syscall.peerUID(c)
             if uid == nil || (uid != 0 && uid != Syscall.effectiveUserID) {
                 refusedPeers &+= 1
-                refuse(c, "error permission denied\n")
+                Self.refuse(c, "error permission denied\n")
                 continue
             }
             if table.isFull, let victim = table.evictionVictim() { victim.close() }
             if table.isFull {
                 refusedBusy &+= 1
-                refuse(c, "error busy: \(Self.maxClients) control requests in progress, try again\n")
+                Self.refuse(c, "error busy: \(Self.maxClients) control requests in progress, try again\n")
                 continue
             }
             let conn = OneShotConnection(fd: c, loop: loop, terminator: [10], limit: 1024,
@@ -277,7 +277,9 @@ public final class ControlServer: IOHandler {
         return true
     }
 
-    private func refuse(_ c: Int32, _ message: String) {
+    /// An answer to a connection that gets nothing more (a refused peer, a capture that does
+    /// not start), and the connection closed.
+    public static func refuse(_ c: Int32, _ message: String) {
         let msg = Array(message.utf8)
         _ = msg.withUnsafeBytes { Syscall.write(c, $0.baseAddress!, $0.count) }
         _ = Syscall.close(c)

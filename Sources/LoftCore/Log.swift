@@ -52,9 +52,8 @@ public enum Log {
 
     public static func emit(_ level: Level, _ event: String, _ fields: [(String, Any)]) {
         guard level <= threshold else { return }
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        let time = "\(ts.tv_sec).\(String(ts.tv_nsec / 1_000_000).leftPadded(3))"
+        let us = WallClock.microseconds()
+        let time = "\(us / 1_000_000).\(String(us / 1000 % 1000).leftPadded(3))"
         var line: String
         switch format {
         case .text, .journal:

@@ -39,9 +39,14 @@ extension Syscall {
 
     /// Writes all of `bytes` to `fd` (EINTR retried).
     public static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Result<Void, Errno> {
+        bytes.withUnsafeBytes { writeAll(fd, $0) }
+    }
+
+    /// Writes all of `bytes` to `fd` (EINTR retried).
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Result<Void, Errno> {
         var off = 0
         while off < bytes.count {
-            let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            let n = Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off)
             if n < 0 { if errno == EINTR { continue }; return failure() }
             off += n
         }

@@ -137,8 +137,6 @@ extension Syscall {
     public static func halfCloseOnSignals(_ fd: Int32) {
         halfClosedOnSignal = fd
         signal(SIGPIPE, SIG_IGN)
-        for s in [SIGINT, SIGTERM, SIGHUP] {
-            signal(s) { _ in _ = Glibc.shutdown(halfClosedOnSignal, Int32(SHUT_WR)) }
-        }
+        onTerminationSignals { _ in _ = Glibc.shutdown(halfClosedOnSignal, Int32(SHUT_WR)) }
     }
 }

@@ -9,12 +9,9 @@ enum CaptureCommand {
     static let flags: Set<String> = ["--drops"]
     static let values: Set<String> = ["-w", "--input", "--outbound", "--flow", "--snaplen", "--count", "--duration", "--filter"]
 
-    /// `args` (checked by the caller against `flags` and `values`), the control `socket`.
-    static func run(_ args: [String], socket: String) -> Never {
-        func value(_ args: [String], _ name: String) -> String? {
-            guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
-            return args[i + 1]
-        }
+    /// `args` (checked by the caller against `flags` and `values`), the control `socket`;
+    /// `value` reads an option's value from the arguments (`Arguments.value`).
+    static func run(_ args: [String], socket: String, value: ([String], String) -> String?) -> Never {
         var r = CaptureRequest()
         if let v = value(args, "--input") {
             if v == "socks" || v == "socks5" { Terminal.fail(parseError("capture input=socks"), code: 2) }
@@ -89,16 +86,10 @@ enum CaptureCommand {
             case .failure(let e): failed = "reading from loft: \(e)"; break reading
             }
             buf.withUnsafeBytes { counter.feed(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            var off = 0
-            while off < n {
-                switch buf.withUnsafeBytes({ Syscall.write(out, $0.baseAddress! + off, n - off) }) {
-                case .success(let w): off += w
-                case .failure(let e) where e == .interrupted: continue
-                case .failure(let e):
-                    // The reader of stdout went away (tshark ended): the capture ends here.
-                    if out == 1 && e == .brokenPipe { Syscall.exit(0) }
-                    Terminal.fail("loft capture: \(target): \(e)", code: 1)
-                }
+            if case .failure(let e) = buf.withUnsafeBytes({ Syscall.writeAll(out, UnsafeRawBufferPointer(rebasing: $0[0..<n])) }) {
+                // The reader of stdout went away (tshark ended): the capture ends here.
+                if out == 1 && e == .brokenPipe { Syscall.exit(0) }
+                Terminal.fail("loft capture: \(target): \(e)", code: 1)
             }
         }
         if out != 1 { _ = Syscall.close(out) }

@@ -167,7 +167,7 @@ case "path-changed":
 case "reload":
     Terminal.say(ask(controlSocket(args), "reload"), newline: false)
 case "capture":
-    CaptureCommand.run(args, socket: controlSocket(args, flags: CaptureCommand.flags, values: CaptureCommand.values))
+    CaptureCommand.run(args, socket: controlSocket(args, flags: CaptureCommand.flags, values: CaptureCommand.values), value: value)
 case "import":
     Connections.importSources(args)
 case "share":
