@@ -127,10 +127,12 @@ public final class CaptureHub {
         let wasPending = pending.1 == netif && pending.0 != nil && pending.0 == UnsafeRawPointer(p.baseAddress)
         pending = (nil, -1)
         var flow: (id: UInt64, outbound: String)??
-        let comment = Array("dropped: \(reason)".utf8)
+        var comment: [UInt8]?       // made once, and only when a capture asked for drops
         for s in sessions {
             if wasPending { s.takeBackLast() }
-            if s.request.drops { s.offer(p, netif: netif, .inbound, comment: comment, flow: &flow) }
+            guard s.request.drops else { continue }
+            if comment == nil { comment = Array("dropped: \(reason)".utf8) }
+            s.offer(p, netif: netif, .inbound, comment: comment, flow: &flow)
         }
     }
 
