@@ -108,40 +108,58 @@ public final class CarrierListener: IOHandler {
         if options.kinds.contains(.h2) { alpn.append("h2") }
         if options.kinds.contains(.ws) || options.kinds.contains(.get) { alpn.append("http/1.1") }
         context = try TLSContext(server: options.tls, alpn: alpn)
-        let s = Sockets.make(family: Sockets.family(of: options.listen), type: Int32(SOCK_STREAM.rawValue))
-        guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
-        _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
-        if case .failure(let e) = Syscall.bind(s, to: SocketAddress(options.listen)) {
-            _ = Syscall.close(s)
-            throw SystemError("bind \(options.listen)", e.code)
-        }
-        if case .failure(let e) = Syscall.listen(s, backlog: 1024) {
-            _ = Syscall.close(s)
-            throw SystemError("listen \(options.listen)", e.code)
-        }
-        fd = s
-        localEndpoint = Sockets.localEndpoint(s) ?? options.listen
-        runtime.loop.register(s, IOEvents.readable, self)
-        if options.kinds.contains(.quic) || options.kinds.contains(.h3) {
+        let wantsQuic = options.kinds.contains(.quic) || options.kinds.contains(.h3)
+        // Port 0 with quic on the same number: the kernel picks a TCP port whose UDP twin may be
+        // taken; another pick is tried then (a few times) instead of failing the start.
+        let retries = wantsQuic && options.listen.port == 0 && options.quicListen?.port == nil ? 8 : 1
+        fd = -1
+        localEndpoint = options.listen
+        var attempt = 0
+        while true {
+            attempt += 1
+            let s = try Self.listenTCP(options.listen)
+            let local = Sockets.localEndpoint(s) ?? options.listen
+            guard wantsQuic else { fd = s; localEndpoint = local; break }
             do {
-                quic = try QuicListener(listen: Endpoint(options.quicListen?.address ?? localEndpoint.address,
-                                                         options.quicListen?.port ?? localEndpoint.port),
+                quic = try QuicListener(listen: Endpoint(options.quicListen?.address ?? local.address,
+                                                         options.quicListen?.port ?? local.port),
                                         tls: options.tls, runtime: runtime, owner: self,
                                         maxPendingHandshakes: options.maxPendingHandshakes,
                                         maxPendingPerSource: options.maxPendingPerSource,
                                         retry: options.quicRetry, maxStreams: options.quicMaxStreams, maxPacket: options.quicMaxPacket,
                                         quic: options.kinds.contains(.quic), h3Path: options.kinds.contains(.h3) ? options.path : nil)
+                fd = s
+                localEndpoint = local
+                break
+            } catch let e as SystemError where e.code == EADDRINUSE && attempt < retries {
+                _ = Syscall.close(s)
             } catch {
-                runtime.loop.unregister(s)
                 _ = Syscall.close(s)
                 throw error
             }
         }
+        runtime.loop.register(fd, IOEvents.readable, self)
         Log.info("carrier.listen", ["address": localEndpoint, "path": options.path,
                                     "carriers": options.kinds.map(\.rawValue).sorted().joined(separator: ",")])
     }
 
     deinit { close() }
+
+    /// A listening TCP socket on `listen` (SO_REUSEADDR, backlog 1024).
+    private static func listenTCP(_ listen: Endpoint) throws -> Int32 {
+        let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_STREAM.rawValue))
+        guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
+        _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
+        if case .failure(let e) = Syscall.bind(s, to: SocketAddress(listen)) {
+            _ = Syscall.close(s)
+            throw SystemError("bind \(listen)", e.code)
+        }
+        if case .failure(let e) = Syscall.listen(s, backlog: 1024) {
+            _ = Syscall.close(s)
+            throw SystemError("listen \(listen)", e.code)
+        }
+        return s
+    }
 
     /// Stops accepting; connections still in the handshake are dropped. Carriers already handed
     /// out are not touched: the quic ones keep the UDP socket, which closes with the last of
