@@ -13,17 +13,6 @@ import XCTest
 /// tests fail: minutes of virtual time pass in a fraction of a second of real time.
 /// The two ends are joined in memory by `QuicResetTests.Link`, every packet crossing 1 ms later.
 final class QuicClockTests: XCTestCase {
-    /// Advances `loop` in steps of `step` ms until `done` or `limitMs` have passed; the
-    /// virtual milliseconds it took.
-    private func advance(_ loop: EventLoop, step: UInt64 = 10, limitMs: UInt64, until done: () -> Bool) -> UInt64 {
-        var passed: UInt64 = 0
-        while !done() && passed < limitMs {
-            loop.advance(by: step)
-            passed += step
-        }
-        return passed
-    }
-
     /// A client with no server: its Initial is sent again at each loss-detection deadline
     /// (PTO, backing off), and the handshake timeout (10 s from the connection's start on the
     /// loop's clock) ends it, all in virtual time.
@@ -39,7 +28,7 @@ final class QuicClockTests: XCTestCase {
         loop.advance(by: QuicLimits().handshakeTimeoutMs - 100)
         XCTAssertNil(path.clientClosed, "open until the handshake timeout")
         XCTAssertGreaterThanOrEqual(path.clientSent, 3, "the Initial was sent again at the loss-detection deadlines")
-        let more = advance(loop, limitMs: 1_000) { path.clientClosed != nil }
+        let more = loop.advance(limitMs: 1_000) { path.clientClosed != nil }
         XCTAssertNotNil(path.clientClosed, "the handshake timeout ended the connection")
         XCTAssertLessThanOrEqual(more, 200, "at the handshake timeout")
         XCTAssertLessThan(monotonicMilliseconds() - realStart, 5_000, "virtual time, not real")
@@ -53,7 +42,7 @@ final class QuicClockTests: XCTestCase {
         path.delayMs = 1
         let realStart = monotonicMilliseconds()
         try path.dial()
-        _ = advance(loop, step: 1, limitMs: 2_000) { path.handshakes == 2 }
+        _ = loop.advance(step: 1, limitMs: 2_000) { path.handshakes == 2 }
         XCTAssertEqual(path.handshakes, 2, "handshake")
         // What the handshake's end sends (HANDSHAKE_DONE, NEW_TOKEN, acknowledgments) crosses.
         loop.advance(by: 50)
@@ -61,7 +50,7 @@ final class QuicClockTests: XCTestCase {
         let idle = QuicLimits().idleTimeoutMs
         loop.advance(by: idle - 1_000)
         XCTAssertNil(path.clientClosed, "open until the idle timeout")
-        let more = advance(loop, limitMs: 3_000) { path.clientClosed != nil }
+        let more = loop.advance(limitMs: 3_000) { path.clientClosed != nil }
         guard case .timeout(let why)? = path.clientClosed else {
             return XCTFail("\(String(describing: path.clientClosed))")
         }

@@ -14,7 +14,8 @@ import XCTest
 /// stream (found by bench/holder's netem row: loft-front crashed in memcpy under
 /// ngtcp2_conn_writev_stream once an iperf3 run ended and its flows were reset with data
 /// unacknowledged). Two QuicConnections joined in memory (no sockets) by `Link`, which drops
-/// a share of the packets each way.
+/// a share of the packets each way. The loop runs on a `VirtualClock`: the link's delay,
+/// ngtcp2's loss detection and the tests' waits are timers on it, advanced without waiting.
 final class QuicResetTests: XCTestCase {
     /// The two ends and the path between them: every packet crosses it on the next loop turn
     /// after `delayMs`, unless the seeded draw drops it.
@@ -130,11 +131,11 @@ final class QuicResetTests: XCTestCase {
     /// the budget; the connection carries a new stream intact afterwards. Under address
     /// sanitizer (docs/testing.md) a ring freed at the reset is a heap-use-after-free here.
     func testResetStreamKeepsItsRingUntilNgtcp2ClosesIt() throws {
-        let h = try Harness()
+        let h = try Harness(clock: VirtualClock())
         let link = try Link(loop: h.loop)
         try link.dial()
         let client = try XCTUnwrap(link.client)
-        XCTAssertTrue(h.run(seconds: 10) { link.handshakes == 2 }, "handshake")
+        XCTAssertTrue(h.advance(seconds: 10) { link.handshakes == 2 }, "handshake")
         link.lossPercent = 10
         let chunk = [UInt8](repeating: 0x5A, count: 512 << 10)
         var ids: [Int64] = []
@@ -144,13 +145,11 @@ final class QuicResetTests: XCTestCase {
             ids.append(id)
         }
         // Some packets leave (and some are lost), most bytes are still unacknowledged.
-        var waited = false
-        h.after(30) { waited = true }
-        h.run(seconds: 1) { waited }
+        h.advance(ms: 30)
         for id in ids { client.reset(id, code: 1) }
         XCTAssertFalse(client.retired.isEmpty, "a reset stream with bytes in flight keeps its ring")
         XCTAssertGreaterThan(client.heldTotal, 0)
-        XCTAssertTrue(h.run(seconds: 15) { client.retired.isEmpty }, "retired rings left: \(client.retired.count)")
+        XCTAssertTrue(h.advance(seconds: 15) { client.retired.isEmpty }, "retired rings left: \(client.retired.count)")
         XCTAssertEqual(client.heldTotal, 0, "every retired ring's bytes left the budget")
         XCTAssertTrue(client.streams.isEmpty)
         XCTAssertGreaterThan(link.dropped, 0)
@@ -159,7 +158,7 @@ final class QuicResetTests: XCTestCase {
         let id = try XCTUnwrap(client.openStream(ringCap: 1 << 20))
         XCTAssertEqual(chunk.withUnsafeBytes { client.write(id, $0) }, chunk.count)
         client.finish(id)
-        XCTAssertTrue(h.run(seconds: 15) { link.received[id] == chunk.count }, "got \(link.received[id] ?? 0)")
+        XCTAssertTrue(h.advance(seconds: 15) { link.received[id] == chunk.count }, "got \(link.received[id] ?? 0)")
         XCTAssertNil(link.closedReason)
         print("quic reset under loss: \(link.sent) packets, \(link.dropped) dropped")
         link.client?.close(waitMs: 0)
@@ -197,25 +196,23 @@ final class QuicResetTests: XCTestCase {
     /// The peer resets a stream it sent on (RESET_STREAM): loft forgets the stream and answers
     /// with its own reset, so ngtcp2 closes the stream on both ends and nothing stays retired.
     func testPeerResetEndsBothDirections() throws {
-        let h = try Harness()
+        let h = try Harness(clock: VirtualClock())
         let link = try Link(loop: h.loop)
         try link.dial()
         let client = try XCTUnwrap(link.client)
-        XCTAssertTrue(h.run(seconds: 10) { link.handshakes == 2 }, "handshake")
+        XCTAssertTrue(h.advance(seconds: 10) { link.handshakes == 2 }, "handshake")
         let id = try XCTUnwrap(client.openStream(ringCap: 1 << 20))
         let hello = [UInt8](repeating: 1, count: 1000)
         _ = hello.withUnsafeBytes { client.write(id, $0) }
-        XCTAssertTrue(h.run(seconds: 5) { link.received[id] == 1000 })
+        XCTAssertTrue(h.advance(seconds: 5) { link.received[id] == 1000 })
         let server = try XCTUnwrap(link.server)
         // The server sends 512 KiB back at 10 % loss and the client resets it mid-way.
         link.lossPercent = 10
         let chunk = [UInt8](repeating: 0xA5, count: 512 << 10)
         XCTAssertEqual(chunk.withUnsafeBytes { server.write(id, $0) }, chunk.count)
-        var waited = false
-        h.after(30) { waited = true }
-        h.run(seconds: 1) { waited }
+        h.advance(ms: 30)
         client.reset(id, code: 2)
-        XCTAssertTrue(h.run(seconds: 15) { link.resets.contains(id) && server.retired.isEmpty && server.streams[id] == nil
+        XCTAssertTrue(h.advance(seconds: 15) { link.resets.contains(id) && server.retired.isEmpty && server.streams[id] == nil
                                            && client.retired.isEmpty && client.streams[id] == nil },
                       "server: resets \(link.resets), retired \(server.retired.count); client retired \(client.retired.count)")
         XCTAssertEqual(server.heldTotal, 0)
@@ -232,7 +229,7 @@ final class QuicResetTests: XCTestCase {
     /// quic stalled until the keepalive gave up once iperf3 runs had reset flows with bytes
     /// still queued for them).
     func testBytesDroppedUnreadGiveTheirCreditBack() throws {
-        let h = try Harness()
+        let h = try Harness(clock: VirtualClock())
         let link = try Link(loop: h.loop)
         link.serverLimits.maxData = 256 << 10
         link.serverLimits.maxWindow = 256 << 10
@@ -240,7 +237,7 @@ final class QuicResetTests: XCTestCase {
         link.serverLimits.maxStreamWindow = 128 << 10
         try link.dial()
         let client = try XCTUnwrap(link.client)
-        XCTAssertTrue(h.run(seconds: 10) { link.handshakes == 2 }, "handshake")
+        XCTAssertTrue(h.advance(seconds: 10) { link.handshakes == 2 }, "handshake")
         let chunk = [UInt8](repeating: 0x3C, count: 128 << 10)
         var dropped = 0
         for i in 0..<10 {
@@ -254,14 +251,14 @@ final class QuicResetTests: XCTestCase {
                 dropped += 1
             }
             XCTAssertEqual(chunk.withUnsafeBytes { client.write(id, $0) }, chunk.count)
-            XCTAssertTrue(h.run(seconds: 10) { done }, "stream \(i): the server never held all 128 KiB")
+            XCTAssertTrue(h.advance(seconds: 10) { done }, "stream \(i): the server never held all 128 KiB")
         }
         XCTAssertEqual(dropped, 10)
         let id = try XCTUnwrap(client.openStream(ringCap: 1 << 20))
         let big = [UInt8](repeating: 0x77, count: 1 << 20)
         XCTAssertEqual(big.withUnsafeBytes { client.write(id, $0) }, big.count)
         client.finish(id)
-        XCTAssertTrue(h.run(seconds: 10) { link.received[id] == big.count }, "got \(link.received[id] ?? 0) of 1 MiB")
+        XCTAssertTrue(h.advance(seconds: 10) { link.received[id] == big.count }, "got \(link.received[id] ?? 0) of 1 MiB")
         XCTAssertNil(link.closedReason)
         link.client?.close(waitMs: 0)
         link.server?.close(waitMs: 0)

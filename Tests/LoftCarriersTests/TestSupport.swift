@@ -25,6 +25,24 @@ final class Harness {
         return !timedOut
     }
 
+    /// On a virtual clock (`init(clock:)`): one turn of the loop at the current time, so that
+    /// what the test just asked for (a write, a reset) goes out now as on a running loop
+    /// (`advance(by:)` alone moves the clock to the next timer first), then the clock advanced
+    /// 10 ms at a time until `done()` holds or `seconds` of it have passed, without waiting in
+    /// real time. True when done in time.
+    @discardableResult
+    func advance(seconds: Double, until done: () -> Bool) -> Bool {
+        loop.runOnce(timeoutMs: 0)
+        loop.advance(limitMs: UInt64(seconds * 1000), until: done)
+        return done()
+    }
+
+    /// On a virtual clock: that turn at the current time, then `ms` of the clock.
+    func advance(ms: UInt64) {
+        loop.runOnce(timeoutMs: 0)
+        loop.advance(by: ms)
+    }
+
     /// Runs `action` once after `ms`.
     func after(_ ms: UInt64, _ action: @escaping () -> Void) { runtime.after(ms, action) }
 

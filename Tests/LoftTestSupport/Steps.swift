@@ -45,6 +45,21 @@ extension EventLoop {
 }
 
 extension EventLoop {
+    /// On a virtual clock (`EventLoop(clock:)`): `advance(by: step)` until `done()` holds or
+    /// `limitMs` have passed, without waiting in real time; the virtual milliseconds it took
+    /// (`limitMs` or a step more when not done).
+    @discardableResult
+    public func advance(step: UInt64 = 10, limitMs: UInt64, until done: () -> Bool) -> UInt64 {
+        var passed: UInt64 = 0
+        while !done() && passed < limitMs {
+            advance(by: step)
+            passed += step
+        }
+        return passed
+    }
+}
+
+extension EventLoop {
     /// Calls `check` every `ms` milliseconds (a timer that schedules the next) while it
     /// returns true.
     public func poll(every ms: UInt64, _ check: @escaping () -> Bool) {
