@@ -15,7 +15,7 @@ import XCTest
 /// The running loft's control dispatch (`Runtime.handle`), driven with the request lines the
 /// control socket hands it, against a runtime of real parts (its config read from a file, the
 /// router, a netstack with one input) on a loop with a virtual clock; the outbounds are the
-/// tests' fake, except a real holder for `path-changed`.
+/// tests' fake, except a real holder and a real sstp outbound for `path-changed`.
 final class ControlDispatchTests: XCTestCase {
     var dir = ""
 
@@ -26,7 +26,7 @@ final class ControlDispatchTests: XCTestCase {
     }
 
     override func tearDown() {
-        for name in ["loft.yaml"] { unlink(dir + "/" + name) }
+        for name in ["loft.yaml", "stderr.log"] { unlink(dir + "/" + name) }
         rmdir(dir)
     }
 
@@ -244,6 +244,81 @@ final class ControlDispatchTests: XCTestCase {
         XCTAssertEqual(holder.stats.dials, 3)
     }
 
+    /// The file's `type: sstp` outbound made as `loft run` makes it (Sources/loft/Startup.swift)
+    /// on the fixture's loop, in the runtime's outbounds and sessions; its redials start at 10 s
+    /// (not 0.5 s), so that a redial at once stands out.
+    func sstpOutbound(named name: String, in f: Fixture) throws -> SSTPOutbound {
+        let config = f.runtime.config
+        guard case .sstp(let server, let user, let password, let verification, let serverName, let auth)? =
+                config.outbound(named: name)?.kind else { throw TLSError("no sstp outbound \(name) in the file") }
+        let hp = try XCTUnwrap(HostPort(server))
+        var tls = TLSClientOptions(serverName: serverName)
+        tls.insecure = verification == .insecure
+        let timeout = config.limits.connectTimeout.components
+        var options = SSTPOptions(host: hp.host, port: hp.port, tls: tls, user: user, password: password,
+                                  auth: auth.map { $0 == .pap ? .pap : .mschapv2 }, hold: config.hold,
+                                  connectTimeoutMs: UInt64(timeout.seconds) * 1000 + UInt64(timeout.attoseconds / 1_000_000_000_000_000))
+        options.minBackoffMs = 10_000
+        options.maxBackoffMs = 60_000
+        let sstp = try SSTPOutbound(name: name, loop: f.loop, runtime: try CarrierRuntime(loop: f.loop), options: options,
+                                    fallback: f.direct)
+        f.runtime.outbounds[name] = sstp
+        f.runtime.sstps.append(sstp)
+        return sstp
+    }
+
+    func testPathChangedRedialsAnSSTPLinkAtOnce() throws {
+        // The file's sstp outbound, its server's port closed: every dial is refused.
+        let outbounds = "  - { name: alt, type: direct }\n"
+            + "  - { name: corp, type: sstp, server: \"127.0.0.1:\(closedPort())\", user: u, password: p, tls: { insecure: true } }"
+        let text = Self.yaml(rules: Self.twoRules, outbounds: outbounds, control: dir + "/control.sock")
+        write(text)
+        let f = try Fixture(path: dir + "/loft.yaml", text: text)
+        defer { f.stop() }
+        let sstp = try sstpOutbound(named: "corp", in: f)
+        func dials() -> UInt64? { sstp.status.counter("dials") }
+        func downAfter(_ n: UInt64) -> Bool { sstp.status.state == "down" && dials() == n }
+        Log.threshold = .warn
+        let log = StderrCapture(file: dir + "/stderr.log")
+        defer { log.stop() }
+        func downs() -> [String] { log.lines(containing: "event=sstp.down") }
+
+        sstp.start()
+        XCTAssertTrue(f.loop.run(seconds: 10) { downAfter(1) }, sstp.status.detail)
+        XCTAssertTrue(sstp.status.detail.contains("last error connect: "), sstp.status.detail)
+        // Its redials wait 10 s, then 20 s (±25 %); a refusal already logged is not logged again.
+        f.loop.advance(by: 12_500)
+        XCTAssertTrue(f.loop.run(seconds: 10) { downAfter(2) }, sstp.status.detail)
+        f.loop.advance(by: 5_000)
+        XCTAssertEqual(dials(), 2)
+        XCTAssertEqual(downs().count, 1, log.text)
+
+        XCTAssertEqual(answer(f.handle("path-changed")), "corp: redialling\n")
+        let st = sstp.status
+        XCTAssertEqual(st.counter("path-changes"), 1)
+        XCTAssertEqual(st.state, "down")
+        XCTAssertTrue(st.detail.hasSuffix("last error path changed (control)"), st.detail)
+        let json = answer(f.handle("status json"))
+        XCTAssertTrue(json.contains("{\"name\":\"corp\",\"type\":\"sstp\",\"state\":\"down\""), json)
+        XCTAssertTrue(json.contains("\"path-changes\":1,"), json)
+        // Dialled again 1 ms later, not 15 s or more.
+        f.loop.advance(by: 1)
+        XCTAssertEqual(dials(), 3)
+        XCTAssertTrue(f.loop.run(seconds: 10) { downAfter(3) }, sstp.status.detail)
+        XCTAssertTrue(sstp.status.detail.contains("last error connect: "), sstp.status.detail)
+        // It forgot the reasons it had logged: the same refusal is logged again.
+        let lines = downs()
+        XCTAssertEqual(lines.count, 3, log.text)
+        if lines.count == 3 {
+            XCTAssertTrue(lines[0].contains("reason=\"connect: "), lines[0])
+            XCTAssertTrue(lines[1].contains("reason=\"path changed (control)\" redial-ms=0 "), lines[1])
+            XCTAssertTrue(lines[2].contains("reason=\"connect: "), lines[2])
+        }
+        // And its failures: the next redial waits 10 s (±25 %) again, not 30 s or more.
+        f.loop.advance(by: 12_500)
+        XCTAssertEqual(dials(), 4)
+    }
+
     func testReloadAppliesTheFilesRules() throws {
         let f = try fixture()
         defer { f.stop() }
@@ -349,4 +424,43 @@ func closedPort() -> UInt16 {
     let addr = SocketAddress(Endpoint(IPAddress.v4(0x7F00_0001), 0))
     _ = addr.withSockaddr { bind(fd, $0, $1) }
     return Sockets.localEndpoint(fd)!.port
+}
+
+/// What the process writes to stderr (loft's log lines) from `init` until `stop()`, in `file`.
+final class StderrCapture {
+    private let file: String
+    private var saved: Int32
+
+    init(file: String) {
+        self.file = file
+        let fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        saved = dup(2)
+        dup2(fd, 2)
+        close(fd)
+    }
+
+    /// stderr is the process's own again; the file goes.
+    func stop() {
+        guard saved >= 0 else { return }
+        dup2(saved, 2)
+        close(saved)
+        saved = -1
+        unlink(file)
+    }
+
+    var text: String {
+        let fd = open(file, O_RDONLY)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &chunk, chunk.count)
+            if n <= 0 { break }
+            bytes += chunk[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    func lines(containing s: String) -> [String] { text.split(separator: "\n").map(String.init).filter { $0.contains(s) } }
 }
