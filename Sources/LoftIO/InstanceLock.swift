@@ -1,4 +1,5 @@
 import Glibc
+import LoftCore
 
 /// What one loft owns on the machine (a namespace it serves, a host-mode TUN and its routes),
 /// held with an exclusive flock for as long as the process lives. A second loft that wants the

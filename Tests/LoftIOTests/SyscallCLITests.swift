@@ -1,4 +1,5 @@
 import XCTest
+import LoftCore
 import LoftIO
 
 /// The funnel's calls for the command-line side (Syscall+Files, Syscall+Process), each against

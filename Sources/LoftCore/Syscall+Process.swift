@@ -1,3 +1,4 @@
+import CLinux
 import Glibc
 
 // The process, its environment and its children, for the command-line side (`loft exec`,
@@ -16,6 +17,14 @@ extension Syscall {
     public static func onTerminationSignals(_ handler: @escaping @convention(c) (Int32) -> Void) {
         for s in [SIGINT, SIGTERM, SIGHUP] { signal(s, handler) }
     }
+
+    /// SIGPIPE ignored (signal(2)): a write to a socket or pipe whose reader left fails with
+    /// EPIPE instead of ending the process (OpenSSL writes to sockets with write(2)).
+    public static func ignoreBrokenPipe() { signal(SIGPIPE, SIG_IGN) }
+
+    /// The git commit this build was made from (CLinux's, set by scripts/install; "unknown"
+    /// otherwise).
+    public static var buildCommit: String { String(cString: clinux_build_commit()) }
 
     public static var processID: Int32 { getpid() }
 
@@ -136,7 +145,7 @@ extension Syscall {
     /// fails with EPIPE instead).
     public static func halfCloseOnSignals(_ fd: Int32) {
         halfClosedOnSignal = fd
-        signal(SIGPIPE, SIG_IGN)
+        ignoreBrokenPipe()
         onTerminationSignals { _ in _ = Glibc.shutdown(halfClosedOnSignal, Int32(SHUT_WR)) }
     }
 }

@@ -1,8 +1,36 @@
 import Glibc
 
-// Files and folders for the command-line side (`loft import / share / export`, `loft check`,
-// `loft try`, `loft run`'s checks before start-up): never on the loop after start-up.
+// Files and folders: for the command-line side (`loft import / share / export`, `loft check`,
+// `loft try`, `loft run`'s checks before start-up), the configuration's files, state files
+// (`StateFile`) and a host-mode undo file: never on the loop's hot path.
 extension Syscall {
+    /// A descriptor for reading `path`; `nonblocking`: opened O_NONBLOCK (a FIFO or a device
+    /// does not block the open).
+    public static func openForReading(_ path: String, nonblocking: Bool = false) -> Result<Int32, Errno> {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | (nonblocking ? O_NONBLOCK : 0))
+        return fd >= 0 ? .success(fd) : failure()
+    }
+
+    /// A descriptor on the folder `path` (O_DIRECTORY), to fsync it after a rename inside it.
+    public static func openDirectory(_ path: String) -> Result<Int32, Errno> {
+        let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        return fd >= 0 ? .success(fd) : failure()
+    }
+
+    /// Whether `fd` is a regular file (fstat), not a FIFO, a device or a folder.
+    public static func isRegularFile(_ fd: Int32) -> Result<Bool, Errno> {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return failure() }
+        return .success(st.st_mode & S_IFMT == S_IFREG)
+    }
+
+    /// The device and inode of the file `fd` is (fstat), nil when fstat fails.
+    public static func fileIdentity(_ fd: Int32) -> (device: UInt64, inode: UInt64)? {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        return (UInt64(st.st_dev), UInt64(st.st_ino))
+    }
+
     /// Reads `fd` to its end (EINTR retried), stopping once more than `limit` bytes are in: a
     /// result longer than `limit` means the source is larger than that.
     public static func readAll(_ fd: Int32, upTo limit: Int) -> Result<[UInt8], Errno> {
@@ -76,19 +104,26 @@ extension Syscall {
     /// Whether this process may read `path` (access R_OK), or why not.
     public static func checkReadable(_ path: String) -> Result<Void, Errno> { check(access(path, R_OK)) }
 
+    /// Whether this process may create and remove files in folder `path` (access W_OK | X_OK),
+    /// or why not.
+    public static func checkWritable(_ path: String) -> Result<Void, Errno> { check(access(path, W_OK | X_OK)) }
+
     /// Whether `path` is a file this process may run (access X_OK).
     public static func isExecutable(_ path: String) -> Bool { access(path, X_OK) == 0 }
 
-    /// The names in folder `path` (. and .. included), nil when it cannot be opened.
-    public static func directoryEntries(_ path: String) -> [String]? {
-        guard let dir = opendir(path) else { return nil }
+    /// The names in folder `path` (. and .. included), or why it cannot be opened.
+    public static func readDirectory(_ path: String) -> Result<[String], Errno> {
+        guard let dir = opendir(path) else { return failure() }
         defer { closedir(dir) }
         var names: [String] = []
         while let e = readdir(dir) {
             names.append(withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) })
         }
-        return names
+        return .success(names)
     }
+
+    /// The names in folder `path` (. and .. included), nil when it cannot be opened.
+    public static func directoryEntries(_ path: String) -> [String]? { try? readDirectory(path).get() }
 
     /// A new folder made from `template` (ending in XXXXXX, mkdtemp): its path.
     public static func makeTemporaryDirectory(_ template: String) -> Result<String, Errno> {
@@ -109,4 +144,43 @@ extension Syscall {
         let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         return fd >= 0 ? .success(fd) : .failure(Errno(errno))
     }
+
+    /// Writes `bytes` to `path` (created with `mode`, truncated). A file that must survive a
+    /// crash whole is `StateFile.write`'s (atomic, fsynced).
+    public static func writeFile(_ path: String, _ bytes: [UInt8], mode: mode_t) -> Result<Void, Errno> {
+        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard f >= 0 else { return failure() }
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(f, $0.baseAddress! + done, bytes.count - done) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = Errno(errno)
+                Glibc.close(f)
+                return .failure(e)
+            }
+            done += n
+        }
+        Glibc.close(f)
+        return .success(())
+    }
+
+    /// Creates an empty file (mode `mode`) if there is none.
+    public static func touch(_ path: String, mode: mode_t) -> Result<Void, Errno> {
+        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, mode)
+        guard f >= 0 else { return failure() }
+        Glibc.close(f)
+        return .success(())
+    }
+
+    @discardableResult
+    public static func unlink(_ path: String) -> Result<Void, Errno> { check(Glibc.unlink(path)) }
+
+    @discardableResult
+    public static func makeDirectory(_ path: String, mode: mode_t) -> Result<Void, Errno> { check(mkdir(path, mode)) }
+
+    @discardableResult
+    public static func removeDirectory(_ path: String) -> Result<Void, Errno> { check(rmdir(path)) }
+
+    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 }
