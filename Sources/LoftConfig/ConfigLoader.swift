@@ -45,10 +45,9 @@ public enum ConfigLoader {
         }
         defer { _ = Syscall.close(fd) }
         if regularOnly {
-            switch Syscall.isRegularFile(fd) {
+            switch Syscall.status(fd) {
             case .failure(let e): return .failure(e.description)
-            case .success(false): return .failure("not a regular file")
-            case .success(true): break
+            case .success(let st): if !st.isRegularFile { return .failure("not a regular file") }
             }
         }
         switch Syscall.readAll(fd, upTo: maximumFileSize) {

@@ -24,8 +24,8 @@ public enum Log {
         guard let v = Syscall.environment("JOURNAL_STREAM") else { return false }
         let parts = v.split(separator: ":")
         guard parts.count == 2, let dev = UInt64(parts[0]), let ino = UInt64(parts[1]) else { return false }
-        guard let file = Syscall.fileIdentity(2) else { return false }
-        return file.device == dev && file.inode == ino
+        guard case .success(let stderr) = Syscall.status(2) else { return false }
+        return stderr.device == dev && stderr.inode == ino
     }
 
     /// Chooses the format from `--log-format` (nil: text, or journal under systemd).

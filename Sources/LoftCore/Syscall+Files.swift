@@ -17,19 +17,57 @@ extension Syscall {
         return fd >= 0 ? .success(fd) : failure()
     }
 
-    /// Whether `fd` is a regular file (fstat), not a FIFO, a device or a folder.
-    public static func isRegularFile(_ fd: Int32) -> Result<Bool, Errno> {
+    /// What fstat says of the file `fd` is.
+    public static func status(_ fd: Int32) -> Result<FileStatus, Errno> {
         var st = stat()
-        guard fstat(fd, &st) == 0 else { return failure() }
-        return .success(st.st_mode & S_IFMT == S_IFREG)
+        return fstat(fd, &st) == 0 ? .success(FileStatus(st)) : failure()
     }
 
-    /// The device and inode of the file `fd` is (fstat), nil when fstat fails.
-    public static func fileIdentity(_ fd: Int32) -> (device: UInt64, inode: UInt64)? {
+    /// What stat says of the file at `path` (a symbolic link followed).
+    public static func status(path: String) -> Result<FileStatus, Errno> {
         var st = stat()
-        guard fstat(fd, &st) == 0 else { return nil }
-        return (UInt64(st.st_dev), UInt64(st.st_ino))
+        return stat(path, &st) == 0 ? .success(FileStatus(st)) : failure()
     }
+
+    /// A descriptor for reading and writing `path`, created with `mode` if missing (a lock file).
+    public static func openOrCreate(_ path: String, mode: UInt32) -> Result<Int32, Errno> {
+        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode)
+        return fd >= 0 ? .success(fd) : failure()
+    }
+
+    /// flock without waiting: `exclusive` or shared; EWOULDBLOCK (`wouldBlock`) while another
+    /// descriptor holds a lock that conflicts.
+    public static func lock(_ fd: Int32, exclusive: Bool) -> Result<Void, Errno> {
+        check(flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB))
+    }
+
+    /// flock LOCK_UN.
+    @discardableResult
+    public static func unlock(_ fd: Int32) -> Result<Void, Errno> { check(flock(fd, LOCK_UN)) }
+
+    /// pread: up to `count` bytes from `offset`, the file position untouched (EINTR retried).
+    public static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, at offset: Int) -> Result<Int, Errno> {
+        while true {
+            let n = pread(fd, buffer, count, offset)
+            if n >= 0 { return .success(n) }
+            if Glibc.errno != EINTR { return failure() }
+        }
+    }
+
+    /// pwrite: `bytes` at `offset`, the file position untouched (EINTR retried): how many went.
+    public static func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Result<Int, Errno> {
+        bytes.withUnsafeBytes { b in
+            while true {
+                let n = pwrite(fd, b.baseAddress, b.count, offset)
+                if n >= 0 { return .success(n) }
+                if Glibc.errno != EINTR { return failure() }
+            }
+        }
+    }
+
+    /// ftruncate: the file cut (or extended with zeros) to `length` bytes.
+    @discardableResult
+    public static func truncate(_ fd: Int32, to length: Int) -> Result<Void, Errno> { check(ftruncate(fd, length)) }
 
     /// Reads `fd` to its end (EINTR retried), stopping once more than `limit` bytes are in: a
     /// result longer than `limit` means the source is larger than that.
@@ -51,6 +89,17 @@ extension Syscall {
         guard fd >= 0 else { return failure() }
         defer { Glibc.close(fd) }
         return readAll(fd, upTo: limit)
+    }
+
+    /// pipe(2) with both ends nonblocking and close-on-exec.
+    public static func nonblockingPipe() -> Result<(read: Int32, write: Int32), Errno> {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return failure() }
+        for f in fds {
+            _ = fcntl(f, F_SETFL, fcntl(f, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(f, F_SETFD, FD_CLOEXEC)
+        }
+        return .success((fds[0], fds[1]))
     }
 
     /// A descriptor for reading and writing `path` (a terminal: /dev/tty).
@@ -96,10 +145,7 @@ extension Syscall {
     public static func rename(_ from: String, to: String) -> Result<Void, Errno> { check(Glibc.rename(from, to)) }
 
     /// The file's `st_mode` (type and permission bits), nil when stat fails.
-    public static func fileMode(_ path: String) -> UInt32? {
-        var st = stat()
-        return stat(path, &st) == 0 ? st.st_mode : nil
-    }
+    public static func fileMode(_ path: String) -> UInt32? { try? status(path: path).get().mode }
 
     /// Whether this process may read `path` (access R_OK), or why not.
     public static func checkReadable(_ path: String) -> Result<Void, Errno> { check(access(path, R_OK)) }
@@ -183,4 +229,28 @@ extension Syscall {
     public static func removeDirectory(_ path: String) -> Result<Void, Errno> { check(rmdir(path)) }
 
     public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+}
+
+/// What stat(2) says of a file, the fields loft reads.
+public struct FileStatus: Equatable, Sendable {
+    public var device: UInt64
+    public var inode: UInt64
+    /// Type and permission bits (st_mode).
+    public var mode: UInt32
+    public var size: Int64
+    /// The last modification (st_mtim).
+    public var modifiedSeconds: Int
+    public var modifiedNanoseconds: Int
+
+    init(_ st: stat) {
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+        mode = st.st_mode
+        size = Int64(st.st_size)
+        modifiedSeconds = st.st_mtim.tv_sec
+        modifiedNanoseconds = st.st_mtim.tv_nsec
+    }
+
+    /// A regular file: not a FIFO, a device, a socket or a folder.
+    public var isRegularFile: Bool { mode & S_IFMT == S_IFREG }
 }

@@ -1,3 +1,4 @@
+import CLinux
 import Glibc
 
 /// An errno value, as a `Syscall` wrapper returns it.
@@ -78,6 +79,22 @@ public enum Syscall {
     @inlinable
     public static func close(_ fd: Int32) -> Result<Void, Errno> {
         Glibc.close(fd) == 0 ? .success(()) : failure()
+    }
+
+    /// CLOCK_MONOTONIC in milliseconds: LoftIO's `monotonicMilliseconds`, the product's clock.
+    @inlinable @inline(__always)
+    public static func monotonicMilliseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+    }
+
+    /// CLOCK_MONOTONIC in nanoseconds: LoftIO's `monotonicNanoseconds` (QUIC's timestamps).
+    @inlinable @inline(__always)
+    public static func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
     /// The time of day (CLOCK_REALTIME) in microseconds since the Unix epoch: `WallClock`'s.

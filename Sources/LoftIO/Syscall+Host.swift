@@ -141,6 +141,12 @@ extension Syscall {
 
     // MARK: the process
 
+    /// A signalfd for SIGINT, SIGTERM and SIGHUP (blocked for every thread made after).
+    public static func shutdownSignalDescriptor() -> Result<Int32, Errno> { shim(clinux_signalfd_for_shutdown()) }
+
+    /// The signal one read of that signalfd returns; 0 or less when none was there.
+    public static func readShutdownSignal(_ fd: Int32) -> Int32 { clinux_signalfd_read(fd) }
+
     /// RLIMIT_NOFILE's soft limit raised to its hard limit: the new soft limit.
     public static func raiseFileLimit() -> Int { Int(clinux_raise_nofile()) }
 

@@ -33,6 +33,13 @@ extension Syscall {
         _ = madvise(UnsafeMutableRawPointer(bitPattern: start), end - start, MADV_DONTNEED)
     }
 
+    /// errno now: for `Sockets.make`'s callers, which get -1 and read the reason after (CLinux's,
+    /// as Swift sees it; the wrappers here read `Glibc.errno` right after their call).
+    public static var lastErrno: Int32 { clinux_errno() }
+
+    /// Sets errno: `Sockets.make` returns -1 with its reason there.
+    public static func setErrno(_ e: Errno) { Glibc.errno = e.code }
+
     public static func socket(family: Int32, type: Int32) -> Result<Int32, Errno> {
         let fd = Glibc.socket(family, type, 0)
         return fd >= 0 ? .success(fd) : failure()
