@@ -1,5 +1,4 @@
 import CAres
-import Glibc
 import LoftCore
 
 /// A resolution in progress. After `cancel()` its completion never runs.
