@@ -1,6 +1,5 @@
 // The `outbounds` section and `outbound-dir`: each outbound by its type, with its TLS, ALPN and
 // password settings.
-import Glibc
 import LoftCore
 
 extension ConfigDecoder {

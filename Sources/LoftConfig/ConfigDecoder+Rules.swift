@@ -1,5 +1,4 @@
 // The `rules` section: each rule's matchers (addresses, prefix files, ports, domains) and outbound.
-import Glibc
 import LoftCore
 
 extension ConfigDecoder {

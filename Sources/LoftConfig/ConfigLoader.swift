@@ -1,4 +1,3 @@
-import Glibc
 import LoftCore
 
 /// Reads a loft YAML configuration into a validated `Configuration`. Fails on the first problem,
@@ -39,43 +38,33 @@ public enum ConfigLoader {
     /// `regularOnly`: a list that `loft reload` reads again on the running loop must be a plain
     /// file (a FIFO or a device would block the loop, or never end).
     static func readFile(_ path: String, regularOnly: Bool = false) -> ReadResult {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | (regularOnly ? O_NONBLOCK : 0))
-        guard fd >= 0 else { return .failure(String(cString: strerror(errno))) }
-        defer { close(fd) }
-        if regularOnly {
-            var st = stat()
-            guard fstat(fd, &st) == 0 else { return .failure(String(cString: strerror(errno))) }
-            guard st.st_mode & S_IFMT == S_IFREG else { return .failure("not a regular file") }
+        let fd: Int32
+        switch Syscall.openForReading(path, nonblocking: regularOnly) {
+        case .success(let f): fd = f
+        case .failure(let e): return .failure(e.description)
         }
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(String(cString: strerror(errno)))
+        defer { _ = Syscall.close(fd) }
+        if regularOnly {
+            switch Syscall.status(fd) {
+            case .failure(let e): return .failure(e.description)
+            case .success(let st): if !st.isRegularFile { return .failure("not a regular file") }
             }
-            if n == 0 { break }
-            out.append(contentsOf: chunk[0..<n])
+        }
+        switch Syscall.readAll(fd, upTo: maximumFileSize) {
+        case .failure(let e): return .failure(e.description)
+        case .success(let out):
             if out.count > maximumFileSize {
                 return .failure("larger than \(maximumFileSize >> 20) MiB")
             }
+            return .success(out)
         }
-        return .success(out)
     }
 
     /// The names in a folder (without `.` and `..`).
     static func listDirectory(_ path: String) -> Result<[String], DirectoryError> {
-        guard let d = opendir(path) else { return .failure(DirectoryError(String(cString: strerror(errno)))) }
-        defer { closedir(d) }
-        var names: [String] = []
-        while let entry = readdir(d) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return .success(names)
+        Syscall.readDirectory(path)
+            .map { $0.filter { $0 != "." && $0 != ".." } }
+            .mapError { DirectoryError($0.description) }
     }
 
     struct DirectoryError: Error, CustomStringConvertible {

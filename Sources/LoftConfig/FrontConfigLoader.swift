@@ -1,4 +1,3 @@
-import Glibc
 import LoftCore
 
 /// Reads a `loft-front` YAML configuration into validated `FrontSettings`. Fails on the first
@@ -234,8 +233,8 @@ struct FrontConfigDecoder {
         var certificate: String?, key: String?
         try v.forEachField(node, path: "tls", allowed: FrontConfigDecoder.tlsKeys) { (name, pair) throws(ConfigError) in
             let path = ConfigLoader.resolve(try v.string(pair.value, path: "tls.\(name)"), against: baseDirectory)
-            if checkFiles && access(path, R_OK) != 0 {
-                throw v.error(pair.value, "tls.\(name): cannot read \(Values.quote(path)): \(String(cString: strerror(errno)))")
+            if checkFiles, case .failure(let e) = Syscall.checkReadable(path) {
+                throw v.error(pair.value, "tls.\(name): cannot read \(Values.quote(path)): \(e)")
             }
             if name == "certificate" { certificate = path } else { key = path }
         }

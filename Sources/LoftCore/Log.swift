@@ -1,5 +1,3 @@
-import Glibc
-
 /// Structured logging: one line per event on stderr, `level=… event=… key=value …`.
 /// No per-packet logging above debug.
 public enum Log {
@@ -23,12 +21,11 @@ public enum Log {
     /// for a service whose output goes to the journal) names the file stderr is. A process that
     /// only inherited the variable (its stderr redirected elsewhere) writes plain text.
     static func stderrIsJournal() -> Bool {
-        guard let v = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
+        guard let v = Syscall.environment("JOURNAL_STREAM") else { return false }
         let parts = v.split(separator: ":")
         guard parts.count == 2, let dev = UInt64(parts[0]), let ino = UInt64(parts[1]) else { return false }
-        var st = stat()
-        guard fstat(2, &st) == 0 else { return false }
-        return UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+        guard case .success(let stderr) = Syscall.status(2) else { return false }
+        return stderr.device == dev && stderr.inode == ino
     }
 
     /// Chooses the format from `--log-format` (nil: text, or journal under systemd).
@@ -77,8 +74,8 @@ public enum Log {
             line += "}"
         }
         line += "\n"
-        var bytes = Array(line.utf8)
-        _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+        let bytes = Array(line.utf8)
+        _ = Syscall.write(2, bytes)
     }
 }
 

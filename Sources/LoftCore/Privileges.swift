@@ -1,5 +1,3 @@
-import Glibc
-
 /// The Linux capabilities loft and loft-front use, what each is for (measured: docs/service.md,
 /// "Least privilege"), and the check both run before they create anything, so that a missing
 /// one is named and nothing is left half-started.
@@ -28,7 +26,7 @@ public enum Privileges {
     }
 
     public static func has(_ c: Capability, in set: UInt64? = effective()) -> Bool {
-        guard let set else { return geteuid() == 0 }
+        guard let set else { return Syscall.effectiveUserID == 0 }
         return set & (1 << UInt64(c.rawValue)) != 0
     }
 
@@ -49,23 +47,23 @@ public enum Privileges {
     /// Whether this process may create files in `directory` (made if missing, as loft does),
     /// else the reason, as a sentence.
     public static func writable(_ directory: String) -> String? {
-        if access(directory, F_OK) != 0 {
+        if !Syscall.exists(directory) {
             let parent = directory.split(separator: "/").dropLast().joined(separator: "/")
             let p = parent.isEmpty ? "/" : "/" + parent
-            return access(p, W_OK | X_OK) == 0 ? nil : "cannot create \(directory): \(String(cString: strerror(errno)))"
+            if case .failure(let e) = Syscall.checkWritable(p) { return "cannot create \(directory): \(e)" }
+            return nil
         }
-        return access(directory, W_OK | X_OK) == 0 ? nil : "cannot write in \(directory): \(String(cString: strerror(errno)))"
+        if case .failure(let e) = Syscall.checkWritable(directory) { return "cannot write in \(directory): \(e)" }
+        return nil
     }
 
     static func readFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        guard case .success(let fd) = Syscall.openForReading(path) else { return nil }
+        defer { _ = Syscall.close(fd) }
         var out = [UInt8]()
         var buf = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(fd, &buf, buf.count)
-            if n <= 0 { break }
+        // To the end, or to the first error: what was read until then.
+        while case .success(let n) = buf.withUnsafeMutableBytes({ Syscall.read(fd, $0.baseAddress!, $0.count) }), n > 0 {
             out += buf[0..<n]
         }
         return String(decoding: out, as: UTF8.self)

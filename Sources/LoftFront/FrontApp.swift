@@ -1,4 +1,3 @@
-import Glibc
 import LoftConfig
 import LoftCore
 import LoftIO
@@ -38,7 +37,7 @@ public enum FrontApp {
         Log.info("ready", ["listen": server.localEndpoint.map { "\($0)" } ?? "\(settings.listen)", "path": settings.path,
                            "carriers": settings.carriers.map(\.rawValue).joined(separator: ","),
                            "pool4": settings.pool.ipv4, "pool6": settings.pool.ipv6.map { "\($0)" } ?? "-",
-                           "control": settings.control ?? "-", "state_file": settings.stateFile ?? "-", "version": version, "pid": getpid(), "nofile": nofile])
+                           "control": settings.control ?? "-", "state_file": settings.stateFile ?? "-", "version": version, "pid": Syscall.processID, "nofile": nofile])
         let listening = "listening on \(server.localEndpoint.map { "\($0)" } ?? "\(settings.listen)") (\(settings.carriers.map(\.rawValue).joined(separator: ",")))"
         notifier.ready(status: listening)
         notifier.startWatchdog(on: loop)

@@ -1,23 +1,15 @@
-import Glibc
+import LoftCore
 
 /// Monotonic milliseconds: the product's clock. Code on the loop reads the loop's `now` (or
 /// schedules on its timer heap) instead, so that a test's virtual clock reaches it.
 @inline(__always)
-public func monotonicMilliseconds() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
-}
+public func monotonicMilliseconds() -> UInt64 { Syscall.monotonicMilliseconds() }
 
 /// Monotonic nanoseconds: the same clock as `monotonicMilliseconds` (that is this / 10^6), for
 /// what needs finer time than the loop's milliseconds (QUIC: ngtcp2's timestamps, from which it
 /// measures round trips and paces). Code on a loop reads the loop's `nanoseconds`.
 @inline(__always)
-public func monotonicNanoseconds() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-}
+public func monotonicNanoseconds() -> UInt64 { Syscall.monotonicNanoseconds() }
 
 /// A clock that moves only when told: a test gives it to `EventLoop(clock:)` and moves time
 /// with the loop's `advance(by:)`, which runs every timer due on the way, in order, without

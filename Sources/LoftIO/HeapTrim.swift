@@ -1,3 +1,5 @@
+import LoftCore
+
 /// Gives freed memory back to the system (malloc_trim) after a burst of frees, on the loop's
 /// timer heap: once `threshold` things (streams, flows) were freed since the last trim, one
 /// trim a second later, never more than once a second and never per thing. glibc keeps what a

@@ -1,4 +1,4 @@
-import Glibc
+import LoftCore
 
 /// What one loft owns on the machine (a namespace it serves, a host-mode TUN and its routes),
 /// held with an exclusive flock for as long as the process lives. A second loft that wants the
@@ -26,28 +26,28 @@ public final class InstanceLock {
     public init(key: String, what: String) throws {
         Syscall.makeDirectory(Self.directory, mode: 0o755)
         let path = "\(Self.directory)/\(key).lock"
-        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw Unopenable(path: path, reason: String(cString: strerror(errno))) }
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            let err = errno
+        switch Syscall.openOrCreate(path, mode: 0o644) {
+        case .success(let f): fd = f
+        case .failure(let e): throw Unopenable(path: path, reason: e.description)
+        }
+        if case .failure(let err) = Syscall.lock(fd, exclusive: true) {
             var buf = [UInt8](repeating: 0, count: 64)
-            let n = pread(fd, &buf, buf.count, 0)
-            close(fd)
+            let n = (try? buf.withUnsafeMutableBytes { Syscall.read(fd, $0.baseAddress!, $0.count, at: 0) }.get()) ?? -1
+            _ = Syscall.close(fd)
             fd = -1
             let pid = n > 0 ? String(decoding: buf[0..<n], as: UTF8.self).trimmingWhitespace : ""
-            throw Busy(what: what, holder: err == EWOULDBLOCK ? (pid.isEmpty ? "lock \(path)" : "pid \(pid)")
-                                                                : "lock \(path): \(String(cString: strerror(err)))")
+            throw Busy(what: what, holder: err.wouldBlock ? (pid.isEmpty ? "lock \(path)" : "pid \(pid)")
+                                                          : "lock \(path): \(err)")
         }
-        let me = "\(getpid())\n"
-        _ = ftruncate(fd, 0)
-        _ = me.withCString { pwrite(fd, $0, strlen($0), 0) }
+        Syscall.truncate(fd, to: 0)
+        _ = Syscall.write(fd, Array("\(Syscall.processID)\n".utf8), at: 0)
     }
 
     /// Releases the lock (exit releases it too).
     public func release() {
         guard fd >= 0 else { return }
-        _ = ftruncate(fd, 0)
-        close(fd)
+        Syscall.truncate(fd, to: 0)
+        _ = Syscall.close(fd)
         fd = -1
     }
 
@@ -58,14 +58,15 @@ extension InstanceLock {
     /// Whether some process holds the lock named `key` now (`loft exec`: is a loft serving the
     /// namespace?). A shared lock is tried and given back at once; a missing lock file is not held.
     public static func isHeld(key: String) -> Bool {
-        let fd = open("\(directory)/\(key).lock", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
-            flock(fd, LOCK_UN)
+        guard case .success(let fd) = Syscall.openForReading("\(directory)/\(key).lock") else { return false }
+        defer { _ = Syscall.close(fd) }
+        switch Syscall.lock(fd, exclusive: false) {
+        case .success:
+            Syscall.unlock(fd)
             return false
+        case .failure(let e):
+            return e.wouldBlock
         }
-        return errno == EWOULDBLOCK
     }
 }
 

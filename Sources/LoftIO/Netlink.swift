@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 
@@ -21,48 +20,51 @@ public final class RouteNetlink {
     public init(netns: String?) throws {
         place = netns.map { " in netns \($0)" } ?? ""
         let path = netns.map { "/var/run/netns/\($0)" }
-        let r = clinux_rtnl_open(path)
-        guard r >= 0 else { throw Failure(operation: "cannot open rtnetlink\(place)", code: -r) }
-        fd = r
+        switch Syscall.rtnlOpen(path) {
+        case .success(let r): fd = r
+        case .failure(let e): throw Failure(operation: "cannot open rtnetlink\(place)", code: e.code)
+        }
     }
 
     deinit { close() }
 
     /// Closes the socket (it holds a reference to its namespace until then).
     public func close() {
-        if fd >= 0 { _ = Glibc.close(fd) }
+        if fd >= 0 { _ = Syscall.close(fd) }
         fd = -1
     }
 
-    private func check(_ r: Int32, _ operation: @autoclosure () -> String) throws {
-        if r < 0 { throw Failure(operation: operation(), code: -r) }
+    @discardableResult
+    private func check(_ r: Result<Int32, Errno>, _ operation: @autoclosure () -> String) throws -> Int32 {
+        switch r {
+        case .success(let v): return v
+        case .failure(let e): throw Failure(operation: operation(), code: e.code)
+        }
     }
 
     /// The interface index of `name` in the socket's namespace.
     public func index(of name: String) throws -> Int32 {
-        let r = clinux_rtnl_ifindex(fd, name)
-        try check(r, "cannot find interface \(name)\(place)")
-        return r
+        try check(Syscall.rtnlInterfaceIndex(fd, name), "cannot find interface \(name)\(place)")
     }
 
     public func setMTU(_ mtu: Int, index: Int32, name: String) throws {
-        try check(clinux_rtnl_set_link(fd, index, Int32(mtu), -1), "cannot set MTU \(mtu) on \(name)\(place)")
+        try check(Syscall.rtnlSetLink(fd, index: index, mtu: Int32(mtu), up: -1), "cannot set MTU \(mtu) on \(name)\(place)")
     }
 
     public func setUp(index: Int32, name: String) throws {
-        try check(clinux_rtnl_set_link(fd, index, 0, 1), "cannot set \(name) up\(place)")
+        try check(Syscall.rtnlSetLink(fd, index: index, mtu: 0, up: 1), "cannot set \(name) up\(place)")
     }
 
     /// IPv4 promote_secondaries: a secondary address in the primary's subnet becomes primary
     /// when the primary is removed, instead of being removed with it.
     public func setPromoteSecondaries(index: Int32, name: String) throws {
-        try check(clinux_rtnl_promote_secondaries(fd, index, 1), "cannot set promote_secondaries on \(name)\(place)")
+        try check(Syscall.rtnlPromoteSecondaries(fd, index: index, on: true), "cannot set promote_secondaries on \(name)\(place)")
     }
 
     /// `ip addr replace PREFIX dev NAME` (IPv6: `nodad`).
     public func replaceAddress(_ prefix: IPPrefix, index: Int32, name: String) throws {
         let r = withAddress(prefix.address) { family, bytes in
-            clinux_rtnl_addr(fd, 1, index, family, bytes, Int32(prefix.length))
+            Syscall.rtnlAddress(fd, replace: true, index: index, family: family, bytes, prefixLength: Int32(prefix.length))
         }
         try check(r, "cannot add address \(prefix) to \(name)\(place)")
     }
@@ -70,20 +72,20 @@ public final class RouteNetlink {
     /// `ip addr del PREFIX dev NAME`.
     public func deleteAddress(_ prefix: IPPrefix, index: Int32, name: String) throws {
         let r = withAddress(prefix.address) { family, bytes in
-            clinux_rtnl_addr(fd, 0, index, family, bytes, Int32(prefix.length))
+            Syscall.rtnlAddress(fd, replace: false, index: index, family: family, bytes, prefixLength: Int32(prefix.length))
         }
         try check(r, "cannot remove address \(prefix) from \(name)\(place)")
     }
 
     /// `ip route replace default via GATEWAY dev NAME onlink` in the gateway's family.
     public func replaceDefaultRoute(via gateway: IPAddress, index: Int32, name: String) throws {
-        let r = withAddress(gateway) { family, bytes in clinux_rtnl_default_route(fd, index, family, bytes) }
+        let r = withAddress(gateway) { family, bytes in Syscall.rtnlDefaultRoute(fd, index: index, family: family, gateway: bytes) }
         try check(r, "cannot set the default route via \(gateway) dev \(name)\(place)")
     }
 
     /// `ip route replace default dev NAME` (`ip -6 …` when `ipv6`).
     public func replaceDefaultRoute(ipv6: Bool, index: Int32, name: String) throws {
-        let r = clinux_rtnl_default_route(fd, index, ipv6 ? AF_INET6 : AF_INET, nil)
+        let r = Syscall.rtnlDefaultRoute(fd, index: index, family: ipv6 ? AF_INET6 : AF_INET, gateway: nil)
         try check(r, "cannot set the \(ipv6 ? "IPv6" : "IPv4") default route dev \(name)\(place)")
     }
 
@@ -91,7 +93,7 @@ public final class RouteNetlink {
     public func replaceRoute(_ prefix: IPPrefix, table: UInt32, index: Int32, name: String) throws {
         let prefix = prefix.masked
         let r = withAddress(prefix.address) { family, bytes in
-            clinux_rtnl_table_route(fd, 1, family, table, bytes, Int32(prefix.length), index)
+            Syscall.rtnlTableRoute(fd, add: true, family: family, table: table, bytes, length: Int32(prefix.length), index: index)
         }
         try check(r, "cannot add the route \(prefix.network) dev \(name) table \(table)\(place)")
     }
@@ -99,9 +101,8 @@ public final class RouteNetlink {
     /// `ip route flush table TABLE` for one family: how many routes it removed.
     @discardableResult
     public func flushTable(_ table: UInt32, ipv6: Bool) throws -> Int {
-        let r = clinux_rtnl_flush_table(fd, ipv6 ? AF_INET6 : AF_INET, table)
-        try check(r, "cannot flush \(ipv6 ? "IPv6" : "IPv4") routing table \(table)\(place)")
-        return Int(r)
+        let r = Syscall.rtnlFlushTable(fd, family: ipv6 ? AF_INET6 : AF_INET, table: table)
+        return Int(try check(r, "cannot flush \(ipv6 ? "IPv6" : "IPv4") routing table \(table)\(place)"))
     }
 
     /// `ip rule add priority P [fwmark M] [to PREFIX] lookup TABLE` (`ipv6`: `ip -6 rule …`).
@@ -116,15 +117,17 @@ public final class RouteNetlink {
         try check(r, "cannot remove the \(ipv6 ? "IPv6" : "IPv4") rule priority \(priority)\(prefix.map { " to \($0.network)" } ?? "")\(place)")
     }
 
-    private func rule(add: Bool, priority: UInt32, ipv6: Bool, fwmark: UInt32, to prefix: IPPrefix?, table: UInt32) -> Int32 {
+    private func rule(add: Bool, priority: UInt32, ipv6: Bool, fwmark: UInt32, to prefix: IPPrefix?, table: UInt32) -> Result<Int32, Errno> {
         let family = ipv6 ? AF_INET6 : AF_INET
-        guard let prefix = prefix?.masked else { return clinux_rtnl_rule(fd, add ? 1 : 0, family, priority, fwmark, table, nil, 0) }
+        guard let prefix = prefix?.masked else {
+            return Syscall.rtnlRule(fd, add: add, family: family, priority: priority, fwmark: fwmark, table: table, nil, length: 0)
+        }
         return withAddress(prefix.address) { _, bytes in
-            clinux_rtnl_rule(fd, add ? 1 : 0, family, priority, fwmark, table, bytes, Int32(prefix.length))
+            Syscall.rtnlRule(fd, add: add, family: family, priority: priority, fwmark: fwmark, table: table, bytes, length: Int32(prefix.length))
         }
     }
 
-    private func withAddress(_ address: IPAddress, _ body: (Int32, UnsafePointer<UInt8>) -> Int32) -> Int32 {
+    private func withAddress<R>(_ address: IPAddress, _ body: (Int32, UnsafePointer<UInt8>) -> R) -> R {
         var bytes: (UInt64, UInt64) = (0, 0)
         return withUnsafeMutableBytes(of: &bytes) { raw in
             let n = address.write(to: raw.baseAddress!)
@@ -143,13 +146,11 @@ public enum NetworkNamespace {
 
     /// Creates the namespace `name`; fails if it exists.
     public static func add(_ name: String) throws {
-        let r = clinux_netns_add(name)
-        if r < 0 { throw Failure(description: "cannot create network namespace \(name): \(String(cString: strerror(-r)))") }
+        if case .failure(let e) = Syscall.netnsAdd(name) { throw Failure(description: "cannot create network namespace \(name): \(e)") }
     }
 
     /// Removes the name (the namespace itself lives on while a process or socket holds it).
     public static func delete(_ name: String) throws {
-        let r = clinux_netns_del(name)
-        if r < 0 { throw Failure(description: "cannot remove network namespace \(name): \(String(cString: strerror(-r)))") }
+        if case .failure(let e) = Syscall.netnsDelete(name) { throw Failure(description: "cannot remove network namespace \(name): \(e)") }
     }
 }

@@ -1,5 +1,4 @@
 import CAres
-import Glibc
 import LoftCore
 
 /// A resolution in progress. After `cancel()` its completion never runs.
@@ -293,13 +292,12 @@ private struct FileStamp: Equatable {
     var device: UInt64 = 0, inode: UInt64 = 0, size: Int64 = 0, seconds: Int = 0, nanoseconds: Int = 0
 
     init(_ path: String) {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return }
-        device = UInt64(st.st_dev)
-        inode = UInt64(st.st_ino)
-        size = Int64(st.st_size)
-        seconds = st.st_mtim.tv_sec
-        nanoseconds = st.st_mtim.tv_nsec
+        guard case .success(let st) = Syscall.status(path: path) else { return }
+        device = st.device
+        inode = st.inode
+        size = st.size
+        seconds = st.modifiedSeconds
+        nanoseconds = st.modifiedNanoseconds
     }
 }
 

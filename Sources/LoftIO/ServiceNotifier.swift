@@ -8,8 +8,8 @@ import LoftCore
 /// half of $WATCHDOG_USEC, so a loop that stops turning stops them and systemd restarts loft.
 public final class ServiceNotifier {
     private var fd: Int32 = -1
-    private var address = sockaddr_un()
-    private var addressLength: socklen_t = 0
+    /// $NOTIFY_SOCKET's address (a sockaddr_un).
+    private var target = SocketAddress()
     private var lastStatus = ""
     private var watchdogTimer: TimerHandle?
     /// Messages sent (for tests and the log).
@@ -17,16 +17,17 @@ public final class ServiceNotifier {
     /// The watchdog ping interval in milliseconds (nil: systemd asked for none).
     public let watchdogIntervalMs: UInt64?
 
-    public init(environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }) {
+    public init(environment: (String) -> String? = { Syscall.environment($0) }) {
         // WATCHDOG_PID, when set, names the process the watchdog is meant for.
         let usec = environment("WATCHDOG_USEC").flatMap { UInt64($0) }
-        let pidOK = environment("WATCHDOG_PID").flatMap { Int32($0) }.map { $0 == getpid() } ?? true
+        let pidOK = environment("WATCHDOG_PID").flatMap { Int32($0) }.map { $0 == Syscall.processID } ?? true
         watchdogIntervalMs = usec.flatMap { $0 >= 2000 && pidOK ? $0 / 2000 : nil }
+        var address = sockaddr_un()
         guard let path = environment("NOTIFY_SOCKET"), !path.isEmpty,
               path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else { return }
         guard path.hasPrefix("/") || path.hasPrefix("@") else { return }
-        let s = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { return }
+        guard case .success(let s) = Syscall.socket(family: AF_UNIX, type: Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+        else { return }
         fd = s
         address.sun_family = sa_family_t(AF_UNIX)
         var bytes = Array(path.utf8)
@@ -34,10 +35,11 @@ public final class ServiceNotifier {
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (i, b) in bytes.enumerated() { raw[i] = b }
         }
-        addressLength = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes[0] == 0 ? 0 : 1))
+        withUnsafeBytes(of: &address) { a in withUnsafeMutableBytes(of: &target.storage) { $0.copyMemory(from: a) } }
+        target.length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes[0] == 0 ? 0 : 1))
     }
 
-    deinit { if fd >= 0 { close(fd) } }
+    deinit { if fd >= 0 { _ = Syscall.close(fd) } }
 
     /// Whether a service manager listens ($NOTIFY_SOCKET was usable).
     public var isActive: Bool { fd >= 0 }
@@ -45,14 +47,11 @@ public final class ServiceNotifier {
     /// Sends one message (newline-separated assignments). Never blocks: a full socket drops it.
     public func send(_ message: String) {
         guard fd >= 0 else { return }
-        var bytes = Array(message.utf8)
-        var a = address
-        let n = withUnsafePointer(to: &a) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                sendto(fd, &bytes, bytes.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL), $0, addressLength)
-            }
+        let bytes = Array(message.utf8)
+        switch bytes.withUnsafeBytes({ Syscall.sendto(fd, $0.baseAddress!, $0.count, flags: Int32(MSG_DONTWAIT | MSG_NOSIGNAL), to: target) }) {
+        case .success: sent += 1
+        case .failure(let e): Log.debug("notify.failed", ["error": e.description])
         }
-        if n >= 0 { sent += 1 } else { Log.debug("notify.failed", ["error": String(cString: strerror(errno))]) }
     }
 
     public func ready(status: String) {

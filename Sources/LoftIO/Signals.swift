@@ -1,5 +1,5 @@
-import CLinux
 import Glibc
+import LoftCore
 
 /// Both executables' signals. SIGINT, SIGTERM and SIGHUP (shutdown) arrive on a signalfd;
 /// SIGUSR1 (print stats, loft-front only: `stats: true`) through a pipe written by a handler,
@@ -16,10 +16,9 @@ public final class SignalWatcher {
 
     public init(loop: EventLoop, stats: Bool = false) {
         self.loop = loop
-        let fd = clinux_signalfd_for_shutdown()
-        if fd >= 0 {
+        if case .success(let fd) = Syscall.shutdownSignalDescriptor() {
             shutdownWatch = Watch(fd) { [weak self] fd in
-                let s = clinux_signalfd_read(fd)
+                let s = Syscall.readShutdownSignal(fd)
                 if s > 0, let self {
                     self.received = s
                     self.onShutdown?(s)
@@ -28,22 +27,17 @@ public final class SignalWatcher {
             loop.register(fd, IOEvents.readable, shutdownWatch!)
         }
         guard stats else { return }
-        var fds: [Int32] = [0, 0]
-        if pipe(&fds) == 0 {
-            for f in fds {
-                _ = fcntl(f, F_SETFL, fcntl(f, F_GETFL) | O_NONBLOCK)
-                _ = fcntl(f, F_SETFD, FD_CLOEXEC)
-            }
-            usr1Pipe = fds[1]
-            statsWatch = Watch(fds[0]) { [weak self] fd in
+        if case .success(let fds) = Syscall.nonblockingPipe() {
+            usr1Pipe = fds.write
+            statsWatch = Watch(fds.read) { [weak self] fd in
                 var sink = [UInt8](repeating: 0, count: 64)
-                while read(fd, &sink, sink.count) > 0 {}
+                while case .success(let n) = sink.withUnsafeMutableBytes({ Syscall.read(fd, $0.baseAddress!, $0.count) }), n > 0 {}
                 self?.onStats?()
             }
-            loop.register(fds[0], IOEvents.readable, statsWatch!)
-            signal(SIGUSR1) { _ in
+            loop.register(fds.read, IOEvents.readable, statsWatch!)
+            Syscall.onSignal(SIGUSR1) { _ in
                 var one: UInt8 = 1
-                _ = write(usr1Pipe, &one, 1)
+                _ = Syscall.write(usr1Pipe, &one, 1)
             }
         }
     }

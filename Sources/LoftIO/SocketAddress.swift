@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 
@@ -76,8 +75,7 @@ public enum Sockets {
     public static func open(family: Int32, type: Int32) -> Result<Int32, Errno> {
         let made = Syscall.socket(family: family, type: type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
         if case .success(let fd) = made, outboundMark != 0 {
-            var m = outboundMark
-            setsockopt(fd, SOL_SOCKET, SO_MARK, &m, socklen_t(MemoryLayout<UInt32>.size))
+            _ = Syscall.setOption(fd, SOL_SOCKET, SO_MARK, Int32(bitPattern: outboundMark))
         }
         return made
     }
@@ -87,7 +85,7 @@ public enum Sockets {
         switch open(family: family, type: type) {
         case .success(let fd): return fd
         case .failure(let e):
-            Glibc.errno = e.code
+            Syscall.setErrno(e)
             return -1
         }
     }
@@ -101,11 +99,10 @@ public enum Sockets {
     @discardableResult
     public static func reuseAddress(_ fd: Int32) -> Result<Void, Errno> { Syscall.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1) }
 
-    public static var errno: Int32 { clinux_errno() }
+    public static var errno: Int32 { Syscall.lastErrno }
 
     public static func localEndpoint(_ fd: Int32) -> Endpoint? {
-        var a = SocketAddress()
-        let r = a.withMutableSockaddr { getsockname(fd, $0, $1) }
-        return r == 0 ? a.endpoint : nil
+        guard case .success(let a) = Syscall.localAddress(fd) else { return nil }
+        return a.endpoint
     }
 }

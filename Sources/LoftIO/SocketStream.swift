@@ -1,4 +1,3 @@
-import CLinux
 import Glibc
 import LoftCore
 
@@ -79,7 +78,7 @@ public final class SocketStream: ByteStream, IOHandler {
         case .success(let fd): s = fd
         case .failure(let e): failSoon(FlowFailure(errno: e.code)); return
         }
-        _ = clinux_set_nodelay(s)
+        Syscall.setNoDelay(s)
         if case .failure(let e) = Syscall.connect(s, to: SocketAddress(endpoint)), e != .inProgress {
             _ = Syscall.close(s)
             failSoon(FlowFailure(errno: e.code))
@@ -123,7 +122,7 @@ public final class SocketStream: ByteStream, IOHandler {
     public func handleIO(_ ev: UInt32) {
         guard fd >= 0 else { return }
         if connecting {
-            let err = clinux_so_error(fd)
+            let err = Syscall.socketError(fd)
             if err != 0 {
                 fail(FlowFailure(errno: err))
                 return
@@ -147,7 +146,7 @@ public final class SocketStream: ByteStream, IOHandler {
         }
         if ev & IOEvents.error != 0 {
             // Reads are paused, so nobody would read the error: the stream is over now.
-            let err = clinux_so_error(fd)
+            let err = Syscall.socketError(fd)
             fail(FlowFailure(errno: err != 0 ? err : ECONNRESET))
         } else if ev & IOEvents.hangup != 0 {
             // Both directions are finished and reads are not wanted: out of epoll until they are
@@ -235,7 +234,7 @@ public final class SocketStream: ByteStream, IOHandler {
         guard fd >= 0 else { return }
         if registered { loop.unregister(fd) }
         registered = false
-        if reset { _ = clinux_set_linger_reset(fd) }
+        if reset { Syscall.setLingerReset(fd) }
         _ = Syscall.close(fd)
         fd = -1
     }

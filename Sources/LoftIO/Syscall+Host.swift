@@ -1,18 +1,11 @@
 import CLinux
 import Glibc
+import LoftCore
 
-// The rest of the funnel: the calls inputs, the control socket and the executables make (socket
-// set-up, TUN, batches of datagrams, AF_UNIX, route changes, small state files, process limits).
-// Every CLinux and libc system call outside LoftIO goes through `Syscall`: errno is read here,
-// once, and comes back as a value. (rtnetlink requests are `RouteNetlink`, in LoftIO too.)
+// The rest of the funnel's socket side: the calls inputs, the control socket and the executables
+// make (socket set-up, TUN, batches of datagrams, AF_UNIX, route changes, process limits).
+// (rtnetlink requests are `RouteNetlink`, in LoftIO too.)
 extension Syscall {
-    @inline(__always)
-    static func check(_ r: Int32) -> Result<Void, Errno> { r == 0 ? .success(()) : failure() }
-
-    /// The negative-errno convention of the CLinux shims, as a result.
-    @inline(__always)
-    static func shim(_ r: Int32) -> Result<Int32, Errno> { r >= 0 ? .success(r) : .failure(Errno(-r)) }
-
     // MARK: sockets
 
     public static func bind(_ fd: Int32, to address: SocketAddress) -> Result<Void, Errno> {
@@ -146,48 +139,13 @@ extension Syscall {
         shim(clinux_route_monitor_read(fd, ifindex)).map(Int.init)
     }
 
-    // MARK: files
-
-    /// Writes `bytes` to `path` (created with `mode`, truncated). A file that must survive a
-    /// crash whole is `StateFile.write`'s (atomic, fsynced).
-    public static func writeFile(_ path: String, _ bytes: [UInt8], mode: mode_t) -> Result<Void, Errno> {
-        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard f >= 0 else { return failure() }
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(f, $0.baseAddress! + done, bytes.count - done) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                let e = Errno(errno)
-                Glibc.close(f)
-                return .failure(e)
-            }
-            done += n
-        }
-        Glibc.close(f)
-        return .success(())
-    }
-
-    /// Creates an empty file (mode `mode`) if there is none.
-    public static func touch(_ path: String, mode: mode_t) -> Result<Void, Errno> {
-        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, mode)
-        guard f >= 0 else { return failure() }
-        Glibc.close(f)
-        return .success(())
-    }
-
-    @discardableResult
-    public static func unlink(_ path: String) -> Result<Void, Errno> { check(Glibc.unlink(path)) }
-
-    @discardableResult
-    public static func makeDirectory(_ path: String, mode: mode_t) -> Result<Void, Errno> { check(mkdir(path, mode)) }
-
-    @discardableResult
-    public static func removeDirectory(_ path: String) -> Result<Void, Errno> { check(rmdir(path)) }
-
-    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
-
     // MARK: the process
+
+    /// A signalfd for SIGINT, SIGTERM and SIGHUP (blocked for every thread made after).
+    public static func shutdownSignalDescriptor() -> Result<Int32, Errno> { shim(clinux_signalfd_for_shutdown()) }
+
+    /// The signal one read of that signalfd returns; 0 or less when none was there.
+    public static func readShutdownSignal(_ fd: Int32) -> Int32 { clinux_signalfd_read(fd) }
 
     /// RLIMIT_NOFILE's soft limit raised to its hard limit: the new soft limit.
     public static func raiseFileLimit() -> Int { Int(clinux_raise_nofile()) }

@@ -1,30 +1,11 @@
 import CLinux
 import Glibc
+import LoftCore
 
-/// An errno value, as a `Syscall` wrapper returns it.
-public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
-    public var code: Int32
-    public init(_ code: Int32) { self.code = code }
-
-    public static let again = Errno(EAGAIN)
-    public static let interrupted = Errno(EINTR)
-    public static let inProgress = Errno(EINPROGRESS)
-    public static let exists = Errno(EEXIST)
-    public static let badDescriptor = Errno(EBADF)
-    public static let addressInUse = Errno(EADDRINUSE)
-    public static let brokenPipe = Errno(EPIPE)
-
-    /// EAGAIN or EWOULDBLOCK: a nonblocking call that would have waited.
-    public var wouldBlock: Bool { code == EAGAIN || code == EWOULDBLOCK }
-    public var description: String { String(cString: strerror(code)) }
-}
-
-/// The system calls the loop and its sockets make, each in one wrapper that calls libc and
-/// reads errno right after it (accept and epoll go through CLinux, which returns -errno): the
-/// result is the value or the errno, never a -1 with errno left for later. The data calls (read, write, writev, recv, send, recvfrom, sendto, accept)
-/// are retried on EINTR; connect, close and shutdown are not (a connect interrupted goes on in
-/// the background, and on Linux close has released the fd even when it says EINTR).
-public enum Syscall {
+// The funnel's socket side (`Syscall` is LoftCore's, with the descriptor, file, process and
+// terminal calls): sockets, epoll, datagram batches and the heap. The data calls are retried
+// on EINTR; connect and shutdown are not (a connect interrupted goes on in the background).
+extension Syscall {
     /// Hands malloc's free memory back to the system; true if any was released.
     @discardableResult
     public static func trimHeap() -> Bool { clinux_malloc_trim() == 1 }
@@ -52,33 +33,21 @@ public enum Syscall {
         _ = madvise(UnsafeMutableRawPointer(bitPattern: start), end - start, MADV_DONTNEED)
     }
 
-    @inline(__always)
-    static func failure<T>() -> Result<T, Errno> { .failure(Errno(Glibc.errno)) }
+    /// errno now: for `Sockets.make`'s callers, which get -1 and read the reason after (CLinux's,
+    /// as Swift sees it; the wrappers here read `Glibc.errno` right after their call).
+    public static var lastErrno: Int32 { clinux_errno() }
+
+    /// Sets errno: `Sockets.make` returns -1 with its reason there.
+    public static func setErrno(_ e: Errno) { Glibc.errno = e.code }
 
     public static func socket(family: Int32, type: Int32) -> Result<Int32, Errno> {
         let fd = Glibc.socket(family, type, 0)
         return fd >= 0 ? .success(fd) : failure()
     }
 
-    public static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Result<Int, Errno> {
-        while true {
-            let n = Glibc.read(fd, buffer, count)
-            if n >= 0 { return .success(n) }
-            if Glibc.errno != EINTR { return failure() }
-        }
-    }
-
     public static func readv(_ fd: Int32, _ vectors: UnsafePointer<iovec>, _ count: Int32) -> Result<Int, Errno> {
         while true {
             let n = Glibc.readv(fd, vectors, count)
-            if n >= 0 { return .success(n) }
-            if Glibc.errno != EINTR { return failure() }
-        }
-    }
-
-    public static func write(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Result<Int, Errno> {
-        while true {
-            let n = Glibc.write(fd, buffer, count)
             if n >= 0 { return .success(n) }
             if Glibc.errno != EINTR { return failure() }
         }
@@ -182,10 +151,6 @@ public enum Syscall {
     /// On a nonblocking socket, `.failure(.inProgress)` means the connect goes on.
     public static func connect(_ fd: Int32, to address: SocketAddress) -> Result<Void, Errno> {
         address.withSockaddr { Glibc.connect(fd, $0, $1) } == 0 ? .success(()) : failure()
-    }
-
-    public static func close(_ fd: Int32) -> Result<Void, Errno> {
-        Glibc.close(fd) == 0 ? .success(()) : failure()
     }
 
     public static func shutdown(_ fd: Int32, _ how: Int32) -> Result<Void, Errno> {

@@ -1,4 +1,3 @@
-import Glibc
 import LoftCore
 import LoftIO
 
@@ -146,14 +145,8 @@ public final class HostRoutes {
     /// Undoes an undo file's changes in reverse order (each at most once; one already gone is
     /// no error) and deletes it. A line that is not one loft writes is logged and skipped.
     static func undo(_ path: String) {
-        guard let f = fopen(path, "r") else { return }
-        var lines: [String] = []
-        var buf = [CChar](repeating: 0, count: 1024)
-        while fgets(&buf, Int32(buf.count), f) != nil {
-            let line = String(decoding: buf.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if !line.isEmpty { lines.append(line) }
-        }
-        fclose(f)
+        guard case .success(let bytes) = Syscall.readFile(path, upTo: Int.max) else { return }
+        let lines = undoLines(bytes)
         let nl = try? RouteNetlink(netns: nil)
         defer { nl?.close() }
         var done = Set<String>()
@@ -165,5 +158,10 @@ public final class HostRoutes {
             if let nl { try? change.apply(nl) }
         }
         Syscall.unlink(path)
+    }
+
+    /// An undo file's lines, each to its first NUL, the empty ones left out.
+    static func undoLines(_ bytes: [UInt8]) -> [String] {
+        bytes.split(separator: 10).map { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }.filter { !$0.isEmpty }
     }
 }

@@ -1,6 +1,5 @@
 import CChecksum
 import CLwIP
-import Glibc
 import LoftCore
 import LoftIO
 

@@ -1,5 +1,4 @@
 import CLwIP
-import Glibc
 import LoftCore
 import LoftIO
 

@@ -1,4 +1,3 @@
-import Glibc
 import LoftCarriers
 import LoftCore
 import LoftIO

@@ -1,4 +1,3 @@
-import Glibc
 import LoftCore
 import LoftIO
 import LoftSSTP

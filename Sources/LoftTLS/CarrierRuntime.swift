@@ -1,5 +1,4 @@
 import CTLS
-import Glibc
 import LoftCore
 import LoftIO
 
@@ -17,7 +16,7 @@ public final class CarrierRuntime {
     private var randomUsed = 4096
 
     public init(loop: EventLoop, resolver: Resolver? = nil) throws {
-        signal(SIGPIPE, SIG_IGN)
+        Syscall.ignoreBrokenPipe()
         self.resolver = try resolver ?? Resolver(loop: loop)
         self.loop = loop
     }

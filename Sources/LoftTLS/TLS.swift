@@ -1,5 +1,4 @@
 import CTLS
-import Glibc
 import LoftCore
 
 /// How a carrier client checks the front's certificate. Verification is on unless `insecure`

@@ -443,11 +443,13 @@ package final class TLSConnection: IOHandler {
         guard fd >= 0 else { return }
         // Discard whatever still arrives, without decrypting it, until EOF.
         while true {
-            let n = recv(fd, input, inCap, 0)
-            if n > 0 { continue }
-            if n < 0 && (Sockets.errno == EAGAIN || Sockets.errno == EWOULDBLOCK) { return }
-            teardown()
-            return
+            switch Syscall.recv(fd, input, inCap) {
+            case .success(let n) where n > 0: continue
+            case .failure(let e) where e.wouldBlock: return
+            default:
+                teardown()
+                return
+            }
         }
     }
 

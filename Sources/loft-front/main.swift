@@ -1,4 +1,3 @@
-import Glibc
 import LoftCarriers
 import LoftConfig
 import LoftControl
@@ -27,7 +26,7 @@ let arguments = Arguments(program: "loft-front", usage: usage)
 var args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { Terminal.fail(usage, code: 2) }
 args.removeFirst()
-if args.contains("--help") || args.contains("-h") { Terminal.say(usage); exit(0) }
+if args.contains("--help") || args.contains("-h") { Terminal.say(usage); Syscall.exit(0) }
 
 func value(_ args: [String], _ name: String) -> String? { arguments.value(args, name) }
 
@@ -41,7 +40,7 @@ func configPath(_ args: [String], positional: Bool = false, values: Set<String> 
 
 func load(_ path: String) -> FrontSettings { arguments.load(path, with: FrontConfigLoader.load(path:)) }
 
-if arguments.answered(command) { exit(0) }
+if arguments.answered(command) { Syscall.exit(0) }
 switch command {
 case "check":
     let path = configPath(args, positional: true)
@@ -67,7 +66,7 @@ case "run":
             Terminal.fail("loft-front: \(path): \(reason) (run as root, or as a user who may write there); nothing was started", code: 1)
         }
     }
-    exit(FrontApp.run(settings, version: version))
+    Syscall.exit(FrontApp.run(settings, version: version))
 case "stats":
     let path = configPath(args)
     guard let socket = load(path).control else {
@@ -75,8 +74,7 @@ case "stats":
     }
     do {
         let body = try ControlClient.request(socket, "stats")
-        var bytes = Array(body.utf8)
-        _ = write(1, &bytes, bytes.count)
+        Terminal.say(body, newline: false)
     } catch {
         Terminal.fail("loft-front: \(error.description)", code: 1)
     }

@@ -1,5 +1,6 @@
 import LoftCarriers
 import LoftConfig
+import LoftCore
 import LoftIO
 import LoftOutbounds
 import LoftTLS

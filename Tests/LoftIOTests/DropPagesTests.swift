@@ -1,4 +1,5 @@
 import Glibc
+import LoftCore
 import XCTest
 @testable import LoftIO
 

@@ -1,4 +1,5 @@
 import XCTest
+import LoftCore
 import LoftIO
 
 /// The funnel's calls for the command-line side (Syscall+Files, Syscall+Process), each against
@@ -80,5 +81,74 @@ final class SyscallCLITests: XCTestCase {
         XCTAssertTrue(InstanceLock.isHeld(key: key))
         lock.release()
         XCTAssertFalse(InstanceLock.isHeld(key: key))
+    }
+
+    func testStatusDirectoryErrorsAndPositionalIO() throws {
+        let path = dir + "/p"
+        XCTAssertNoThrow(try Syscall.writeFile(path, Array("hello".utf8), mode: 0o600).get())
+        let st = try Syscall.status(path: path).get()
+        XCTAssertTrue(st.isRegularFile)
+        XCTAssertEqual(st.size, 5)
+        XCTAssertEqual(st.mode & 0o7777, 0o600)
+        XCTAssertFalse(try Syscall.status(path: dir).get().isRegularFile)
+        XCTAssertEqual(Syscall.status(path: dir + "/missing").map(\.size), .failure(.noSuchFile))
+        XCTAssertEqual(Syscall.readDirectory(dir + "/missing").map(\.count), .failure(.noSuchFile))
+        XCTAssertEqual(Syscall.openForReading(dir + "/missing").map { _ in 0 }, .failure(.noSuchFile))
+
+        // The descriptor's status is the path's; pread and pwrite leave the position alone.
+        let fd = try Syscall.openOrCreate(path, mode: 0o600).get()
+        defer { _ = Syscall.close(fd) }
+        XCTAssertEqual(try Syscall.status(fd).get(), st)
+        XCTAssertEqual(try Syscall.write(fd, Array("J".utf8), at: 0).get(), 1)
+        var buf = [UInt8](repeating: 0, count: 16)
+        XCTAssertEqual(try buf.withUnsafeMutableBytes { Syscall.read(fd, $0.baseAddress!, $0.count, at: 3) }.get(), 2)
+        XCTAssertEqual(Array(buf[0..<2]), Array("lo".utf8))
+        XCTAssertEqual(try buf.withUnsafeMutableBytes { Syscall.read(fd, $0.baseAddress!, $0.count) }.get(), 5)
+        XCTAssertEqual(Array(buf[0..<5]), Array("Jello".utf8))
+        XCTAssertNoThrow(try Syscall.truncate(fd, to: 2).get())
+        XCTAssertEqual(try Syscall.readFile(path, upTo: 100).get(), Array("Je".utf8))
+        XCTAssertEqual(try Syscall.status(fd).get().size, 2)
+
+        // flock: a second descriptor on the file is refused while the first holds it.
+        let other = try Syscall.openForReading(path).get()
+        defer { _ = Syscall.close(other) }
+        XCTAssertNoThrow(try Syscall.lock(fd, exclusive: true).get())
+        guard case .failure(let busy) = Syscall.lock(other, exclusive: false) else { return XCTFail("locked twice") }
+        XCTAssertTrue(busy.wouldBlock)
+        XCTAssertNoThrow(try Syscall.unlock(fd).get())
+        XCTAssertNoThrow(try Syscall.lock(other, exclusive: false).get())
+        XCTAssertNoThrow(try Syscall.unlock(other).get())
+    }
+
+    func testPipeAndOneWrite() throws {
+        let p = try Syscall.nonblockingPipe().get()
+        defer { _ = Syscall.close(p.read); _ = Syscall.close(p.write) }
+        var buf = [UInt8](repeating: 0, count: 8)
+        // Nonblocking: an empty pipe says so instead of waiting.
+        XCTAssertEqual(buf.withUnsafeMutableBytes { Syscall.read(p.read, $0.baseAddress!, $0.count) }.map { _ in 0 }, .failure(.again))
+        XCTAssertEqual(try Syscall.write(p.write, Array("abc".utf8)).get(), 3)
+        XCTAssertEqual(try Syscall.write(p.write, []).get(), 0)
+        XCTAssertEqual(try buf.withUnsafeMutableBytes { Syscall.read(p.read, $0.baseAddress!, $0.count) }.get(), 3)
+        XCTAssertEqual(Array(buf[0..<3]), Array("abc".utf8))
+        XCTAssertEqual(Syscall.write(-1, Array("x".utf8)).map { _ in 0 }, .failure(.badDescriptor))
+    }
+
+    func testRunToEnd() throws {
+        let r = try Syscall.runToEnd(["sh", "-c", "echo out; echo err >&2; exit 3"]).get()
+        XCTAssertEqual((r.status >> 8) & 0xff, 3)
+        XCTAssertEqual(r.stderr, Array("err\n".utf8))  // stdout went to /dev/null
+        XCTAssertEqual(Syscall.runToEnd(["/nonexistent/loft-test-tool"]).map { _ in 0 }, .failure(.noSuchFile))
+    }
+
+    func testASecondInstanceLockNamesTheHolder() throws {
+        try XCTSkipUnless(Syscall.effectiveUserID == 0, "needs root: the locks are in /run/loft, root's")
+        let key = "syscall-test-busy-\(Syscall.processID)"
+        defer { Syscall.unlink("/run/loft/\(key).lock") }
+        let lock = try InstanceLock(key: key, what: "a test")
+        XCTAssertEqual(try Syscall.readFile("/run/loft/\(key).lock", upTo: 100).get(), Array("\(Syscall.processID)\n".utf8))
+        XCTAssertThrowsError(try InstanceLock(key: key, what: "a test")) { error in
+            XCTAssertEqual("\(error)", "a test is in use by another loft (pid \(Syscall.processID)); stop it first")
+        }
+        lock.release()
     }
 }

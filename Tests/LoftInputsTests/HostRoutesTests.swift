@@ -91,4 +91,12 @@ final class HostRoutesTests: XCTestCase {
         XCTAssertEqual(routes.installed, 0)
         XCTAssertNotEqual(access(routes.statePath, F_OK), 0, "the undo file went with the routes")
     }
+
+    func testUndoFileLines() {
+        // Each line to its first NUL; empty lines (a trailing newline, a blank line) left out.
+        XCTAssertEqual(HostRoutes.undoLines(Array("rule 4 a\n\nroute b\n".utf8)), ["rule 4 a", "route b"])
+        XCTAssertEqual(HostRoutes.undoLines(Array("last without newline".utf8)), ["last without newline"])
+        XCTAssertEqual(HostRoutes.undoLines([0x61, 0, 0x62, 10, 0, 10]), ["a"])
+        XCTAssertEqual(HostRoutes.undoLines([]), [])
+    }
 }

@@ -1,3 +1,4 @@
+import CLinux
 import Glibc
 
 // The process, its environment and its children, for the command-line side (`loft exec`,
@@ -16,6 +17,19 @@ extension Syscall {
     public static func onTerminationSignals(_ handler: @escaping @convention(c) (Int32) -> Void) {
         for s in [SIGINT, SIGTERM, SIGHUP] { signal(s, handler) }
     }
+
+    /// `handler` runs on `signal` (signal(2)), in signal context.
+    public static func onSignal(_ signal: Int32, _ handler: @escaping @convention(c) (Int32) -> Void) {
+        _ = Glibc.signal(signal, handler)
+    }
+
+    /// SIGPIPE ignored (signal(2)): a write to a socket or pipe whose reader left fails with
+    /// EPIPE instead of ending the process (OpenSSL writes to sockets with write(2)).
+    public static func ignoreBrokenPipe() { signal(SIGPIPE, SIG_IGN) }
+
+    /// The git commit this build was made from (CLinux's, set by scripts/install; "unknown"
+    /// otherwise).
+    public static var buildCommit: String { String(cString: clinux_build_commit()) }
 
     public static var processID: Int32 { getpid() }
 
@@ -88,6 +102,37 @@ extension Syscall {
         return posix_spawnp(&pid, argv[0], &actions, &attr, cargs, environ) == 0 ? pid : nil
     }
 
+    /// Runs `argv` (found on PATH) to its end: stdout to /dev/null, stderr captured. Its wait
+    /// status (waitpid's, EINTR retried) and what it wrote on stderr, or posix_spawn's error.
+    public static func runToEnd(_ argv: [String]) -> Result<(status: Int32, stderr: [UInt8]), Errno> {
+        var pid = pid_t()
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        var errPipe: [Int32] = [0, 0]
+        _ = pipe(&errPipe)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addclose(&actions, errPipe[0])
+        var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) }
+        cargs.append(nil)
+        defer { for p in cargs { free(p) } }
+        let rc = posix_spawnp(&pid, argv[0], &actions, nil, cargs, environ)
+        Glibc.close(errPipe[1])
+        var errText = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 512)
+        while true {
+            let n = Glibc.read(errPipe[0], &buf, buf.count)
+            if n <= 0 { break }
+            errText.append(contentsOf: buf[0..<n])
+        }
+        Glibc.close(errPipe[0])
+        guard rc == 0 else { return .failure(Errno(rc)) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return .success((status, errText))
+    }
+
     /// Whether child `pid` still runs (waitpid WNOHANG: an exited child is reaped).
     public static func isRunning(_ pid: Int32) -> Bool {
         var status: Int32 = 0
@@ -136,7 +181,7 @@ extension Syscall {
     /// fails with EPIPE instead).
     public static func halfCloseOnSignals(_ fd: Int32) {
         halfClosedOnSignal = fd
-        signal(SIGPIPE, SIG_IGN)
+        ignoreBrokenPipe()
         onTerminationSignals { _ in _ = Glibc.shutdown(halfClosedOnSignal, Int32(SHUT_WR)) }
     }
 }
