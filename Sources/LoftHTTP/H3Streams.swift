@@ -25,9 +25,7 @@ package protocol H3Transport: QuicStreamLayer {
     @discardableResult func drop(_ id: Int64, _ n: Int) -> Bool
 }
 
-extension QuicConnection: H3Transport {
-    package func isLive(_ id: Int64) -> Bool { stream(id).map { !$0.released } ?? false }
-}
+extension QuicConnection: H3Transport {}
 
 /// Events of `H3Streams` for its carrier (the same shape as the QUIC ones).
 package protocol H3StreamsDelegate: AnyObject {

@@ -29,10 +29,15 @@ extension QuicConnectionDelegate {
 /// deadline as one timer on the loop's heap. Streams are bidirectional byte pipes with
 /// bounded buffers on both sides; datagrams are sent at once or dropped.
 package final class QuicConnection {
-    package weak var delegate: QuicConnectionDelegate?
+    /// Its carrier. (Stored as internal with a package getter, so that the module sees every
+    /// access and the compiler drops the run-time exclusivity checks on the hot path; the same
+    /// for `conn`, `closed`, `remote` and `local`.)
+    package var delegate: QuicConnectionDelegate? { get { owner } set { owner = newValue } }
+    weak var owner: QuicConnectionDelegate?
     package let isServer: Bool
     package let loop: EventLoop
-    package internal(set) var conn: OpaquePointer?
+    package var conn: OpaquePointer? { ngtcp2 }
+    var ngtcp2: OpaquePointer?
     /// Held until the connection is over (`finish`): the front's listener, or the client's
     /// carrier. A listener closed or dropped by its owner lives on, with its socket, while one
     /// of its connections still sends (its CONNECTION_CLOSE at a shutdown, say); the cycle
@@ -40,17 +45,17 @@ package final class QuicConnection {
     var sink: QuicPacketSink?
     var events = cngtcp2_events()
     package let limits: QuicLimits
-    package internal(set) var streams: [Int64: QuicStreamState] = [:]
+    var streams: [Int64: QuicStreamState] = [:]
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
     /// and copies it into a packet. The ring stays until `stream_close` (or the connection
     /// goes) with only its unacknowledged bytes' pages kept (`dropUnheldPages`), and those
     /// bytes stay in `heldTotal`, so the budget bounds what retired streams hold.
-    package internal(set) var retired: [Int64: QuicStreamState] = [:]
+    var retired: [Int64: QuicStreamState] = [:]
     /// Bytes held (written, not yet acknowledged) by budgeted streams, and the streams waiting
     /// for the budget to free up.
-    package internal(set) var heldTotal = 0
+    var heldTotal = 0
     var budgetWaiters: [Int64] = []
     var sendQueue: [Int64] = []
     var pendingReadable: [Int64] = []
@@ -61,7 +66,8 @@ package final class QuicConnection {
     var timer: TimerHandle?
     var pacer: QuicPacer
     var timerAt: UInt64 = .max
-    package internal(set) var closed = false
+    package var closed: Bool { isClosed }
+    var isClosed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
     var closingGracefully = false
     var blockedOnSocket = false
@@ -82,8 +88,10 @@ package final class QuicConnection {
         self.dispatchEvents()
     }
     /// Where the connection's packets came from last (the server answers there).
-    package internal(set) var remote: SocketAddress
-    package internal(set) var local: SocketAddress
+    package var remote: SocketAddress { remoteAddress }
+    package var local: SocketAddress { localAddress }
+    var remoteAddress: SocketAddress
+    var localAddress: SocketAddress
     package var datagramsDropped = 0
     package var migrations = 0
 
@@ -94,8 +102,8 @@ package final class QuicConnection {
         pacer = QuicPacer(now: loop.nanoseconds)
         self.sink = sink
         self.limits = limits
-        self.local = local
-        self.remote = remote
+        self.localAddress = local
+        self.remoteAddress = remote
         events.ctx = Unmanaged.passUnretained(self).toOpaque()
         events.handshake_done = { ctx in QuicConnection.from(ctx).onHandshakeDone() }
         events.stream_data = { ctx, sid, data, len, fin in QuicConnection.with(ctx) { $0.onStreamData(sid, data, len, fin != 0) } }
@@ -146,7 +154,7 @@ package final class QuicConnection {
             }
         }
         guard let c else { throw TLSError(cText(err)) }
-        q.conn = c
+        q.ngtcp2 = c
         q.flushSoon.schedule()
         return q
     }
@@ -171,7 +179,7 @@ package final class QuicConnection {
             Log.debug("quic.accept_failed", ["peer": remote.endpoint.map { "\($0)" } ?? "", "reason": cText(err)])
             return nil
         }
-        q.conn = c
+        q.ngtcp2 = c
         return q
     }
 
@@ -212,7 +220,7 @@ package final class QuicConnection {
     package func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress) {
         guard let conn, !closed else { return }
         if !addressValidated { amplification.received(bytes.count) }
-        remote = from
+        remoteAddress = from
         let rv = at.withSockaddr { l, ll in
             from.withSockaddr { r, rl in
                 cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, loop.nanoseconds)
@@ -285,7 +293,7 @@ package final class QuicConnection {
 
     func sendCloseNow(liberr: Int32 = 0) {
         guard !closed, let conn else { return }
-        closed = true
+        isClosed = true
         var to = sockaddr_storage()
         var toLen: socklen_t = 0
         if cngtcp2_is_closing(conn) == 0 {
@@ -305,7 +313,7 @@ package final class QuicConnection {
 
     /// The connection is over: no timer, no streams.
     func finish() {
-        closed = true
+        isClosed = true
         if let f = onFinished {
             onFinished = nil
             loop.soon(f)
@@ -539,7 +547,7 @@ package final class QuicConnection {
         guard let conn, !closed, !isServer else { return false }
         let rv = newLocal.withSockaddr { l, ll in remote.withSockaddr { r, rl in cngtcp2_migrate(conn, l, ll, r, rl, loop.nanoseconds) } }
         guard rv == 0 else { return false }
-        local = newLocal
+        localAddress = newLocal
         flushSoon.schedule()
         return true
     }

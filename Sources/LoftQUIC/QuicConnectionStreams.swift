@@ -30,7 +30,10 @@ extension QuicConnection {
 
     package var streamsLeft: UInt64 { conn.map { cngtcp2_streams_bidi_left($0) } ?? 0 }
 
-    package func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
+    func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
+
+    /// Whether stream `id` is open and its owner still holds it.
+    package func isLive(_ id: Int64) -> Bool { streams[id].map { !$0.released } ?? false }
 
     /// Copies up to the stream's free send buffer; returns the bytes taken.
     package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {

@@ -6,40 +6,40 @@ import LoftIO
 /// One stream's buffers. Bytes written stay in `send` (a ring) until the peer acknowledges
 /// them (ngtcp2 retransmits from it); received bytes wait in `recv` until read, and the
 /// peer's flow-control window moves on only as they are read.
-package final class QuicStreamState {
-    package let id: Int64
+final class QuicStreamState {
+    let id: Int64
     // send ring: [acked, end) held, [sent, end) not yet handed to ngtcp2
-    package var ring: UnsafeMutableRawPointer?
-    package let ringCap: Int
-    package var acked: UInt64 = 0
-    package var sent: UInt64 = 0
-    package var end: UInt64 = 0
-    package var finQueued = false
-    package var finSent = false
-    package var blocked = false
-    package var sendClosed = false
-    package var wantWritable = false
-    package var inSendQueue = false
+    var ring: UnsafeMutableRawPointer?
+    let ringCap: Int
+    var acked: UInt64 = 0
+    var sent: UInt64 = 0
+    var end: UInt64 = 0
+    var finQueued = false
+    var finSent = false
+    var blocked = false
+    var sendClosed = false
+    var wantWritable = false
+    var inSendQueue = false
     /// Waits for the connection's send budget (QuicLimits.sendBudget) to free up.
-    package var waitsBudget = false
+    var waitsBudget = false
     /// Counts toward the send budget: every stream but 0 (the session stream, whose PING/PONG
     /// and control frames must never wait behind flows the peer does not read).
-    package var budgeted: Bool { id != 0 }
+    var budgeted: Bool { id != 0 }
     // receive
-    package var recv = ReceiveQueue()
+    var recv = ReceiveQueue()
     /// Bytes at the front of `recv` whose credit the peer already has (h3: handed to nghttp3,
     /// their DATA payloads waiting there for the reader).
-    package var recvCredited = 0
-    package var recvFin = false
-    package var recvFinDelivered = false
+    var recvCredited = 0
+    var recvFin = false
+    var recvFinDelivered = false
     /// In the connection's `pendingReadable` (listed once however many packets it got).
-    package var inPendingReadable = false
+    var inPendingReadable = false
     /// ngtcp2 closed the stream (both directions done or reset).
-    package var stackClosed = false
+    var stackClosed = false
     /// Its owner let go of it (received bytes are dropped from then on).
-    package var released = false
+    var released = false
 
-    package init(id: Int64, ringCap: Int) {
+    init(id: Int64, ringCap: Int) {
         self.id = id
         self.ringCap = ringCap
     }
@@ -52,7 +52,7 @@ package final class QuicStreamState {
     /// else of the ring, whose other pages go back to the system (a stream whose reset the
     /// peer never completes holds its unacknowledged bytes, within the send budget, not the
     /// whole ring).
-    package func dropUnheldPages() {
+    func dropUnheldPages() {
         guard let ring, end > acked else { return }
         let start = Int(acked % UInt64(ringCap)), len = Int(end - acked)
         if start + len <= ringCap {
@@ -64,9 +64,9 @@ package final class QuicStreamState {
         }
     }
 
-    package var held: Int { Int(end - acked) }
-    package var room: Int { sendClosed || finQueued ? 0 : ringCap - held }
-    package var unsent: Int { Int(end - sent) }
-    package var recvAvailable: Int { recv.available }
-    package var hasSendWork: Bool { !sendClosed && !blocked && (unsent > 0 || (finQueued && !finSent)) }
+    var held: Int { Int(end - acked) }
+    var room: Int { sendClosed || finQueued ? 0 : ringCap - held }
+    var unsent: Int { Int(end - sent) }
+    var recvAvailable: Int { recv.available }
+    var hasSendWork: Bool { !sendClosed && !blocked && (unsent > 0 || (finQueued && !finSent)) }
 }

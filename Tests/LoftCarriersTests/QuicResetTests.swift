@@ -3,7 +3,7 @@ import Foundation
 @testable import LoftCarriers
 import LoftCore
 import LoftIO
-import LoftQUIC
+@testable import LoftQUIC
 import LoftTLS
 import LoftTestSupport
 import XCTest
