@@ -43,6 +43,8 @@ public final class VLESSOutbound: Outbound {
     let options: VLESSOptions
     let serverName: String
     let meter = Meter()
+    /// The TCP flows' bytes (the UDP associations' are in `meter`).
+    let streamMeter = StreamMeter()
 
     /// Why a flow failed, as counted in `loft status` and logged (once per cause).
     public enum Failure: String, CaseIterable, Sendable {
@@ -65,6 +67,7 @@ public final class VLESSOutbound: Outbound {
     final class Meter {
         var flows: UInt64 = 0
         var live = 0
+        /// The UDP associations' bytes (the TCP flows' are in `streamMeter`).
         var bytesUp: UInt64 = 0
         var bytesDown: UInt64 = 0
         var failures = [UInt64](repeating: 0, count: Failure.allCases.count)
@@ -94,7 +97,8 @@ public final class VLESSOutbound: Outbound {
         let m = meter
         // "failing": flows failed since the last one that got its response (or there was none).
         var s = OutboundStatus(name: name, type: "vless", state: m.logged.isEmpty ? "ready" : "failing")
-        s.flows = m.flows; s.liveFlows = m.live; s.bytesUp = m.bytesUp; s.bytesDown = m.bytesDown
+        s.flows = m.flows; s.liveFlows = m.live
+        s.bytesUp = m.bytesUp &+ streamMeter.bytesWritten; s.bytesDown = m.bytesDown &+ streamMeter.bytesRead
         let server = options.host.contains(":") ? "[\(options.host)]:\(options.port)" : "\(options.host):\(options.port)"
         s.detail = "server \(server)" + (m.lastError.isEmpty ? "" : ", last error \(m.lastError)")
         s.extra = Failure.allCases.enumerated().map { ($1.rawValue, m.failures[$0]) } + [("udp-dropped", m.udpDropped), ("tls-resumed", m.resumed)]
@@ -146,13 +150,29 @@ public final class VLESSOutbound: Outbound {
 
     public func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream {
         let header = VLESS.encode(VLESS.Request(uuid: options.uuid, command: .tcp, destination: destination))
-        let s = VLESSStream(outbound: self, header: header ?? [], events: events)
-        if header == nil {
-            s.failSoon(.notAllowed)
-        } else {
-            s.start(dial(events: s))
+        let (end, flow) = makeEnd(events: events)
+        guard let header else {
+            flow.ended()
+            end.failSoon(.notAllowed, on: loop)
+            return end
         }
-        return s
+        let inner = dial(events: end)
+        flow.tls = inner as? TLSStream
+        end.attach(inner, connected: false, holding: header)
+        return end
+    }
+
+    /// A TCP flow's end (the one preface end, in line: docs/architecture.md, "The preface end")
+    /// and the flow beside it, before it has its TLS connection.
+    func makeEnd(events: ByteStreamEvents) -> (PrefaceStream<VLESS.ResponseCodec>, VLESSFlow) {
+        let flow = VLESSFlow(outbound: self)
+        let inLine = PrefaceInLine(loop: loop, preambleWaitMs: options.headerWaitMs, owner: flow,
+                                   budget: runtime.readBudget, budgetEntry: flow.budget)
+        let end = PrefaceStream(codec: VLESS.ResponseCodec(), events: events, meter: streamMeter, inLine: inLine) { [unowned flow] in
+            flow.judge($0)
+        }
+        flow.end = end
+        return (end, flow)
     }
 
     public func openAssociation(events: DatagramEvents) -> DatagramAssociation? {
@@ -160,101 +180,40 @@ public final class VLESSOutbound: Outbound {
     }
 }
 
-/// One TCP flow through a VLESS server: its end of the splice. Wraps the TLS connection's
-/// stream (`inner`), puts the request header in front of the first bytes written, and takes the
-/// response header off the front of the first bytes read. Every other call passes through,
-/// except that the loop's read budget may stop its reads (docs/vless.md): it counts what the
-/// flow holds each time bytes are taken.
-final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
-    weak var events: ByteStreamEvents?
+/// One TCP flow through a VLESS server, beside its end of the splice (the one preface end,
+/// `PrefaceStream` in line over the TLS connection: the request header held for the app's
+/// first bytes, the response header read off the front of the first reads): it counts the
+/// flow, judges the response, counts its failure once by cause, and is the flow's place in
+/// the loop's read budget (docs/vless.md), which the end updates on every read.
+final class VLESSFlow: PrefaceOwner, ReadBudgetMember {
     private let outbound: VLESSOutbound
-    private let loop: EventLoop
-    private(set) var inner: ByteStream?
-    private weak var tls: TLSStream?
+    /// The flow's end (it holds this flow).
+    weak var end: PrefaceStream<VLESS.ResponseCodec>?
+    weak var tls: TLSStream?
     /// The splice's other end (the app's), where what this flow read waits for the app.
     private weak var appEnd: ByteStream?
     /// This flow's place in the loop's read budget (nil once it ended).
-    private var budget: ReadBudget.Entry?
-    /// Reads wanted by the driver, and stopped by the budget.
-    private var readWanted = true
+    private(set) var budget: ReadBudget.Entry?
     private var budgetPaused = false
-    private var header: [UInt8]
-    private var headerSent = 0
-    private var headerTimer: TimerHandle?
-    private var response = PrefaceReader(VLESS.ResponseCodec())
     private(set) var responded = false
-    private(set) var connected = false
-    private var shutPending = false
-    /// The app ended its side (shutdownWrite passed on).
-    private var appDone = false
     /// This flow's failure is counted (at most once).
     private var counted = false
     private var live = true
-    private var failure: FlowFailure?
 
-    init(outbound: VLESSOutbound, header: [UInt8], events: ByteStreamEvents) {
+    init(outbound: VLESSOutbound) {
         self.outbound = outbound
-        loop = outbound.loop
-        self.header = header
-        self.events = events
         outbound.meter.flows &+= 1
         outbound.meter.live += 1
         budget = outbound.runtime.readBudget.join(self)
     }
 
-    /// Starts on `inner`, a stream whose events come to this one.
-    func start(_ inner: ByteStream) {
-        self.inner = inner
-        tls = inner as? TLSStream
-    }
+    deinit { ended() }
 
-    deinit {
-        if let h = headerTimer { loop.cancel(h) }
-        ended()
-    }
-
-    func failSoon(_ f: FlowFailure) {
-        failure = f
-        ended()
-        loop.soon { [weak self] in
-            guard let self else { return }
-            self.events?.streamFailed(self, f)
-        }
-    }
-
-    private func ended() {
+    func ended() {
         if let b = budget { outbound.runtime.readBudget.leave(b); budget = nil }
         guard live else { return }
         live = false
         outbound.meter.live -= 1
-    }
-
-    // MARK: the read budget
-
-    /// Read from the server and not yet taken by the app: the TLS end's input buffer and the
-    /// app end's send queue.
-    func budgetHeld() -> Int {
-        if appEnd == nil { appEnd = (events as? Splice)?.otherEnd(of: self) }
-        return (tls?.bufferedInput ?? 0) + (appEnd?.heldBytes ?? 0)
-    }
-
-    func budgetPause(_ paused: Bool) {
-        budgetPaused = paused
-        inner?.setReadInterest(readWanted && !paused)
-        // The app's next ACK brings the splice back here (streamWritable, then a read): the
-        // budget looks again at once instead of on its next recheck.
-        if paused { appEnd?.notifyWhenTaken() }
-    }
-
-    private func spent() {
-        if let b = budget { outbound.runtime.readBudget.update(b) }
-    }
-
-    /// A read while stopped (the splice came back because the app took bytes): ask again.
-    private func recheckIfStopped() {
-        guard budgetPaused else { return }
-        spent()
-        if budgetPaused { appEnd?.notifyWhenTaken() }
     }
 
     private func count(_ f: VLESSOutbound.Failure, _ detail: String) {
@@ -263,187 +222,76 @@ final class VLESSStream: ByteStream, ByteStreamEvents, ReadBudgetMember {
         outbound.failed(f, detail)
     }
 
-    private var headerPending: Bool { headerSent < header.count }
-
-    // MARK: events from the TLS stream
-
-    func streamConnected(_: ByteStream) {
-        connected = true
-        if (inner as? TLSStream)?.resumed == true { outbound.meter.resumed &+= 1 }
-        if headerPending {
-            headerTimer = loop.schedule(after: outbound.options.headerWaitMs) { [weak self] in
-                guard let self else { return }
-                self.headerTimer = nil
-                self.sendHeader()
-            }
-        }
-        events?.streamConnected(self)
-    }
-
-    func streamFailed(_: ByteStream, _ f: FlowFailure) {
-        let (cause, detail) = VLESSOutbound.cause(of: inner as? TLSStream, responded: responded)
-        count(cause, detail)
-        ended()
-        failure = f
-        events?.streamFailed(self, f)
-    }
-
-    func streamReadable(_: ByteStream) { events?.streamReadable(self) }
-
-    func streamWritable(_: ByteStream) {
-        if headerPending {
-            sendHeader()
-            if headerPending { return }
-        }
-        events?.streamWritable(self)
-    }
-
-    /// The header alone (the app had nothing to send in time, or is closing).
-    private func sendHeader() {
-        guard headerPending, connected, let inner else { return }
-        if let h = headerTimer { loop.cancel(h); headerTimer = nil }
-        let w = header.withUnsafeBytes { raw -> Int in
-            var iov = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + headerSent),
-                            iov_len: header.count - headerSent)
-            return inner.write(&iov, count: 1)
-        }
-        if w > 0 { headerSent += w }
-        if !headerPending {
-            header = []
-            headerSent = 0
-            if shutPending { shutPending = false; inner.shutdownWrite() }
-        }
-    }
-
-    // MARK: ByteStream
-
-    var writeRoom: Int {
-        guard let inner else { return 1 }
-        let r = inner.writeRoom
-        guard headerPending, r != Int.max, r > 0 else { return r }
-        return max(1, r - (header.count - headerSent))
-    }
-
-    func write(_ segments: UnsafePointer<iovec>, count: Int) -> Int {
-        guard let inner, connected else { return failure == nil && inner != nil ? 0 : -1 }
-        if !headerPending {
-            let w = inner.write(segments, count: count)
-            if w > 0 { outbound.meter.bytesUp &+= UInt64(w) }
-            return w
-        }
-        // The header and the app's first bytes in one write (one TLS record when they fit).
-        if let h = headerTimer { loop.cancel(h); headerTimer = nil }
-        let h = header.count - headerSent
-        let w = header.withUnsafeBytes { raw -> Int in
-            withUnsafeTemporaryAllocation(of: iovec.self, capacity: count + 1) { iov in
-                iov[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + headerSent), iov_len: h)
-                for i in 0..<count { iov[i + 1] = segments[i] }
-                return inner.write(iov.baseAddress!, count: count + 1)
-            }
-        }
-        if w < 0 { return -1 }
-        if w < h {
-            headerSent += w
-            return 0
-        }
-        header = []
-        headerSent = 0
-        outbound.meter.bytesUp &+= UInt64(w - h)
-        return w - h
-    }
-
-    /// Reads the response header off the front, exactly (`VLESS.ResponseCodec`); nil once it
-    /// is complete (bytes may follow), else what the caller's read returns.
-    private func readResponse(_ inner: ByteStream) -> StreamReadResult? {
-        switch response.read(from: inner) {
-        case .answer(.ok):
+    /// The verdict on the response header.
+    func judge(_ outcome: PrefaceOutcome<VLESS.ResponseHeader>) -> FlowFailure? {
+        switch outcome {
+        case .answered(.ok):
             responded = true
             outbound.responded()
             return nil
-        case .answer(.bad(let first)):
+        case .answered(.bad(let first)):
             count(.badResponse, "response starts with byte \(first)")
-            failure = .other(EPROTO)
-            return .failed(.other(EPROTO))
-        case .wouldBlock:
-            return .wouldBlock
-        case .eof where appDone && response.count == 0:
-            // The app had finished and the destination closed without a word (a client
-            // that closed before sending anything, say): a plain end, not a failure.
-            return .eof
-        case .eof:
-            count(.noResponse, response.count == 0 ? "closed without a response" : "closed inside the response header")
-            failure = .other(ECONNRESET)
-            return .failed(.other(ECONNRESET))
-        case .failed(let f):
-            let (_, detail) = VLESSOutbound.cause(of: inner as? TLSStream, responded: false)
-            count(.noResponse, detail)
-            failure = f
-            return .failed(f)
+            return .other(EPROTO)
+        case .cut(let f):
+            let got = end?.answerBytes ?? 0
+            guard end?.cutByEOF == true else {
+                let (_, detail) = VLESSOutbound.cause(of: tls, responded: false)
+                count(.noResponse, detail)
+                return f
+            }
+            // The app had finished and the destination closed without a word (a client that
+            // closed before sending anything, say): a plain end, not a failure.
+            if end?.writeShut == true && got == 0 { return nil }
+            count(.noResponse, got == 0 ? "closed without a response" : "closed inside the response header")
+            return .other(ECONNRESET)
         }
     }
 
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
-        guard let inner else { return failure.map { .failed($0) } ?? .eof }
-        recheckIfStopped()
-        if !responded, let r = readResponse(inner) { return r }
-        let r = inner.read(into: buffer)
-        switch r {
-        case .data(let n):
-            outbound.meter.bytesDown &+= UInt64(n)
-            spent()
-        case .failed: count(.broken, "read failed")
-        default: break
-        }
-        return r
+    // MARK: PrefaceOwner
+
+    func prefaceConnected() {
+        if tls?.resumed == true { outbound.meter.resumed &+= 1 }
     }
 
-    func peek(_ iov: UnsafeMutablePointer<iovec>, max: Int, count n: inout Int) -> StreamReadResult? {
-        n = 0
-        guard let inner else { return failure.map { .failed($0) } ?? .eof }
-        recheckIfStopped()
-        if !responded, let r = readResponse(inner) { return r }
-        let r = inner.peek(iov, max: max, count: &n)
-        if case .failed = r { count(.broken, "read failed") }
-        return r
+    func prefaceFailed() {
+        let (cause, detail) = VLESSOutbound.cause(of: tls, responded: responded)
+        count(cause, detail)
+        ended()
     }
 
-    func consume(_ n: Int) {
-        inner?.consume(n)
-        outbound.meter.bytesDown &+= UInt64(n)
+    func prefaceReadFailed() { count(.broken, "read failed") }
+
+    /// A read while stopped (the splice came back because the app took bytes): ask again.
+    func prefaceRecheck() {
+        guard budgetPaused else { return }
         spent()
+        if budgetPaused { appEnd?.notifyWhenTaken() }
     }
 
-    func setReadInterest(_ on: Bool) {
-        readWanted = on
-        inner?.setReadInterest(on && !budgetPaused)
-    }
-
-    func shutdownWrite() {
-        guard let inner else { return }
-        appDone = true
-        if headerPending {
-            shutPending = true
-            sendHeader()
-            return
-        }
-        inner.shutdownWrite()
-    }
-
-    func close() {
-        if let h = headerTimer { loop.cancel(h); headerTimer = nil }
-        ended()
-        inner?.events = nil
-        inner?.close()
-        inner = nil
-    }
-
-    func reset() {
-        if let h = headerTimer { loop.cancel(h); headerTimer = nil }
+    func prefaceEnded(reset: Bool, connected: Bool, failed: Bool) {
         // Reset before it connected and without a failure of its own: the connect deadline.
-        if !connected && failure == nil { count(.timeout, "no TLS connection within the connect timeout") }
+        if reset && !connected && !failed { count(.timeout, "no TLS connection within the connect timeout") }
         ended()
-        inner?.events = nil
-        inner?.reset()
-        inner = nil
+    }
+
+    // MARK: the read budget
+
+    /// Read from the server and not yet taken by the app: the TLS end's input buffer and the
+    /// app end's send queue.
+    func budgetHeld() -> Int {
+        if appEnd == nil, let end { appEnd = (end.events as? Splice)?.otherEnd(of: end) }
+        return (tls?.bufferedInput ?? 0) + (appEnd?.heldBytes ?? 0)
+    }
+
+    func budgetPause(_ paused: Bool) {
+        budgetPaused = paused
+        end?.pauseReads(paused)
+        // The app's next ACK brings the splice back here (streamWritable, then a read): the
+        // budget looks again at once instead of on its next recheck.
+        if paused { appEnd?.notifyWhenTaken() }
+    }
+
+    private func spent() {
+        if let b = budget { outbound.runtime.readBudget.update(b) }
     }
 }

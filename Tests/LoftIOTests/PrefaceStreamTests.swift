@@ -292,3 +292,179 @@ final class PrefaceStreamTests: XCTestCase {
         XCTAssertEqual(read(s).0, .failed(.hostUnreachable))
     }
 }
+
+/// What an in-line end's owner heard.
+final class OwnerLog: PrefaceOwner, ReadBudgetMember {
+    var calls: [String] = []
+    var held = 0
+    weak var end: PrefaceStream<TaggedAnswer>?
+    func prefaceConnected() { calls.append("connected") }
+    func prefaceFailed() { calls.append("failed") }
+    func prefaceReadFailed() { calls.append("read-failed") }
+    func prefaceRecheck() { calls.append("recheck") }
+    func prefaceEnded(reset: Bool, connected: Bool, failed: Bool) {
+        calls.append("\(reset ? "reset" : "closed") connected=\(connected) failed=\(failed)")
+    }
+    func budgetHeld() -> Int { held }
+    func budgetPause(_ paused: Bool) { end?.pauseReads(paused) }
+}
+
+/// An end made with `PrefaceInLine` (VLESS's TCP flow): connected with its inner stream, its
+/// preamble held for the first write (or sent alone after the wait, on the loop's virtual
+/// clock), its answer read in line with the reads, every read counted in the budget.
+final class PrefaceInLineTests: XCTestCase {
+    var loop: EventLoop!
+    var log: RecordingStreamEvents!
+    var inner: TestStream!
+    var owner: OwnerLog!
+    var meter: StreamMeter!
+    var budget: ReadBudget!
+    var outcomes: [PrefaceOutcome<TaggedAnswer.Answer>] = []
+    let preamble = Array("HELLO".utf8)
+
+    override func setUpWithError() throws {
+        loop = try EventLoop(clock: VirtualClock())
+        log = RecordingStreamEvents()
+        inner = TestStream(readInterest: true)
+        owner = OwnerLog()
+        meter = StreamMeter()
+        budget = ReadBudget(loop: loop, limit: 100)
+        outcomes = []
+    }
+
+    /// An in-line end over `inner`, its preamble held, waiting 10 ms for a first write.
+    func make(connected: Bool) -> PrefaceStream<TaggedAnswer> {
+        let entry = budget.join(owner)
+        let s = PrefaceStream(codec: TaggedAnswer(), events: log, meter: meter,
+                              inLine: PrefaceInLine(loop: loop, preambleWaitMs: 10, owner: owner,
+                                                    budget: budget, budgetEntry: entry)) { [unowned self] outcome in
+            self.outcomes.append(outcome)
+            switch outcome {
+            case .answered(.yes): return nil
+            case .answered(.no): return .refused
+            case .answered(.junk): return .other(EPROTO)
+            case .cut(let f): return f
+            }
+        }
+        owner.end = s
+        s.attach(inner, connected: connected, holding: preamble)
+        return s
+    }
+
+    func write(_ s: ByteStream, _ b: [UInt8]) -> Int {
+        b.withUnsafeBytes { raw in
+            var v = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress!), iov_len: raw.count)
+            return s.write(&v, count: 1)
+        }
+    }
+
+    func read(_ s: ByteStream) -> (StreamReadResult, [UInt8]) {
+        var b = [UInt8](repeating: 0, count: 100)
+        let r = b.withUnsafeMutableBytes { s.read(into: $0) }
+        if case .data(let n) = r { return (r, Array(b[0..<n])) }
+        return (r, [])
+    }
+
+    func testHeldPreambleLeavesWithTheFirstWriteInOneWrite() {
+        let s = make(connected: false)
+        XCTAssertEqual(log.connected, 0)
+        XCTAssertEqual(write(s, [1]), 0, "nothing is written before the inner stream is connected")
+        inner.connect()
+        XCTAssertEqual(log.connected, 1, "connected with the inner stream, before any answer")
+        XCTAssertEqual(owner.calls, ["connected"])
+        XCTAssertTrue(inner.writes.isEmpty, "the preamble waits for the first bytes")
+        XCTAssertEqual(write(s, Array("data".utf8)), 4)
+        XCTAssertEqual(inner.writes, [preamble + Array("data".utf8)], "one write: the preamble, then the bytes")
+        XCTAssertEqual(meter.bytesWritten, 4, "only the caller's bytes are counted")
+        loop.advance(by: 50)
+        XCTAssertEqual(inner.writes.count, 1, "the wait ended with the write")
+        XCTAssertEqual(write(s, [9]), 1)
+        XCTAssertEqual(inner.writes.last!, [9])
+    }
+
+    func testHeldPreambleAloneAfterTheWaitOnTheVirtualClock() {
+        let s = make(connected: false)
+        loop.advance(by: 100)
+        XCTAssertTrue(inner.writes.isEmpty, "the wait starts when the inner stream connects")
+        inner.connect()
+        loop.advance(by: 9)
+        XCTAssertTrue(inner.writes.isEmpty, "not before the wait is over")
+        loop.advance(by: 1)
+        XCTAssertEqual(inner.writes, [preamble], "alone once the wait is over")
+        XCTAssertEqual(write(s, [7]), 1)
+        XCTAssertEqual(inner.writes, [preamble, [7]])
+        XCTAssertEqual(meter.bytesWritten, 1)
+    }
+
+    func testPartlyWrittenPreambleThenShutdown() {
+        let s = make(connected: true)
+        inner.room = 2
+        XCTAssertEqual(s.writeRoom, 1, "room smaller than the preamble still lets a write try")
+        XCTAssertEqual(write(s, [1, 2]), 0)
+        XCTAssertEqual(inner.written, Array(preamble[0..<2]))
+        s.shutdownWrite()
+        XCTAssertFalse(inner.shut, "the shutdown waits behind the preamble")
+        inner.room = Int.max
+        s.streamWritable(inner)
+        XCTAssertEqual(inner.written, preamble)
+        XCTAssertTrue(inner.shut)
+        XCTAssertEqual(log.writable, 1, "the rest of the preamble went, then the caller hears of the room")
+    }
+
+    func testAnswerReadInLineThenBytesCountedInTheBudget() {
+        let s = make(connected: true)
+        inner.feed(Array("+\u{1}".utf8))
+        XCTAssertEqual(log.readable, 1, "readable events pass before the answer")
+        XCTAssertEqual(read(s).0, .wouldBlock, "part of the answer")
+        XCTAssertTrue(outcomes.isEmpty)
+        owner.held = 7
+        inner.incoming = Array("Adata".utf8)
+        let (r, bytes) = read(s)
+        XCTAssertEqual(r, .data(4))
+        XCTAssertEqual(bytes, Array("data".utf8), "the answer off the front, the bytes in the same read")
+        guard case .answered(.yes) = outcomes.first else { return XCTFail("\(outcomes)") }
+        XCTAssertEqual(meter.bytesRead, 4)
+        XCTAssertEqual(budget.held, 7, "the read asked the budget")
+        XCTAssertEqual(log.connected, 1, "said once, at the connect")
+        owner.held = 200
+        inner.incoming = [1]
+        XCTAssertEqual(read(s).0, .data(1))
+        XCTAssertFalse(inner.readInterest, "over the budget: reads stopped")
+        s.setReadInterest(true)
+        XCTAssertFalse(inner.readInterest, "the caller's interest waits while the budget stops reads")
+        XCTAssertEqual(read(s).0, .wouldBlock)
+        XCTAssertEqual(owner.calls, ["connected", "recheck"], "a read while stopped asks again")
+        s.close()
+        XCTAssertEqual(owner.calls.last, "closed connected=true failed=false")
+        XCTAssertTrue(inner.closed)
+    }
+
+    func testRefusedAnswerIsTheReadsResult() {
+        let s = make(connected: true)
+        inner.incoming = Array("-\u{0}".utf8)
+        XCTAssertEqual(read(s).0, .failed(.refused))
+        XCTAssertEqual(read(s).0, .failed(.refused), "the failure stays")
+        XCTAssertEqual(outcomes.count, 1, "one verdict")
+        XCTAssertTrue(log.failures.isEmpty, "no streamFailed: the read said it")
+        XCTAssertEqual(inner.resetCalls, 0, "the caller ends it")
+        s.reset()
+        XCTAssertEqual(owner.calls.last, "reset connected=true failed=true")
+        XCTAssertEqual(inner.resetCalls, 1)
+    }
+
+    func testEOFBeforeTheAnswerIsToldApart() {
+        let s = make(connected: true)
+        inner.incoming = Array("+".utf8)
+        inner.eof = true
+        XCTAssertEqual(read(s).0, .failed(.other(ECONNRESET)))
+        XCTAssertTrue(s.cutByEOF)
+        XCTAssertEqual(s.answerBytes, 1)
+        inner = TestStream(readInterest: true)
+        let t = make(connected: false)
+        XCTAssertFalse(t.cutByEOF)
+        t.reset()
+        XCTAssertEqual(owner.calls.last, "reset connected=false failed=false", "reset while connecting")
+        loop.advance(by: 50)
+        XCTAssertEqual(write(t, [1]), -1)
+    }
+}

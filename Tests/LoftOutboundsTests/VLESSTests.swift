@@ -119,14 +119,12 @@ final class VLESSStreamTests: XCTestCase {
                                                            tls: TLSClientOptions(insecure: true)))
     }
 
-    /// A vless stream over a scripted inner stream, connected.
-    func make(_ log: RecordingStreamEvents, connect: Bool = true) -> (VLESSStream, TestStream) {
-        let s = VLESSStream(outbound: outbound, header: header, events: log)
+    /// A vless flow's end (the in-line preface end) over a scripted inner stream, connected.
+    func make(_ log: RecordingStreamEvents, connect: Bool = true) -> (PrefaceStream<VLESS.ResponseCodec>, TestStream) {
+        let (s, _) = outbound.makeEnd(events: log)
         let inner = TestStream(readInterest: true)
         inner.zeroCopy = true
-        inner.events = s
-        s.start(inner)
-        if connect { s.streamConnected(inner) }
+        s.attach(inner, connected: connect, holding: header)
         return (s, inner)
     }
 
@@ -162,7 +160,7 @@ final class VLESSStreamTests: XCTestCase {
 
     func testHeaderAloneAfterTheWait() {
         let log = RecordingStreamEvents()
-        var pair: (VLESSStream, TestStream)?
+        var pair: (PrefaceStream<VLESS.ResponseCodec>, TestStream)?
         let ok = sc.run([
             { pair = self.make(log); return true },
             { !pair!.1.writes.isEmpty },

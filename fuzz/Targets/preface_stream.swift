@@ -1,8 +1,10 @@
 // Fuzz target: the preface end (LoftIO/PrefaceStream.swift and its PrefaceReader) reading an
 // answer with the codecs beside their wire formats (FlowPreamble.OpenCodec and AnswerCodec,
 // LoftProtocol; VLESS.ResponseCodec, LoftOutbounds). The first byte picks the codec (0 the
-// client's OPEN, 1 the front's answer, 2 VLESS's response header) and, with the second, how
-// the rest arrives (pieces of 1 to 16 bytes, a readable event each, then EOF).
+// client's OPEN, 1 the front's answer, 2 VLESS's response header, read both by an end that
+// waits for it and by one that reads it in line with the reads, as VLESS's TCP flow does) and,
+// with the second, how the rest arrives (pieces of 1 to 16 bytes, a readable event or a read
+// each, then EOF).
 // Checks: the verdict comes at most once, and exactly once by EOF; the answer is read
 // exactly (never past the codec's capacity, and what the codec made of those bytes is what
 // the parser says of them alone); once accepted, every later byte reads through in order.
@@ -86,6 +88,71 @@ func run<C: PrefaceCodec>(_ codec: C, _ input: UnsafeRawBufferPointer, seed: UIn
     precondition(rest == Array(all[end.answerBytes...]), "the bytes after the answer do not read through")
 }
 
+final class NoOwner: PrefaceOwner {
+    func prefaceConnected() {}
+    func prefaceFailed() {}
+    func prefaceReadFailed() {}
+    func prefaceRecheck() {}
+    func prefaceEnded(reset: Bool, connected: Bool, failed: Bool) {}
+}
+
+/// The in-line end's loop (its held preamble's wait; never run here).
+let fuzzLoop = try! EventLoop()
+
+/// VLESS's response header read in line: the caller's reads take it off the front, one verdict
+/// at most, by EOF exactly one; a refusal is the read's result; once accepted every later byte
+/// reads through in order.
+func runInLine(_ input: UnsafeRawBufferPointer, seed: UInt8) {
+    let codec = VLESS.ResponseCodec()
+    let inner = Feed()
+    let sink = Sink()
+    let owner = NoOwner()
+    var verdicts = 0
+    let all = [UInt8](input)
+    var end: PrefaceStream<VLESS.ResponseCodec>!
+    end = PrefaceStream(codec: codec, events: sink, inLine: PrefaceInLine(loop: fuzzLoop, preambleWaitMs: 10, owner: owner)) { outcome in
+        verdicts += 1
+        precondition(end.answerBytes <= codec.capacity, "read past the codec's capacity")
+        switch outcome {
+        case .answered(let a):
+            precondition(end.answerBytes == inner.offset, "the answer was not read exactly")
+            return a == .ok ? nil : .other(EPROTO)
+        case .cut(let f):
+            return f
+        }
+    }
+    end.attach(inner, connected: false, holding: [0])
+    var out: [UInt8] = []
+    var refused = false
+    var buf = [UInt8](repeating: 0, count: 7)
+    func drain() {
+        while true {
+            switch buf.withUnsafeMutableBytes({ end.read(into: $0) }) {
+            case .data(let n): out += buf[0..<n]
+            case .failed: refused = true; return
+            default: return
+            }
+        }
+    }
+    var at = 0
+    var step = UInt(seed)
+    while at < all.count {
+        let n = min(all.count - at, 1 + Int(step & 15))
+        step = step &* 31 &+ 7
+        inner.bytes += all[at..<(at + n)]
+        at += n
+        drain()
+        precondition(verdicts <= 1)
+    }
+    inner.eof = true
+    drain()
+    precondition(verdicts == 1, "no verdict by EOF")
+    precondition(sink.connected + sink.failed == 0, "in line: the reads say it, not the events")
+    precondition(end.answered != refused, "accepted, or the reads failed")
+    guard end.answered else { return }
+    precondition(out == Array(all[end.answerBytes...]), "the bytes after the answer do not read through")
+}
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data, size > 1 else { return 0 }
@@ -110,6 +177,7 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
                 case .needMore: return false
                 }
             })
+        runInLine(body, seed: all[1])
     }
     return 0
 }

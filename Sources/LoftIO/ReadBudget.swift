@@ -1,5 +1,3 @@
-import LoftIO
-
 /// A flow that reads from a server into loft's memory and can stop reading (a vless TCP
 /// flow: its TLS connection).
 public protocol ReadBudgetMember: AnyObject {
