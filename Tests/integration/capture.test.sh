@@ -3,8 +3,10 @@
 # by Debian's tshark and tcpdump. A 20 MiB download through the TUN reassembled from the
 # capture to the file's SHA-256; a BPF filter keeps only its packets; the bridge's packets on
 # their interface with their direction; dropped packets with loft's reason (and only with
-# --drops); a flow and an outbound chosen; count and duration; a reader that stops reading
-# loses packets (counted) and never slows or grows loft. Needs root.
+# --drops); the hostile packet battery (Tests/tools/hostile_battery.py) through the TUN, each
+# drop loft counted in the capture with its reason; a flow and an outbound chosen; count and
+# duration; a reader that stops reading loses packets (counted) and never slows or grows loft.
+# Needs root.
 . "$(dirname "$0")/lib.sh"
 
 command -v tshark >/dev/null || die "no tshark (scripts/deps.sh installs it)"
@@ -22,8 +24,8 @@ echo "control: $T_DIR/capture.sock" >>"$CFG"
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 
 CASES="capture-download-reassembled capture-tshark-clean capture-tcpdump-reads capture-bpf-filter
-capture-bridge-interface-direction capture-drops-annotated capture-drops-only-when-asked capture-flow
-capture-outbound capture-count capture-duration capture-stalled-reader capture-refusals loft-exit-clean"
+capture-bridge-interface-direction capture-drops-annotated capture-drops-only-when-asked capture-drops-battery
+capture-flow capture-outbound capture-count capture-duration capture-stalled-reader capture-refusals loft-exit-clean"
 require_loft "$CFG" $CASES || finish
 peer_up || die "socat peer did not come up: $(cat "$T_DIR/socat.log")"
 
@@ -130,6 +132,61 @@ nd=$(ts "$T_DIR/nodrops.pcapng" | wc -l)
 if [ "$nd" = 0 ]; then pass capture-drops-only-when-asked
 else fail capture-drops-only-when-asked "$nd packets in the capture without --drops (every one sent was dropped)"; fi
 note "drops: $reasons"
+
+# --- 3b. The hostile battery through the TUN: each drop loft counts is in the capture ---------
+# Its drop counters by reason before and after (the TUN input's, in `loft status --json`); the
+# capture's dropped packets taken between the two readings (by their timestamps) must number
+# the same per reason when the capture lost nothing (no more when it lost some, the loss noted).
+cap battery --input tun --drops || fail capture-drops-battery "loft capture did not start: $(cat "$T_DIR/battery.err")"
+sleep 0.3                        # a status answer is never a render of before the capture
+tb=$(date +%s.%N)
+json >"$T_DIR/battery.before.json"
+in_app timeout 60 python3 -W ignore "$LOFT_REPO/Tests/tools/hostile_battery.py" --src4 198.18.0.1 --dst4 "$SRV4" \
+    --src6 fd00:18::1 --dst6 "$SRV6" --random 3000 --seed 7 >"$T_DIR/battery.out" 2>&1
+sleep 0.5                        # loft has taken them all
+json >"$T_DIR/battery.after.json"
+ta=$(date +%s.%N)
+stop_cap
+ts "$T_DIR/battery.pcapng" -Y frame.comment -T fields -e frame.time_epoch -e frame.comment >"$T_DIR/battery.txt"
+cp "$T_DIR/tshark.err" "$T_DIR/battery.tshark.err"
+ts "$T_DIR/battery.pcapng" >/dev/null       # every packet read, warnings or not
+blost=$(sed -n 's/^loft capture: [0-9]* packets, \([0-9]*\) lost.*/\1/p' "$T_DIR/battery.err")
+cat >"$T_DIR/dropcheck.py" <<'PYEOF'
+import collections, json, sys
+# dropcheck.py FIELDS BEFORE.json AFTER.json LOST T0 T1: FIELDS is tshark's "epoch<TAB>comment"
+# of the capture's commented packets; the counters are the TUN input's drops.
+fields, before, after, lost, t0, t1 = sys.argv[1:7]
+lost, t0, t1 = int(lost), float(t0), float(t1)
+def drops(path):
+    return next(i for i in json.load(open(path))["inputs"] if i["name"] == "tun")["drops"]
+b, a = drops(before), drops(after)
+delta = {r: a.get(r, 0) - b.get(r, 0) for r in set(a) | set(b)}
+delta = {r: n for r, n in delta.items() if n}
+inside, outside = collections.Counter(), collections.Counter()
+for line in open(fields):
+    t, _, comment = line.rstrip("\n").partition("\t")
+    if not comment.startswith("dropped: "):
+        continue
+    (inside if t0 <= float(t) <= t1 else outside)[comment[len("dropped: "):]] += 1
+seen = set(inside) | set(outside)
+bad = []
+if sum(delta.values()) < 100:
+    bad.append("loft counted only %d drops" % sum(delta.values()))
+bad += ["%s: %d counted, none captured" % (r, n) for r, n in sorted(delta.items()) if r not in seen]
+for r in sorted(set(delta) | set(inside)):
+    n, c = delta.get(r, 0), inside[r]
+    if (c != n) if lost == 0 else (c > n):
+        bad.append("%s: %d captured, %d counted" % (r, c, n))
+print(("FAIL " + "; ".join(bad) + " | " if bad else "") + "captured/counted: " +
+      ", ".join("%s %d/%d" % (r, inside[r], delta.get(r, 0)) for r in sorted(set(delta) | set(inside))) +
+      ("; outside the readings: %s" % dict(outside) if outside else "") + "; capture lost %d" % lost)
+sys.exit(1 if bad else 0)
+PYEOF
+dc=$(python3 "$T_DIR/dropcheck.py" "$T_DIR/battery.txt" "$T_DIR/battery.before.json" "$T_DIR/battery.after.json" \
+    "${blost:-x}" "$tb" "$ta" 2>&1); dcrc=$?
+if [ $dcrc = 0 ] && [ -n "$blost" ] && [ ! -s "$T_DIR/battery.tshark.err" ] && [ ! -s "$T_DIR/tshark.err" ]; then pass capture-drops-battery
+else fail capture-drops-battery "$dc; tshark: $(cat "$T_DIR/battery.tshark.err" "$T_DIR/tshark.err" | head -2 | tr '\n' '|'); $(cat "$T_DIR/battery.err"); $(tail -1 "$T_DIR/battery.out")"; fi
+note "battery: $(tail -1 "$T_DIR/battery.out"); $(cat "$T_DIR/battery.err"); $dc"
 
 # --- 4. A flow and an outbound chosen ---------------------------------------------------------
 in_app curl -gsS --max-time 60 --limit-rate 200K -o /dev/null "http://$SRV4/big" 2>/dev/null &
