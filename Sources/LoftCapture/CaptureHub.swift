@@ -91,7 +91,7 @@ public final class CaptureHub {
             case .failure(let e): return .failure(e)
             }
         }
-        let s = CaptureSession(hub: self, fd: fd, request: r, interfaces: chosen, filter: filter)
+        let s = CaptureSession(hub: self, id: started &+ 1, fd: fd, request: r, interfaces: chosen, filter: filter)
         return .success(s)
     }
 
@@ -133,6 +133,21 @@ public final class CaptureHub {
             guard s.request.drops else { continue }
             if comment == nil { comment = Array("dropped: \(reason)".utf8) }
             s.offer(p, netif: netif, .inbound, comment: comment, flow: &flow)
+        }
+    }
+
+    /// The captures running now, for `loft status`: what each asked for, the packets it has
+    /// written and lost so far.
+    public var status: [StatusReport.Capture] {
+        let now = loop.currentTime
+        return sessions.map { s in
+            let r = s.request
+            var c = StatusReport.Capture(id: s.id, input: r.input.rawValue, outbound: r.outbound, flow: r.flow,
+                                         drops: r.drops, filter: r.filter)
+            c.packets = s.written
+            c.lost = s.lostTotal
+            c.ageMs = now &- s.startedAt
+            return c
         }
     }
 

@@ -12,6 +12,9 @@ import LoftIO
 final class CaptureSession: IOHandler {
     let fd: Int32
     let request: CaptureRequest
+    /// Its number since loft started, and when (the loop's clock, ms): for `loft status`.
+    let id: UInt64
+    let startedAt: UInt64
     private unowned let hub: CaptureHub
     private let filter: PacketFilter?
     /// pcapng interface id by netstack input index (-1: not captured).
@@ -42,8 +45,10 @@ final class CaptureSession: IOHandler {
 
     var lostTotal: UInt64 { lost.reduce(0, &+) }
 
-    init(hub: CaptureHub, fd: Int32, request: CaptureRequest, interfaces: [CaptureHub.Interface], filter: PacketFilter?) {
+    init(hub: CaptureHub, id: UInt64, fd: Int32, request: CaptureRequest, interfaces: [CaptureHub.Interface], filter: PacketFilter?) {
         self.hub = hub
+        self.id = id
+        self.startedAt = hub.loop.currentTime
         self.fd = fd
         self.request = request
         self.filter = filter

@@ -45,6 +45,34 @@ public struct StatusReport: Sendable {
         public init(index: Int, summary: String, matches: UInt64) { self.index = index; self.summary = summary; self.matches = matches }
     }
 
+    /// A live capture (`loft capture`, docs/capture.md): what it asked for, and the packets it
+    /// has written toward its reader and lost (its reader too slow) so far.
+    public struct Capture: Sendable {
+        /// Its number since loft started (the hub's count of captures run).
+        public var id: UInt64
+        public var input: String         // "tun", "bridge", "all"
+        public var outbound: String?
+        public var flow: UInt64?
+        public var drops: Bool
+        public var filter: String?
+        public var packets: UInt64 = 0
+        public var lost: UInt64 = 0
+        public var ageMs: UInt64 = 0
+        public init(id: UInt64, input: String, outbound: String? = nil, flow: UInt64? = nil, drops: Bool = false, filter: String? = nil) {
+            self.id = id; self.input = input; self.outbound = outbound; self.flow = flow; self.drops = drops; self.filter = filter
+        }
+
+        /// What it captures, in `loft capture`'s words: `input tun, drops, filter "tcp port 80"`.
+        public var summary: String {
+            var s = "input \(input)"
+            if let outbound { s += ", outbound \(outbound)" }
+            if let flow { s += ", flow \(flow)" }
+            if drops { s += ", drops" }
+            if let filter { s += ", filter \"\(filter)\"" }
+            return s
+        }
+    }
+
     public var version = ""
     public var pid: Int32 = 0
     public var uptimeMs: UInt64 = 0
@@ -62,6 +90,8 @@ public struct StatusReport: Sendable {
     public var drops: [(String, UInt64)] = []
     public var rules: [Rule] = []
     public var defaultMatches: UInt64 = 0
+    /// The captures running now (none: neither the text nor the JSON mentions captures).
+    public var captures: [Capture] = []
 
     public init() {}
 
@@ -88,7 +118,7 @@ public struct StatusReport: Sendable {
 extension StatusReport {
     public var json: JSON {
         func pairs(_ p: [(String, UInt64)]) -> JSON { .object(p.map { ($0.0, .uint($0.1)) }) }
-        return .object([
+        var members: [(String, JSON)] = [
             ("version", .string(version)),
             ("pid", .int(Int64(pid))),
             ("uptime_ms", .uint(uptimeMs)),
@@ -113,7 +143,20 @@ extension StatusReport {
             ("rules", .array(rules.map { .object([("index", .int(Int64($0.index))), ("rule", .string($0.summary)), ("matches", .uint($0.matches)),
                                                   ("flows", .uint($0.flows)), ("bytes_up", .uint($0.bytesUp)), ("bytes_down", .uint($0.bytesDown))]) })),
             ("default_matches", .uint(defaultMatches)),
-        ])
+        ]
+        if !captures.isEmpty {
+            members.append(("captures", .object([
+                ("running", .int(Int64(captures.count))),
+                ("list", .array(captures.map { c in
+                    .object([("id", .uint(c.id)), ("input", .string(c.input)),
+                             ("outbound", c.outbound.map { .string($0) } ?? .null), ("flow", c.flow.map { .uint($0) } ?? .null),
+                             ("drops", .bool(c.drops)), ("filter", c.filter.map { .string($0) } ?? .null),
+                             ("summary", .string(c.summary)), ("packets", .uint(c.packets)), ("lost", .uint(c.lost)),
+                             ("age_ms", .uint(c.ageMs))])
+                })),
+            ])))
+        }
+        return .object(members)
     }
 }
 
@@ -220,6 +263,13 @@ extension StatusReport {
         wrapped("DROPS", dropGroups.map { "\($0.0) \(num($0.1))" })
         if !rules.isEmpty {
             wrapped("RULES", rules.map { "#\($0.index) \(num($0.matches))" } + ["default \(num(defaultMatches))"])
+        }
+        if !captures.isEmpty {
+            // The counts first: a long filter is what the width cuts.
+            add(Format.pad("CAPTURES", 9) + "\(captures.count) running")
+            for c in captures {
+                add("  #\(c.id)  \(c.packets) packets, \(c.lost) lost, \(Format.duration(c.ageMs))  \(c.summary)")
+            }
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -104,6 +104,7 @@ extension Runtime {
             }
             r.defaultMatches = router.defaultMatches
         }
+        r.captures = capture?.status ?? []
         return r
     }
 

@@ -240,6 +240,38 @@ final class CaptureHubTests: XCTestCase {
         XCTAssertEqual(UInt64(b.blocks.filter { $0.type == 6 }.count) + lost, UInt64(n))
     }
 
+    /// `loft status`'s view of the hub: each running capture with what it asked for and its
+    /// packets written and lost so far; none once they end.
+    func testStatusListsRunningCaptures() {
+        let h = hub()
+        XCTAssertTrue(h.status.isEmpty)
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        defer { Glibc.close(fds[0]) }
+        var r = CaptureRequest()
+        r.input = .tun
+        r.filter = "tcp port 80"
+        r.drops = true
+        h.start(r, fd: hubSide)
+        h.start(CaptureRequest(), fd: fds[1])
+        let small = packet(tcp: true, port: 80), big = packet(tcp: false, port: 53, payload: 60_000)
+        small.withUnsafeBytes { h.packet($0, netif: 0, .inbound) }
+        // More than the second capture's ring holds, the loop not running: it loses some.
+        let n = CaptureHub.ringBytes / big.count + 10
+        for _ in 0..<n { big.withUnsafeBytes { h.packet($0, netif: 1, .outbound) } }
+        let s = h.status
+        XCTAssertEqual(s.map(\.id), [1, 2])
+        XCTAssertEqual(s[0].summary, "input tun, drops, filter \"tcp port 80\"")
+        XCTAssertEqual(s[0].packets, 1)
+        XCTAssertEqual(s[0].lost, 0)
+        XCTAssertEqual(s[1].summary, "input all")
+        XCTAssertEqual(s[1].packets + s[1].lost, UInt64(1 + n))
+        XCTAssertGreaterThanOrEqual(s[1].lost, 10)
+        h.stop()
+        XCTAssertTrue(h.status.isEmpty)
+    }
+
     func testRefusalsAnswerWhy() {
         let h = hub()
         var r = CaptureRequest()

@@ -68,6 +68,40 @@ final class StatusTests: XCTestCase {
         }
     }
 
+    /// Live captures: a CAPTURES section and a `captures` key only while some run; the report
+    /// without them is what it was before captures were reported.
+    func testCapturesShownOnlyWhileRunning() {
+        let none = sample()
+        XCTAssertFalse(none.text().contains("CAPTURES"))
+        XCTAssertFalse(none.json.serialized.contains("captures"))
+        var r = sample()
+        var a = StatusReport.Capture(id: 1, input: "tun", drops: true, filter: "tcp port 80")
+        a.packets = 1234; a.lost = 56; a.ageMs = 61_000
+        var b = StatusReport.Capture(id: 3, input: "all", outbound: "direct", flow: 42)
+        b.packets = 7
+        r.captures = [a, b]
+        XCTAssertEqual(a.summary, "input tun, drops, filter \"tcp port 80\"")
+        XCTAssertEqual(b.summary, "input all, outbound direct, flow 42")
+        let text = r.text(width: 80)
+        for line in text.split(separator: "\n") { XCTAssertLessThanOrEqual(line.count, 80, String(line)) }
+        XCTAssertTrue(text.hasPrefix(none.text()), "the rest of the screen is unchanged")
+        XCTAssertTrue(text.hasSuffix("""
+            CAPTURES 2 running
+              #1  1234 packets, 56 lost, 00:01:01  input tun, drops, filter "tcp port 80"
+              #3  7 packets, 0 lost, 00:00:00  input all, outbound direct, flow 42
+
+            """), text)
+        let j = r.json.serialized
+        XCTAssertTrue(j.hasPrefix(String(none.json.serialized.dropLast())), "the other keys unchanged, captures last")
+        XCTAssertTrue(j.hasSuffix(",\"captures\":{\"running\":2,\"list\":[" +
+            "{\"id\":1,\"input\":\"tun\",\"outbound\":null,\"flow\":null,\"drops\":true,\"filter\":\"tcp port 80\"," +
+            "\"summary\":\"input tun, drops, filter \\\"tcp port 80\\\"\",\"packets\":1234,\"lost\":56,\"age_ms\":61000}," +
+            "{\"id\":3,\"input\":\"all\",\"outbound\":\"direct\",\"flow\":42,\"drops\":false,\"filter\":null," +
+            "\"summary\":\"input all, outbound direct, flow 42\",\"packets\":7,\"lost\":0,\"age_ms\":0}]}}"), j)
+        // The metrics do not change with captures.
+        XCTAssertEqual(r.prometheus(), none.prometheus())
+    }
+
     func testFormats() {
         XCTAssertEqual(Format.bytes(512), "512 B")
         XCTAssertEqual(Format.bytes(1536), "1.50 KiB")

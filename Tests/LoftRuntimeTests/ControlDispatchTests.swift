@@ -1,4 +1,5 @@
 import Glibc
+import LoftCapture
 import LoftCarriers
 import LoftConfig
 import LoftControl
@@ -167,6 +168,39 @@ final class ControlDispatchTests: XCTestCase {
         XCTAssertTrue(metrics.contains("loft_rule_matches_total{rule=\"2\"} 1\n"), metrics)
         XCTAssertTrue(metrics.contains("\nloft_uptime_seconds 3723\n"), metrics)
         XCTAssertTrue(metrics.contains("\nloft_rule_matches_total{rule=\"default\"} 1\n"), metrics)
+    }
+
+    /// A capture running shows in `status` (text and JSON) with what it asked for and its
+    /// packets; once it ends, the report is the one without captures again.
+    func testStatusShowsTheCapturesRunning() throws {
+        let f = try fixture()
+        defer { f.stop() }
+        let hub = CaptureHub(loop: f.loop)
+        hub.add(.init(netif: f.input, kind: .tun, name: "tun-test"))
+        f.runtime.capture = hub
+        let before = answer(f.handle("status json"))
+        XCTAssertFalse(before.contains("captures"), before)
+        var fds: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        defer { Glibc.close(fds[0]) }
+        var r = CaptureRequest()
+        r.input = .tun
+        r.drops = true
+        hub.start(r, fd: fds[1])
+        let p = udpPacket(from: Endpoint("10.0.0.2:40000")!, to: Endpoint("198.18.1.1:53")!, payload: [1, 2, 3])
+        p.withUnsafeBytes { hub.packet($0, netif: f.input, .inbound) }
+        f.loop.advance(by: 2000)
+        let json = answer(f.handle("status json"))
+        XCTAssertTrue(json.hasSuffix(",\"captures\":{\"running\":1,\"list\":[{\"id\":1,\"input\":\"tun\",\"outbound\":null," +
+                                     "\"flow\":null,\"drops\":true,\"filter\":null,\"summary\":\"input tun, drops\"," +
+                                     "\"packets\":1,\"lost\":0,\"age_ms\":2000}]}}\n"), json)
+        XCTAssertTrue(answer(f.handle("status")).hasSuffix("\nCAPTURES 1 running\n  #1  1 packets, 0 lost, 00:00:02  input tun, drops\n"))
+        hub.stop()
+        f.loop.advance(by: 2000)
+        let after = answer(f.handle("status json"))
+        XCTAssertFalse(after.contains("captures"), after)
+        XCTAssertFalse(answer(f.handle("status")).contains("CAPTURES"))
     }
 
     func testFlowsInEachOrder() throws {

@@ -3,8 +3,10 @@
 # by Debian's tshark and tcpdump. A 20 MiB download through the TUN reassembled from the
 # capture to the file's SHA-256; a BPF filter keeps only its packets; the bridge's packets on
 # their interface with their direction; dropped packets with loft's reason (and only with
-# --drops); a flow and an outbound chosen; count and duration; a reader that stops reading
-# loses packets (counted) and never slows or grows loft. Needs root.
+# --drops); the hostile packet battery (Tests/tools/hostile_battery.py) through the TUN, each
+# drop loft counted in the capture with its reason; a flow and an outbound chosen; count and
+# duration; a reader that stops reading loses packets (counted) and never slows or grows loft;
+# `loft status` lists the captures running, with their packets and losses. Needs root.
 . "$(dirname "$0")/lib.sh"
 
 command -v tshark >/dev/null || die "no tshark (scripts/deps.sh installs it)"
@@ -22,8 +24,9 @@ echo "control: $T_DIR/capture.sock" >>"$CFG"
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 
 CASES="capture-download-reassembled capture-tshark-clean capture-tcpdump-reads capture-bpf-filter
-capture-bridge-interface-direction capture-drops-annotated capture-drops-only-when-asked capture-flow
-capture-outbound capture-count capture-duration capture-stalled-reader capture-refusals loft-exit-clean"
+capture-bridge-interface-direction capture-drops-annotated capture-drops-only-when-asked capture-drops-battery
+capture-flow capture-outbound capture-count capture-duration capture-stalled-reader capture-in-status
+capture-refusals loft-exit-clean"
 require_loft "$CFG" $CASES || finish
 peer_up || die "socat peer did not come up: $(cat "$T_DIR/socat.log")"
 
@@ -54,6 +57,9 @@ dl_pid=$CAP_PID
 in_app ping -c 2 -i 0.2 "$SRV4" >/dev/null 2>&1     # not port 80: the filter leaves it out
 cap all --input tun
 all_pid=$CAP_PID
+# loft status while both run (checked with the stalled reader's, capture-in-status).
+"$LOFT_BIN" status -c "$CFG" --json >"$T_DIR/st-two.json" 2>&1
+"$LOFT_BIN" status -c "$CFG" >"$T_DIR/st-two.txt" 2>&1
 in_app ping -c 2 -i 0.2 "$SRV4" >/dev/null 2>&1
 # Rate-limited (10 MB/s: a 4 MiB ring covers a 400 ms stall of the reader writing its file):
 # the capture's reader keeps up, nothing lost, so the stream is whole.
@@ -131,6 +137,61 @@ if [ "$nd" = 0 ]; then pass capture-drops-only-when-asked
 else fail capture-drops-only-when-asked "$nd packets in the capture without --drops (every one sent was dropped)"; fi
 note "drops: $reasons"
 
+# --- 3b. The hostile battery through the TUN: each drop loft counts is in the capture ---------
+# Its drop counters by reason before and after (the TUN input's, in `loft status --json`); the
+# capture's dropped packets taken between the two readings (by their timestamps) must number
+# the same per reason when the capture lost nothing (no more when it lost some, the loss noted).
+cap battery --input tun --drops || fail capture-drops-battery "loft capture did not start: $(cat "$T_DIR/battery.err")"
+sleep 0.3                        # a status answer is never a render of before the capture
+tb=$(date +%s.%N)
+json >"$T_DIR/battery.before.json"
+in_app timeout 60 python3 -W ignore "$LOFT_REPO/Tests/tools/hostile_battery.py" --src4 198.18.0.1 --dst4 "$SRV4" \
+    --src6 fd00:18::1 --dst6 "$SRV6" --random 3000 --seed 7 >"$T_DIR/battery.out" 2>&1
+sleep 0.5                        # loft has taken them all
+json >"$T_DIR/battery.after.json"
+ta=$(date +%s.%N)
+stop_cap
+ts "$T_DIR/battery.pcapng" -Y frame.comment -T fields -e frame.time_epoch -e frame.comment >"$T_DIR/battery.txt"
+cp "$T_DIR/tshark.err" "$T_DIR/battery.tshark.err"
+ts "$T_DIR/battery.pcapng" >/dev/null       # every packet read, warnings or not
+blost=$(sed -n 's/^loft capture: [0-9]* packets, \([0-9]*\) lost.*/\1/p' "$T_DIR/battery.err")
+cat >"$T_DIR/dropcheck.py" <<'PYEOF'
+import collections, json, sys
+# dropcheck.py FIELDS BEFORE.json AFTER.json LOST T0 T1: FIELDS is tshark's "epoch<TAB>comment"
+# of the capture's commented packets; the counters are the TUN input's drops.
+fields, before, after, lost, t0, t1 = sys.argv[1:7]
+lost, t0, t1 = int(lost), float(t0), float(t1)
+def drops(path):
+    return next(i for i in json.load(open(path))["inputs"] if i["name"] == "tun")["drops"]
+b, a = drops(before), drops(after)
+delta = {r: a.get(r, 0) - b.get(r, 0) for r in set(a) | set(b)}
+delta = {r: n for r, n in delta.items() if n}
+inside, outside = collections.Counter(), collections.Counter()
+for line in open(fields):
+    t, _, comment = line.rstrip("\n").partition("\t")
+    if not comment.startswith("dropped: "):
+        continue
+    (inside if t0 <= float(t) <= t1 else outside)[comment[len("dropped: "):]] += 1
+seen = set(inside) | set(outside)
+bad = []
+if sum(delta.values()) < 100:
+    bad.append("loft counted only %d drops" % sum(delta.values()))
+bad += ["%s: %d counted, none captured" % (r, n) for r, n in sorted(delta.items()) if r not in seen]
+for r in sorted(set(delta) | set(inside)):
+    n, c = delta.get(r, 0), inside[r]
+    if (c != n) if lost == 0 else (c > n):
+        bad.append("%s: %d captured, %d counted" % (r, c, n))
+print(("FAIL " + "; ".join(bad) + " | " if bad else "") + "captured/counted: " +
+      ", ".join("%s %d/%d" % (r, inside[r], delta.get(r, 0)) for r in sorted(set(delta) | set(inside))) +
+      ("; outside the readings: %s" % dict(outside) if outside else "") + "; capture lost %d" % lost)
+sys.exit(1 if bad else 0)
+PYEOF
+dc=$(python3 "$T_DIR/dropcheck.py" "$T_DIR/battery.txt" "$T_DIR/battery.before.json" "$T_DIR/battery.after.json" \
+    "${blost:-x}" "$tb" "$ta" 2>&1); dcrc=$?
+if [ $dcrc = 0 ] && [ -n "$blost" ] && [ ! -s "$T_DIR/battery.tshark.err" ] && [ ! -s "$T_DIR/tshark.err" ]; then pass capture-drops-battery
+else fail capture-drops-battery "$dc; tshark: $(cat "$T_DIR/battery.tshark.err" "$T_DIR/tshark.err" | head -2 | tr '\n' '|'); $(cat "$T_DIR/battery.err"); $(tail -1 "$T_DIR/battery.out")"; fi
+note "battery: $(tail -1 "$T_DIR/battery.out"); $(cat "$T_DIR/battery.err"); $dc"
+
 # --- 4. A flow and an outbound chosen ---------------------------------------------------------
 in_app curl -gsS --max-time 60 --limit-rate 200K -o /dev/null "http://$SRV4/big" 2>/dev/null &
 slow=$!
@@ -175,17 +236,59 @@ wait $pinger
 cap stalled --input tun
 kill -STOP "$CAP_PID"
 rss0=$(rss_kib "$LOFT_PID")
+json >"$T_DIR/st-stalled0.json" 2>&1
 t0=$(now_ms)
 in_app curl -gsS --max-time 60 -o "$T_DIR/dl2.out" "http://$SRV4/big" 2>"$T_DIR/curl2.err"
 ms=$(( $(now_ms) - t0 ))
 rss1=$(rss_kib "$LOFT_PID")
+sleep 0.3                        # a fresh status render, not the one before the download
+json >"$T_DIR/st-stalled1.json" 2>&1
+"$LOFT_BIN" status -c "$CFG" >"$T_DIR/st-stalled1.txt" 2>&1
 kill -CONT "$CAP_PID"
 stop_cap
+sleep 0.3
+json >"$T_DIR/st-none.json" 2>&1
+"$LOFT_BIN" status -c "$CFG" >"$T_DIR/st-none.txt" 2>&1
 lost=$(sed -n 's/^loft capture: [0-9]* packets, \([0-9]*\) lost.*/\1/p' "$T_DIR/stalled.err")
 grown=$(( (rss1 - rss0) / 1024 ))
 if [ "$(sha_of "$T_DIR/dl2.out")" = "$BIG_SHA" ] && [ "${lost:-0}" -gt 0 ] && [ "$grown" -lt 12 ]; then pass capture-stalled-reader
 else fail capture-stalled-reader "download $(sha_of "$T_DIR/dl2.out" | cut -c1-12) in $ms ms, RSS $rss0 -> $rss1 kB, $(cat "$T_DIR/stalled.err")"; fi
 note "stalled reader: 20 MiB in $ms ms, loft RSS $rss0 -> $rss1 kB, $(cat "$T_DIR/stalled.err")"
+
+# --- 6b. `loft status` lists the captures running: two (case 1's), then the stalled one with
+# its losses rising, then none (and no captures key or section at all) ---------------------------
+st=$(python3 - "$T_DIR" "${lost:-0}" <<'PYEOF' 2>&1
+import json, sys
+d, final_lost = sys.argv[1], int(sys.argv[2])
+def load(n):
+    return json.load(open("%s/%s.json" % (d, n)))
+def text(n):
+    return open("%s/%s.txt" % (d, n)).read()
+bad = []
+two, s0, s1, none = load("st-two"), load("st-stalled0"), load("st-stalled1"), load("st-none")
+c = two.get("captures", {})
+if c.get("running") != 2 or [x["summary"] for x in c.get("list", [])] != ['input tun, filter "tcp port 80"', "input tun"]:
+    bad.append("two captures: %s" % c)
+if "CAPTURES 2 running" not in text("st-two"):
+    bad.append("text with two: no 'CAPTURES 2 running'")
+c0, c1 = s0.get("captures", {}), s1.get("captures", {})
+l0 = c0.get("list", [{}])[0].get("lost", -1) if c0.get("running") == 1 else -1
+l1 = c1.get("list", [{}])[0].get("lost", -1) if c1.get("running") == 1 else -1
+p1 = c1.get("list", [{}])[0].get("packets", 0) if c1.get("running") == 1 else 0
+if l0 < 0 or l1 <= l0 or l1 > final_lost or p1 <= 0:
+    bad.append("stalled: lost %d at the stop, %d after the download (%d packets written), %d at the end" % (l0, l1, p1, final_lost))
+if "CAPTURES 1 running" not in text("st-stalled1") or " %d lost" % l1 not in text("st-stalled1"):
+    bad.append("text while stalled: %r" % text("st-stalled1")[-200:])
+if "captures" in none or "CAPTURES" in text("st-none"):
+    bad.append("after the captures ended, still listed")
+print(("FAIL " + "; ".join(bad)) if bad else
+      "two running; the stalled one lost %d, then %d (%d written), %d at its end; none after" % (l0, l1, p1, final_lost))
+sys.exit(1 if bad else 0)
+PYEOF
+); strc=$?
+if [ $strc = 0 ]; then pass capture-in-status; else fail capture-in-status "$st"; fi
+note "status: $st"
+note "status text: $(sed -n '/^CAPTURES/,$p' "$T_DIR/st-two.txt" | tr '\n' '|') then $(sed -n '/^CAPTURES/,$p' "$T_DIR/st-stalled1.txt" | tr '\n' '|')"
 
 # --- 7. What cannot be captured is refused with the reason -------------------------------------
 "$LOFT_BIN" capture -c "$CFG" --input socks -w "$T_DIR/x.pcapng" 2>"$T_DIR/socks.err"; r1=$?

@@ -39,7 +39,8 @@ jq_py() { json | python3 -c "import json,sys; o=json.load(sys.stdin); print($1)"
 established_at_srv() { in_srv ss -Htn state established "( sport = :80 )" | wc -l; }
 
 # The packet tools, run inside the app namespace (raw sockets: the app's kernel answers loft's
-# SYN-ACKs to SYNs it never sent with RST, as it would for any scan).
+# SYN-ACKs to SYNs it never sent with RST, as it would for any scan). The crafted battery is
+# Tests/tools/hostile_battery.py (capture.test.sh sends it too).
 cat >"$T_DIR/hostile.py" <<'EOF'
 import os, random, socket, struct, sys, time, hashlib, threading
 from scapy.all import IP, IPv6, TCP, UDP, ICMP, ICMPv6DestUnreach, IPv6ExtHdrHopByHop, \
@@ -131,66 +132,6 @@ elif case == "reorder":               # N one-byte out-of-order segments on one 
     time.sleep(2)                   # held open while loft's RSS is read
     s.close()
 
-elif case == "crafted":               # the battery, while `upload` runs in another process
-    n_random = int(args[0])
-    sent = 0
-    rnd = random.Random(7)
-    live = int(args[1]) if len(args) > 1 else 40000
-    batch = []
-    # IPv4: bad checksums, options, fragments (tiny, overlapping, never completed), flags, TTL.
-    batch += [IP(src=TUN4, dst=SRV4, chksum=0x1234) / TCP(dport=80, flags="S")]
-    batch += [IP(src=TUN4, dst=SRV4) / TCP(dport=80, flags="S", chksum=0x1234)]
-    batch += [IP(src=TUN4, dst=SRV4) / UDP(dport=53, chksum=0x1234) / Raw(b"q")]
-    batch += [IP(src=TUN4, dst=SRV4, options=[IPOption_RR()]) / TCP(dport=80, flags="S")]
-    batch += fragment(IP(src=TUN4, dst=SRV4) / UDP(dport=9999) / Raw(b"A" * 3000), fragsize=8)
-    batch += fragment(IP(src=TUN4, dst=SRV4, id=77) / UDP(dport=9998) / Raw(b"B" * 2000), fragsize=512)[:-1]
-    batch += [IP(src=TUN4, dst=SRV4, id=78, flags="MF", frag=0) / Raw(b"C" * 64),
-              IP(src=TUN4, dst=SRV4, id=78, frag=4, proto=17) / Raw(b"D" * 64)]  # overlapping
-    for fl in ["", "F", "U", "P", "FPU", "SF", "SR", "SA", "RA", "FA", "SFRPAUEC", "E", "C"]:
-        batch += [IP(src=TUN4, dst=SRV4) / TCP(sport=rnd.randint(1024, 65535), dport=live, flags=fl,
-                                                seq=rnd.getrandbits(32), ack=rnd.getrandbits(32))]
-    batch += [IP(src=TUN4, dst=SRV4) / TCP(dport=80, flags="S", options=[("MSS", 0), ("WScale", 14),
-              ("SAckOK", b""), ("Timestamp", (1, 0)), (99, b"\xff" * 6)])]
-    batch += [IP(src=TUN4, dst=SRV4) / TCP(dport=80, flags="S", dataofs=15) / Raw(b"\x00" * 40)]
-    batch += [IP(src=TUN4, dst=SRV4, ttl=t) / TCP(dport=80, flags="S") for t in (0, 1)]
-    batch += [IP(src=SRV4, dst=SRV4) / TCP(dport=80, flags="S"),
-              IP(src=TUN4, dst=TUN4) / TCP(dport=80, flags="S"),
-              IP(src=TUN4, dst="224.0.0.1") / UDP(dport=5353) / Raw(b"m"),
-              IP(src=TUN4, dst="255.255.255.255") / UDP(dport=67) / Raw(b"b"),
-              IP(src="0.0.0.0", dst=SRV4) / UDP(dport=53) / Raw(b"z"),
-              IP(src=TUN4, dst="198.18.0.3") / UDP(dport=53) / Raw(b"bcast-of-tun-subnet")]
-    # ICMP errors quoting the live upload's flow and a made-up one.
-    batch += [IP(src=TUN4, dst=SRV4) / ICMP(type=3, code=4, nexthopmtu=68) /
-              IP(src=SRV4, dst=TUN4) / TCP(sport=9000, dport=live)]
-    batch += [IP(src=TUN4, dst=SRV4) / ICMP(type=3, code=3) / IP(src=SRV4, dst=TUN4) / UDP(sport=53, dport=5353)]
-    # IPv6: extension-header chains, fragments, hop limit 0, multicast.
-    batch += [IPv6(src=TUN6, dst=SRV6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / IPv6ExtHdrRouting() /
-              TCP(dport=80, flags="S")]
-    batch += [IPv6(src=TUN6, dst=SRV6) / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / UDP(dport=53) / Raw(b"q")]
-    batch += [IPv6(src=TUN6, dst=SRV6) / IPv6ExtHdrFragment(id=5, m=1) / UDP(dport=9) / Raw(b"E" * 64)]
-    batch += [IPv6(src=TUN6, dst=SRV6, hlim=0) / TCP(dport=80, flags="S"),
-              IPv6(src=TUN6, dst="ff02::1") / UDP(dport=5353) / Raw(b"m"),
-              IPv6(src=TUN6, dst=TUN6) / TCP(dport=80, flags="S"),
-              IPv6(src=TUN6, dst=SRV6, nh=250) / Raw(b"unknown next header")]
-    for p in batch:
-        sent += send(p)
-    # Random packets: valid-looking IPv4/IPv6 headers with random rest, and pure noise.
-    for i in range(n_random):
-        kind = rnd.random()
-        if kind < 0.4:
-            body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 60)))
-            p = IP(src=TUN4, dst=SRV4, proto=rnd.choice([6, 17, 1, 47, 132]), id=rnd.getrandbits(16)) / Raw(body)
-        elif kind < 0.7:
-            p = IP(src=TUN4, dst=SRV4) / TCP(sport=rnd.randint(1, 65535), dport=rnd.choice([80, 9000, live, 1]),
-                                             flags=rnd.getrandbits(8), seq=rnd.getrandbits(32),
-                                             ack=rnd.getrandbits(32), window=rnd.getrandbits(16)) / \
-                Raw(bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 40))))
-        else:
-            body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 60)))
-            p = IPv6(src=TUN6, dst=SRV6, nh=rnd.choice([6, 17, 58, 0, 43, 44, 60, 59])) / Raw(body)
-        sent += send(p)
-    print("%d crafted packets sent (%d in the battery, %d random)" % (sent, len(batch), n_random))
-
 elif case == "udpflood":              # udpflood N: N datagrams from distinct source ports, closed port
     n = int(args[0])
     t0 = time.time()
@@ -221,6 +162,8 @@ elif case == "upload":                # upload MiB: to the sha256 sink; prints t
     sys.exit(0 if ok else 1)
 EOF
 hp() { in_app timeout 90 python3 -W ignore "$T_DIR/hostile.py" "$SRV4" "$SRV6" 198.18.0.1 fd00:18::1 "$@"; }
+battery() { in_app timeout 90 python3 -W ignore "$LOFT_REPO/Tests/tools/hostile_battery.py" \
+    --src4 198.18.0.1 --dst4 "$SRV4" --src6 fd00:18::1 --dst6 "$SRV6" "$@"; }
 
 IDLE_RSS=$(rss_kib "$LOFT_PID")
 
@@ -269,7 +212,7 @@ hp upload 20 >"$T_DIR/upload.out" 2>&1 &
 UP=$!
 for i in $(seq 50); do [ -s "$T_DIR/upload.out" ] && break; sleep 0.1; done
 LIVE=$(head -1 "$T_DIR/upload.out")
-craft=$(hp crafted 10000 "${LIVE:-40000}" 2>&1)
+craft=$(battery --random 10000 --live "${LIVE:-40000}" --seed 7 2>&1)
 wait $UP; urc=$?
 drops=$(jq_py '", ".join("%s %d" % (k, v) for k, v in o["drops"].items() if v)')
 drops_after=$(jq_py 'sum(v for k, v in o["drops"].items())')
