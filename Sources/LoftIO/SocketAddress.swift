@@ -53,11 +53,13 @@ public struct SocketAddress {
         }
     }
 
+    @inlinable
     public func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
         var s = storage
         return withUnsafeBytes(of: &s) { body($0.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) }
     }
 
+    @inlinable
     public mutating func withMutableSockaddr<R>(_ body: (UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> R) -> R {
         length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         return withUnsafeMutableBytes(of: &storage) { raw in

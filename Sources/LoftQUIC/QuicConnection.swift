@@ -46,6 +46,10 @@ package final class QuicConnection {
     var events = cngtcp2_events()
     package let limits: QuicLimits
     var streams: [Int64: QuicStreamState] = [:]
+    /// The stream last looked up by id (`stream(_:)`), while it is in `streams` (`forget`
+    /// clears it): a transfer's packets, acknowledgments and sends are mostly for one stream,
+    /// whose state is then at hand without hashing its id.
+    var recent: QuicStreamState?
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
@@ -321,6 +325,7 @@ package final class QuicConnection {
         if let timer { loop.cancel(timer); self.timer = nil }
         sink = nil
         streams.removeAll()
+        recent = nil
         heldTotal = 0
         budgetWaiters.removeAll()
         sendQueue.removeAll()
@@ -369,7 +374,7 @@ package final class QuicConnection {
     func onHandshakeDone() -> Int32 { handshakeJustDone = true; return 0 }
 
     func onStreamData(_ sid: Int64, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
-        var s = streams[sid]
+        var s = stream(sid)
         if s == nil {
             // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
             guard isPeerStream(sid), !forgottenPeerStream(sid) else { return 0 }
@@ -432,7 +437,7 @@ package final class QuicConnection {
     }
 
     func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
-        guard let s = streams[sid] else {
+        guard let s = stream(sid) else {
             // A retired stream's bytes acknowledged after its reset leave the budget.
             if let r = retired[sid], upTo > r.acked, !closed {
                 let a = min(upTo, r.end)

@@ -48,7 +48,7 @@ extension QuicConnection {
             // The next stream with something to send, round robin.
             var s: QuicStreamState?
             while qi < sendQueue.count {
-                if let c = streams[sendQueue[qi]], c.hasSendWork { s = c; break }
+                if let c = stream(sendQueue[qi]), c.hasSendWork { s = c; break }
                 streams[sendQueue[qi]]?.inSendQueue = false
                 sendQueue.remove(at: qi)
             }

@@ -30,14 +30,20 @@ extension QuicConnection {
 
     package var streamsLeft: UInt64 { conn.map { cngtcp2_streams_bidi_left($0) } ?? 0 }
 
-    func stream(_ id: Int64) -> QuicStreamState? { streams[id] }
+    @inline(__always)
+    func stream(_ id: Int64) -> QuicStreamState? {
+        if let r = recent, r.id == id { return r }
+        guard let s = streams[id] else { return nil }
+        recent = s
+        return s
+    }
 
     /// Whether stream `id` is open and its owner still holds it.
     package func isLive(_ id: Int64) -> Bool { streams[id].map { !$0.released } ?? false }
 
     /// Copies up to the stream's free send buffer; returns the bytes taken.
     package func write(_ id: Int64, _ bytes: UnsafeRawBufferPointer) -> Int {
-        guard !closed, let s = streams[id] else { return 0 }
+        guard !closed, let s = stream(id) else { return 0 }
         var n = 0
         // At most two pieces: up to the ring's end, then from its start.
         while n < bytes.count {
@@ -54,13 +60,13 @@ extension QuicConnection {
     /// rest comes on the next call). Short of `max` because it is full: marked for
     /// `quicWritable`.
     package func writeSpace(_ id: Int64, max: Int) -> UnsafeMutableRawBufferPointer? {
-        guard !closed, let s = streams[id] else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+        guard !closed, let s = stream(id) else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
         return writeSpace(s, max: max)
     }
 
     /// `n` bytes at the end of the stream's ring (from `writeSpace`) are written.
     package func commitWrite(_ id: Int64, _ n: Int) {
-        guard n > 0, !closed, let s = streams[id] else { return }
+        guard n > 0, !closed, let s = stream(id) else { return }
         commitWrite(s, n)
     }
 
@@ -82,7 +88,7 @@ extension QuicConnection {
     /// The stream's free send buffer; 0 marks the stream, so `quicWritable` follows once half of
     /// it is acknowledged (a writer that looks before it writes is woken as one that was refused).
     package func writeRoom(_ id: Int64) -> Int {
-        guard let s = streams[id] else { return 0 }
+        guard let s = stream(id) else { return 0 }
         let r = room(s)
         if r == 0 { s.wantWritable = true }
         return r
@@ -120,6 +126,7 @@ extension QuicConnection {
     /// is retired until the stream closes.
     func forget(_ id: Int64) {
         guard let s = streams.removeValue(forKey: id) else { return }
+        if recent === s { recent = nil }
         discardReceived(s)
         if !s.stackClosed && !closed && s.ring != nil && s.acked < s.end {
             retired[id] = s
@@ -134,7 +141,7 @@ extension QuicConnection {
 
     /// Ends our direction of the stream after the bytes written.
     package func finish(_ id: Int64) {
-        guard let s = streams[id], !s.finQueued, !s.sendClosed else { return }
+        guard let s = stream(id), !s.finQueued, !s.sendClosed else { return }
         s.finQueued = true
         queueSend(s)
     }
@@ -142,7 +149,7 @@ extension QuicConnection {
     /// Its owner is done with the stream (after `finish`): unread bytes are dropped, and the
     /// state goes once ngtcp2 has closed the stream (our FIN acknowledged).
     package func release(_ id: Int64) {
-        guard let s = streams[id] else { return }
+        guard let s = stream(id) else { return }
         s.released = true
         discardReceived(s)
         if s.stackClosed { forget(id) }
@@ -164,7 +171,7 @@ extension QuicConnection {
 
     /// RESET_STREAM and STOP_SENDING with `code`; the stream is forgotten.
     package func reset(_ id: Int64, code: UInt64) {
-        guard let s = streams[id] else { return }
+        guard let s = stream(id) else { return }
         forget(id)
         s.sendClosed = true
         if let conn, !closed { _ = cngtcp2_shutdown_stream(conn, id, code) }
@@ -174,7 +181,7 @@ extension QuicConnection {
     /// The stream's received bytes in place, one piece (until `consume` or the next packet), and
     /// whether its FIN has been reached (no bytes left and the FIN received).
     package func peek(_ id: Int64, _ iov: UnsafeMutablePointer<iovec>, max: Int, count: inout Int) -> (Int, Bool) {
-        guard let s = streams[id] else { return (0, true) }
+        guard let s = stream(id) else { return (0, true) }
         let b = s.recv.readable
         if let p = b.baseAddress, b.count > 0, max > 0 {
             iov[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: p), iov_len: b.count)
@@ -186,7 +193,7 @@ extension QuicConnection {
 
     /// `n` bytes of what `peek` showed were taken.
     package func consume(_ id: Int64, _ n: Int) {
-        guard n > 0, let s = streams[id] else { return }
+        guard n > 0, let s = stream(id) else { return }
         s.recv.consume(n)
         consumed(s, n)
     }
@@ -194,7 +201,7 @@ extension QuicConnection {
     /// Hands up to `max` received bytes to `body` (h3: what a request's body buffer has room
     /// for); true once the FIN was reached.
     package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
-        guard let s = streams[id] else { return true }
+        guard let s = stream(id) else { return true }
         let n = s.recv.drain(upTo: max, body)
         if n > 0 { consumed(s, n) }
         return finReached(s)
@@ -205,21 +212,21 @@ extension QuicConnection {
     /// The stream's received bytes in place, from its front (valid until the next packet, `drop`
     /// or release), and whether its FIN was received (it is reached once they are all dropped).
     package func received(_ id: Int64) -> (UnsafeRawBufferPointer, Bool) {
-        guard let s = streams[id] else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
+        guard let s = stream(id) else { return (UnsafeRawBufferPointer(start: nil, count: 0), true) }
         return (s.recv.readable, s.recvFin)
     }
 
     /// `n` more of the received bytes (after those credited already) were taken by the layer
     /// above, which keeps them here: the peer may send that much more.
     package func credit(_ id: Int64, _ n: Int) {
-        guard n > 0, let s = streams[id] else { return }
+        guard n > 0, let s = stream(id) else { return }
         s.recvCredited += n
         consumed(s, n)
     }
 
     /// `n` credited bytes leave the front; true once the FIN was reached.
     package func drop(_ id: Int64, _ n: Int) -> Bool {
-        guard let s = streams[id] else { return true }
+        guard let s = stream(id) else { return true }
         let k = min(n, s.recvCredited)
         s.recv.consume(k)
         s.recvCredited -= k

@@ -51,7 +51,11 @@ package enum QuicSocket {
     }
 
     /// Hands each datagram of a read of `count` bytes coalesced at `segment` (0: one) to `body`
-    /// (an empty datagram too: it is counted and dropped like any malformed one).
+    /// (an empty datagram too: it is counted and dropped like any malformed one). Inlinable: the
+    /// carriers and the listener call it per read with a closure per datagram, which, called
+    /// across the module boundary, cost the front 2% of its time in an upload (a call and a
+    /// closure context per packet).
+    @inlinable @inline(__always)
     package static func split(_ base: UnsafeRawPointer, _ count: Int, segment: Int, _ body: (UnsafeRawBufferPointer) -> Void) {
         if count == 0 { body(UnsafeRawBufferPointer(start: base, count: 0)); return }
         let step = segment > 0 ? segment : count
