@@ -14,8 +14,9 @@ extension HolderOutbound {
         switch link {
         case .up:
             // quic: the flow on a QUIC stream of its own (docs/protocol.md §1.2).
-            if let fc = carrier as? FlowCarrier, let flow = fc.openFlow() {
-                if let s = openFlowStream(flow, to: destination, events: events) {
+            // The OPEN is encoded first: a QUIC stream is opened only for a flow that can use it.
+            if let fc = carrier as? FlowCarrier, let open = FlowPreamble.open(destination), let flow = fc.openFlow() {
+                if let s = openFlowStream(flow, open: open, events: events) {
                     counts.flowsOpened += 1
                     counts.flowStreams += 1
                     return s
@@ -58,10 +59,9 @@ extension HolderOutbound {
 
     /// quic: a flow on a QUIC stream of its own (docs/protocol.md §1.2), a preface end over the
     /// carrier's `QuicFlow`: the OPEN out, the front's OPEN_OK or OPEN_FAIL in, then the flow's
-    /// bytes raw both ways (counted in `flowStreamMeter`). Nil when the OPEN cannot be encoded
-    /// (a name the codec refuses) or does not fit the stream at once (then it is reset).
-    private func openFlowStream(_ flow: QuicFlow, to destination: Destination, events: ByteStreamEvents) -> ByteStream? {
-        guard let open = FlowPreamble.open(destination) else { return nil }
+    /// bytes raw both ways (counted in `flowStreamMeter`). Nil when the OPEN (`open`, encoded
+    /// before the stream was opened) does not fit the stream at once (then it is reset).
+    private func openFlowStream(_ flow: QuicFlow, open: [UInt8], events: ByteStreamEvents) -> ByteStream? {
         let s = PrefaceStream(codec: FlowPreamble.AnswerCodec(), events: events, meter: flowStreamMeter) { outcome in
             switch outcome {
             case .answered(.accepted): return nil

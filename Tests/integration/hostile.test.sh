@@ -46,24 +46,13 @@ import os, random, socket, struct, sys, time, hashlib, threading
 from scapy.all import IP, IPv6, TCP, UDP, ICMP, ICMPv6DestUnreach, IPv6ExtHdrHopByHop, \
     IPv6ExtHdrRouting, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPOption_RR, fragment, Raw, conf
 conf.verb = 0
+from rawsend import RawSender   # Tests/tools (PYTHONPATH from hp)
 
 SRV4, SRV6, TUN4, TUN6 = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 case = sys.argv[5]
 args = sys.argv[6:]
 
-raw4 = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-raw6 = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
-
-def send(pkt):
-    b = bytes(pkt)
-    try:
-        if b[0] >> 4 == 6:
-            raw6.sendto(b, (str(pkt[IPv6].dst) if IPv6 in pkt else SRV6, 0))
-        else:
-            raw4.sendto(b, (str(pkt[IP].dst) if IP in pkt else SRV4, 0))
-        return True
-    except OSError:
-        return False
+send = RawSender(SRV4, SRV6).send
 
 if case == "synscan":                 # synscan N: N SYNs from distinct source ports to SRV4:80
     n = int(args[0])
@@ -161,7 +150,7 @@ elif case == "upload":                # upload MiB: to the sha256 sink; prints t
     print("upload %d MiB in %.2f s: %s" % (mib, time.time() - t0, "sha256 intact" if ok else "MISMATCH %r" % ans[:80]))
     sys.exit(0 if ok else 1)
 EOF
-hp() { in_app timeout 90 python3 -W ignore "$T_DIR/hostile.py" "$SRV4" "$SRV6" 198.18.0.1 fd00:18::1 "$@"; }
+hp() { in_app env PYTHONPATH="$LOFT_REPO/Tests/tools" timeout 90 python3 -W ignore "$T_DIR/hostile.py" "$SRV4" "$SRV6" 198.18.0.1 fd00:18::1 "$@"; }
 battery() { in_app timeout 90 python3 -W ignore "$LOFT_REPO/Tests/tools/hostile_battery.py" \
     --src4 198.18.0.1 --dst4 "$SRV4" --src6 fd00:18::1 --dst6 "$SRV6" "$@"; }
 

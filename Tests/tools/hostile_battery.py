@@ -10,7 +10,7 @@
 # it). Prints "N crafted packets sent (M in the battery, R random)".
 import argparse
 import random
-import socket
+from rawsend import RawSender
 from scapy.all import IP, IPv6, TCP, UDP, ICMP, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, IPv6ExtHdrDestOpt, \
     IPv6ExtHdrFragment, IPOption_RR, fragment, Raw, conf
 conf.verb = 0
@@ -26,20 +26,7 @@ ap.add_argument("--seed", type=int, default=7)
 a = ap.parse_args()
 TUN4, SRV4, TUN6, SRV6, live = a.src4, a.dst4, a.src6, a.dst6, a.live
 
-raw4 = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-raw6 = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
-
-
-def send(pkt):
-    b = bytes(pkt)
-    try:
-        if b[0] >> 4 == 6:
-            raw6.sendto(b, (str(pkt[IPv6].dst) if IPv6 in pkt else SRV6, 0))
-        else:
-            raw4.sendto(b, (str(pkt[IP].dst) if IP in pkt else SRV4, 0))
-        return True
-    except OSError:
-        return False    # the app's kernel refused it (counted: not sent)
+send = RawSender(SRV4, SRV6).send
 
 
 sent = 0
