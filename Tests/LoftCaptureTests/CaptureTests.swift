@@ -166,10 +166,7 @@ final class CaptureHubTests: XCTestCase {
 
     override func setUpWithError() throws {
         loop = try EventLoop(clock: VirtualClock())
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
-        reader = fds[0]; hubSide = fds[1]
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        (reader, hubSide) = nonblockingSocketPair()
     }
 
     override func tearDown() { if reader >= 0 { Glibc.close(reader) } }
@@ -245,9 +242,8 @@ final class CaptureHubTests: XCTestCase {
     func testStatusListsRunningCaptures() {
         let h = hub()
         XCTAssertTrue(h.status.isEmpty)
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let pair = nonblockingSocketPair()
+        let fds = [pair.reader, pair.loftSide]
         defer { Glibc.close(fds[0]) }
         var r = CaptureRequest()
         r.input = .tun
@@ -313,9 +309,8 @@ final class CaptureHubTests: XCTestCase {
     /// one that asked for drops, with the reason.
     func testADroppedPacketIsTakenBackAndAnnotated() throws {
         let h = hub()
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let pair = nonblockingSocketPair()
+        let fds = [pair.reader, pair.loftSide]
         defer { Glibc.close(fds[0]) }
         h.start(CaptureRequest(), fd: hubSide)
         var r = CaptureRequest()

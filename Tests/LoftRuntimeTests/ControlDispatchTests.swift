@@ -180,9 +180,8 @@ final class ControlDispatchTests: XCTestCase {
         f.runtime.capture = hub
         let before = answer(f.handle("status json"))
         XCTAssertFalse(before.contains("captures"), before)
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
-        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let pair = nonblockingSocketPair()
+        let fds = [pair.reader, pair.loftSide]
         defer { Glibc.close(fds[0]) }
         var r = CaptureRequest()
         r.input = .tun

@@ -11,3 +11,12 @@ public func loopbackListener(loop: EventLoop, backlog: Int32, handler: IOHandler
     loop.register(fd, IOEvents.readable, handler)
     return (fd, Sockets.localEndpoint(fd)!.port)
 }
+
+/// Two connected AF_UNIX stream sockets, both nonblocking: a control-socket client's end and
+/// the end loft's side takes (`reader`, `loftSide`); the caller closes them.
+public func nonblockingSocketPair() -> (reader: Int32, loftSide: Int32) {
+    var fds: [Int32] = [-1, -1]
+    precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0, "socketpair: errno \(errno)")
+    for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+    return (fds[0], fds[1])
+}
