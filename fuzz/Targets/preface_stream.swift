@@ -34,6 +34,22 @@ final class Feed: ByteStream {
     func shutdownWrite() {}
     func close() {}
     func reset() {}
+
+    /// Takes `all` in pieces of 1 to 16 bytes, their sizes drawn from `seed`, calling `after`
+    /// after each piece; then its EOF, and `after` once more.
+    func trickle(_ all: [UInt8], seed: UInt8, _ after: () -> Void) {
+        var at = 0
+        var step = UInt(seed)
+        while at < all.count {
+            let n = min(all.count - at, 1 + Int(step & 15))
+            step = step &* 31 &+ 7
+            bytes += all[at..<(at + n)]
+            at += n
+            after()
+        }
+        eof = true
+        after()
+    }
 }
 
 final class Sink: ByteStreamEvents {
@@ -66,18 +82,10 @@ func run<C: PrefaceCodec>(_ codec: C, _ input: UnsafeRawBufferPointer, seed: UIn
         }
     }
     end.attach(inner, connected: true)
-    var at = 0
-    var step = UInt(seed)
-    while at < all.count {
-        let n = min(all.count - at, 1 + Int(step & 15))
-        step = step &* 31 &+ 7
-        inner.bytes += all[at..<(at + n)]
-        at += n
+    inner.trickle(all, seed: seed) {
         end.streamReadable(inner)
         precondition(verdicts <= 1)
     }
-    inner.eof = true
-    end.streamReadable(inner)
     precondition(verdicts == 1, "no verdict by EOF")
     precondition(sink.connected + sink.failed == 1)
     guard end.answered else { return }
@@ -134,18 +142,10 @@ func runInLine(_ input: UnsafeRawBufferPointer, seed: UInt8) {
             }
         }
     }
-    var at = 0
-    var step = UInt(seed)
-    while at < all.count {
-        let n = min(all.count - at, 1 + Int(step & 15))
-        step = step &* 31 &+ 7
-        inner.bytes += all[at..<(at + n)]
-        at += n
+    inner.trickle(all, seed: seed) {
         drain()
         precondition(verdicts <= 1)
     }
-    inner.eof = true
-    drain()
     precondition(verdicts == 1, "no verdict by EOF")
     precondition(sink.connected + sink.failed == 0, "in line: the reads say it, not the events")
     precondition(end.answered != refused, "accepted, or the reads failed")
