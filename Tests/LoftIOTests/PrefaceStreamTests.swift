@@ -19,6 +19,17 @@ struct TaggedAnswer: PrefaceCodec {
         default: return .answer(.junk(bytes[0]))
         }
     }
+
+    /// The tests' verdict: '+' accepted, '-' refused with `.refused`, junk with EPROTO, a cut
+    /// with its failure.
+    static func verdict(_ outcome: PrefaceOutcome<Answer>) -> FlowFailure? {
+        switch outcome {
+        case .answered(.yes): return nil
+        case .answered(.no): return .refused
+        case .answered(.junk): return .other(EPROTO)
+        case .cut(let f): return f
+        }
+    }
 }
 
 final class PrefaceStreamTests: XCTestCase {
@@ -40,12 +51,7 @@ final class PrefaceStreamTests: XCTestCase {
     func make(preamble: [UInt8] = Array("HELLO".utf8), attach: Bool = true, connected: Bool = true) -> PrefaceStream<TaggedAnswer> {
         let s = PrefaceStream(codec: TaggedAnswer(), events: log, meter: meter) { [unowned self] outcome in
             self.outcomes.append(outcome)
-            switch outcome {
-            case .answered(.yes): return nil
-            case .answered(.no): return .refused
-            case .answered(.junk): return .other(EPROTO)
-            case .cut(let f): return f
-            }
+            return TaggedAnswer.verdict(outcome)
         }
         made = s
         if attach { XCTAssertTrue(preamble.withUnsafeBytes { s.attach(inner, connected: connected, preamble: $0) }) }
@@ -339,12 +345,7 @@ final class PrefaceInLineTests: XCTestCase {
                               inLine: PrefaceInLine(loop: loop, preambleWaitMs: 10, owner: owner,
                                                     budget: budget, budgetEntry: entry)) { [unowned self] outcome in
             self.outcomes.append(outcome)
-            switch outcome {
-            case .answered(.yes): return nil
-            case .answered(.no): return .refused
-            case .answered(.junk): return .other(EPROTO)
-            case .cut(let f): return f
-            }
+            return TaggedAnswer.verdict(outcome)
         }
         owner.end = s
         s.attach(inner, connected: connected, holding: preamble)
