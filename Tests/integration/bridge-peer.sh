@@ -33,3 +33,12 @@ peer_up() {
 }
 peer_down() { [ -n "$SOCAT_PID" ] && kill_pid "$SOCAT_PID"; SOCAT_PID=; }
 in_peer() { ip netns exec "$PEER_NS" "$@"; }
+# bridge_config NAME: loft's config with the bridge on for this peer (MTU 1500) and a control
+# socket of its own ($T_DIR/NAME.sock: `loft status -c` must reach this loft, not another one
+# on the machine that holds the default path), written to $T_DIR/NAME.yaml.
+bridge_config() {
+    loft_config "$1-base" >/dev/null
+    sed "s/^bridge: off/bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }/" \
+        "$T_DIR/$1-base.yaml" >"$T_DIR/$1.yaml"
+    echo "control: $T_DIR/$1.sock" >>"$T_DIR/$1.yaml"
+}

@@ -13,13 +13,8 @@ start_sink
 
 . "$(dirname "$0")/bridge-peer.sh"
 
+bridge_config bridge
 cfg=$T_DIR/bridge.yaml
-loft_config bridge-base >/dev/null
-sed "s/^bridge: off/bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }/" \
-    "$T_DIR/bridge-base.yaml" >"$cfg"
-# Its own control socket: `loft status -c` must reach this loft, not another one on the
-# machine that holds the default path.
-echo "control: $T_DIR/bridge.sock" >>"$cfg"
 
 CASES="bridge-download-v4 bridge-download-v6 bridge-upload-v4 bridge-acks-coalesced bridge-dns bridge-replies-stay-on-their-input
 bridge-peer-restart bridge-malformed-counted bridge-transfer-during-garbage loft-exit-clean"

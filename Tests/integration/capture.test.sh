@@ -16,11 +16,8 @@ start_nginx 1 4096
 
 . "$(dirname "$0")/bridge-peer.sh"
 
+bridge_config capture
 CFG=$T_DIR/capture.yaml
-loft_config capture-base >/dev/null
-sed "s/^bridge: off/bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }/" \
-    "$T_DIR/capture-base.yaml" >"$CFG"
-echo "control: $T_DIR/capture.sock" >>"$CFG"
 BIG_SHA=$(sha_of "$T_DIR/www/big")
 
 CASES="capture-download-reassembled capture-tshark-clean capture-tcpdump-reads capture-bpf-filter
