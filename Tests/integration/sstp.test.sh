@@ -265,7 +265,9 @@ if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     (timeout 20 python3 "$T_DIR/socks.py" dl "$PPP_LOCAL" 9100 - "$S5_PORT" >"$T_DIR/s5cut.out" 2>&1) &
     s5=$!
     sleep 0.2
-    (in_app timeout 20 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
+    # The in-app download is load only: over a packet link the app's TCP stalls rather than
+    # resets, so it is cut at 5 s (not 20) to keep loft's redial backoff short for the next case.
+    (in_app timeout 5 socat -u "TCP4:$PPP_LOCAL:9100" - >/dev/null 2>&1) &
     dl=$!
     sleep 0.3
     stop_responder
@@ -285,8 +287,10 @@ if require_loft "$(sstp_config chap '[mschapv2, pap]' "$PASSWORD")" $CASES; then
     # The next link up after this responder starts (not a count since loft started: a redial
     # under load may have brought one more up before it).
     ups0=$(grep -c 'event=sstp.up' "$LOFT_LOG")
+    # The redial backoff doubles from 0.5 s up to 30 s (±25 %) while the server is away, so the
+    # next dial may be up to 37.5 s off: wait that long, not less.
     CLIENT_ADDRESS=198.19.$NET.3 IPV6CP=1 start_responder mschapv2
-    for i in $(seq 150); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -gt "$ups0" ] && break; sleep 0.1; done
+    for i in $(seq 400); do [ "$(grep -c 'event=sstp.up' "$LOFT_LOG")" -gt "$ups0" ] && break; sleep 0.1; done
     sleep 0.5
     a=$(ip -n "$APP_NS" -4 addr show dev "$TUN_NAME")
     if echo "$a" | grep -q "inet 198.19.$NET.3/32" && ! echo "$a" | grep -q "inet $PPP_CLIENT/" \
