@@ -91,7 +91,9 @@ let package = Package(
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
-        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP", "CChecksum"]),
+        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "LoftSniff", "CLwIP", "CChecksum"]),
+        // Names from a flow's first bytes (TLS SNI, HTTP Host, QUIC Initial): sans-IO parsers.
+        .target(name: "LoftSniff", dependencies: ["CTLS"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftCapture"]),
         // Live captures of what the packet inputs read and write (`loft capture`, pcapng).
@@ -118,6 +120,7 @@ let package = Package(
         .testTarget(name: "LoftCaptureTests", dependencies: ["LoftCapture", "LoftControl", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "LoftTLS", "CImage"]),
+        .testTarget(name: "LoftSniffTests", dependencies: ["LoftSniff"]),
         .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
         .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftTLS", "LoftCore", "LoftIO"], path: "Tests/LoftTestSupport"),

@@ -99,10 +99,13 @@ struct ConfigDecoder {
     }
 
     static let topKeys = ["log", "tun", "socks5", "bridge", "outbounds", "rules", "default", "hold",
-                          "control", "limits", "metrics", "outbound-dir"]
+                          "control", "limits", "metrics", "outbound-dir", "sniff"]
     static let tunKeys = ["name", "netns", "mtu", "ipv4", "ipv6", "route-all", "dns", "icmp", "offload"]
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
+    static let sniffKeys = ["enabled", "wait", "max-bytes", "skip-ports", "direct-resolve"]
+    static let sniffWaitRange = Duration.milliseconds(10)...Duration.seconds(5)
+    static let sniffBytesRange = 512...65_536
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
     static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "quic-max-packet", "uuid", "alpn",
                                "user", "password", "password-file", "auth", "keepalive"]
@@ -155,6 +158,8 @@ struct ConfigDecoder {
                 config.bridge = try bridge(value)
             case "limits":
                 config.limits = try limits(value)
+            case "sniff":
+                config.sniff = try sniff(value)
             case "outbounds":
                 config.outbounds = try outbounds(value)
             case "rules":
@@ -337,6 +342,32 @@ struct ConfigDecoder {
             }
         }
         return l
+    }
+
+    func sniff(_ node: YAMLNode) throws(ConfigError) -> SniffSettings {
+        var sn = SniffSettings()
+        guard let map = try v.section(node, path: "sniff") else {
+            sn.enabled = false
+            return sn
+        }
+        try v.forEachField(map, path: "sniff", allowed: ConfigDecoder.sniffKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let path = "sniff.\(key)"
+            switch key {
+            case "enabled": sn.enabled = try v.bool(value, path: path)
+            case "wait": sn.wait = try v.duration(value, path: path, in: ConfigDecoder.sniffWaitRange)
+            case "max-bytes": sn.maxBytes = try v.integer(value, path: path, in: ConfigDecoder.sniffBytesRange)
+            case "skip-ports":
+                // An empty list: no port skipped.
+                let items = try v.list(value, path: path)
+                var ports: [ClosedRange<UInt16>] = []
+                for (i, entry) in items.enumerated() { ports.append(try portRange(entry, path: "\(path)[\(i)]")) }
+                sn.skipPorts = ports
+            case "direct-resolve": sn.directResolve = try v.bool(value, path: path)
+            default: break
+            }
+        }
+        return sn
     }
 
     func metrics(_ node: YAMLNode) throws(ConfigError) -> Endpoint? {

@@ -127,6 +127,30 @@ public struct LimitSettings: Sendable, Equatable {
     }
 }
 
+/// Key `sniff`: names from TCP flows' first bytes (docs/sniffing.md).
+public struct SniffSettings: Sendable, Equatable {
+    /// `sniff: off` (or `enabled: false`): every flow routed by address at its SYN.
+    public var enabled: Bool
+    /// Key `wait`: 10ms...5s, how long the first bytes are waited for.
+    public var wait: Duration
+    /// Key `max-bytes`: 512...65536, the most first bytes looked at.
+    public var maxBytes: Int
+    /// Key `skip-ports`: ports routed at once (the server speaks first); nil: the default list.
+    public var skipPorts: [ClosedRange<UInt16>]?
+    /// Key `direct-resolve`: direct outbounds dial the sniffed name (resolved by loft) instead
+    /// of the app's address.
+    public var directResolve: Bool
+
+    public init(enabled: Bool = true, wait: Duration = .milliseconds(300), maxBytes: Int = 16_384,
+                skipPorts: [ClosedRange<UInt16>]? = nil, directResolve: Bool = false) {
+        self.enabled = enabled
+        self.wait = wait
+        self.maxBytes = maxBytes
+        self.skipPorts = skipPorts
+        self.directResolve = directResolve
+    }
+}
+
 /// How a loft outbound checks the front's certificate.
 public enum TLSVerification: Sendable, Equatable {
     /// Trust the CA certificate(s) in this PEM file (path resolved against the config's folder).
@@ -238,6 +262,8 @@ public struct Configuration: Sendable, Equatable {
     /// Path of the control socket.
     public var control: String
     public var limits: LimitSettings
+    /// Key `sniff`.
+    public var sniff = SniffSettings()
     /// Loopback endpoint of the metrics listener; nil: none.
     public var metrics: Endpoint?
     /// Key `outbound-dir`, resolved: the folder whose `*.yaml` files are one outbound each

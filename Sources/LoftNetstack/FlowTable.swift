@@ -261,7 +261,8 @@ final class FlowTable {
         var out: [Netstack.FlowRow] = []
         for f in tcp {
             out.append(.init(id: UInt64(f.id), network: .tcp, source: f.key.source, destination: f.key.destination,
-                             outbound: f.outboundName, bytesUp: f.bytesUp, bytesDown: f.bytesDown, ageMs: now - f.createdAt))
+                             outbound: f.outboundName, bytesUp: f.bytesUp, bytesDown: f.bytesDown, ageMs: now - f.createdAt,
+                             name: f.name, nameSource: f.nameSource.description))
         }
         for a in udp {
             out.append(.init(id: UInt64(a.id), network: .udp, source: a.key.source, destination: a.lastDestination,
