@@ -19,6 +19,9 @@ final class FlowTable {
     /// datagram of a known conversation finds its association without asking the router).
     var udp = KeyedTable<UDPAssociation>()
     var conversations: [UDPConversation: UDPAssociation] = [:]
+    /// New conversations whose first datagrams wait to be sniffed (QUIC Initials), at most
+    /// `UDPSniff.maxWaiting`.
+    var udpSniffs: [UDPConversation: UDPSniff] = [:]
     private var associationActivity = ActivityList<UDPAssociation>()
 
     /// Per rule index (-1: the default): flows it decided and bytes of finished ones.
@@ -266,7 +269,8 @@ final class FlowTable {
         }
         for a in udp {
             out.append(.init(id: UInt64(a.id), network: .udp, source: a.key.source, destination: a.lastDestination,
-                             outbound: a.outboundName, bytesUp: a.bytesUp, bytesDown: a.bytesDown, ageMs: now - a.createdAt))
+                             outbound: a.outboundName, bytesUp: a.bytesUp, bytesDown: a.bytesDown, ageMs: now - a.createdAt,
+                             name: a.name, nameSource: a.nameSource.description))
         }
         return out
     }

@@ -162,3 +162,73 @@ extension TCPFlow: ByteStreamEvents {
         finish()
     }
 }
+
+/// A new UDP conversation whose first datagrams look like a QUIC client's Initials: held (copied,
+/// at most `maxDatagrams`) until they name the host, show they will not, or the wait ends; then
+/// routed by name and address and sent on, in order. The datagrams go to the address the app
+/// used (a reply must come from it); the name routes.
+final class UDPSniff {
+    /// Conversations waiting at once; past it new ones are routed by address.
+    static let maxWaiting = 1024
+    /// Datagrams held per conversation (a ClientHello in a few Initials).
+    static let maxDatagrams = 8
+
+    unowned let stack: Netstack
+    let conversation: UDPConversation
+    private var held: [[UInt8]] = []
+    private var sniffer = QUICSniffer()
+    private var timer = TimerHandle.none
+
+    init(stack: Netstack, conversation: UDPConversation) {
+        self.stack = stack
+        self.conversation = conversation
+        timer = stack.loop.schedule(after: stack.settings.sniff.waitMs) { [weak self] in
+            guard let self else { return }
+            self.timer = .none
+            self.stack.tally.sniffTimedOut &+= 1
+            self.finish(name: nil)
+        }
+    }
+
+    func take(_ datagram: UnsafeRawBufferPointer) {
+        held.append(Array(datagram))
+        switch sniffer.take(datagram) {
+        case .name(let n):
+            stack.tally.sniffed &+= 1
+            finish(name: n)
+        case .needMore where held.count < Self.maxDatagrams:
+            return
+        default:
+            stack.tally.notSniffable &+= 1
+            finish(name: nil)
+        }
+    }
+
+    /// Routed: the held datagrams go out in order; the conversation is an association's now.
+    func finish(name: String?) {
+        if timer != .none { stack.loop.cancel(timer) }
+        timer = .none
+        stack.flows.udpSniffs[conversation] = nil
+        guard let assoc = stack.udpAssociation(for: conversation, name: name, source: .quic) else { return }
+        for d in held { d.withUnsafeBytes { stack.udpSend($0, assoc, to: conversation.destination) } }
+        held = []
+    }
+}
+
+extension Netstack {
+    /// Starts holding a new conversation's datagrams when its first is a QUIC client Initial (v1
+    /// or v2, padded to 1200 bytes as RFC 9000 §14.1 requires) and a name could route it.
+    func startUDPSniff(_ conversation: UDPConversation, _ payload: UnsafeRawBufferPointer) -> Bool {
+        guard payload.count >= 1200, payload[0] & 0xC0 == 0xC0,
+              !settings.sniff.skipPorts.contains(conversation.destination.port),
+              flows.udpSniffs.count < UDPSniff.maxWaiting else { return false }
+        let version = UInt32(payload[1]) << 24 | UInt32(payload[2]) << 16 | UInt32(payload[3]) << 8 | UInt32(payload[4])
+        guard version == QUICInitial.version1 || version == QUICInitial.version2,
+              router.nameMayDecide(FlowRequest(network: .udp, source: conversation.source,
+                                               destination: .ip(conversation.destination))) else { return false }
+        let s = UDPSniff(stack: self, conversation: conversation)
+        flows.udpSniffs[conversation] = s
+        s.take(payload)
+        return true
+    }
+}

@@ -1,6 +1,7 @@
 import CLwIP
 import LoftCore
 import LoftIO
+import LoftSniff
 
 extension Netstack {
     /// A datagram lwIP took for an app: to the association of its conversation (routed on the
@@ -9,45 +10,64 @@ extension Netstack {
         let len = Int(clwip_pbuf_total(pbuf))
         _ = clwip_pbuf_copy(pbuf, scratch.baseAddress, UInt16(len))
         clwip_pbuf_free(pbuf)
+        let payload = UnsafeRawBufferPointer(rebasing: scratch[0..<len])
         let conversation = UDPConversation(netif: netif, source: source, destination: destination)
-        let assoc: UDPAssociation
-        if let known = flows.conversations[conversation] {
-            assoc = known
-        } else {
-            let match = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination)))
-            guard case .outbound(let outbound) = match.decision else {
-                drop(.rule, netif)
-                return
-            }
-            let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
-            if let existing = flows.udp[key] {
-                assoc = existing
-            } else {
-                guard flows.makeRoom() else { drop(.flowCap, netif); return }
-                let a = UDPAssociation(stack: self, key: key, id: flows.nextID(), now: loop.now)
-                guard let outboundSide = outbound.openAssociation(events: a) else {
-                    drop(.rule, netif)
-                    return
-                }
-                a.outboundSide = outboundSide
-                a.outboundName = outbound.name
-                a.ruleIndex = match.rule
-                flows.countRule(match.rule)
-                flows.insert(a)
-                tally.udpAssociationsOpened &+= 1
-                assoc = a
-            }
-            flows.conversations[conversation] = assoc
-            assoc.conversations.append(conversation)
+        if let known = flows.conversations[conversation] { return udpSend(payload, known, to: destination) }
+        // A new conversation: a QUIC client's first Initials may name the host (Sniffing.swift).
+        if settings.sniff.enabled {
+            if let waiting = flows.udpSniffs[conversation] { return waiting.take(payload) }
+            if startUDPSniff(conversation, payload) { return }
         }
+        guard let assoc = udpAssociation(for: conversation, name: nil, source: .none) else { return }
+        udpSend(payload, assoc, to: destination)
+    }
+
+    /// Routes a new conversation (by its sniffed name too) and joins it to its association.
+    /// nil: dropped (counted).
+    func udpAssociation(for conversation: UDPConversation, name: String?, source nameSource: NameSource) -> UDPAssociation? {
+        let (netif, source, destination) = (conversation.netif, conversation.source, conversation.destination)
+        let match = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination), name: name))
+        guard case .outbound(let outbound) = match.decision else {
+            drop(.rule, netif)
+            return nil
+        }
+        let assoc: UDPAssociation
+        let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
+        if let existing = flows.udp[key] {
+            assoc = existing
+        } else {
+            guard flows.makeRoom() else { drop(.flowCap, netif); return nil }
+            let a = UDPAssociation(stack: self, key: key, id: flows.nextID(), now: loop.now)
+            guard let outboundSide = outbound.openAssociation(events: a) else {
+                drop(.rule, netif)
+                return nil
+            }
+            a.outboundSide = outboundSide
+            a.outboundName = outbound.name
+            a.ruleIndex = match.rule
+            flows.countRule(match.rule)
+            flows.insert(a)
+            tally.udpAssociationsOpened &+= 1
+            assoc = a
+        }
+        if let name {
+            assoc.name = name
+            assoc.nameSource = nameSource
+        }
+        flows.conversations[conversation] = assoc
+        assoc.conversations.append(conversation)
+        return assoc
+    }
+
+    /// One datagram of the app's out through its association.
+    func udpSend(_ payload: UnsafeRawBufferPointer, _ assoc: UDPAssociation, to destination: Endpoint) {
         assoc.lastDestination = destination
         flows.touch(assoc)
         tally.udpDatagramsUp &+= 1
-        assoc.bytesUp &+= UInt64(len)
-        assoc.outboundSide?.send(UnsafeRawBufferPointer(rebasing: scratch[0..<len]), to: .ip(destination))
+        assoc.bytesUp &+= UInt64(payload.count)
+        assoc.outboundSide?.send(payload, to: .ip(destination))
     }
 }
-
 
 struct UDPKey: Hashable {
     var netif: Int
@@ -78,6 +98,9 @@ final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
     var bytesDown: UInt64 = 0
     /// The destination of the app's latest datagram (for status).
     var lastDestination: Endpoint
+    /// The name a conversation of it was routed by (a QUIC Initial's SNI), for status.
+    var name: String?
+    var nameSource = NameSource.none
     /// The conversations routed to this association (forgotten with it).
     var conversations: [UDPConversation] = []
     /// Neighbours in the netstack's activity list.

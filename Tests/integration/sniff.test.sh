@@ -7,13 +7,17 @@
 # name). `loft status --flows` names a live flow's name and its source; the counters count it.
 # A server-first protocol: port 22 connects with no wait, port 2222 after the wait. With
 # `sniff: off` the same flows go by address (the rule's count stays 0; the unreachable address
-# stays unreachable). Needs root.
+# stays unreachable). QUIC: aioquic HTTP/3 clients (v1, v2, and a ClientHello too large for one
+# Initial) to an aioquic server in srv: a `domains` rule for the QUIC name sends them to the
+# holder (rule count, the flow table's name `quic`), and by address with sniffing off. Needs root.
 . "$(dirname "$0")/lib.sh"
 
 command -v v2ray >/dev/null || die "v2ray not installed (scripts/deps.sh)"
 
 NAME=sniff.loft.test           # dnsmasq in srv only
 VNAME=web.loft.test            # v2ray only (start_v2ray's dns.hosts)
+QNAME=quic.loft.test           # HTTP/3 (aioquic) in srv on QPORT
+QPORT=4433
 NOWHERE=198.18.$NET.99         # no host: a flow dialled there fails
 UUID=5783a3e7-e373-51cd-8642-c83782b807c5
 VPORT=8443
@@ -31,7 +35,7 @@ PKI=$T_DIR/pki
     cd "$PKI" || exit 1
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$NAME" \
         -keyout site.key -out site.csr 2>/dev/null || exit 1
-    printf 'subjectAltName=DNS:%s,DNS:%s\n' "$NAME" "$VNAME" >site.ext
+    printf 'subjectAltName=DNS:%s,DNS:%s,DNS:%s\n' "$NAME" "$VNAME" "$QNAME" >site.ext
     openssl x509 -req -in site.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
         -extfile site.ext -out site.pem 2>/dev/null || exit 1
     chmod 644 ./*
@@ -77,6 +81,11 @@ EOF
 bg_in "$SRV_NS" nginx nginx -p "$d" -e "$d/error.log" -c "$d/nginx.conf"
 wait_listen "$SRV_NS" tcp 443 || die "nginx did not start: $(tail -3 "$d/error.log" 2>/dev/null)"
 
+# The HTTP/3 server (aioquic) in srv.
+H3=$(dirname "$0")/../tools/h3_get.py
+bg_in "$SRV_NS" h3server python3 "$H3" server "$SRV4" $QPORT "$PKI/site.pem" "$PKI/site.key" "$T_DIR/www/small"
+wait_listen "$SRV_NS" udp $QPORT || die "the HTTP/3 server did not start: $(tail -3 "$T_DIR/h3server.log")"
+
 # Server-first listeners: a banner at once, then echo (port 22 excluded by default, 2222 not).
 for p in 22 2222; do
     bg_in "$SRV_NS" banner$p socat "TCP4-LISTEN:$p,bind=$SRV4,fork,reuseaddr" SYSTEM:'echo SSH-2.0-loft-test; cat'
@@ -116,6 +125,7 @@ outbounds:
 rules:
   - { action: via, outbound: home, domains: [$NAME] }
   - { action: via, outbound: v, domains: [$VNAME] }
+  - { action: via, outbound: home, network: udp, domains: [$QNAME] }
 default: direct
 $2
 EOF
@@ -150,7 +160,7 @@ wait_front_ready() {
 
 # --- sniffing on (the default) -----------------------------------------------------------------
 CASES="resolver-knows-nothing sni-to-holder host-to-holder sni-to-vless flows-show-name sniff-counters
-port-22-no-wait server-first-after-wait sniff-exit-clean"
+quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait sniff-exit-clean"
 LOFT_CFG=$(sniff_config sniff-on "sniff: { wait: ${WAIT_MS}ms }")
 if require_loft "$LOFT_CFG" $CASES; then
     wait_front_ready || note "the holder's session is not up yet"
@@ -199,6 +209,26 @@ for f in json.load(sys.stdin):
     expect sniff-counters "[ '$(status 't["sniffed"]')' = 4 ] && [ '$(status 't["not-sniffable"]')' = 0 ]" \
         "sniffed $(status 't["sniffed"]'), not-sniffable $(status 't["not-sniffable"]'), timed out $(status 't["sniff-timed-out"]')"
 
+    # h3 CASE RULE-FLOWS-WANT [client args]: an HTTP/3 GET of QNAME from SRV4 through loft.
+    h3() {
+        local name=$1 want=$2 out
+        shift 2
+        out=$(in_app python3 "$H3" client "$SRV4" $QPORT "$QNAME" "$PKI/ca.pem" "$@" 2>&1)
+        snap
+        expect "$name" "[ '$out' = '$SMALL_SHA 4096' ] && [ '$(status 'r[2]["flows"]')' = $want ]" \
+            "client: $out; rule 2 flows $(status 'r[2]["flows"]'), sniffed $(status 't["sniffed"]'), not-sniffable $(status 't["not-sniffable"]'), timed out $(status 't["sniff-timed-out"]')"
+    }
+    s0=$(status 't["sniffed"]')
+    h3 quic-v1-to-holder 1
+    row=$("$LOFT_BIN" status --flows --json -c "$LOFT_CFG" 2>/dev/null | python3 -c '
+import json, sys
+for f in json.load(sys.stdin):
+    if f.get("name") == sys.argv[1]: print(f["network"], f["name_source"], f["outbound"])' "$QNAME" 2>/dev/null)
+    expect quic-flow-name "[ '$row' = 'udp quic home' ] && [ '$(status 't["sniffed"]')' = $((s0 + 1)) ]" \
+        "row '$row', sniffed $s0 -> $(status 't["sniffed"]')"
+    h3 quic-v2-to-holder 2 --version 2
+    h3 quic-split-hello 3 --big-hello
+
     # banner PORT: ms until the server's first line arrives through loft (the app sends nothing).
     banner() {
         in_app python3 -c '
@@ -223,7 +253,7 @@ print(ms if line.startswith(b"SSH-2.0-loft-test") else "bad-banner")' "$SRV4" "$
 fi
 
 # --- sniffing off: by address ------------------------------------------------------------------
-CASES="off-by-address off-name-not-dialled off-counters off-exit-clean"
+CASES="off-by-address off-name-not-dialled off-counters off-quic-by-address off-exit-clean"
 LOFT_CFG=$(sniff_config sniff-off "sniff: off")
 if require_loft "$LOFT_CFG" $CASES; then
     wait_front_ready || note "the holder's session is not up yet"
@@ -238,6 +268,10 @@ if require_loft "$LOFT_CFG" $CASES; then
     snap
     expect off-counters "[ '$(status 't["sniffed"]')' = 0 ] && [ '$(status 'r[0]["flows"]')' = 0 ]" \
         "sniffed $(status 't["sniffed"]'), rule 0 flows $(status 'r[0]["flows"]')"
+    out=$(in_app python3 "$H3" client "$SRV4" $QPORT "$QNAME" "$PKI/ca.pem" 2>&1)
+    snap
+    expect off-quic-by-address "[ '$out' = '$SMALL_SHA 4096' ] && [ '$(status 'r[2]["flows"]')' = 0 ] && [ '$(status 't["sniffed"]')' = 0 ]" \
+        "client: $out; rule 2 flows $(status 'r[2]["flows"]')"
     loft_stop_clean off-exit-clean
 fi
 
