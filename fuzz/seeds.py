@@ -447,6 +447,15 @@ seed("sniff_quic", b"\x01" + bytes.fromhex(
     "75300901100f088394c8f03e51570806048000ffff") + b"\x01\x00\x00")
 seed("sniff_quic", b"\x01" + bytes.fromhex("0300010002000102030405") + b"\x1c\x00\x00\x00")
 
+# --- fake_dns: A/AAAA queries (dig's, with EDNS), and the pool's file ---------------------------
+
+DIG_QUERY = bytes.fromhex("a1b20120000100000000000103777777076578616d706c65036f72670000010001"
+                          "00002904d000000000000c000a0008f1e2d3c4b5a69788")
+seed("fake_dns", b"\x00" + DIG_QUERY)
+seed("fake_dns", b"\x00" + DIG_QUERY[:30] + b"\x1c" + DIG_QUERY[31:])
+seed("fake_dns", b"\x00" + bytes.fromhex("00070100000100000000000001610865786375646564047465737400000100 01".replace(" ", "")))
+seed("fake_dns", b"\x01loft-fake-ip 1 198.19.0.0/24 -\n2 y.test\n3 z.test\n1 x.test\n")
+
 # --- write -----------------------------------------------------------------------------------
 
 for target, items in sorted(seeds.items()):

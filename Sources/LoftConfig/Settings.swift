@@ -151,6 +151,35 @@ public struct SniffSettings: Sendable, Equatable {
     }
 }
 
+/// Key `fake-ip`: DNS answers from a pool of addresses standing for names (docs/fakeip.md).
+public struct FakeIPSettings: Sendable, Equatable {
+    /// Key `ipv4`, `ipv6`: the pools (nil: off; at least one).
+    public var ipv4: IPPrefix?
+    public var ipv6: IPPrefix?
+    /// Key `ttl`: 1s...1h, the answers' TTL.
+    public var ttl: Duration
+    /// Key `names`: patterns of the names given pool addresses (as rules' `domains`); empty: all.
+    public var names: [String]
+    /// Key `exclude`: patterns answered by the real DNS.
+    public var exclude: [String]
+    /// Key `file`: where the mapping is kept across restarts (resolved); nil: memory only.
+    public var file: String?
+    /// Key `max-entries`: 16...1000000 names at once.
+    public var maxEntries: Int
+
+    public init(ipv4: IPPrefix? = IPPrefix("198.19.0.0/16"), ipv6: IPPrefix? = IPPrefix("fd00:fa::/64"),
+                ttl: Duration = .seconds(5), names: [String] = [], exclude: [String] = [], file: String? = nil,
+                maxEntries: Int = 8192) {
+        self.ipv4 = ipv4
+        self.ipv6 = ipv6
+        self.ttl = ttl
+        self.names = names
+        self.exclude = exclude
+        self.file = file
+        self.maxEntries = maxEntries
+    }
+}
+
 /// How a loft outbound checks the front's certificate.
 public enum TLSVerification: Sendable, Equatable {
     /// Trust the CA certificate(s) in this PEM file (path resolved against the config's folder).
@@ -264,6 +293,8 @@ public struct Configuration: Sendable, Equatable {
     public var limits: LimitSettings
     /// Key `sniff`.
     public var sniff = SniffSettings()
+    /// Key `fake-ip`; nil: off (the default).
+    public var fakeIP: FakeIPSettings?
     /// Loopback endpoint of the metrics listener; nil: none.
     public var metrics: Endpoint?
     /// Key `outbound-dir`, resolved: the folder whose `*.yaml` files are one outbound each

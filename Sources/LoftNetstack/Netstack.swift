@@ -320,6 +320,10 @@ public final class Netstack {
         return min(Int(flow.appMSS), fits)
     }
 
+    /// Fake-IP DNS (FakeIP.swift; docs/fakeip.md); nil: off (no cost beyond one check per
+    /// new flow and per datagram).
+    public var fakeIP: FakeIP?
+
     /// The input (the TUN) whose flows may be routed to a `PacketOutbound`; set only when some
     /// outbound is one. Only that input's packets look at the packet-flow table first (no cost
     /// otherwise): a packet outbound's replies go back to that input alone, and its address is

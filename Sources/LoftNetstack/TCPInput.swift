@@ -1,5 +1,6 @@
 import CLwIP
 import LoftCore
+import LoftSniff
 
 /// A TCP flow's start: the app's SYN (held by a new flow until its outbound connects, then
 /// given to lwIP), and the app's reset of a handshake lwIP has not handed over.
@@ -15,11 +16,16 @@ extension Netstack {
             }
             return
         }
-        let request = FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination))
+        var request = FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination))
+        // Fake-IP: a pool address is dialled by its name; one that stands for none is refused.
+        if let found = fakeIP?.lookup(key.destination.address) {
+            guard let name = found else { return send(PacketBuilder.resetForSYN(packet, summary: s), netif: netif) }
+            request.name = name
+        }
         // Sniffed (docs/sniffing.md) where a name can matter: routed after the app's first bytes
         // when a name could change the route, or dialled by name when its outbound takes names.
         // Otherwise routed and held at the SYN as always.
-        let sniff = settings.sniff.enabled && !settings.sniff.skipPorts.contains(s.destinationPort)
+        let sniff = settings.sniff.enabled && request.name == nil && !settings.sniff.skipPorts.contains(s.destinationPort)
         if sniff && decided == nil && router.nameMayDecide(request) {
             return openSniffed(packet, s, key: key, routed: nil)
         }
@@ -45,7 +51,13 @@ extension Netstack {
             tally.tcpFlowsOpened &+= 1
             flow.outboundName = outbound.name
             flow.ruleIndex = match.rule
-            flow.splice.dial(outbound, to: .ip(key.destination))
+            if let name = request.name {
+                flow.name = name
+                flow.nameSource = .fakeIP
+                flow.splice.dial(outbound, to: .domain(name, key.destination.port))
+            } else {
+                flow.splice.dial(outbound, to: .ip(key.destination))
+            }
         }
     }
 

@@ -12,7 +12,23 @@ extension Netstack {
         clwip_pbuf_free(pbuf)
         let payload = UnsafeRawBufferPointer(rebasing: scratch[0..<len])
         let conversation = UDPConversation(netif: netif, source: source, destination: destination)
+        var fakeName: String?
+        if let fake = fakeIP {
+            // Fake-IP (FakeIP.swift): a query for a selected name is answered here; a datagram
+            // to a pool address goes by its name, or is refused when it stands for none.
+            if destination.port == 53, let reply = fake.answer(payload) {
+                return answerDNS(reply, from: destination, to: source, netif: netif)
+            }
+            if let found = fake.lookup(destination.address) {
+                guard let name = found else { return portUnreachable(from: destination, to: source, netif: netif) }
+                fakeName = name
+            }
+        }
         if let known = flows.conversations[conversation] { return udpSend(payload, known, to: destination) }
+        if let fakeName {
+            guard let assoc = udpAssociation(for: conversation, name: fakeName, source: .fakeIP, pinned: true) else { return }
+            return udpSend(payload, assoc, to: destination)
+        }
         // A new conversation: a QUIC client's first Initials may name the host (Sniffing.swift).
         if settings.sniff.enabled {
             if let waiting = flows.udpSniffs[conversation] { return waiting.take(payload) }
@@ -24,7 +40,10 @@ extension Netstack {
 
     /// Routes a new conversation (by its sniffed name too) and joins it to its association.
     /// nil: dropped (counted).
-    func udpAssociation(for conversation: UDPConversation, name: String?, source nameSource: NameSource) -> UDPAssociation? {
+    /// `pinned`: the conversation has an association of its own, its datagrams dialled to the
+    /// name and the replies given the conversation's destination as their source (fake-IP).
+    func udpAssociation(for conversation: UDPConversation, name: String?, source nameSource: NameSource,
+                        pinned: Bool = false) -> UDPAssociation? {
         let (netif, source, destination) = (conversation.netif, conversation.source, conversation.destination)
         let match = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination), name: name))
         guard case .outbound(let outbound) = match.decision else {
@@ -32,7 +51,7 @@ extension Netstack {
             return nil
         }
         let assoc: UDPAssociation
-        let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound))
+        let key = UDPKey(netif: netif, source: source, outbound: ObjectIdentifier(outbound), pinned: pinned ? destination : nil)
         if let existing = flows.udp[key] {
             assoc = existing
         } else {
@@ -44,6 +63,7 @@ extension Netstack {
             }
             a.outboundSide = outboundSide
             a.outboundName = outbound.name
+            if pinned { a.dialName = name }
             a.ruleIndex = match.rule
             flows.countRule(match.rule)
             flows.insert(a)
@@ -65,7 +85,11 @@ extension Netstack {
         flows.touch(assoc)
         tally.udpDatagramsUp &+= 1
         assoc.bytesUp &+= UInt64(payload.count)
-        assoc.outboundSide?.send(payload, to: .ip(destination))
+        if let name = assoc.dialName {
+            assoc.outboundSide?.send(payload, to: .domain(name, destination.port))
+        } else {
+            assoc.outboundSide?.send(payload, to: .ip(destination))
+        }
     }
 }
 
@@ -73,6 +97,8 @@ struct UDPKey: Hashable {
     var netif: Int
     var source: Endpoint
     var outbound: ObjectIdentifier
+    /// A fake-IP conversation's own association: its destination (replies come from it).
+    var pinned: Endpoint?
 }
 
 /// One app endpoint talking to one destination: routed once, then found by this.
@@ -101,6 +127,8 @@ final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
     /// The name a conversation of it was routed by (a QUIC Initial's SNI), for status.
     var name: String?
     var nameSource = NameSource.none
+    /// A fake-IP association's name: datagrams go to it, not to the pool address.
+    var dialName: String?
     /// The conversations routed to this association (forgotten with it).
     var conversations: [UDPConversation] = []
     /// Neighbours in the netstack's activity list.
@@ -132,7 +160,7 @@ final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
         stack.flows.touch(self)
         bytesDown &+= UInt64(payload.count)
         stack.tally.udpDatagramsDown &+= 1
-        var from = clwip_endpoint(remote)
+        var from = clwip_endpoint(key.pinned ?? remote)
         var to = clwip_endpoint(key.source)
         if clwip_udp_send(stack.lwip, Int32(key.netif), &from, &to, payload.baseAddress, UInt16(payload.count)) != 0 {
             stack.drop(.stackMemory, key.netif)

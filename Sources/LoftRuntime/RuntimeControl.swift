@@ -100,6 +100,7 @@ extension Runtime {
         if fresh.bridge != config.bridge { kept.append("bridge") }
         if fresh.limits != config.limits { kept.append("limits") }
         if fresh.sniff != config.sniff { kept.append("sniff") }
+        if fresh.fakeIP != config.fakeIP { kept.append("fake-ip") }
         if fresh.hold != config.hold { kept.append("hold") }
         if fresh.control != config.control { kept.append("control") }
         if fresh.metrics != config.metrics { kept.append("metrics") }

@@ -94,6 +94,9 @@ extension Application {
         settings.sniff = Netstack.Sniffing(config.sniff)
         let netstack = Netstack(loop: loop, router: router, settings: settings)
         runtime.netstack = netstack
+        if let f = config.fakeIP {
+            do { try runtime.startFakeIP(f, netstack: netstack) } catch { Log.error("start.failed", ["error": error]); return 1 }
+        }
         loop.timerHook = { netstack.runTimers() }
         loop.addAfterEvents { netstack.afterEvents() }
 
