@@ -17,8 +17,13 @@ public final class FakeIP {
     public private(set) var answers: UInt64 = 0
     public private(set) var refused: UInt64 = 0
 
+    /// The pools, kept apart from the mapping: `covers` is asked per packet on the packet-mode input.
+    let ipv4: IPPrefix?, ipv6: IPPrefix?
+
     public init(pool: FakeIPPool, ttl: UInt32, selects: @escaping (String) -> Bool) {
         self.pool = pool
+        ipv4 = pool.ipv4
+        ipv6 = pool.ipv6
         self.ttl = ttl
         self.selects = selects
     }
@@ -37,10 +42,16 @@ public final class FakeIP {
         return DNSQuery.answer(b, query: q, addresses: addresses, ttl: ttl)
     }
 
+    /// Whether `address` lies in a pool.
+    @inline(__always)
+    func covers(_ address: IPAddress) -> Bool {
+        (ipv4?.contains(address) ?? false) || (ipv6?.contains(address) ?? false)
+    }
+
     /// For a flow to `address`: nil when it is not a pool address; `.some(nil)` for a pool
     /// address that stands for no name (refused, counted).
     func lookup(_ address: IPAddress) -> String?? {
-        guard pool.contains(address) else { return nil }
+        guard covers(address) else { return nil }
         guard let name = pool.name(for: address) else {
             refused &+= 1
             return .some(nil)

@@ -200,7 +200,9 @@ public final class Netstack {
             return
         }
         var decided: RouteMatch?
-        if netif == packetModeInput {
+        // A fake-IP pool address is never forwarded as a packet: lwIP terminates its flow,
+        // which is dialled by name (FakeIP.swift).
+        if netif == packetModeInput && !(fakeIP?.covers(summary.destination) ?? false) {
             switch packets.route(packet, summary, netif: netif) {
             case .handled: return
             case .lwip(let match):

@@ -5,12 +5,14 @@
 # holder, whose front runs in srv and resolves the name through srv's dnsmasq, the only resolver
 # that knows it; web.loft.test by another rule to VLESS (v2ray in srv, which alone knows that
 # name). `loft status --flows` names a live flow's name and its source; the counters count it.
+# The same TLS flow from a bridge peer (socat, Tests/integration/bridge-peer.sh) is sniffed too.
 # A server-first protocol: port 22 connects with no wait, port 2222 after the wait. With
 # `sniff: off` the same flows go by address (the rule's count stays 0; the unreachable address
 # stays unreachable). QUIC: aioquic HTTP/3 clients (v1, v2, and a ClientHello too large for one
 # Initial) to an aioquic server in srv: a `domains` rule for the QUIC name sends them to the
 # holder (rule count, the flow table's name `quic`), and by address with sniffing off. Needs root.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/bridge-peer.sh"
 
 command -v v2ray >/dev/null || die "v2ray not installed (scripts/deps.sh)"
 
@@ -107,11 +109,13 @@ FRONT_LOG=$T_DIR/front.log
 FRONT_CFG=$T_DIR/front.yaml
 front_run "$FRONT_CFG" "$SRV_NS" || die "loft-front did not start"
 
-# sniff_config NAME SNIFF-SECTION: the app namespace's TUN, the holder and VLESS outbounds, rules by name.
+# sniff_config NAME SNIFF-SECTION: the app namespace's TUN, the bridge for its peer, the holder
+# and VLESS outbounds, rules by name.
 sniff_config() {
     local cfg
     cfg=$(loft_config "$1" "dns=[]")
-    sed -i '/^default: direct$/d' "$cfg"
+    sed -i -e '/^default: direct$/d' \
+        -e "s/^bridge: off/bridge: { peer-port: $PEER_PORT, extension-port: $EXT_PORT, mtu: 1500 }/" "$cfg"
     cat >>"$cfg" <<EOF
 control: $CTL
 outbounds:
@@ -160,7 +164,7 @@ wait_front_ready() {
 
 # --- sniffing on (the default) -----------------------------------------------------------------
 CASES="resolver-knows-nothing sni-to-holder host-to-holder sni-to-vless flows-show-name sniff-counters
-quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait sniff-exit-clean"
+bridge-sni-to-holder quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait sniff-exit-clean"
 LOFT_CFG=$(sniff_config sniff-on "sniff: { wait: ${WAIT_MS}ms }")
 if require_loft "$LOFT_CFG" $CASES; then
     wait_front_ready || note "the holder's session is not up yet"
@@ -208,6 +212,15 @@ for f in json.load(sys.stdin):
     snap
     expect sniff-counters "[ '$(status 't["sniffed"]')' = 4 ] && [ '$(status 't["not-sniffable"]')' = 0 ]" \
         "sniffed $(status 't["sniffed"]'), not-sniffable $(status 't["not-sniffable"]'), timed out $(status 't["sniff-timed-out"]')"
+
+    # The peer's socat starts once loft's bridge listens (its first datagram would be refused).
+    peer_up || note "the bridge peer did not start: $(tail -3 "$T_DIR/socat.log" | tr '\n' ' ')"
+    ip netns exec "$PEER_NS" curl -sS --max-time 15 --cacert "$PKI/ca.pem" --resolve "$NAME:443:$NOWHERE" \
+        -o "$T_DIR/bridge.out" "https://$NAME/small" 2>"$T_DIR/bridge.out.err"
+    snap
+    expect bridge-sni-to-holder "[ '$(sha_of "$T_DIR/bridge.out" 2>/dev/null)' = '$SMALL_SHA' ] && [ '$(status 'r[0]["flows"]')' = 4 ] && [ '$(status 't["sniffed"]')' = 5 ]" \
+        "sha $(sha_of "$T_DIR/bridge.out" 2>/dev/null), rule 0 flows $(status 'r[0]["flows"]'), sniffed $(status 't["sniffed"]'): $(cat "$T_DIR/bridge.out.err")"
+    peer_down
 
     # h3 CASE RULE-FLOWS-WANT [client args]: an HTTP/3 GET of QNAME from SRV4 through loft.
     h3() {
