@@ -455,6 +455,9 @@ seed("fake_dns", b"\x00" + DIG_QUERY)
 seed("fake_dns", b"\x00" + DIG_QUERY[:30] + b"\x1c" + DIG_QUERY[31:])
 seed("fake_dns", b"\x00" + bytes.fromhex("00070100000100000000000001610865786375646564047465737400000100 01".replace(" ", "")))
 seed("fake_dns", b"\x01loft-fake-ip 1 198.19.0.0/24 -\n2 y.test\n3 z.test\n1 x.test\n")
+# A server's answer (www.example.org A 93.184.216.34, TTL 300), as DNSNames learns from it.
+seed("fake_dns", b"\x02" + bytes.fromhex("00078180000100010000000003777777076578616d706c65036f72670000010001"
+                                          "c00c000100010000012c00045db8d822"))
 
 # --- write -----------------------------------------------------------------------------------
 

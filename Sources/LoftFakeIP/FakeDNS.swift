@@ -18,14 +18,17 @@ public struct DNSQuery: Equatable, Sendable {
     public var questionEnd: Int
 
     /// A standard query (QR 0, opcode 0) with exactly one question; nil for anything else.
-    public static func parse(_ b: UnsafeRawBufferPointer) -> DNSQuery? {
-        guard b.count >= 12 + 5, b.count <= 4096 else { return nil }
+    /// `response`: a standard response (QR 1, NOERROR) to one, its question read the same way
+    /// (the answers are c-ares's to read: `DNSWire.answer`).
+    public static func parse(_ b: UnsafeRawBufferPointer, response: Bool = false) -> DNSQuery? {
+        guard b.count >= 12 + 5, b.count <= (response ? 65535 : 4096) else { return nil }
         let flags = UInt16(b[2]) << 8 | UInt16(b[3])
-        guard flags & 0x8000 == 0, (flags >> 11) & 0xF == 0 else { return nil }
+        guard (flags & 0x8000 != 0) == response, (flags >> 11) & 0xF == 0 else { return nil }
+        if response && flags & 0xF != 0 { return nil }
         let qd = UInt16(b[4]) << 8 | UInt16(b[5])
         let an = UInt16(b[6]) << 8 | UInt16(b[7])
         let ns = UInt16(b[8]) << 8 | UInt16(b[9])
-        guard qd == 1, an == 0, ns == 0 else { return nil }
+        guard qd == 1, response || (an == 0 && ns == 0) else { return nil }
         var at = 12
         var text: [UInt8] = []
         while true {

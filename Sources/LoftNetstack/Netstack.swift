@@ -88,6 +88,7 @@ public final class Netstack {
         self.settings = settings
         trimmer = MemoryTrimmer(loop: loop, meter: meter)
         sniffScratch = .allocate(byteCount: settings.sniff.enabled ? settings.sniff.maxBytes : 0, alignment: 16)
+        dnsNames = settings.sniff.enabled ? DNSNames() : nil
         var cb = Netstack.lwipCallbacks
         guard let lwip = clwip_stack_new(&cb, nil) else { fatalError("out of memory for an lwIP stack") }
         self.lwip = lwip
@@ -325,6 +326,10 @@ public final class Netstack {
     /// Fake-IP DNS (FakeIP.swift; docs/fakeip.md); nil: off (no cost beyond one check per
     /// new flow and per datagram).
     public var fakeIP: FakeIP?
+    /// Names from DNS answers that passed through loft (with sniffing on; DNSNames.swift).
+    let dnsNames: DNSNames?
+    /// Addresses learned from DNS answers so far.
+    public var dnsNamesLearned: UInt64 { dnsNames?.learned ?? 0 }
 
     /// The input (the TUN) whose flows may be routed to a `PacketOutbound`; set only when some
     /// outbound is one. Only that input's packets look at the packet-flow table first (no cost

@@ -121,15 +121,21 @@ extension TCPFlow: ByteStreamEvents {
         cancelSniffTimer()
         setReadInterest(false)
         sniff = .dialled
-        self.name = name
-        nameSource = source
+        // Nothing sniffed: a name from a DNS answer routes it, if loft saw one (never dialled).
+        if name == nil, let n = table.stack.dnsNames?.name(for: key.destination.address, now: table.loop.now) {
+            self.name = n
+            nameSource = .dns
+        } else {
+            self.name = name
+            nameSource = source
+        }
         let outbound: Outbound
         if let routed {
             outbound = routed
             self.routed = nil
         } else {
             let match = table.stack.router.route(FlowRequest(network: .tcp, source: key.source, destination: .ip(key.destination),
-                                                             name: name))
+                                                             name: self.name))
             table.countRule(match.rule)
             ruleIndex = match.rule
             switch match.decision {

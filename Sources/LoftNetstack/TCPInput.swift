@@ -29,6 +29,12 @@ extension Netstack {
         if sniff && decided == nil && router.nameMayDecide(request) {
             return openSniffed(packet, s, key: key, routed: nil)
         }
+        // Not sniffed: a name from a DNS answer that passed through loft routes it (DNSNames).
+        var learned = false
+        if request.name == nil, let n = dnsNames?.name(for: key.destination.address, now: loop.now) {
+            request.name = n
+            learned = true
+        }
         let match = decided ?? router.route(request)
         flows.countRule(match.rule)
         switch match.decision {
@@ -53,7 +59,9 @@ extension Netstack {
             flow.ruleIndex = match.rule
             if let name = request.name {
                 flow.name = name
-                flow.nameSource = .fakeIP
+                flow.nameSource = learned ? .dns : .fakeIP
+            }
+            if let name = request.name, !learned {
                 flow.splice.dial(outbound, to: .domain(name, key.destination.port))
             } else {
                 flow.splice.dial(outbound, to: .ip(key.destination))

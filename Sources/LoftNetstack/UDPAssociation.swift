@@ -42,9 +42,15 @@ extension Netstack {
     /// nil: dropped (counted).
     /// `pinned`: the conversation has an association of its own, its datagrams dialled to the
     /// name and the replies given the conversation's destination as their source (fake-IP).
-    func udpAssociation(for conversation: UDPConversation, name: String?, source nameSource: NameSource,
+    func udpAssociation(for conversation: UDPConversation, name sniffed: String?, source sniffedSource: NameSource,
                         pinned: Bool = false) -> UDPAssociation? {
         let (netif, source, destination) = (conversation.netif, conversation.source, conversation.destination)
+        // No name given: one from a DNS answer that passed through loft routes it (DNSNames).
+        var name = sniffed, nameSource = sniffedSource
+        if name == nil, let n = dnsNames?.name(for: destination.address, now: loop.now) {
+            name = n
+            nameSource = .dns
+        }
         let match = router.route(FlowRequest(network: .udp, source: source, destination: .ip(destination), name: name))
         guard case .outbound(let outbound) = match.decision else {
             drop(.rule, netif)
@@ -157,6 +163,7 @@ final class UDPAssociation: DatagramEvents, ActivityListed, TableKeyed {
     func datagramReceived(_ payload: UnsafeRawBufferPointer, from remote: Endpoint) {
         // An IPv4 reply cannot go to an IPv6 app endpoint or the reverse.
         guard remote.address.isIPv4 == key.source.address.isIPv4, payload.count <= 65507 else { return }
+        if remote.port == 53, let names = stack.dnsNames { names.learn(payload, now: stack.loop.now) }
         stack.flows.touch(self)
         bytesDown &+= UInt64(payload.count)
         stack.tally.udpDatagramsDown &+= 1

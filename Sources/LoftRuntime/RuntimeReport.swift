@@ -80,7 +80,7 @@ extension Runtime {
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
                         ("handshakes-reset-by-app", c.handshakesReset), ("sniffed", c.sniffed), ("sniff-timed-out", c.sniffTimedOut),
-                        ("not-sniffable", c.notSniffable), ("udp-port-unreachable-sent", c.portUnreachableSent),
+                        ("not-sniffable", c.notSniffable), ("dns-names-learned", ns.dnsNamesLearned), ("udp-port-unreachable-sent", c.portUnreachableSent),
                         ("icmp-rate-limited", c.icmpRateLimited), ("memory-trims", c.memoryTrims)]
             if let fake = ns.fakeIP {
                 r.totals += [("fake-ip-answers", fake.answers), ("fake-ip-refused", fake.refused),

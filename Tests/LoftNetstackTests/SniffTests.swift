@@ -272,4 +272,34 @@ final class SniffTests: XCTestCase {
         XCTAssertEqual(router.requests.count, 2)
         ns.shutdown()
     }
+
+    // MARK: names from DNS answers
+
+    /// A response for www.example.org A: 93.184.216.34, TTL 300.
+    static let dnsAnswer: [UInt8] = [0, 7, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0,
+                                     3, 0x77, 0x77, 0x77, 7, 0x65, 0x78, 0x61, 0x6d, 0x70, 0x6c, 0x65, 3, 0x6f, 0x72, 0x67, 0,
+                                     0, 1, 0, 1,
+                                     0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 1, 0x2C, 0, 4, 93, 184, 216, 34]
+
+    func testDNSAnswerNamesLaterFlows() throws {
+        let h = Harness(settings: sniffing(), clock: VirtualClock())
+        defer { h.shutdown() }
+        let dns = Endpoint(IPAddress("198.18.0.2")!, 53), app = Endpoint(IPAddress("10.0.0.2")!, 41000)
+        h.send(udpPacket(from: app, to: dns, payload: [0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]))
+        let assoc = try XCTUnwrap(h.outbound.associations.first)
+        assoc.reply(Self.dnsAnswer, from: dns)
+        h.turn()
+        XCTAssertEqual(h.netstack.dnsNamesLearned, 1)
+        // SSH (a skipped port) to the address: routed at the SYN by the name, dialled to the address.
+        var ssh = AppTCP(local: appV4, remote: Endpoint(IPAddress("93.184.216.34")!, 22))
+        h.send(ssh.syn())
+        XCTAssertEqual(h.router.requests.last?.name, "www.example.org")
+        XCTAssertEqual(h.outbound.streams.first?.destination, .ip(ssh.remote))
+        XCTAssertEqual(h.netstack.flowSnapshot().first { $0.network == .tcp }?.nameSource, "dns")
+        // An hour later the name is forgotten.
+        h.loop.advance(by: .seconds(3601))
+        var later = AppTCP(local: Endpoint(appV4.address, 40009), remote: Endpoint(IPAddress("93.184.216.34")!, 22))
+        h.send(later.syn())
+        XCTAssertNil(h.router.requests.last?.name)
+    }
 }

@@ -6,6 +6,7 @@
 # that knows it; web.loft.test by another rule to VLESS (v2ray in srv, which alone knows that
 # name). `loft status --flows` names a live flow's name and its source; the counters count it.
 # The same TLS flow from a bridge peer (socat, Tests/integration/bridge-peer.sh) is sniffed too.
+# A name from a DNS answer that passed through loft routes a later flow to that address.
 # A server-first protocol: port 22 connects with no wait, port 2222 after the wait. With
 # `sniff: off` the same flows go by address (the rule's count stays 0; the unreachable address
 # stays unreachable). QUIC: aioquic HTTP/3 clients (v1, v2, and a ClientHello too large for one
@@ -164,7 +165,7 @@ wait_front_ready() {
 
 # --- sniffing on (the default) -----------------------------------------------------------------
 CASES="resolver-knows-nothing sni-to-holder host-to-holder sni-to-vless flows-show-name sniff-counters
-bridge-sni-to-holder quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait sniff-exit-clean"
+bridge-sni-to-holder quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait dns-name-routes sniff-exit-clean"
 LOFT_CFG=$(sniff_config sniff-on "sniff: { wait: ${WAIT_MS}ms }")
 if require_loft "$LOFT_CFG" $CASES; then
     wait_front_ready || note "the holder's session is not up yet"
@@ -262,6 +263,14 @@ print(ms if line.startswith(b"SSH-2.0-loft-test") else "bad-banner")' "$SRV4" "$
     snap
     expect server-first-after-wait "[ '$ms2222' -ge $((WAIT_MS - 100)) ] 2>/dev/null && [ '$ms2222' -lt 8000 ] && [ '$(status 't["sniff-timed-out"]')' = $((t0 + 1)) ]" \
         "banner after '$ms2222' ms (the wait is $WAIT_MS ms), timed out $t0 -> $(status 't["sniff-timed-out"]')"
+    # A name from a DNS answer that passed through loft: port 22 (never sniffed) to the address
+    # dnsmasq gave for NAME goes by NAME's rule, to the holder.
+    snap; r0=$(status 'r[0]["flows"]')
+    got=$(in_app dig +short +time=3 +tries=1 @"$SRV4" "$NAME" A 2>&1 | tail -1)
+    ms22=$(banner 22)
+    snap
+    expect dns-name-routes "[ '$got' = '$SRV4' ] && [ '$ms22' -ge 0 ] 2>/dev/null && [ '$(status 'r[0]["flows"]')' = $((r0 + 1)) ] && [ '$(status 't["dns-names-learned"]')' -ge 1 ]" \
+        "dig '$got', banner '$ms22', rule 0 flows $r0 -> $(status 'r[0]["flows"]'), learned $(status 't["dns-names-learned"]')"
     loft_stop_clean sniff-exit-clean
 fi
 

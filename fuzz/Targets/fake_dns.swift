@@ -1,6 +1,8 @@
 // Fake-IP DNS (docs/fakeip.md): a DNS query from an app through the TUN, as the netstack's
 // FakeIP responder answers it (DNSQuery.parse / answer over a FakeIPPool of 4 names, so that
-// names are evicted), and the pool's file as restore() reads it. An answer is the query's id
+// names are evicted), the pool's file as restore() reads it (first byte odd), and (first byte
+// 2 mod 4) a DNS server's answer as the netstack learns names from it (DNSNames: the question
+// by DNSQuery.parse(response:), the addresses by c-ares). An answer is the query's id
 // and question with QR set and one record per address of the asked family; a file that
 // restores writes back to text that restores to the same mapping.
 import LoftCore
@@ -15,6 +17,14 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let p = UnsafeRawBufferPointer(start: data, count: size)
     guard let mode = p.first else { return 0 }
     let rest = UnsafeRawBufferPointer(rebasing: p[1...])
+    if mode & 3 == 2 {
+        let names = DNSNames()
+        names.learn(rest, now: 0)
+        if names.learned > 0 {
+            guard let q = DNSQuery.parse(rest, response: true), q.name != nil else { fatalError("learned from what does not parse") }
+        }
+        return 0
+    }
     if mode & 1 == 0 {
         guard let reply = fake.answer(rest) else { return 0 }
         guard let q = DNSQuery.parse(rest), let name = q.name else { fatalError("answered what does not parse") }
