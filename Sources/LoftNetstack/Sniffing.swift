@@ -140,7 +140,7 @@ extension TCPFlow: ByteStreamEvents {
             ruleIndex = match.rule
             switch match.decision {
             case .drop:
-                table.stack.tally.drops[PacketDropReason.rule.rawValue] &+= 1
+                table.stack.drop(.rule, key.netif)
                 self.abort()
                 return
             case .outbound(let o):

@@ -46,10 +46,8 @@ public final class Router: FlowRouter {
         }
     }
 
-    public private(set) var rules: [CompiledRule] {
-        didSet { hasNoDomains = !rules.contains { !$0.rule.domains.isEmpty } }
-    }
-    /// No rule has `domains`: no name changes a route.
+    public private(set) var rules: [CompiledRule]
+    /// No rule has `domains`: no name changes a route (set with the rules).
     private var hasNoDomains = true
     public private(set) var defaultDecision: RouteDecision
     public private(set) var defaultMatches: UInt64 = 0
@@ -70,6 +68,7 @@ public final class Router: FlowRouter {
     /// Swaps in new rules (`loft reload`); on error the old ones stay.
     public func reload(rules: [Rule], defaultAction: Rule.Action) throws {
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
+        hasNoDomains = !self.rules.contains { !$0.rule.domains.isEmpty }
         defaultMatches = 0
     }
 

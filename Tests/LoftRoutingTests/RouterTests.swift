@@ -54,8 +54,13 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(name(r.route(q)), "home")
         q.name = "example.com"
         XCTAssertEqual(name(r.route(q)), "direct")
-        let none = try Router(rules: [Rule(action: .direct, to: [IPPrefix("0.0.0.0/0")!])], defaultAction: .direct, outbounds: ["direct": direct])
+        let none = try Router(rules: [Rule(action: .direct, to: [IPPrefix("0.0.0.0/0")!])], defaultAction: .direct,
+                              outbounds: ["direct": direct, "home": home])
         XCTAssertFalse(none.nameMayDecide(req("198.18.1.2", 443)), "no domains rule")
+        try none.reload(rules: rules, defaultAction: .direct)
+        XCTAssertTrue(none.nameMayDecide(req("198.18.1.2", 443)), "reloaded with one")
+        try r.reload(rules: [], defaultAction: .direct)
+        XCTAssertFalse(r.nameMayDecide(req("198.18.1.2", 443)), "reloaded without")
     }
 
     func testPortsNetworkAndMappedAddresses() throws {
