@@ -141,7 +141,7 @@ fetch() {     # fetch NAME OUT [curl args]: by name, resolved by the app through
     in_app curl -sS --max-time 15 --cacert "$PKI/ca.pem" -o "$out" "$@" "https://$name/small" 2>"$out.err"
 }
 
-CASES="dig-fake-a dig-fake-aaaa dig-same-answer dig-excluded-real dig-txt-real curl-direct curl-holder curl-vless
+CASES="dig-fake-a dig-fake-aaaa dig-same-answer dig-excluded-real dig-txt-real curl-direct curl-direct-ipv6 curl-holder curl-vless
 flows-fake-ip unknown-refused restart-keeps-mapping restart-exit-clean fakeip-exit-clean"
 if require_loft "$LOFT_CFG" $CASES; then
     for _ in $(seq 100); do snap; [ "$(status 'o["home"]["state"]')" = up ] && break; done
@@ -162,6 +162,8 @@ if require_loft "$LOFT_CFG" $CASES; then
     snap
     expect curl-direct "[ '$(sha_of "$T_DIR/direct.out" 2>/dev/null)' = '$SMALL_SHA' ] && [ '$(status 'o["direct"]["flows_total"]')' -gt '$d0' ]" \
         "$(cat "$T_DIR/direct.out.err"), direct flows $d0 -> $(status 'o["direct"]["flows_total"]')"
+    fetch "$DNAME" "$T_DIR/direct6.out" -6
+    expect curl-direct-ipv6 "[ '$(sha_of "$T_DIR/direct6.out" 2>/dev/null)' = '$SMALL_SHA' ]" "$(cat "$T_DIR/direct6.out.err")"
     fetch "$HNAME" "$T_DIR/holder.out"
     snap
     expect curl-holder "[ '$(sha_of "$T_DIR/holder.out" 2>/dev/null)' = '$SMALL_SHA' ] && [ '$(status 'r[0]["flows"]')' = 1 ]" \

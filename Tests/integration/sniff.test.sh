@@ -165,7 +165,7 @@ wait_front_ready() {
 
 # --- sniffing on (the default) -----------------------------------------------------------------
 CASES="resolver-knows-nothing sni-to-holder host-to-holder sni-to-vless flows-show-name sniff-counters
-bridge-sni-to-holder quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait dns-name-routes sniff-exit-clean"
+bridge-sni-to-holder quic-v1-to-holder quic-flow-name quic-v2-to-holder quic-split-hello port-22-no-wait server-first-after-wait dns-name-routes sni-v6-to-holder sniff-exit-clean"
 LOFT_CFG=$(sniff_config sniff-on "sniff: { wait: ${WAIT_MS}ms }")
 if require_loft "$LOFT_CFG" $CASES; then
     wait_front_ready || note "the holder's session is not up yet"
@@ -271,6 +271,12 @@ print(ms if line.startswith(b"SSH-2.0-loft-test") else "bad-banner")' "$SRV4" "$
     snap
     expect dns-name-routes "[ '$got' = '$SRV4' ] && [ '$ms22' -ge 0 ] 2>/dev/null && [ '$(status 'r[0]["flows"]')' = $((r0 + 1)) ] && [ '$(status 't["dns-names-learned"]')' -ge 1 ]" \
         "dig '$got', banner '$ms22', rule 0 flows $r0 -> $(status 'r[0]["flows"]'), learned $(status 't["dns-names-learned"]')"
+    # IPv6: the app's flow to an address of the v6 srv net where nothing is, by SNI to the holder.
+    snap; r0=$(status 'r[0]["flows"]')
+    fetch "https://$NAME/small" "[fd00:$NET::99]" "$T_DIR/v6.out"
+    snap
+    expect sni-v6-to-holder "[ '$(sha_of "$T_DIR/v6.out" 2>/dev/null)' = '$SMALL_SHA' ] && [ '$(status 'r[0]["flows"]')' = $((r0 + 1)) ]" \
+        "sha $(sha_of "$T_DIR/v6.out" 2>/dev/null), rule 0 flows $r0 -> $(status 'r[0]["flows"]'): $(cat "$T_DIR/v6.out.err")"
     loft_stop_clean sniff-exit-clean
 fi
 
