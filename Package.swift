@@ -91,14 +91,18 @@ let package = Package(
         .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
         .target(name: "LoftRouting", dependencies: ["LoftCore"]),
-        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "CLwIP", "CChecksum"]),
+        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "LoftSniff", "LoftFakeIP", "CLwIP", "CChecksum"]),
+        // Names from a flow's first bytes (TLS SNI, HTTP Host, QUIC Initial): sans-IO parsers.
+        .target(name: "LoftSniff", dependencies: ["CTLS"]),
+        // Fake-IP DNS: the pool of addresses standing for names, and the DNS answers that hand them out.
+        .target(name: "LoftFakeIP", dependencies: ["LoftCore", "LoftSniff"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
         .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftCapture"]),
         // Live captures of what the packet inputs read and write (`loft capture`, pcapng).
         .target(name: "LoftCapture", dependencies: ["LoftCore", "LoftIO", "LoftControl", "CPcap"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),
         // The running loft: its parts, the control socket's dispatch, reload and the status report.
-        .target(name: "LoftRuntime", dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack",
+        .target(name: "LoftRuntime", dependencies: ["LoftCore", "LoftIO", "LoftConfig", "LoftRouting", "LoftNetstack", "LoftFakeIP",
                                                     "LoftInputs", "LoftOutbounds", "LoftControl", "LoftCapture"]),
         // Connections as links, .loft files and encrypted files (docs/links.md).
         .target(name: "LoftLinks", dependencies: ["LoftCore", "LoftConfig", "LoftCarriers", "LoftTLS", "CTLS", "CQRencode", "CZbar", "CImage"]),
@@ -118,12 +122,13 @@ let package = Package(
         .testTarget(name: "LoftCaptureTests", dependencies: ["LoftCapture", "LoftControl", "LoftCore", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftProtocolTests", dependencies: ["LoftProtocol", "LoftCore"]),
         .testTarget(name: "LoftLinksTests", dependencies: ["LoftLinks", "LoftConfig", "LoftCore", "LoftCarriers", "LoftTLS", "CImage"]),
+        .testTarget(name: "LoftSniffTests", dependencies: ["LoftSniff", "LoftFakeIP", "LoftCore"]),
         .testTarget(name: "LoftSSTPTests", dependencies: ["LoftSSTP", "LoftCore"]),
         // Helpers more than one test target needs (the throwaway PKI); linked into tests only.
         .target(name: "LoftTestSupport", dependencies: ["LoftCarriers", "LoftTLS", "LoftCore", "LoftIO"], path: "Tests/LoftTestSupport"),
         .testTarget(name: "LoftResolverTests", dependencies: ["LoftIO", "LoftCore", "LoftTestSupport"]),
         .testTarget(name: "LoftCarriersTests", dependencies: ["LoftCarriers", "LoftTLS", "LoftQUIC", "LoftHTTP", "LoftCore", "LoftIO", "LoftTestSupport"]),
-        .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport"]),
+        .testTarget(name: "LoftNetstackTests", dependencies: ["LoftNetstack", "LoftCore", "LoftIO", "CLwIP", "LoftTestSupport", "LoftFakeIP"]),
         .testTarget(name: "LoftInputsTests", dependencies: ["LoftInputs", "LoftCore", "LoftIO", "LoftNetstack", "LoftTestSupport"]),
         .testTarget(name: "LoftFrontTests", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),
         .testTarget(name: "LoftOutboundsTests", dependencies: ["LoftOutbounds", "LoftDirect", "LoftSessionStream", "LoftFront", "LoftConfig", "LoftCore", "LoftProtocol", "LoftCarriers", "LoftTLS", "LoftIO", "LoftTestSupport"]),

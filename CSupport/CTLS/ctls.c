@@ -492,12 +492,12 @@ int ctls_pbkdf2_sha256(const uint8_t *pass, size_t passlen, const uint8_t *salt,
                              EVP_sha256(), (int)keylen, key) == 1 ? 0 : -1;
 }
 
-static int gcm(int enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
-               const uint8_t *in, size_t len, uint8_t *out, uint8_t tag[16]) {
+static int gcm(int enc, const EVP_CIPHER *cipher, const uint8_t *key, const uint8_t nonce[12], const uint8_t *aad,
+               size_t aadlen, const uint8_t *in, size_t len, uint8_t *out, uint8_t tag[16]) {
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     if (!c) return -1;
     int ok = 0, n = 0;
-    if (EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, NULL, NULL, enc) != 1) goto done;
+    if (EVP_CipherInit_ex(c, cipher, NULL, NULL, NULL, enc) != 1) goto done;
     if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_IVLEN, 12, NULL) != 1) goto done;
     if (EVP_CipherInit_ex(c, NULL, NULL, key, nonce, enc) != 1) goto done;
     if (aadlen > 0 && EVP_CipherUpdate(c, NULL, &n, aad, (int)aadlen) != 1) goto done;
@@ -514,7 +514,7 @@ done:
 int ctls_aes256gcm_seal(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
                         const uint8_t *in, size_t len, uint8_t *out) {
     if (len > INT32_MAX - 16) return -1;
-    return gcm(1, key, nonce, aad, aadlen, in, len, out, out + len);
+    return gcm(1, EVP_aes_256_gcm(), key, nonce, aad, aadlen, in, len, out, out + len);
 }
 
 int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
@@ -522,5 +522,49 @@ int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const ui
     if (len < 16 || len > INT32_MAX) return -1;
     uint8_t tag[16];
     memcpy(tag, in + len - 16, 16);
-    return gcm(0, key, nonce, aad, aadlen, in, len - 16, out, tag);
+    return gcm(0, EVP_aes_256_gcm(), key, nonce, aad, aadlen, in, len - 16, out, tag);
+}
+
+// QUIC Initial packet protection (RFC 9001 §5).
+
+int ctls_hkdf_extract(const uint8_t *salt, size_t saltlen, const uint8_t *ikm, size_t ikmlen, uint8_t out[32]) {
+    unsigned n = 0;
+    return HMAC(EVP_sha256(), salt, (int)saltlen, ikm, ikmlen, out, &n) && n == 32 ? 0 : -1;
+}
+
+int ctls_hkdf_expand_label(const uint8_t secret[32], const char *label, uint8_t *out, size_t outlen) {
+    // HkdfLabel (RFC 8446 §7.1) with an empty context; outlen <= 32 needs T(1) only.
+    size_t ll = strlen(label);
+    if (outlen == 0 || outlen > 32 || ll > 255 - 6) return -1;
+    uint8_t info[2 + 1 + 255 + 1 + 1], t[32];
+    size_t i = 0;
+    info[i++] = 0;
+    info[i++] = (uint8_t)outlen;
+    info[i++] = (uint8_t)(6 + ll);
+    memcpy(info + i, "tls13 ", 6); i += 6;
+    memcpy(info + i, label, ll); i += ll;
+    info[i++] = 0;     // context
+    info[i++] = 1;     // T(1)'s counter
+    unsigned n = 0;
+    if (!HMAC(EVP_sha256(), secret, 32, info, i, t, &n) || n != 32) return -1;
+    memcpy(out, t, outlen);
+    return 0;
+}
+
+int ctls_aes128_ecb(const uint8_t key[16], const uint8_t in[16], uint8_t out[16]) {
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    int n = 0, m = 0, ok = x && EVP_EncryptInit_ex(x, EVP_aes_128_ecb(), NULL, key, NULL) == 1
+        && EVP_CIPHER_CTX_set_padding(x, 0) == 1
+        && EVP_EncryptUpdate(x, out, &n, in, 16) == 1
+        && EVP_EncryptFinal_ex(x, out + n, &m) == 1 && n + m == 16;
+    EVP_CIPHER_CTX_free(x);
+    return ok ? 0 : -1;
+}
+
+int ctls_aes128gcm_open(const uint8_t key[16], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out) {
+    if (len < 16 || len > INT32_MAX) return -1;
+    uint8_t tag[16];
+    memcpy(tag, in + len - 16, 16);
+    return gcm(0, EVP_aes_128_gcm(), key, nonce, aad, aadlen, in, len - 16, out, tag);
 }

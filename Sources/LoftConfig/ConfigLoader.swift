@@ -99,10 +99,16 @@ struct ConfigDecoder {
     }
 
     static let topKeys = ["log", "tun", "socks5", "bridge", "outbounds", "rules", "default", "hold",
-                          "control", "limits", "metrics", "outbound-dir"]
+                          "control", "limits", "metrics", "outbound-dir", "sniff", "fake-ip"]
     static let tunKeys = ["name", "netns", "mtu", "ipv4", "ipv6", "route-all", "dns", "icmp", "offload"]
     static let socks5Keys = ["listen", "max-clients"]
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
+    static let fakeIPKeys = ["ipv4", "ipv6", "ttl", "names", "exclude", "file", "max-entries"]
+    static let fakeIPTTLRange = Duration.seconds(1)...Duration.seconds(3600)
+    static let fakeIPEntriesRange = 16...1_000_000
+    static let sniffKeys = ["enabled", "wait", "max-bytes", "skip-ports", "direct-resolve"]
+    static let sniffWaitRange = Duration.milliseconds(10)...Duration.seconds(5)
+    static let sniffBytesRange = 512...65_536
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
     static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "quic-max-packet", "uuid", "alpn",
                                "user", "password", "password-file", "auth", "keepalive"]
@@ -139,6 +145,7 @@ struct ConfigDecoder {
         var socks5Node: YAMLNode?
         var metricsNode: YAMLNode?
         var outboundDirNode: YAMLNode?
+        var fakeIPNode: YAMLNode?
         var ruleOutbounds: [(rule: Int, name: String, node: YAMLNode)] = []
 
         try v.forEachField(root, path: nil, allowed: ConfigDecoder.topKeys) { (key, pair) throws(ConfigError) in
@@ -155,6 +162,11 @@ struct ConfigDecoder {
                 config.bridge = try bridge(value)
             case "limits":
                 config.limits = try limits(value)
+            case "sniff":
+                config.sniff = try sniff(value)
+            case "fake-ip":
+                config.fakeIP = try fakeIP(value)
+                fakeIPNode = value
             case "outbounds":
                 config.outbounds = try outbounds(value)
             case "rules":
@@ -183,6 +195,10 @@ struct ConfigDecoder {
         if let metrics = config.metrics, let socks5 = config.socks5, metrics == socks5.listen,
            let node = metricsNode ?? socks5Node {
             throw v.error(node, "metrics \(metrics) is the same endpoint as socks5.listen")
+        }
+
+        if let node = fakeIPNode, config.fakeIP != nil, let tun = config.tun, !tun.routeAll {
+            throw v.error(node, "fake-ip needs tun.route-all: true (its pool and the apps' DNS must be routed into the TUN)")
         }
 
         if let node = outboundDirNode {
@@ -337,6 +353,71 @@ struct ConfigDecoder {
             }
         }
         return l
+    }
+
+    func sniff(_ node: YAMLNode) throws(ConfigError) -> SniffSettings {
+        var sn = SniffSettings()
+        guard let map = try v.section(node, path: "sniff") else {
+            sn.enabled = false
+            return sn
+        }
+        try v.forEachField(map, path: "sniff", allowed: ConfigDecoder.sniffKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let path = "sniff.\(key)"
+            switch key {
+            case "enabled": sn.enabled = try v.bool(value, path: path)
+            case "wait": sn.wait = try v.duration(value, path: path, in: ConfigDecoder.sniffWaitRange)
+            case "max-bytes": sn.maxBytes = try v.integer(value, path: path, in: ConfigDecoder.sniffBytesRange)
+            case "skip-ports":
+                // An empty list: no port skipped.
+                let items = try v.list(value, path: path)
+                var ports: [ClosedRange<UInt16>] = []
+                for (i, entry) in items.enumerated() { ports.append(try portRange(entry, path: "\(path)[\(i)]")) }
+                sn.skipPorts = ports
+            case "direct-resolve": sn.directResolve = try v.bool(value, path: path)
+            default: break
+            }
+        }
+        return sn
+    }
+
+    func fakeIP(_ node: YAMLNode) throws(ConfigError) -> FakeIPSettings? {
+        guard let map = try v.section(node, path: "fake-ip") else { return nil }
+        var f = FakeIPSettings()
+        try v.forEachField(map, path: "fake-ip", allowed: ConfigDecoder.fakeIPKeys) { (key, pair) throws(ConfigError) in
+            let value = pair.value
+            let path = "fake-ip.\(key)"
+            switch key {
+            case "ipv4", "ipv6":
+                let ipv4 = key == "ipv4"
+                let example = ipv4 ? "198.19.0.0/16" : "fd00:fa::/64"
+                guard case .scalar(let text, let plain) = value.value, !value.isNull else {
+                    throw v.error(value, "\(path) must be a prefix, as in \(example), or off, got \(Values.describe(value))")
+                }
+                if plain && (text == "off" || text == "false") {
+                    if ipv4 { f.ipv4 = nil } else { f.ipv6 = nil }
+                    return
+                }
+                guard text.contains("/"), let prefix = IPPrefix(text), prefix.address.isIPv4 == ipv4,
+                      prefix.length >= (ipv4 ? 8 : 64), prefix.length <= (ipv4 ? 30 : 126) else {
+                    throw v.error(value, "\(path) must be an \(ipv4 ? "IPv4" : "IPv6") prefix of length \(ipv4 ? "8 … 30" : "64 … 126"), as in \(example), or off, got \(Values.describe(value))")
+                }
+                if ipv4 { f.ipv4 = prefix.masked } else { f.ipv6 = prefix.masked }
+            case "ttl": f.ttl = try v.duration(value, path: path, in: ConfigDecoder.fakeIPTTLRange)
+            case "names", "exclude":
+                let items = try v.list(value, path: path)
+                var names: [String] = []
+                for (i, entry) in items.enumerated() { names.append(try domain(entry, path: "\(path)[\(i)]")) }
+                if key == "names" { f.names = names } else { f.exclude = names }
+            case "file": f.file = ConfigLoader.resolve(try v.string(value, path: path), against: baseDirectory)
+            case "max-entries": f.maxEntries = try v.integer(value, path: path, in: ConfigDecoder.fakeIPEntriesRange)
+            default: break
+            }
+        }
+        if f.ipv4 == nil && f.ipv6 == nil {
+            throw v.error(map, "fake-ip needs a pool: ipv4 or ipv6 (or both), not both off")
+        }
+        return f
     }
 
     func metrics(_ node: YAMLNode) throws(ConfigError) -> Endpoint? {

@@ -127,6 +127,59 @@ public struct LimitSettings: Sendable, Equatable {
     }
 }
 
+/// Key `sniff`: names from TCP flows' first bytes (docs/sniffing.md).
+public struct SniffSettings: Sendable, Equatable {
+    /// `sniff: off` (or `enabled: false`): every flow routed by address at its SYN.
+    public var enabled: Bool
+    /// Key `wait`: 10ms...5s, how long the first bytes are waited for.
+    public var wait: Duration
+    /// Key `max-bytes`: 512...65536, the most first bytes looked at.
+    public var maxBytes: Int
+    /// Key `skip-ports`: ports routed at once (the server speaks first); nil: the default list.
+    public var skipPorts: [ClosedRange<UInt16>]?
+    /// Key `direct-resolve`: direct outbounds dial the sniffed name (resolved by loft) instead
+    /// of the app's address.
+    public var directResolve: Bool
+
+    public init(enabled: Bool = true, wait: Duration = .milliseconds(300), maxBytes: Int = 16_384,
+                skipPorts: [ClosedRange<UInt16>]? = nil, directResolve: Bool = false) {
+        self.enabled = enabled
+        self.wait = wait
+        self.maxBytes = maxBytes
+        self.skipPorts = skipPorts
+        self.directResolve = directResolve
+    }
+}
+
+/// Key `fake-ip`: DNS answers from a pool of addresses standing for names (docs/fakeip.md).
+public struct FakeIPSettings: Sendable, Equatable {
+    /// Key `ipv4`, `ipv6`: the pools (nil: off; at least one).
+    public var ipv4: IPPrefix?
+    public var ipv6: IPPrefix?
+    /// Key `ttl`: 1s...1h, the answers' TTL.
+    public var ttl: Duration
+    /// Key `names`: patterns of the names given pool addresses (as rules' `domains`); empty: all.
+    public var names: [String]
+    /// Key `exclude`: patterns answered by the real DNS.
+    public var exclude: [String]
+    /// Key `file`: where the mapping is kept across restarts (resolved); nil: memory only.
+    public var file: String?
+    /// Key `max-entries`: 16...1000000 names at once.
+    public var maxEntries: Int
+
+    public init(ipv4: IPPrefix? = IPPrefix("198.19.0.0/16"), ipv6: IPPrefix? = IPPrefix("fd00:fa::/64"),
+                ttl: Duration = .seconds(5), names: [String] = [], exclude: [String] = [], file: String? = nil,
+                maxEntries: Int = 8192) {
+        self.ipv4 = ipv4
+        self.ipv6 = ipv6
+        self.ttl = ttl
+        self.names = names
+        self.exclude = exclude
+        self.file = file
+        self.maxEntries = maxEntries
+    }
+}
+
 /// How a loft outbound checks the front's certificate.
 public enum TLSVerification: Sendable, Equatable {
     /// Trust the CA certificate(s) in this PEM file (path resolved against the config's folder).
@@ -238,6 +291,10 @@ public struct Configuration: Sendable, Equatable {
     /// Path of the control socket.
     public var control: String
     public var limits: LimitSettings
+    /// Key `sniff`.
+    public var sniff = SniffSettings()
+    /// Key `fake-ip`; nil: off (the default).
+    public var fakeIP: FakeIPSettings?
     /// Loopback endpoint of the metrics listener; nil: none.
     public var metrics: Endpoint?
     /// Key `outbound-dir`, resolved: the folder whose `*.yaml` files are one outbound each

@@ -28,6 +28,10 @@ public struct StatusReport: Sendable {
         public var bytesUp: UInt64
         public var bytesDown: UInt64
         public var ageMs: UInt64
+        /// The name the flow was routed by, and where it came from (socks, dns, sni, host,
+        /// quic, fake-ip; `-`: none).
+        public var name: String?
+        public var nameSource = "-"
         public init(network: String, source: String, destination: String, outbound: String,
                     bytesUp: UInt64, bytesDown: UInt64, ageMs: UInt64) {
             self.network = network; self.source = source; self.destination = destination
@@ -161,10 +165,13 @@ extension StatusReport {
 }
 
 extension StatusReport.Flow {
+    /// `name` and `name_source` only for a flow with a name.
     public var json: JSON {
-        .object([("id", .uint(id)), ("network", .string(network)), ("source", .string(source)), ("destination", .string(destination)),
-                 ("outbound", .string(outbound)), ("bytes_up", .uint(bytesUp)), ("bytes_down", .uint(bytesDown)),
-                 ("age_ms", .uint(ageMs))])
+        var members: [(String, JSON)] = [
+            ("id", .uint(id)), ("network", .string(network)), ("source", .string(source)), ("destination", .string(destination)),
+            ("outbound", .string(outbound)), ("bytes_up", .uint(bytesUp)), ("bytes_down", .uint(bytesDown)), ("age_ms", .uint(ageMs))]
+        if let name { members += [("name", .string(name)), ("name_source", .string(nameSource))] }
+        return .object(members)
     }
 }
 

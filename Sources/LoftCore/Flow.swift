@@ -161,6 +161,13 @@ public protocol Outbound: AnyObject {
     var status: OutboundStatus { get }
     func openStream(to destination: Destination, events: ByteStreamEvents) -> ByteStream
     func openAssociation(events: DatagramEvents) -> DatagramAssociation?
+    /// Whether a TUN or bridge flow whose name was sniffed is opened to that name (the far end,
+    /// or this outbound, resolves it) rather than to the app's address (docs/sniffing.md).
+    var dialsSniffedNames: Bool { get }
+}
+
+extension Outbound {
+    public var dialsSniffedNames: Bool { false }
 }
 
 /// An outbound that carries IP packets, not streams (SSTP's PPP link). TUN flows routed to it
@@ -211,8 +218,11 @@ public struct FlowRequest: Sendable {
     public var network: FlowNetwork
     public var source: Endpoint
     public var destination: Destination
-    public init(network: FlowNetwork, source: Endpoint, destination: Destination) {
-        self.network = network; self.source = source; self.destination = destination
+    /// A name for an address destination (sniffed from the flow's first bytes): `domains`
+    /// rules match it, address rules the address.
+    public var name: String?
+    public init(network: FlowNetwork, source: Endpoint, destination: Destination, name: String? = nil) {
+        self.network = network; self.source = source; self.destination = destination; self.name = name
     }
 }
 
@@ -233,4 +243,12 @@ public struct RouteMatch {
 /// Chooses the outbound for each new flow (the router implements it).
 public protocol FlowRouter: AnyObject {
     func route(_ request: FlowRequest) -> RouteMatch
+    /// Whether a name for `request` (an address destination) could make `route` decide
+    /// otherwise than the address alone: a rule with `domains` comes before the first rule the
+    /// address matches. Not counted as a match.
+    func nameMayDecide(_ request: FlowRequest) -> Bool
+}
+
+extension FlowRouter {
+    public func nameMayDecide(_ request: FlowRequest) -> Bool { false }
 }

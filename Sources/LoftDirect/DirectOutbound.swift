@@ -12,10 +12,15 @@ public final class DirectOutbound: Outbound {
     /// gives a stream `.notAllowed`, and a datagram is dropped. loft-front applies here the
     /// check it makes on the addresses a client names itself.
     let allowResolved: ((IPAddress) -> Bool)?
+    /// A sniffed name is resolved here and dialled (`sniff.direct-resolve`); otherwise the
+    /// app's address is kept.
+    let resolvesSniffedNames: Bool
+    public var dialsSniffedNames: Bool { resolvesSniffedNames }
 
     public init(name: String = "direct", loop: EventLoop, resolver: Resolver? = nil,
-                allowResolved: ((IPAddress) -> Bool)? = nil) {
+                allowResolved: ((IPAddress) -> Bool)? = nil, resolvesSniffedNames: Bool = false) {
         self.name = name
+        self.resolvesSniffedNames = resolvesSniffedNames
         self.loop = loop
         self.resolver = resolver
         self.allowResolved = allowResolved

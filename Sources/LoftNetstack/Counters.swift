@@ -25,6 +25,11 @@ public struct NetstackCounters: Sendable {
     public var idleClosed: UInt64 = 0
     /// Closed connections freed from lwIP's TIME_WAIT at once (see clwip_reap_timewait).
     public var timeWaitReaped: UInt64 = 0
+    /// TCP flows whose first bytes named a host (SNI, Host); whose wait for first bytes ran
+    /// out; whose first bytes named none (another protocol, no name, past the byte budget).
+    public var sniffed: UInt64 = 0
+    public var sniffTimedOut: UInt64 = 0
+    public var notSniffable: UInt64 = 0
     public var tcpBytesUp: UInt64 = 0      // app → remote
     public var tcpBytesDown: UInt64 = 0    // remote → app
     public var udpDatagramsUp: UInt64 = 0

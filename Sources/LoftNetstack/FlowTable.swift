@@ -19,6 +19,9 @@ final class FlowTable {
     /// datagram of a known conversation finds its association without asking the router).
     var udp = KeyedTable<UDPAssociation>()
     var conversations: [UDPConversation: UDPAssociation] = [:]
+    /// New conversations whose first datagrams wait to be sniffed (QUIC Initials), at most
+    /// `UDPSniff.maxWaiting`.
+    var udpSniffs: [UDPConversation: UDPSniff] = [:]
     private var associationActivity = ActivityList<UDPAssociation>()
 
     /// Per rule index (-1: the default): flows it decided and bytes of finished ones.
@@ -261,11 +264,13 @@ final class FlowTable {
         var out: [Netstack.FlowRow] = []
         for f in tcp {
             out.append(.init(id: UInt64(f.id), network: .tcp, source: f.key.source, destination: f.key.destination,
-                             outbound: f.outboundName, bytesUp: f.bytesUp, bytesDown: f.bytesDown, ageMs: now - f.createdAt))
+                             outbound: f.outboundName, bytesUp: f.bytesUp, bytesDown: f.bytesDown, ageMs: now - f.createdAt,
+                             name: f.name, nameSource: f.nameSource.description))
         }
         for a in udp {
             out.append(.init(id: UInt64(a.id), network: .udp, source: a.key.source, destination: a.lastDestination,
-                             outbound: a.outboundName, bytesUp: a.bytesUp, bytesDown: a.bytesDown, ageMs: now - a.createdAt))
+                             outbound: a.outboundName, bytesUp: a.bytesUp, bytesDown: a.bytesDown, ageMs: now - a.createdAt,
+                             name: a.name, nameSource: a.nameSource.description))
         }
         return out
     }

@@ -25,6 +25,7 @@ class LwipStream: ByteStream {
     private var pending: [OpaquePointer] = []
     /// The app's FIN arrived (after `pending`).
     private var appFinished = false
+    var appHasFinished: Bool { appFinished }
     private var failure: FlowFailure?
     private var readInterest = true
     /// The driver found the send buffer full: tell it when ACKs make room.

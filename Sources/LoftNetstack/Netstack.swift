@@ -26,6 +26,8 @@ public final class Netstack {
         public var connectTimeoutMs: UInt64 = 10_000
         public var tcpIdleTimeoutMs: UInt64 = 7_200_000
         public var udpIdleTimeoutMs: UInt64 = 60_000
+        /// Names from TCP flows' first bytes (docs/sniffing.md).
+        public var sniff = Sniffing()
         public init() {}
     }
 
@@ -65,6 +67,8 @@ public final class Netstack {
     let trimmer: MemoryTrimmer
     /// Remote → app copy buffer (one loop thread).
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+    /// A sniffed flow's first bytes, copied to be parsed in one piece (one loop thread).
+    let sniffScratch: UnsafeMutableRawBufferPointer
     /// A SYN-ACK whose MSS is raised on its way out (`announceLargeMSS`).
     let synAckScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 256, alignment: 16)
     /// The ICMP errors loft writes itself, rate-limited like a kernel's (`portUnreachable`).
@@ -83,6 +87,8 @@ public final class Netstack {
         self.router = router
         self.settings = settings
         trimmer = MemoryTrimmer(loop: loop, meter: meter)
+        sniffScratch = .allocate(byteCount: settings.sniff.enabled ? settings.sniff.maxBytes : 0, alignment: 16)
+        dnsNames = settings.sniff.enabled ? DNSNames() : nil
         var cb = Netstack.lwipCallbacks
         guard let lwip = clwip_stack_new(&cb, nil) else { fatalError("out of memory for an lwIP stack") }
         self.lwip = lwip
@@ -100,6 +106,7 @@ public final class Netstack {
     deinit {
         if !isShutDown { releaseInDeinit() }
         scratch.deallocate()
+        sniffScratch.deallocate()
         synAckScratch.deallocate()
     }
 
@@ -194,7 +201,9 @@ public final class Netstack {
             return
         }
         var decided: RouteMatch?
-        if netif == packetModeInput {
+        // A fake-IP pool address is never forwarded as a packet: lwIP terminates its flow,
+        // which is dialled by name (FakeIP.swift).
+        if netif == packetModeInput && !(fakeIP?.covers(summary.destination) ?? false) {
             switch packets.route(packet, summary, netif: netif) {
             case .handled: return
             case .lwip(let match):
@@ -314,6 +323,14 @@ public final class Netstack {
         return min(Int(flow.appMSS), fits)
     }
 
+    /// Fake-IP DNS (FakeIP.swift; docs/fakeip.md); nil: off (no cost beyond one check per
+    /// new flow and per datagram).
+    public var fakeIP: FakeIP?
+    /// Names from DNS answers that passed through loft (with sniffing on; DNSNames.swift).
+    let dnsNames: DNSNames?
+    /// Addresses learned from DNS answers so far.
+    public var dnsNamesLearned: UInt64 { dnsNames?.learned ?? 0 }
+
     /// The input (the TUN) whose flows may be routed to a `PacketOutbound`; set only when some
     /// outbound is one. Only that input's packets look at the packet-flow table first (no cost
     /// otherwise): a packet outbound's replies go back to that input alone, and its address is
@@ -358,6 +375,9 @@ public final class Netstack {
         public var bytesUp: UInt64
         public var bytesDown: UInt64
         public var ageMs: UInt64
+        /// The name the flow was routed by (sniffed), and where it came from.
+        public var name: String? = nil
+        public var nameSource: String = "-"
     }
 
     public func flowSnapshot() -> [FlowRow] { flows.snapshot() }

@@ -1,6 +1,7 @@
 import CLwIP
 import LoftCore
 import LoftIO
+import LoftSniff
 
 /// One TCP connection from an app: the SYN held until the outbound connects, then lwIP's side
 /// (this object is that `LwipStream` too, once lwIP accepts) spliced to the outbound stream.
@@ -26,6 +27,15 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     /// The MSS the app announced (RFC 9293's default when it announced none).
     let appMSS: UInt16
     var state = State.connecting
+    /// How the route is decided (sniffing, Sniffing.swift).
+    var sniff = Sniff.off
+    /// Where the name came from, and the name (nil: none).
+    var nameSource = NameSource.none
+    var name: String?
+    /// A sniffed flow's outbound, when decided before its bytes (no name could change it).
+    var routed: Outbound?
+    /// A sniffed flow's deadline: lwIP's handshake, then the wait for the first bytes.
+    var sniffTimer = TimerHandle.none
     var outboundName = ""
     private(set) var splice: Splice!
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
@@ -44,16 +54,15 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     /// Where the flow reports (not owned: the table owns the flow).
     unowned let table: FlowTable
 
-    init(table: FlowTable, key: FlowKey, syn: [UInt8], summary: PacketSummary, now: UInt64) {
+    /// `hold`: the SYN waits for the outbound (not sniffed); otherwise lwIP takes it now.
+    init(table: FlowTable, key: FlowKey, syn: UnsafeRawBufferPointer, hold: Bool, summary: PacketSummary, now: UInt64) {
         self.table = table
         self.key = key
         self.id = table.nextID()
-        self.heldSYN = syn
-        (synSequence, appMSS) = syn.withUnsafeBytes { p in
-            (summary.tcpSequence(p),
-             TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: p[summary.transportOffset...]))
-                ?? (summary.version == 4 ? 536 : 1220))
-        }
+        self.heldSYN = hold ? Array(syn) : []
+        synSequence = summary.tcpSequence(syn)
+        appMSS = TCPOptions.mss(inTCPHeader: UnsafeRawBufferPointer(rebasing: syn[summary.transportOffset...]))
+            ?? (summary.version == 4 ? 536 : 1220)
         self.createdAt = now
         super.init(batch: table.stack.batch, pcb: nil)
         splice = Splice(loop: table.loop, owner: self, meter: table.stack.meter,
@@ -63,6 +72,12 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     // MARK: the splice
 
     func spliceConnected(_ splice: Splice) {
+        if sniff == .dialled {
+            // Sniffed: lwIP's end is open, its first bytes still unread.
+            guard state == .open else { return }
+            splice.attach(self)
+            return
+        }
         guard state == .connecting else { return }
         state = .handshaking
         let syn = heldSYN
@@ -127,6 +142,7 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     /// ends, as the flow holds the splice).
     func attach() {
         guard state == .open else { return }
+        if sniff == .waiting { return beginSniffing() }
         splice.attach(self)
     }
 
@@ -139,7 +155,8 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
         finish()
     }
 
-    private func finish() {
+    func finish() {
+        if sniff != .off { cancelSniffTimer() }
         guard state != .closed else { return }
         state = .closed
         table.remove(self)

@@ -21,8 +21,8 @@ public final class Router: FlowRouter {
             network = rule.network.flatMap(FlowNetwork.init(rawValue:))
         }
 
-        /// Every matcher the rule names must match.
-        func matches(_ r: FlowRequest) -> Bool {
+        /// Every matcher the rule names must match (`anyName`: the name is taken to match).
+        func matches(_ r: FlowRequest, anyName: Bool = false) -> Bool {
             if let network, network != r.network { return false }
             if !rule.ports.isEmpty {
                 // ICMP has no ports: a rule about ports never matches it.
@@ -34,7 +34,9 @@ public final class Router: FlowRouter {
                 guard case .ip(let e) = r.destination, destinations.contains(e.address.unmappedIPv4) else { return false }
             }
             if !rule.domains.isEmpty {
-                guard case .domain(let name, _) = r.destination else { return false }
+                if anyName { return true }
+                let name: String
+                if case .domain(let n, _) = r.destination { name = n } else if let n = r.name { name = n } else { return false }
                 var n = name.lowercased()
                 if n.hasSuffix(".") { n.removeLast() }
                 if exactDomains.contains(n) { return true }
@@ -45,6 +47,8 @@ public final class Router: FlowRouter {
     }
 
     public private(set) var rules: [CompiledRule]
+    /// No rule has `domains`: no name changes a route (set with the rules).
+    private var hasNoDomains = true
     public private(set) var defaultDecision: RouteDecision
     public private(set) var defaultMatches: UInt64 = 0
     private let outbounds: [String: Outbound]
@@ -58,11 +62,13 @@ public final class Router: FlowRouter {
     public init(rules: [Rule], defaultAction: Rule.Action, outbounds: [String: Outbound]) throws {
         self.outbounds = outbounds
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
+        hasNoDomains = !self.rules.contains { !$0.rule.domains.isEmpty }
     }
 
     /// Swaps in new rules (`loft reload`); on error the old ones stay.
     public func reload(rules: [Rule], defaultAction: Rule.Action) throws {
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
+        hasNoDomains = !self.rules.contains { !$0.rule.domains.isEmpty }
         defaultMatches = 0
     }
 
@@ -105,6 +111,21 @@ public final class Router: FlowRouter {
         }
         defaultMatches &+= 1
         return RouteMatch(defaultDecision, rule: -1)
+    }
+
+    public func nameMayDecide(_ request: FlowRequest) -> Bool {
+        guard case .ip = request.destination, !hasNoDomains else { return false }
+        var named = request
+        named.name = ""
+        for r in rules {
+            if !r.rule.domains.isEmpty {
+                // Everything but the name matches: some name would.
+                if r.matches(named, anyName: true) { return true }
+            } else if r.matches(request) {
+                return false
+            }
+        }
+        return false
     }
 
     /// One rule against one flow (for tests and `loft check`).

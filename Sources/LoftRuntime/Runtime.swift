@@ -39,7 +39,11 @@ public final class Runtime {
         started = loop.currentTime
     }
 
+    /// Writes the fake-IP mapping's file (RuntimeFakeIP.swift).
+    var fakeIPSaver: FakeIPSaver?
+
     public func stopAll() {
+        saveFakeIP()
         capture?.stop(); capture = nil
         pathMonitor?.stop(); pathMonitor = nil
         for h in holders { h.stop() }

@@ -45,6 +45,8 @@ extension Runtime {
             var f = StatusReport.Flow(network: $0.network.rawValue, source: $0.source.description, destination: $0.destination.description,
                                       outbound: $0.outbound, bytesUp: $0.bytesUp, bytesDown: $0.bytesDown, ageMs: $0.ageMs)
             f.id = $0.id
+            f.name = $0.name
+            f.nameSource = $0.nameSource
             return f
         }
         switch order {
@@ -54,13 +56,15 @@ extension Runtime {
         case .bytes: rows.sort { $0.bytesUp + $0.bytesDown > $1.bytesUp + $1.bytesDown }
         }
         if json { return JSON.array(rows.map(\.json)).serialized + "\n" }
+        // The NAME column (the name a flow was routed by, and its source) when a flow has one.
+        let named = rows.contains { $0.name != nil }
         var out = Format.padLeft("ID", 8) + " " + Format.pad("NET", 4) + Format.pad("SOURCE", 26) + Format.pad("DESTINATION", 26) + Format.pad("VIA", 8)
-            + Format.padLeft("UP", 10) + Format.padLeft("DOWN", 10) + Format.padLeft("AGE", 10) + "\n"
+            + Format.padLeft("UP", 10) + Format.padLeft("DOWN", 10) + Format.padLeft("AGE", 10) + (named ? "  NAME\n" : "\n")
         if rows.isEmpty { out += "(no live flows)\n" }
         for r in rows {
             out += Format.padLeft(String(r.id), 8) + " " + Format.pad(r.network, 4) + Format.pad(r.source, 26) + Format.pad(r.destination, 26) + Format.pad(r.outbound, 8)
                 + Format.padLeft(Format.bytes(r.bytesUp), 10) + Format.padLeft(Format.bytes(r.bytesDown), 10)
-                + Format.padLeft(Format.duration(r.ageMs), 10) + "\n"
+                + Format.padLeft(Format.duration(r.ageMs), 10) + (named ? "  " + (r.name.map { "\($0) (\(r.nameSource))" } ?? "-") : "") + "\n"
         }
         return out
     }
@@ -95,6 +99,8 @@ extension Runtime {
         if fresh.socks5 != config.socks5 { kept.append("socks5") }
         if fresh.bridge != config.bridge { kept.append("bridge") }
         if fresh.limits != config.limits { kept.append("limits") }
+        if fresh.sniff != config.sniff { kept.append("sniff") }
+        if fresh.fakeIP != config.fakeIP { kept.append("fake-ip") }
         if fresh.hold != config.hold { kept.append("hold") }
         if fresh.control != config.control { kept.append("control") }
         if fresh.metrics != config.metrics { kept.append("metrics") }

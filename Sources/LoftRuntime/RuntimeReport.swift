@@ -79,8 +79,13 @@ extension Runtime {
                         ("link-connections-opened", c.linkConnectionsOpened),
                         ("udp-associations-opened", c.udpAssociationsOpened), ("flows-evicted", c.flowsEvicted),
                         ("flows-idle-closed", c.idleClosed), ("time-wait-reaped", c.timeWaitReaped),
-                        ("handshakes-reset-by-app", c.handshakesReset), ("udp-port-unreachable-sent", c.portUnreachableSent),
+                        ("handshakes-reset-by-app", c.handshakesReset), ("sniffed", c.sniffed), ("sniff-timed-out", c.sniffTimedOut),
+                        ("not-sniffable", c.notSniffable), ("dns-names-learned", ns.dnsNamesLearned), ("udp-port-unreachable-sent", c.portUnreachableSent),
                         ("icmp-rate-limited", c.icmpRateLimited), ("memory-trims", c.memoryTrims)]
+            if let fake = ns.fakeIP {
+                r.totals += [("fake-ip-answers", fake.answers), ("fake-ip-refused", fake.refused),
+                             ("fake-ip-names", UInt64(fake.pool.count))]
+            }
             if let ctl = control {
                 r.totals += [("control-refused-busy", ctl.refusedBusy), ("control-evicted-idle", ctl.evictedIdle),
                              ("control-cached-answers", ctl.cachedAnswers), ("control-paced", ctl.rateLimited)]

@@ -3,6 +3,7 @@
 // never see LoftConfig.
 import LoftConfig
 import LoftInputs
+import LoftNetstack
 import LoftRouting
 
 extension TunInput.Options {
@@ -37,5 +38,16 @@ extension Rule.Action {
 extension Rule {
     public init(_ s: RuleSettings) {
         self.init(action: Action(s.action), to: s.to, ports: s.ports, network: s.network, domains: s.domains)
+    }
+}
+
+extension Netstack.Sniffing {
+    public init(_ s: SniffSettings) {
+        self.init()
+        enabled = s.enabled
+        let (seconds, atto) = s.wait.components
+        waitMs = UInt64(seconds) * 1000 + UInt64(atto / 1_000_000_000_000_000)
+        maxBytes = s.maxBytes
+        if let ranges = s.skipPorts { skipPorts = Netstack.PortSet(ranges.flatMap { Array($0) }) }
     }
 }

@@ -28,7 +28,7 @@ extension Application {
         let resolver: Resolver
         do { resolver = try Resolver(loop: loop) } catch { Log.error("start.failed", ["resolver": error]); return 1 }
         var outbounds: [String: Outbound] = [
-            "direct": DirectOutbound(loop: loop, resolver: resolver),
+            "direct": DirectOutbound(loop: loop, resolver: resolver, resolvesSniffedNames: config.sniff.directResolve),
             "drop": DropOutbound(loop: loop),
         ]
         var carrierRuntime: CarrierRuntime?
@@ -42,7 +42,8 @@ extension Application {
         for o in config.outbounds {
             do {
                 switch o.kind {
-                case .direct: outbounds[o.name] = DirectOutbound(name: o.name, loop: loop, resolver: resolver)
+                case .direct: outbounds[o.name] = DirectOutbound(name: o.name, loop: loop, resolver: resolver,
+                                                                 resolvesSniffedNames: config.sniff.directResolve)
                 case .drop: outbounds[o.name] = DropOutbound(name: o.name, loop: loop)
                 case .loft(let server, let carrier, let token, let verification, let serverName):
                     var options = try holderOptions(server: server, carrier: carrier, token: token, verification: verification,
@@ -90,8 +91,12 @@ extension Application {
         settings.connectTimeoutMs = config.limits.connectTimeout.milliseconds
         settings.tcpIdleTimeoutMs = config.limits.tcpIdleTimeout.milliseconds
         settings.udpIdleTimeoutMs = config.limits.udpIdleTimeout.milliseconds
+        settings.sniff = Netstack.Sniffing(config.sniff)
         let netstack = Netstack(loop: loop, router: router, settings: settings)
         runtime.netstack = netstack
+        if let f = config.fakeIP {
+            do { try runtime.startFakeIP(f, netstack: netstack) } catch { Log.error("start.failed", ["error": error]); return 1 }
+        }
         loop.timerHook = { netstack.runTimers() }
         loop.addAfterEvents { netstack.afterEvents() }
 

@@ -35,6 +35,34 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(r.defaultMatches, 1)
     }
 
+    /// A sniffed name beside the address: `domains` rules match the name, `to` rules the
+    /// address; a name can decide only where a `domains` rule comes before the address's rule.
+    func testSniffedNameAndAddress() throws {
+        let rules = [
+            Rule(action: .drop(reset: false), to: [IPPrefix("198.18.99.0/24")!]),
+            Rule(action: .via(outbound: "home"), ports: [443...443], domains: ["*.example.org"]),
+            Rule(action: .direct, to: [IPPrefix("198.18.0.0/15")!]),
+        ]
+        let r = try Router(rules: rules, defaultAction: .drop(reset: true), outbounds: ["direct": direct, "home": home])
+        var q = req("198.18.1.2", 443)
+        XCTAssertTrue(r.nameMayDecide(q))
+        XCTAssertFalse(r.nameMayDecide(req("198.18.99.7", 443)), "the drop by address comes first")
+        XCTAssertFalse(r.nameMayDecide(req("198.18.1.2", 80)), "the domains rule wants port 443")
+        XCTAssertEqual(r.rules.map(\.matches), [0, 0, 0], "asking counts nothing")
+        XCTAssertEqual(name(r.route(q)), "direct")
+        q.name = "www.Example.org"
+        XCTAssertEqual(name(r.route(q)), "home")
+        q.name = "example.com"
+        XCTAssertEqual(name(r.route(q)), "direct")
+        let none = try Router(rules: [Rule(action: .direct, to: [IPPrefix("0.0.0.0/0")!])], defaultAction: .direct,
+                              outbounds: ["direct": direct, "home": home])
+        XCTAssertFalse(none.nameMayDecide(req("198.18.1.2", 443)), "no domains rule")
+        try none.reload(rules: rules, defaultAction: .direct)
+        XCTAssertTrue(none.nameMayDecide(req("198.18.1.2", 443)), "reloaded with one")
+        try r.reload(rules: [], defaultAction: .direct)
+        XCTAssertFalse(r.nameMayDecide(req("198.18.1.2", 443)), "reloaded without")
+    }
+
     func testPortsNetworkAndMappedAddresses() throws {
         let rules = [Rule(action: .drop(reset: false), to: [IPPrefix("198.18.1.0/24")!], ports: [53...53, 8000...8100], network: "udp")]
         let r = try Router(rules: rules, defaultAction: .direct, outbounds: ["direct": direct])

@@ -17,6 +17,8 @@ public final class FakeOutbound<Stream: ByteStream>: Outbound {
     /// Flows it was given (made or forwarded).
     public private(set) var streamsOpened = 0
     public private(set) var associationsOpened = 0
+    /// Whether a sniffed flow's name is dialled here (as holder and VLESS do).
+    public var dialsSniffedNames = false
 
     public init(name: String, type: String = "test", forwardingTo inner: Outbound? = nil,
                 make: @escaping (Destination, ByteStreamEvents) -> Stream) {

@@ -129,4 +129,15 @@ int ctls_aes256gcm_seal(const uint8_t key[32], const uint8_t nonce[12], const ui
 int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
                         const uint8_t *in, size_t len, uint8_t *out);
 
+/// QUIC Initial packet protection (RFC 9001 §5, QUIC v1 and v2): HKDF-Extract with SHA-256
+/// (out: 32 bytes); HKDF-Expand-Label with an empty context (the "tls13 " prefix added here),
+/// outlen 1 … 32; one AES-128-ECB block (the header protection mask); AES-128-GCM open (in is
+/// ciphertext then the 16-byte tag, out gets len - 16 bytes). Each returns 0, or -1 (open: the
+/// tag does not match).
+int ctls_hkdf_extract(const uint8_t *salt, size_t saltlen, const uint8_t *ikm, size_t ikmlen, uint8_t out[32]);
+int ctls_hkdf_expand_label(const uint8_t secret[32], const char *label, uint8_t *out, size_t outlen);
+int ctls_aes128_ecb(const uint8_t key[16], const uint8_t in[16], uint8_t out[16]);
+int ctls_aes128gcm_open(const uint8_t key[16], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out);
+
 #endif
