@@ -144,6 +144,8 @@ final class SessionEngine {
     /// The peer's session bytes received (counted while `countingInput`) and the last ACK sent.
     var inOffset: UInt64 = 0
     var ackSent: UInt64 = 0
+    /// The last ACK received (ACKs never go down).
+    var lastAck: UInt64 = 0
     var countingInput = false
     var streamStartPending = false
     /// Handshake frames (HELLO, RESUME, the STATUS answering them): sent before `output`,

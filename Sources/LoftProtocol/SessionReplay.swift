@@ -12,7 +12,7 @@ extension SessionEngine {
     func resetReplay() {
         retaining = false; replay = false
         sentCount = 0; outBase = 0
-        inOffset = 0; ackSent = 0
+        inOffset = 0; ackSent = 0; lastAck = 0
         countingInput = false; streamStartPending = false
         preamble.removeAll()
         outputHeld = false; parked = false
@@ -97,9 +97,14 @@ extension SessionEngine {
         queuedSinceSignal = true
     }
 
-    /// Received ACK.
+    /// Received ACK. ACKs are monotonic among themselves; one not above what a later count
+    /// (RESUME / STATUS) already released is stale: the peer sent it before that count and it
+    /// is part of what was sent again.
     func onAck(_ received: UInt64) throws(ProtocolError) {
         guard replay else { throw .unexpectedFrame(.ack) }
+        if received < lastAck { throw .replayOffset(claimed: received, acked: lastAck, sent: outBase &+ UInt64(sentCount)) }
+        lastAck = received
+        if received < outBase { return }
         try release(to: received)
     }
 

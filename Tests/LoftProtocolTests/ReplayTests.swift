@@ -350,6 +350,45 @@ final class ReplayTests: XCTestCase {
         XCTAssertEqual(got.count, 200_000)
     }
 
+    /// An ACK the front queued before the carrier broke, lost, arrives again after the STATUS
+    /// whose count is above it: stale, ignored (not a protocol error).
+    func testStaleAckReplayedAfterResume() throws {
+        let p = ReplayPair(frontLimits: SessionLimits(streamWindow: 1 << 20))
+        try p.establish()
+        let id = try XCTUnwrap(p.client.openStream(to: Sample.v4))
+        try p.pump()
+        var at = 0
+        let bytes = pattern(200_000, seed: 9)
+        ReplayPair.write(p.client, id, bytes, from: &at)
+        // The front gets 300 000 bytes (an ACK for them queued), then the rest (no ACK yet);
+        // nothing it sends arrives. The STATUS count is above the ACK, which is sent after it.
+        var up: [UInt8] = []
+        p.client.withOutput { up = Array($0); return $0.count }
+        try p.front.receive(Array(up[..<min(up.count, 150_000)]))
+        p.front.withOutput { $0.count }   // lost in flight
+        XCTAssertEqual(p.front.counters.acksSent, 0)
+        let more = pattern(200_000, seed: 10)
+        at = 0
+        ReplayPair.write(p.client, id, more, from: &at)
+        p.client.withOutput { up += $0; return $0.count }
+        try p.front.receive(Array(up[150_000..<300_000]))
+        XCTAssertEqual(p.front.counters.acksSent, 1)
+        try p.front.receive(Array(up[300_000...]))
+        XCTAssertEqual(p.front.counters.acksSent, 1, "the tail is not ACKed yet")
+        p.client.detach()
+        XCTAssertTrue(p.front.park())
+        p.parked = p.front
+        try p.reattach()
+        XCTAssertEqual(p.client.state, .established)
+        XCTAssertNil(p.resumeError)
+        var got: [UInt8] = []
+        _ = ReplayPair.readAll(p.front, id, into: &got)
+        XCTAssertTrue(got == bytes + more)
+        XCTAssertTrue(p.front.tick(now: 5))
+        try p.pump()
+        XCTAssertLessThanOrEqual(p.client.replayHeldBytes, 16)
+    }
+
     /// The replay bound stalls writes, an ACK frees them.
     func testReplayBoundStallsWriters() throws {
         let limits = SessionLimits(maxOutputBytes: 256 << 10, maxReplayBytes: 512 << 10)
