@@ -250,8 +250,7 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
         e.replay = st.replay != nil
         e.retaining = e.replay
         if !e.replay {
-            e.output.consume(e.sentCount)
-            e.sentCount = 0
+            try e.release(to: e.outBase &+ UInt64(e.keptBytes + e.sentCount))
         } else {
             e.startStreamInput()
         }

@@ -140,6 +140,13 @@ final class SessionEngine {
     var retaining = false
     var replay = false
     var sentCount = 0
+    /// Older pieces of the output, sent in full and kept until acknowledged (oldest first),
+    /// `keptBytes` in all: a fully sent output of `segmentBytes` or more is moved here whole
+    /// and a fresh one takes the writes, so what is kept is never moved or copied.
+    var kept: [ByteQueue] = []
+    var keptBytes = 0
+    /// An emptied piece, for the next one (its storage reused).
+    var spare: ByteQueue?
     var outBase: UInt64 = 0
     /// The peer's session bytes received (counted while `countingInput`) and the last ACK sent.
     var inOffset: UInt64 = 0
@@ -158,6 +165,9 @@ final class SessionEngine {
     /// The client's input parser state while the handshake of a continuing RESUME is parsed.
     var stash: (partial: [UInt8], stream: UInt32, remaining: Int, length: Int)?
     let maxReplay: Int
+    /// A fully sent output at least this large is kept aside whole (`kept`): 1 MiB, or a
+    /// quarter of the replay bound if that is less.
+    let segmentBytes: Int
 
     /// PONGs may push the output this far past maxOutputBytes before the peer is cut off.
     static let controlSlack = 64 << 10
@@ -166,6 +176,7 @@ final class SessionEngine {
         self.role = role
         self.limits = limits
         maxReplay = max(limits.maxReplayBytes, limits.maxOutputBytes)
+        segmentBytes = min(1 << 20, maxReplay / 4)
         window = max(limits.streamWindow, LoftWire.initialStreamWindow)
         maxBuffered = limits.maxBufferedBytes ?? limits.maxStreams.multipliedReportingOverflow(by: Int(window)).partialValue
         maxStreamsAllowed = limits.maxStreams
@@ -219,7 +230,7 @@ final class SessionEngine {
     /// the replay bound over everything kept.
     @inline(__always) var outputRoom: Int {
         let room = limits.maxOutputBytes - (output.count - sentCount)
-        return retaining ? min(room, maxReplay - output.count) : room
+        return retaining ? min(room, maxReplay - keptBytes - output.count) : room
     }
 
     func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) {
@@ -239,6 +250,7 @@ final class SessionEngine {
             output.removeAll(keepingCapacity: true)
         }
         swap(&q, &output)
+        if retaining && sentCount == output.count && sentCount >= segmentBytes { keepSentOutput() }
         unblockStreams()
         signal()
     }

@@ -102,7 +102,7 @@ public class SessionEnd {
     /// The carrier is gone and the streams wait for a RESUME.
     public var isParked: Bool { engine.parked }
     /// Session bytes kept: sent and not yet acknowledged, plus queued and not yet sent (with replay).
-    public var replayHeldBytes: Int { engine.retaining ? engine.output.count : 0 }
+    public var replayHeldBytes: Int { engine.retaining ? engine.keptBytes + engine.output.count : 0 }
     /// Streams and associations held (parked ones included).
     public var heldStreamCount: Int { engine.streams.count }
 }

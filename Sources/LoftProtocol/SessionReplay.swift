@@ -8,10 +8,20 @@ extension SessionEngine {
     /// ACK at most once per this many received bytes (and at a tick for the rest).
     static let ackEvery: UInt64 = 256 << 10
 
+    /// The output is sent in full: it is kept as it is, a fresh queue takes the next writes.
+    func keepSentOutput() {
+        kept.append(output)
+        keptBytes += output.count
+        output = spare ?? ByteQueue()
+        spare = nil
+        sentCount = 0
+    }
+
     /// Forgets every replay position: a session that starts over.
     func resetReplay() {
         retaining = false; replay = false
         sentCount = 0; outBase = 0
+        kept.removeAll(); keptBytes = 0
         inOffset = 0; ackSent = 0; lastAck = 0
         countingInput = false; streamStartPending = false
         preamble.removeAll()
@@ -68,25 +78,46 @@ extension SessionEngine {
     /// The peer has `received` of our session bytes: they are released. It cannot have fewer
     /// than it acknowledged before, nor more than were sent.
     func release(to received: UInt64) throws(ProtocolError) {
-        let sent = outBase &+ UInt64(sentCount)
+        let sent = outBase &+ UInt64(keptBytes + sentCount)
         guard received >= outBase && received <= sent else {
             throw .replayOffset(claimed: received, acked: outBase, sent: sent)
         }
-        let n = Int(received - outBase)
+        var n = Int(received - outBase)
+        guard n > 0 else { return }
+        outBase = received
+        while n > 0, !kept.isEmpty {
+            let k = min(n, kept[0].count)
+            kept[0].consume(k)
+            keptBytes -= k
+            n -= k
+            if kept[0].isEmpty {
+                var s = kept.removeFirst()
+                s.removeAll(keepingCapacity: true)
+                if spare == nil { spare = s }
+            }
+        }
         if n > 0 {
             output.consume(n)
             sentCount -= n
-            outBase = received
-            unblockStreams()
         }
+        unblockStreams()
     }
 
     /// A new carrier continues the session: what the peer has is released, the rest of what was
     /// sent goes again (counted in `replayedBytes`), and writes may go on.
     func resumeOutput(peerReceived: UInt64) throws(ProtocolError) {
         try release(to: peerReceived)
-        counters.replayedBytes &+= UInt64(sentCount)
+        counters.replayedBytes &+= UInt64(keptBytes + sentCount)
         counters.streamsContinued += 1
+        if !kept.isEmpty {
+            // Rare (a resume): the kept pieces and the output become one queue again.
+            var q = ByteQueue()
+            for s in kept { s.withUnsafeReadableBytes { q.append($0) } }
+            output.withUnsafeReadableBytes { q.append($0) }
+            output = q
+            kept.removeAll()
+            keptBytes = 0
+        }
         sentCount = 0
         parked = false
         outputHeld = false
@@ -102,7 +133,7 @@ extension SessionEngine {
     /// is part of what was sent again.
     func onAck(_ received: UInt64) throws(ProtocolError) {
         guard replay else { throw .unexpectedFrame(.ack) }
-        if received < lastAck { throw .replayOffset(claimed: received, acked: lastAck, sent: outBase &+ UInt64(sentCount)) }
+        if received < lastAck { throw .replayOffset(claimed: received, acked: lastAck, sent: outBase &+ UInt64(keptBytes + sentCount)) }
         lastAck = received
         if received < outBase { return }
         try release(to: received)
@@ -118,6 +149,4 @@ extension SessionEngine {
         counters.acksSent += 1
     }
 
-    /// Bytes kept for replay (sent, not yet acknowledged).
-    var heldForReplay: Int { retaining ? sentCount : 0 }
 }

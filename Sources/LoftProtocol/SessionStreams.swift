@@ -192,7 +192,7 @@ extension SessionEngine {
             }
         }
         guard output.count - sentCount + size <= min(limits.maxDatagramQueue, limits.maxOutputBytes),
-              !retaining || output.count + size <= maxReplay else {
+              !retaining || keptBytes + output.count + size <= maxReplay else {
             counters.datagramsDropped += 1
             return false
         }

@@ -240,8 +240,22 @@ final class ReplayTests: XCTestCase {
     /// Both directions cut at random points, several times, with bytes lost in flight each way
     /// (ACKs among them): every byte arrives once, in order, and the FINs too.
     func testTransfersSurviveCarrierLosses() throws {
+        try transfers(limits: .init())
+    }
+
+    /// The same with a small output and replay bound: fully sent output pieces are kept aside
+    /// whole (`kept`), released by ACKs piece by piece, and joined again for a resume.
+    func testTransfersWithKeptPieces() throws {
+        let small = SessionLimits(maxOutputBytes: 64 << 10, maxReplayBytes: 256 << 10)
+        let kept = try transfers(limits: small)
+        XCTAssertGreaterThan(kept, 0, "the kept pieces were used")
+    }
+
+    @discardableResult
+    func transfers(limits: SessionLimits) throws -> Int {
+        var maxKept = 0
         for seed in 1...6 as ClosedRange<UInt64> {
-            let p = ReplayPair()
+            let p = ReplayPair(clientLimits: limits, frontLimits: limits)
             p.rng = SplitMix64(seed: seed)
             try p.establish()
             let id = try XCTUnwrap(p.client.openStream(to: Sample.v4))
@@ -273,6 +287,9 @@ final class ReplayTests: XCTestCase {
                 } else {
                     try p.pump(limit: 100_000)
                 }
+                maxKept = max(maxKept, p.client.engine.keptBytes, p.front.engine.keptBytes)
+                XCTAssertLessThanOrEqual(p.client.replayHeldBytes, p.client.engine.maxReplay)
+                XCTAssertLessThanOrEqual(p.front.replayHeldBytes, p.front.engine.maxReplay)
                 if !downDone { downDone = ReplayPair.readAll(p.client, id, into: &gotDown) }
                 if !upDone { upDone = ReplayPair.readAll(p.front, id, into: &gotUp) }
                 try p.pump(limit: 100_000)
@@ -289,6 +306,7 @@ final class ReplayTests: XCTestCase {
             XCTAssertEqual(p.client.counters.streamsContinued, UInt64(cuts))
             XCTAssertGreaterThan(p.client.counters.replayedBytes + p.front.counters.replayedBytes, 0)
         }
+        return maxKept
     }
 
     /// The OPEN is lost in flight: the RESUME's count says the front never got it, so it goes
