@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Streams that survive a lost carrier (docs/protocol.md §8.1, replay): app namespace → TUN →
-# loft → ws, get or h2 over a delay line (10 ms each way) → loft-front in the srv namespace. Per carrier, a 50 MiB
-# download read at ~12 MB/s (curl --limit-rate: the backpressure reaches the front) and a 50 MiB
-# upload sent at ~10 MB/s run while the carrier is broken three ways: `loft path-changed`, the
-# front's port dropped both ways for 5 s (nftables), and the connection reset both ways
-# (nftables `reject with tcp reset`). Every transfer completes with its SHA-256, the app sees
-# no reset (curl and the uploader exit 0), the session resumed with its streams, bytes were sent
-# again (replayed-bytes on loft or the front) and no stream was lost. Then the grace period: a
-# front with resume-grace 3 s and an outage longer than that ends the flows with resets on both
-# sides (streams-lost), frees what the parked session held (replay_held_bytes 0, no socket left
-# at the destination). And the versions: loft with resume-streams off against this front, and
-# loft against a front with resume-grace 0, behave as before replay (the in-flight download is
-# reset, the session resumes, no protocol error).
+# loft → ws, get or h2 over a delay line (10 ms each way) → loft-front in the srv namespace.
+# Per carrier, a 50 MiB download read at ~10 MB/s (curl --limit-rate: the backpressure reaches
+# the front), a 50 MiB upload sent at ~10 MB/s, and, from 0.3 s before the break, a third 50 MiB
+# download read as fast as it comes (so bytes are in flight) run while the carrier is broken
+# three ways: `loft path-changed`, the front's port dropped both ways for 5 s (nftables), and
+# the connection reset both ways (nftables `reject with tcp reset`). Every transfer completes
+# with its SHA-256, the app sees no reset (curl and the uploader exit 0), the session resumed
+# with its streams, bytes were sent again (replayed-bytes on loft or the front) and no stream
+# was lost. Then the grace period: a front with resume-grace 3 s and an outage longer than that
+# ends the flows with resets on both sides (streams-lost), frees what the parked session held
+# (replay_held_bytes 0, no socket left at the destination). And the versions: loft with
+# resume-streams off against this front, and loft against a front with resume-grace 0, behave
+# as before replay (the in-flight download is reset, the session resumes, no protocol error).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/holder-lib.sh"
 
@@ -76,7 +77,12 @@ breaks() {
     l0=$(counter carrier-losses); r0=$(counter resumes-with-streams); p0=$(counter replayed-bytes)
     lost0=$(counter streams-lost); f0=$(front_stat replayed_bytes)
     transfers_start "$name"
-    sleep 1.5
+    sleep 1.2
+    # And a download the app reads as fast as it comes (window-bound: about 1 MiB per round trip
+    # in flight), so the break always finds bytes on the way; started 0.3 s before the break.
+    in_app curl -gsS --max-time 90 -o "$T_DIR/burst.$name" "http://$SRV4/big" 2>"$T_DIR/burst.$name.err" &
+    BURST_PID=$!
+    sleep 0.3
     t0=$(now_ms)
     case $how in
         path-changed) "$LOFT_BIN" path-changed -c "$LOFT_CFG" >/dev/null 2>&1 ;;
@@ -89,7 +95,11 @@ breaks() {
             unblock ;;
     esac
     transfers_wait "$name"
-    local r1 p1 f1 lost1 why=
+    local r1 p1 f1 lost1 why= burst_rc burst_ok=
+    wait "$BURST_PID"; burst_rc=$?
+    [ -f "$T_DIR/burst.$name" ] && [ "$(sha_of "$T_DIR/burst.$name")" = "$BIG_SHA" ] && burst_ok=1
+    rm -f "$T_DIR/burst.$name"
+    [ "$burst_rc" -eq 0 ] && [ -n "$burst_ok" ] || why+="unlimited download: curl exit $burst_rc ($(tail -1 "$T_DIR/burst.$name.err")), sha256 $([ -n "$burst_ok" ] && echo ok || echo differs); "
     r1=$(counter resumes-with-streams); p1=$(counter replayed-bytes); f1=$(front_stat replayed_bytes)
     lost1=$(counter streams-lost)
     [ "$DL_RC" -eq 0 ] || why+="download: curl exit $DL_RC ($(tail -1 "$T_DIR/dl.$name.err")); "
