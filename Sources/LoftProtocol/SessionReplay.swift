@@ -70,8 +70,12 @@ extension SessionEngine {
     /// A continuing attach (client): the parser's state in the middle of the peer's stream is
     /// put aside while the handshake is parsed from a clean start.
     func stashParser() {
-        let bytes = partialCount > 0 ? Array(UnsafeRawBufferPointer(start: partial!, count: partialCount)) : []
-        stash = (bytes, dataStream, dataRemaining, dataLength)
+        // A handshake that broke before its STATUS leaves the first stash as it was: what the
+        // parser holds then is a piece of that STATUS, not of the stream.
+        if stash == nil {
+            let bytes = partialCount > 0 ? Array(UnsafeRawBufferPointer(start: partial!, count: partialCount)) : []
+            stash = (bytes, dataStream, dataRemaining, dataLength)
+        }
         partialCount = 0; dataRemaining = 0; dataLength = 0; dataStream = 0
     }
 

@@ -407,6 +407,40 @@ final class ReplayTests: XCTestCase {
         XCTAssertLessThanOrEqual(p.client.replayHeldBytes, 16)
     }
 
+    /// The carrier breaks in the middle of a DATA frame, and the next one breaks again in the
+    /// middle of the STATUS answering the RESUME: the third continues the frame byte-exact.
+    func testBreakInsideFrameAndInsideHandshake() throws {
+        let p = ReplayPair()
+        try p.establish()
+        let id = try XCTUnwrap(p.client.openStream(to: Sample.v4))
+        try p.pump()
+        var at = 0
+        let bytes = pattern(200_000, seed: 3)
+        ReplayPair.write(p.front, id, bytes, from: &at)
+        try p.cut(down: 70_001)   // inside the second DATA frame
+        // The next carrier: RESUME goes, half the STATUS comes back, then it breaks too.
+        p.front = FrontSession(limits: p.frontLimits, keepaliveMs: 15_000, replayGraceMs: p.graceMs)
+        p.front.delegate = p
+        p.client.attach()
+        var up: [UInt8] = []
+        p.client.withOutput { up = Array($0); return $0.count }
+        try p.front.receive(up)
+        var down: [UInt8] = []
+        p.front.withOutput { down = Array($0); return $0.count }
+        XCTAssertGreaterThan(down.count, 20)
+        try p.client.receive(Array(down[..<20]))
+        XCTAssertEqual(p.client.state, .handshaking)
+        p.client.detach()
+        XCTAssertTrue(p.client.isParked)
+        if p.front.park() { p.parked = p.front }
+        try p.reattach()
+        XCTAssertEqual(p.client.state, .established)
+        var got: [UInt8] = []
+        _ = ReplayPair.readAll(p.client, id, into: &got)
+        XCTAssertTrue(got == bytes, "\(got.count) of \(bytes.count) bytes, in order")
+        XCTAssertEqual(p.cd.resets.count, 0)
+    }
+
     /// The replay bound stalls writes, an ACK frees them.
     func testReplayBoundStallsWriters() throws {
         let limits = SessionLimits(maxOutputBytes: 256 << 10, maxReplayBytes: 512 << 10)
