@@ -9,7 +9,8 @@
 # with its SHA-256, the app sees no reset (curl and the uploader exit 0), the session resumed
 # with its streams, bytes were sent again (replayed-bytes on loft or the front) and no stream
 # was lost. An SSH session (openssh-server in the srv namespace, key auth made by the test)
-# printing a counter every 100 ms loses no line across a 5 s outage. Then the grace period: a
+# printing a counter every 100 ms loses no line across a 5 s outage. A front restarted from its
+# state file cannot have the streams: the download is reset and loft says so once. Then the grace period: a
 # front with resume-grace 3 s and an outage longer than that ends the flows with resets on both
 # sides (streams-lost), frees what the parked session held (replay_held_bytes 0, no socket left
 # at the destination). And the versions: loft with resume-streams off against this front, and
@@ -168,14 +169,38 @@ print("ok" if lines == want else "got %d lines; first difference at line %d" % (
         fail ssh-counter-survives "ssh exit $rc ($(tail -1 "$d/err")), $got, resumes-with-streams $r0 -> $(counter resumes-with-streams), streams-lost $lost0 -> $(counter streams-lost)"
     fi
 }
-if [ -x /usr/sbin/sshd ]; then
-    LOFT_CFG=$(holder_config resume-ssh ws)
-    if require_loft "$LOFT_CFG" ssh-counter-survives ssh-exit-clean; then
-        if wait_state up 15; then ssh_counter; else fail ssh-counter-survives "not up"; fi
-        loft_stop_clean ssh-exit-clean
+# front_restart_check: loft-front killed (SIGKILL) mid-download and started again from its state
+# file has the instance but not the streams: the download is reset, loft says so once
+# (holder.streams-lost) and the session goes on. Case front-restart-streams-lost.
+front_restart_check() {
+    local lost0 n0 rc
+    lost0=$(counter streams-lost); n0=$(grep -c 'holder.streams-lost' "$LOFT_LOG")
+    in_app curl -gsS --max-time 60 --limit-rate "$RATE" -o /dev/null "http://$SRV4/big" 2>"$T_DIR/restart.err" &
+    DL_PID=$!
+    sleep 1.5
+    front_kill
+    front_start || { fail front-restart-streams-lost "the front did not start again"; return; }
+    wait "$DL_PID"; rc=$?
+    if wait_state up 20 && [ "$rc" -ne 0 ] && [ "$(counter streams-lost)" -gt "$lost0" ] \
+        && [ "$(grep -c 'holder.streams-lost' "$LOFT_LOG")" -eq $((n0 + 1)) ] \
+        && in_app curl -gsf --max-time 10 -o /dev/null "http://$SRV4/small"; then
+        pass front-restart-streams-lost
+        note "front restart: $(grep 'holder.streams-lost' "$LOFT_LOG" | tail -1 | cut -c1-200)"
+    else
+        fail front-restart-streams-lost "curl exit $rc, streams-lost $lost0 -> $(counter streams-lost), holder.streams-lost lines $n0 -> $(grep -c 'holder.streams-lost' "$LOFT_LOG"), state $(field 'o["state"]')"
     fi
-else
-    fail_all "no /usr/sbin/sshd (Debian's openssh-server: scripts/deps.sh --test)" ssh-counter-survives ssh-exit-clean
+}
+
+LOFT_CFG=$(holder_config resume-ssh ws)
+if require_loft "$LOFT_CFG" ssh-counter-survives front-restart-streams-lost ssh-exit-clean; then
+    if wait_state up 15; then
+        if [ -x /usr/sbin/sshd ]; then ssh_counter
+        else fail ssh-counter-survives "no /usr/sbin/sshd (Debian's openssh-server: scripts/deps.sh --test)"; fi
+        front_restart_check
+    else
+        fail_all "not up: $(field 'o["detail"]')" ssh-counter-survives front-restart-streams-lost
+    fi
+    loft_stop_clean ssh-exit-clean
 fi
 
 # --- versions: loft without replay against this front ---------------------------------------
