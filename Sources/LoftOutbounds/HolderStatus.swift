@@ -83,6 +83,8 @@ extension HolderOutbound {
         if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
         if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
         if st.parkedStreams > 0 { d.append("\(st.parkedStreams) flows parked") }
+        // A gauge, so in the detail (the extra counters are exported as counters).
+        if st.replayHeldBytes > 0 { d.append("\(st.replayHeldBytes) B held for replay") }
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                    ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
@@ -91,8 +93,7 @@ extension HolderOutbound {
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals),
                    ("sessions-parked", st.sessionsParked), ("resumes-with-streams", st.resumesWithStreams),
-                   ("replayed-bytes", st.replayedBytes), ("replay-held-bytes", st.replayHeldBytes),
-                   ("streams-lost", st.streamsLost)]
+                   ("replayed-bytes", st.replayedBytes), ("streams-lost", st.streamsLost)]
         return s
     }
 }
