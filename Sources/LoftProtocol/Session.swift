@@ -153,6 +153,9 @@ final class SessionEngine {
     var ackSent: UInt64 = 0
     /// The last ACK received (ACKs never go down).
     var lastAck: UInt64 = 0
+    /// Bytes of ACK frames among those received since the last ACK sent: ACKs alone are not
+    /// acknowledged at a tick (two idle ends would trade ACKs of ACKs every second).
+    var ackOnlySince: UInt64 = 0
     var countingInput = false
     var streamStartPending = false
     /// Handshake frames (HELLO, RESUME, the STATUS answering them): sent before `output`,

@@ -13,7 +13,7 @@ extension SessionEngine {
     /// deadline armed earlier is never late.
     func nextTick(now: UInt64) -> UInt64? {
         // A second from now also while received bytes wait for their ACK (§8.1).
-        let storage: UInt64? = streams.isEmpty && (!replay || inOffset == ackSent) ? nil : now &+ 1000
+        let storage: UInt64? = streams.isEmpty && (!replay || !ackOwed) ? nil : now &+ 1000
         guard keepaliveMs > 0, !failed else { return storage }
         if lastHeard == nil || heardSinceTick || pongUnresolved { return now }
         var due = lastHeard! &+ 2 * keepaliveMs

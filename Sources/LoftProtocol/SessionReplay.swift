@@ -22,7 +22,7 @@ extension SessionEngine {
         retaining = false; replay = false
         sentCount = 0; outBase = 0
         kept.removeAll(); keptBytes = 0
-        inOffset = 0; ackSent = 0; lastAck = 0
+        inOffset = 0; ackSent = 0; lastAck = 0; ackOnlySince = 0
         countingInput = false; streamStartPending = false
         preamble.removeAll()
         outputHeld = false; parked = false
@@ -126,6 +126,7 @@ extension SessionEngine {
         parked = false
         outputHeld = false
         ackSent = inOffset
+        ackOnlySince = 0
         // Everything that waited while parked may write again.
         for s in streams.values where s.network == .tcp && !s.localFin { s.outputBlocked = true; anyOutputBlocked = true }
         unblockStreams()
@@ -137,6 +138,7 @@ extension SessionEngine {
     /// is part of what was sent again.
     func onAck(_ received: UInt64) throws(ProtocolError) {
         guard replay else { throw .unexpectedFrame(.ack) }
+        ackOnlySince &+= UInt64(LoftWire.headerSize + 8)
         if received < lastAck { throw .replayOffset(claimed: received, acked: lastAck, sent: outBase &+ UInt64(keptBytes + sentCount)) }
         lastAck = received
         if received < outBase { return }
@@ -146,11 +148,15 @@ extension SessionEngine {
     /// ACK what came in: `force` at a tick (whatever is unacknowledged), else once
     /// `ackEvery` bytes arrived since the last.
     func acknowledge(force: Bool) {
-        guard replay, !parked, !failed, !ignoringInput, inOffset != ackSent else { return }
+        guard replay, !parked, !failed, !ignoringInput, ackOwed else { return }
         if !force && inOffset &- ackSent < Self.ackEvery { return }
         queueControl(.ack(inOffset))
         ackSent = inOffset
+        ackOnlySince = 0
         counters.acksSent += 1
     }
+
+    /// Something other than ACKs arrived since the last ACK sent.
+    var ackOwed: Bool { inOffset &- ackSent > ackOnlySince }
 
 }

@@ -441,6 +441,39 @@ final class ReplayTests: XCTestCase {
         XCTAssertEqual(p.cd.resets.count, 0)
     }
 
+    /// Idle ends do not trade ACKs of ACKs: once everything is acknowledged, ticks send none,
+    /// and with no stream left nothing is due.
+    func testIdleEndsStopAcking() throws {
+        let p = ReplayPair()
+        try p.establish()
+        let id = try XCTUnwrap(p.client.openStream(to: Sample.v4))
+        try p.pump()
+        var at = 0
+        ReplayPair.write(p.client, id, pattern(10_000, seed: 4), from: &at)
+        p.client.finish(stream: id)
+        try p.pump()
+        var got: [UInt8] = []
+        _ = ReplayPair.readAll(p.front, id, into: &got)
+        p.front.finish(stream: id)
+        try p.pump()
+        _ = ReplayPair.readAll(p.client, id, into: &got)
+        for t in 1...4 as ClosedRange<UInt64> {
+            XCTAssertTrue(p.client.tick(now: t * 1000)); XCTAssertTrue(p.front.tick(now: t * 1000))
+            try p.pump()
+        }
+        let acks = (p.client.counters.acksSent, p.front.counters.acksSent)
+        for t in 5...10 as ClosedRange<UInt64> {
+            XCTAssertTrue(p.client.tick(now: t * 1000)); XCTAssertTrue(p.front.tick(now: t * 1000))
+            try p.pump()
+        }
+        XCTAssertEqual(p.client.counters.acksSent, acks.0)
+        XCTAssertEqual(p.front.counters.acksSent, acks.1)
+        XCTAssertEqual(p.client.trackedStreams, 0)
+        // Nothing due but the next PING (15 s keepalive): not a second from now.
+        XCTAssertGreaterThan(p.client.nextTick(now: 10_000) ?? .max, 11_000)
+        XCTAssertLessThanOrEqual(p.client.replayHeldBytes, 32, "at most an unacknowledged ACK or PONG")
+    }
+
     /// The replay bound stalls writes, an ACK frees them.
     func testReplayBoundStallsWriters() throws {
         let limits = SessionLimits(maxOutputBytes: 256 << 10, maxReplayBytes: 512 << 10)
