@@ -195,6 +195,10 @@ seed("client_session", b"\x01" + receive(frame(0x03, 0, STATUS6)) + b"\x07\x01" 
      + b"\x0d\x00\x02\x20" + receive(frame(0x20, 1, bytes([1]) + V4D + b"\x00\x35" + b"answer")) + b"\x0c\x00")
 seed("client_session", b"\x00" + receive(frame(0x03, 0, STATUS4) + frame(0x30, 0, struct.pack("!Q", 1))
                                          + frame(0x3F, 0, bytes([1, 0, 0]))) + b"\x0e\x00")
+# session_replay: ops (0-2 carrier piece, 3 open, 4 front writes, 5 client reads, 6 cut and resume,
+# 7 hostile ACK, 8 hostile claim, 9 any bytes, 10 tick, 11 client writes).
+seed("session_replay", b"\x00\x40\x00\x40\x03\x00\x40\x04\x80\x00\x40\x05\x40\x06\x02\x05\x01\x00\x40\x00\x40\x05\x80")
+seed("session_replay", b"\x00\x40\x03\x00\x40\x0b\x40\x06\x00\x00\x01\x00\x40\x0a\x01\x01\x00\x40\x07\x01\x05")
 # front_session: flags (bit 0: accept later, bit 1: no STATUS yet), then ops (0 receive, 7 accept,
 # 8 refuse, 9 read, 10 write, 11 finish/reset, 12 tick, 13 drain, 14 datagram, 15 status/goaway).
 seed("front_session", b"\x00" + receive(HELLO + OPEN_TCP + frame(0x13, 1, b"GET /") + frame(0x14, 1))

@@ -42,6 +42,8 @@ RUN_PACKAGES=(
 TEST_PACKAGES=(
     # tests and benchmarks: real peers and clients
     nginx-light dnsmasq-base socat iperf3 wrk curl dnsutils iputils-ping python3 tcpdump
+    # resume: an SSH session kept across an outage (Tests/integration/resume.test.sh)
+    openssh-server openssh-client
     # h2: nghttp against loft-front (Tests/integration/h2-interop.test.sh)
     nghttp2-client
     # SOCKS5: the peers bench/socks compares loft with, and pip for the PyPI list below

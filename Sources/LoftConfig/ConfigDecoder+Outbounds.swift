@@ -71,6 +71,8 @@ extension ConfigDecoder {
         var passwordFileName: String?
         var auth: [SSTPAuthMethod] = [.mschapv2, .pap]
         var keepalive: Duration?
+        var resumeStreams = true
+        var resumeBuffer = 16 << 20
         var typedKeys: [(String, YAMLNode)] = []
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
@@ -122,6 +124,10 @@ extension ConfigDecoder {
                 auth = try sstpAuth(value, path: keyPath)
             case "keepalive":
                 keepalive = try v.duration(value, path: keyPath, in: ConfigDecoder.sstpKeepaliveRange)
+            case "resume-streams":
+                resumeStreams = try v.bool(value, path: keyPath)
+            case "resume-buffer":
+                resumeBuffer = try v.integer(value, path: keyPath, in: (4 << 20)...(1 << 30))
             default: break
             }
         }
@@ -168,6 +174,8 @@ extension ConfigDecoder {
                 kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
                 position: item.position, stateFile: stateFile)
             o.quicMaxPacket = quicMaxPacket?.0
+            o.resumeStreams = resumeStreams
+            o.resumeBuffer = resumeBuffer
             return o
         }
     }

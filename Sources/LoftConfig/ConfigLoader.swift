@@ -111,11 +111,11 @@ struct ConfigDecoder {
     static let sniffBytesRange = 512...65_536
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
     static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "quic-max-packet", "uuid", "alpn",
-                               "user", "password", "password-file", "auth", "keepalive"]
+                               "user", "password", "password-file", "auth", "keepalive", "resume-streams", "resume-buffer"]
     /// The keys each outbound type takes besides name and type.
     static let typeKeys: [String: [String]] = [
         "direct": [], "drop": [],
-        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet"],
+        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet", "resume-streams", "resume-buffer"],
         "vless": ["server", "uuid", "tls", "alpn"],
         "sstp": ["server", "user", "password", "password-file", "tls", "auth", "keepalive"],
     ]

@@ -45,7 +45,8 @@ struct FrontConfigDecoder {
 
     static let topKeys = ["log", "listen", "path", "carriers", "tls", "tokens", "tokens-file", "pool", "mtu", "dns",
                           "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control",
-                          "state-file", "udp-idle-timeout", "quic-retry", "quic-max-packet"]
+                          "state-file", "udp-idle-timeout", "quic-retry", "quic-max-packet",
+                          "resume-grace", "resume-buffer", "resume-budget"]
     static let required = ["listen", "tls", "tokens (or tokens-file)", "pool"]
     static let tlsKeys = ["certificate", "key"]
     static let poolKeys = ["ipv4", "ipv6"]
@@ -64,6 +65,9 @@ struct FrontConfigDecoder {
     static let maxStreamsRange = 1...65_536
     static let udpIdleRange = Duration.seconds(1)...Duration.seconds(3600)
     static let quicRetryRange = 1...1_000_000
+    static let resumeGraceRange = Duration.zero...Duration.seconds(3600)
+    static let resumeBufferRange = (4 << 20)...(1 << 30)
+    static let resumeBudgetRange = (4 << 20)...(1 << 40)
 
     func decode(_ root: YAMLNode) throws(ConfigError) -> FrontSettings {
         guard case .mapping = root.value else {
@@ -91,6 +95,9 @@ struct FrontConfigDecoder {
         var udpIdleTimeout = Duration.seconds(60)
         var quicRetry = FrontQuicRetry.auto
         var quicMaxPacket: (Int, YAMLNode)?
+        var resumeGrace = Duration.seconds(30)
+        var resumeBuffer = 16 << 20
+        var resumeBudget = 256 << 20
 
         func addToken(_ token: String, at position: SourcePosition, path: String) throws(ConfigError) {
             guard !token.isEmpty, token.utf8.count <= FrontConfigDecoder.maxTokenBytes else {
@@ -189,6 +196,12 @@ struct FrontConfigDecoder {
                 }
             case "quic-max-packet":
                 quicMaxPacket = (try v.integer(value, path: "quic-max-packet", in: ConfigDecoder.quicPacketRange), pair.key)
+            case "resume-grace":
+                resumeGrace = try v.duration(value, path: "resume-grace", in: FrontConfigDecoder.resumeGraceRange)
+            case "resume-buffer":
+                resumeBuffer = try v.integer(value, path: "resume-buffer", in: FrontConfigDecoder.resumeBufferRange)
+            case "resume-budget":
+                resumeBudget = try v.integer(value, path: "resume-budget", in: FrontConfigDecoder.resumeBudgetRange)
             default:
                 break // forEachField only passes known keys
             }
@@ -211,6 +224,9 @@ struct FrontConfigDecoder {
                              connectTimeout: connectTimeout, control: control, stateFile: stateFile,
                              udpIdleTimeout: udpIdleTimeout)
         settings.quicRetry = quicRetry
+        settings.resumeGrace = resumeGrace
+        settings.resumeBuffer = resumeBuffer
+        settings.resumeBudget = resumeBudget
         if let (n, node) = quicMaxPacket {
             guard carriers.contains(.quic) || carriers.contains(.h3) else {
                 throw v.error(node, "quic-max-packet is for the quic and h3 carriers; carriers lists neither")

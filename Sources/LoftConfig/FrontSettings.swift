@@ -62,6 +62,15 @@ public struct FrontSettings: Sendable, Equatable {
     /// Key `quic-max-packet`: the largest UDP payload of the quic and h3 carriers, sent and
     /// taken (nil: 1452, found by path MTU discovery; docs/front.md).
     public var quicMaxPacket: Int?
+    /// Key `resume-grace`: how long a session whose carrier was lost keeps its streams parked
+    /// for a RESUME (docs/protocol.md §8.1); 0: off, streams end with the carrier (default 30 s).
+    public var resumeGrace: Duration = .seconds(30)
+    /// Key `resume-buffer`: bytes one session keeps for replay (sent, not yet acknowledged,
+    /// plus queued); writers stall at it (default 16 MiB).
+    public var resumeBuffer: Int = 16 << 20
+    /// Key `resume-budget`: bytes all parked sessions together may hold; past it the longest
+    /// parked one ends (default 256 MiB).
+    public var resumeBudget: Int = 256 << 20
 
     public static let defaultPath = "/loft"
     public static let defaultMTU = 1400

@@ -218,6 +218,12 @@ public struct OutboundSettings: Sendable, Equatable {
     /// Type loft with carrier quic or h3, key `quic-max-packet`: the largest UDP payload sent
     /// and taken (nil: 1452, found by path MTU discovery).
     public var quicMaxPacket: Int?
+    /// Type loft, key `resume-streams`: offer the front stream replay, so flows pause instead
+    /// of resetting when the carrier is lost (docs/protocol.md §8.1; default true).
+    public var resumeStreams = true
+    /// Type loft, key `resume-buffer`: bytes the session keeps for replay (sent and not yet
+    /// acknowledged, plus queued); writers stall at it (default 16 MiB).
+    public var resumeBuffer = 16 << 20
     /// Type sstp, key `keepalive`: an SSTP Echo Request after this long without a byte from the
     /// server, the link down after twice as long (default 30 s).
     public var keepalive: Duration?

@@ -38,19 +38,137 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     init(server: FrontServer, carrier: Carrier) {
         self.server = server
         self.carrier = carrier
-        session = FrontSession(limits: server.limits, keepaliveMs: server.keepaliveMs)
+        session = FrontSession(limits: server.limits, keepaliveMs: server.keepaliveMs,
+                               replayGraceMs: UInt32(clamping: server.resumeGraceMs))
         outputHighWater = server.limits.maxOutputBytes
         openedAt = server.loop.now
         peerText = carrier.peer.map { "\($0)" } ?? "-"
         session.delegate = self
         carrier.delegate = self
-        // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
-        if carrier.maxDatagram > 0 {
-            session.datagramSink = { [weak carrier] frame in
-                guard let carrier, frame.count <= carrier.maxDatagram else { return false }
-                return carrier.sendDatagram(frame)
-            }
+        useDatagrams(of: carrier)
+    }
+
+    /// quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
+    private func useDatagrams(of carrier: Carrier) {
+        session.datagramSink = carrier.maxDatagram > 0 ? { [weak carrier] frame in
+            guard let carrier, frame.count <= carrier.maxDatagram else { return false }
+            return carrier.sendDatagram(frame)
+        } : nil
+    }
+
+    // MARK: replay (docs/protocol.md §8.1)
+
+    /// Loop time the carrier was lost and the session parked; nil while attached.
+    private(set) var parkedAt: UInt64?
+    private var graceTimer: TimerHandle?
+    /// What a parked session holds: bytes kept for replay and received bytes not yet read.
+    var parkedBytes: Int { session.replayHeldBytes + session.bufferedBytes }
+
+    /// The carrier is lost (closed, reset, or dead): with replay the session parks, its relays
+    /// and destination sockets stay (the sockets are not read while writes take nothing), for
+    /// `resume-grace`; otherwise everything ends as before.
+    private func carrierGone() {
+        if !ending, instanceID != nil, server.resumeGraceMs > 0, session.park() { park() } else { tearDown(graceful: false) }
+    }
+
+    /// A continuing RESUME arrived on another carrier while this one still looks alive: it is
+    /// dropped and the session parked, for the RESUME to take it. false: no replay here.
+    func parkNow() -> Bool {
+        guard carrier != nil, !ending, instanceID != nil, session.park() else { return false }
+        Log.info("session-superseded", ["instance": instanceText, "old_peer": peerText, "streams": streams.count])
+        park()
+        return true
+    }
+
+    private func park() {
+        guard let c = carrier else { return }
+        carrier = nil
+        c.delegate = nil
+        c.abort()
+        if let t = tickTimer { server.loop.cancel(t) }
+        tickTimer = nil
+        tickAt = .max
+        readingPaused = false
+        // Flows on QUIC streams of their own are not in the session's byte stream: they end.
+        let flowRelays = Array(flows.values)
+        flows.removeAll()
+        for f in flowRelays { f.abandon() }
+        server.stats.streamsReset += UInt64(flowRelays.count)
+        server.stats.streamsLost += UInt64(flowRelays.count)
+        parkedAt = server.loop.now
+        Log.info("session-parked", ["instance": instanceText, "peer": peerText, "streams": streams.count,
+                                    "associations": associations.count, "held_bytes": parkedBytes,
+                                    "grace_ms": server.resumeGraceMs])
+        graceTimer = server.loop.schedule(after: server.resumeGraceMs) { [weak self] in
+            guard let self, self.parkedAt != nil else { return }
+            self.graceTimer = nil
+            self.server.stats.parkedExpired += 1
+            self.endParked("resume-grace of \(self.server.resumeGraceMs) ms over")
         }
+        server.connectionParked(self)
+    }
+
+    /// A parked session ends: its streams are reset both ways (the client learns it at its
+    /// next RESUME, or by its own grace timer), destination sockets closed.
+    func endParked(_ why: String) {
+        guard parkedAt != nil else { return }
+        Log.info("session-park-ended", ["instance": instanceText, "reason": why, "streams": streams.count,
+                                        "associations": associations.count])
+        server.stats.streamsLost += UInt64(streams.count + associations.count)
+        tearDown(graceful: false)
+    }
+
+    /// Takes over the carrier of `from`, which read a continuing RESUME for this parked
+    /// session: the client has `peerReceived` of the session's bytes. The STATUS that continues
+    /// the streams goes first, then what the client has not got. A count this front never sent
+    /// is a protocol error: GOAWAY on the new carrier, and the parked session ends.
+    func resume(from: FrontConnection, carrier c: Carrier, peerReceived: UInt64) -> Bool {
+        guard parkedAt != nil else { return false }
+        let before = session.counters.replayedBytes
+        do throws(ProtocolError) {
+            try session.resumeParked(peerReceived: peerReceived)
+        } catch {
+            server.stats.protocolErrors += 1
+            Log.info("session-protocol-error", ["instance": instanceText, "peer": from.peerText, "error": error])
+            from.refuseResume(error)
+            endParked("RESUME: \(error)")
+            return true
+        }
+        if let t = graceTimer { server.loop.cancel(t) }
+        graceTimer = nil
+        parkedAt = nil
+        let replayed = session.counters.replayedBytes &- before
+        guard server.parkedResumed(self, replayed: replayed) else {
+            tearDown(graceful: false)
+            return false
+        }
+        from.giveUpCarrier()
+        server.handedOver(from)
+        carrier = c
+        c.delegate = self
+        useDatagrams(of: c)
+        Log.info("session-resumed", ["instance": instanceText, "peer": from.peerText, "carrier": c.kind.rawValue,
+                                     "streams": streams.count, "associations": associations.count,
+                                     "replayed_bytes": replayed])
+        server.loop.soon { [weak self] in
+            guard let self, self.carrier === c else { return }
+            c.setReading(true)
+            self.armTick()
+            self.flushOutput()
+        }
+        return true
+    }
+
+    /// This carrier's RESUME continued a parked session: it belongs to that one now.
+    private func giveUpCarrier() {
+        ending = true
+        carrier = nil
+        if let t = tickTimer { server.loop.cancel(t) }
+        tickTimer = nil
+    }
+
+    private func refuseResume(_ error: ProtocolError) {
+        _ = refuseAttach(.protocolError, error.description)
     }
 
     var isAwaitingHello: Bool { carrier != nil && !ending && instanceID == nil }
@@ -88,17 +206,23 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
     /// The carrier is finished (closed by the peer, dead, or by `finish`): every stream and
     /// association is dropped, the instance detached.
     private func tearDown(graceful: Bool) {
-        guard let c = carrier else { return }
-        carrier = nil
-        c.delegate = nil
+        if let c = carrier {
+            carrier = nil
+            c.delegate = nil
+            if graceful {
+                c.close()
+                closingCarrier = c
+            } else {
+                c.abort()
+            }
+        } else if parkedAt == nil {
+            return
+        }
+        parkedAt = nil
+        if let t = graceTimer { server.loop.cancel(t) }
+        graceTimer = nil
         if let t = tickTimer { server.loop.cancel(t) }
         tickTimer = nil
-        if graceful {
-            c.close()
-            closingCarrier = c
-        } else {
-            c.abort()
-        }
         let relays = Array(streams.values)
         streams.removeAll()
         for r in relays { r.abandon() }
@@ -143,7 +267,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         if !session.tick(now: now) {
             server.stats.deadCarriers += 1
             Log.info("carrier-dead", ["instance": instanceText, "peer": peerText])
-            tearDown(graceful: false)
+            carrierGone()
             return
         }
     }
@@ -200,7 +324,7 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
         Log.info(instanceID == nil ? "carrier-closed" : "session-detached",
                  ["instance": instanceText, "peer": peerText, "reason": reason,
                   "streams": streams.count])
-        tearDown(graceful: false)
+        carrierGone()
     }
 
     private func protocolError(_ error: ProtocolError) {
@@ -251,6 +375,12 @@ final class FrontConnection: CarrierDelegate, FrontSessionDelegate {
 
     func frontSession(_ s: FrontSession, resume: Resume) -> Status? {
         guard server.tokenAccepted(resume.token) else { return refuseToken() }
+        if let rp = resume.replay, rp.continuing, let c = carrier,
+           let parked = server.parkedConnection(resume.instanceID, for: self),
+           parked.resume(from: self, carrier: c, peerReceived: rp.received) {
+            return nil
+        }
+        server.dropParked(resume.instanceID)
         switch server.admitResume(self, instance: resume.instanceID) {
         case .accepted(let status):
             instanceID = status.instanceID

@@ -29,6 +29,9 @@ public final class FrontServer: CarrierListenerDelegate {
     private var connections: [ObjectIdentifier: FrontConnection] = [:]
     /// Which connection holds each attached instance.
     private var attachments: [InstanceID: FrontConnection] = [:]
+    /// Replay: sessions whose carrier was lost, streams kept for a RESUME (FrontReplay.swift).
+    var parked: [InstanceID: FrontConnection] = [:]
+    let resumeGraceMs: UInt64
     var stats = FrontStats()
     /// Freed memory back to the system after a burst of ended streams and flows.
     private(set) lazy var heapTrim = HeapTrim(loop: loop)
@@ -53,6 +56,10 @@ public final class FrontServer: CarrierListenerDelegate {
         // the carrier's speed on loopback (bench/holder); idle streams give their buffers back.
         var l = SessionLimits(streamWindow: 1 << 20)
         l.maxStreams = settings.maxStreams
+        // Replay (docs/protocol.md §8.1): on unless resume-grace is 0.
+        resumeGraceMs = settings.resumeGrace.wholeMilliseconds
+        l.replay = resumeGraceMs > 0
+        l.maxReplayBytes = settings.resumeBuffer
         limits = l
         keepaliveMs = UInt32(clamping: settings.keepalive.wholeMilliseconds)
         expiryMs = settings.instanceExpiry.wholeMilliseconds
@@ -181,9 +188,21 @@ public final class FrontServer: CarrierListenerDelegate {
                       overlay: overlay)
     }
 
+    func attachments(_ id: InstanceID) -> FrontConnection? { attachments[id] }
+
+    func registerAttached(_ connection: FrontConnection, _ id: InstanceID) {
+        attachments[id] = connection
+        connections[ObjectIdentifier(connection)] = connection
+    }
+
+    func forgetConnection(_ connection: FrontConnection) {
+        connections.removeValue(forKey: ObjectIdentifier(connection))
+    }
+
     /// The connection's carrier is gone: its instance (if any) is kept for RESUME until expiry.
     func connectionEnded(_ connection: FrontConnection) {
         connections.removeValue(forKey: ObjectIdentifier(connection))
+        if let id = connection.instanceID, parked[id] === connection { parked.removeValue(forKey: id) }
         if let id = connection.instanceID, attachments[id] === connection {
             attachments.removeValue(forKey: id)
             pool.detach(id, now: loop.now, expiryMs: expiryMs)
@@ -333,7 +352,10 @@ public final class FrontServer: CarrierListenerDelegate {
         for c in connections.values {
             s.streamsOpen += c.openStreams
             s.associationsOpen += c.openAssociations
+            s.replayHeldBytes += c.session.replayHeldBytes
         }
+        s.sessionsParkedNow = parked.count
+        for c in parked.values { s.replayHeldBytes += c.session.replayHeldBytes }
         if let l = listener?.stats, let q = listener?.quicStats {
             s.handshakesFailed = UInt64(l.handshakeFailed + q.handshakeFailed)
             s.handshakesEvicted = UInt64(l.evicted + q.evicted)
@@ -379,6 +401,7 @@ public final class FrontServer: CarrierListenerDelegate {
         control = nil
         let open = Array(connections.values)
         for c in open { c.finish(.shutdown, "the front is shutting down") }
+        for c in Array(parked.values) { c.endParked("the front is shutting down") }
         // The listener stopped taking new carriers, but quic's established ones still send
         // through its socket (their GOAWAY and CONNECTION_CLOSE); it closes with the last.
         let deadline = loop.now + 2000

@@ -44,6 +44,15 @@ public struct FrontStats: Sendable, Equatable {
     /// quic: packets not sent to an address not yet validated, past 3x the bytes it sent
     /// (RFC 9000 §8.1's anti-amplification limit), counted as each connection ends.
     public var quicAmplificationHeld: UInt64 = 0
+    /// Replay (docs/protocol.md §8.1): sessions parked at a lost carrier, resumed with their
+    /// streams, parked ones ended (grace over, budget), their streams that ended so, and the
+    /// session bytes sent again after a RESUME.
+    public var sessionsParked: UInt64 = 0
+    public var sessionsResumedWithStreams: UInt64 = 0
+    public var parkedExpired: UInt64 = 0
+    public var parkedEvicted: UInt64 = 0
+    public var streamsLost: UInt64 = 0
+    public var replayedBytes: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -51,6 +60,9 @@ public struct FrontStats: Sendable, Equatable {
     public var carriersOpen = 0
     public var streamsOpen = 0
     public var associationsOpen = 0
+    /// Replay: sessions parked now, and the bytes every session keeps for replay now.
+    public var sessionsParkedNow = 0
+    public var replayHeldBytes = 0
 
     public init() {}
 
@@ -74,6 +86,10 @@ public struct FrontStats: Sendable, Equatable {
          ("quic_retries", quicRetries), ("quic_tokens_validated", quicTokensValidated),
          ("quic_tokens_invalid", quicTokensInvalid), ("quic_resets", quicResets),
          ("quic_amplification_held", quicAmplificationHeld)]
+        + [("sessions_parked_now", sessionsParkedNow), ("replay_held_bytes", replayHeldBytes),
+           ("sessions_parked", sessionsParked), ("sessions_resumed_with_streams", sessionsResumedWithStreams),
+           ("parked_expired", parkedExpired), ("parked_evicted", parkedEvicted), ("streams_lost", streamsLost),
+           ("replayed_bytes", replayedBytes)]
     }
 
     /// `name value` lines.

@@ -57,6 +57,10 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
     /// The next `tick`, armed for when it is due (`armTick`).
     private var tickTimer: TimerHandle?
     private var tickAt = UInt64.max
+    /// Replay: when parked streams are given up (HolderReplay.swift).
+    var parkTimer: TimerHandle?
+    var parkReason: String?
+    var lastContinued: UInt64 = 0
 
     var streams: [UInt32: SessionStream] = [:]
     var pendingStreams: [SessionStream] = []
@@ -148,6 +152,8 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         carrier = nil
         failAll(.networkUnreachable)
         session.detach()
+        session.dropParked()
+        cancelParkTimer()
     }
 
     // MARK: carrier lifecycle
@@ -175,7 +181,13 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         carrier = nil
         writeBlocked = false
         session.detach()
-        failAll(wasUp ? .other(ECONNRESET) : .networkUnreachable, keepWaiting: retryHello)
+        if session.isParked {
+            // Replay (docs/protocol.md §8.1): the flows pause until a RESUME continues them.
+            failAll(.networkUnreachable, keepWaiting: retryHello, keepStreams: true)
+            parkStreams()
+        } else {
+            failAll(wasUp ? .other(ECONNRESET) : .networkUnreachable, keepWaiting: retryHello)
+        }
         counts.carrierLosses += wasUp ? 1 : 0
         counts.lastError = why
         guard link != .stopped else { return }
@@ -209,13 +221,14 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
 
     /// Flows waiting for the session (unless `keepWaiting`), and streams of the lost
     /// attachment: all fail now.
-    private func failAll(_ failure: FlowFailure, keepWaiting: Bool = false) {
+    func failAll(_ failure: FlowFailure, keepWaiting: Bool = false, keepStreams: Bool = false) {
         if !keepWaiting {
             let pending = pendingStreams
             pendingStreams.removeAll()
             if options.hold { counts.holdDrops += UInt64(pending.count) }
             for s in pending { s.fail(failure) }
         }
+        if keepStreams { return }
         let open = streams
         streams.removeAll()
         if !open.isEmpty { counts.streamsReset += UInt64(open.count) }

@@ -27,6 +27,7 @@ extension HolderOutbound: ClientSessionDelegate {
         counts.instance = status.instanceID.description
         counts.overlay = describe(status.overlay)
         if resumed { counts.resumes += 1 } else { counts.sessions += 1 }
+        parkEnded()
         Log.info(resumed ? "holder.resumed" : "holder.up",
                  ["outbound": name, "instance": status.instanceID.description, "overlay": counts.overlay,
                   "carrier": counts.carrier, "mtu": status.overlay.mtu])

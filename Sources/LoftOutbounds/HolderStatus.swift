@@ -26,6 +26,13 @@ public struct HolderStats: Sendable {
     public var fallbackFlows: UInt64 = 0      // flows sent direct while down without hold
     public var streamsReset: UInt64 = 0       // streams lost with a carrier
     public var streamLimitRefusals: UInt64 = 0 // flows refused at the front's max_streams
+    // Replay (docs/protocol.md §8.1).
+    public var sessionsParked: UInt64 = 0     // carriers lost with the streams parked
+    public var resumesWithStreams: UInt64 = 0 // RESUMEs that continued them
+    public var streamsLost: UInt64 = 0        // parked flows reset: the front no longer had them, or grace over
+    public var replayedBytes: UInt64 = 0      // session bytes sent again after a RESUME
+    public var replayHeldBytes: UInt64 = 0    // bytes kept for replay now (sent, not acknowledged, and queued)
+    public var parkedStreams: UInt64 = 0      // flows parked now
     // Carried through the session, whatever input the flow came from (TUN, bridge, SOCKS5).
     public var flowsOpened: UInt64 = 0        // streams and associations opened on a session
     public var bytesUp: UInt64 = 0            // app → front: stream bytes and datagram payloads
@@ -50,6 +57,9 @@ extension HolderOutbound {
         }
         s.rttMs = link == .up ? session.rttMs : nil
         s.quicPacket = link == .up ? UInt64(carrier?.maxPacket ?? 0) : 0
+        s.replayedBytes = session.counters.replayedBytes
+        s.replayHeldBytes = UInt64(session.replayHeldBytes)
+        s.parkedStreams = session.isParked ? UInt64(streams.count) : 0
         return s
     }
 
@@ -72,13 +82,18 @@ extension HolderOutbound {
         if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
         if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
         if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
+        if st.parkedStreams > 0 { d.append("\(st.parkedStreams) flows parked") }
+        // A gauge, so in the detail (the extra counters are exported as counters).
+        if st.replayHeldBytes > 0 { d.append("\(st.replayHeldBytes) B held for replay") }
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                    ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
                    ("flow-streams", st.flowStreams),
                    ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
-                   ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
+                   ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals),
+                   ("sessions-parked", st.sessionsParked), ("resumes-with-streams", st.resumesWithStreams),
+                   ("replayed-bytes", st.replayedBytes), ("streams-lost", st.streamsLost)]
         return s
     }
 }

@@ -21,6 +21,14 @@ public protocol ClientSessionDelegate: AnyObject {
     func datagramReceived(_ s: ClientSession, association: UInt32, from: Destination, payload: UnsafeRawBufferPointer)
     /// Bytes were queued: drain them to the carrier with withOutput().
     func sessionOutputReady(_ s: ClientSession)
+    /// Replay (docs/protocol.md §8.1): the parked streams could not be continued (the front
+    /// no longer had them, or `dropParked`); `count` streams and associations are gone, without
+    /// a `streamReset` each. Comes before `sessionEstablished` when a RESUME found them gone.
+    func sessionStreamsLost(_ s: ClientSession, count: Int)
+}
+
+extension ClientSessionDelegate {
+    public func sessionStreamsLost(_ s: ClientSession, count: Int) {}
 }
 
 /// The holder's end of a loft session. One attachment = one carrier; the session (its
@@ -37,6 +45,17 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
     private let token: String
     private let clientName: String
     private var resuming = false
+    /// Replay was offered in this attachment's HELLO or RESUME.
+    private var offered = false
+    /// This attachment continues parked streams (its RESUME said so).
+    private var continuing = false
+    /// A front that did not answer replay (an older one, or turned off): RESUME goes without
+    /// the replay fields from then on, which any front reads.
+    private var peerLacksReplay = false
+    /// The streams may be parked at detach: false after a GOAWAY either way.
+    private var parkable = true
+    /// The front's grace period from the last STATUS with replay.
+    public private(set) var replayGraceMs: UInt32 = 0
 
     /// `token` and `clientName` must be at most 255 bytes of UTF-8 (the config checks).
     public init(token: String, clientName: String, limits: SessionLimits = .init()) {
@@ -53,24 +72,63 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
 
     /// A new carrier is up: queues RESUME when the instance is known, else HELLO.
     public func attach() {
-        engine.reset()
+        if engine.parked && (peerLacksReplay || instanceID == nil) { dropParked() }
+        continuing = engine.parked
+        if continuing {
+            // Streams, output and the parser's place in the front's stream stay (§8.1).
+            engine.generation += 1
+            engine.failed = false
+            engine.stashParser()
+        } else {
+            engine.reset()
+        }
         engine.ignoringInput = false
         state = .handshaking
+        parkable = true
         resuming = instanceID != nil
+        offered = engine.limits.replay && !(resuming && peerLacksReplay)
+        // What goes out after the HELLO/RESUME is kept until it is clear whether the front replays.
+        engine.retaining = offered
+        let hs: Frame
         if let id = instanceID {
-            engine.queueControl(.resume(Resume(instanceID: id, token: token)))
+            hs = .resume(Resume(instanceID: id, token: token,
+                                replay: offered ? ResumeReplay(continuing: continuing, received: continuing ? engine.inOffset : 0) : nil))
         } else {
-            engine.queueControl(.hello(Hello(token: token, clientName: clientName)))
+            hs = .hello(Hello(capabilities: offered ? Hello.replay : 0, token: token, clientName: clientName))
+        }
+        // With replay offered it is outside the session's byte stream (§8.1); without, it is
+        // simply the first frame of the output, as in version 1.
+        if offered {
+            do { try engine.queuePreamble(hs) } catch { assertionFailure("unencodable \(hs): \(error)") }
+        } else {
+            engine.queueControl(hs)
         }
         engine.signal()
     }
 
-    /// The carrier is gone: every stream and association is dropped without callbacks, the
-    /// output is cleared. Instance id and status stay for the next attach().
+    /// The carrier is gone. Without replay (or after GOAWAY) every stream and association is
+    /// dropped without callbacks and the output is cleared; with replay they are parked
+    /// (`isParked`) until the next attach() continues them. Instance id and status stay.
     public func detach() {
-        engine.reset()
+        if engine.replay && parkable && !engine.failed && (state == .established || engine.parked) {
+            engine.park()   // the parser's place in the front's stream is kept
+            engine.generation += 1
+        } else if engine.parked {
+            dropParked()
+        } else {
+            engine.reset()
+        }
         engine.ignoringInput = true
         state = .detached
+    }
+
+    /// Replay: gives up the parked streams (the front's grace period is over, or the holder
+    /// stops). `sessionStreamsLost` tells how many there were; the next attach() starts over.
+    public func dropParked() {
+        guard engine.parked else { return }
+        let n = engine.streams.count
+        engine.reset()
+        delegate?.sessionStreamsLost(self, count: n)
     }
 
     /// Before the first attach(): the instance a previous run of the client had (its state
@@ -85,11 +143,14 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
     public func forgetInstance() {
         instanceID = nil
         status = nil
+        dropParked()
     }
 
     /// Queues GOAWAY (e.g. shutdown); the embedder flushes and closes.
     public func goAway(_ reason: GoAwayReason, text: String) {
         guard state != .detached else { return }
+        parkable = false
+        engine.outputHeld = false
         engine.queueControl(.goaway(reason: reason, text: SessionEngine.clip(text)))
         engine.ignoringInput = true
         engine.signal()
@@ -138,6 +199,9 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
         case .status(let st):
             if state == .handshaking {
                 if resuming, let id = instanceID, st.instanceID != id { throw .instanceMismatch }
+                if st.replay != nil && !offered { throw .unexpectedFrame(.status) }
+                if let rp = st.replay, !continuing, rp.continued { throw .invalidValue(.status, field: "continued") }
+                try startReplay(st)
                 adopt(st)
                 state = .established
                 delegate?.sessionEstablished(self, status: st, resumed: resuming)
@@ -148,9 +212,47 @@ public final class ClientSession: SessionEnd, SessionEngineHost {
             }
         case .goaway(let reason, let text):
             engine.ignoringInput = true
+            parkable = false
+            // A front that cannot read RESUME's replay fields calls them a protocol error.
+            if state == .handshaking && resuming && offered && reason == .protocolError { peerLacksReplay = true }
             delegate?.sessionGoAway(self, reason: reason, text: text)
         default:
             throw .unexpectedFrame(frame.type)
+        }
+    }
+
+    /// The STATUS answering this attachment's HELLO/RESUME decides replay (§8.1): continue the
+    /// parked streams from where the front got to, or drop them and start the stream over.
+    private func startReplay(_ st: Status) throws(ProtocolError) {
+        let e = engine
+        if let rp = st.replay {
+            replayGraceMs = rp.graceMs
+            if continuing && rp.continued {
+                try e.resumeOutput(peerReceived: rp.received)
+                e.replay = true
+                e.startStreamInput()
+                return
+            }
+        } else if offered {
+            peerLacksReplay = true
+        }
+        if continuing {
+            // The front does not have the streams (restarted, grace over, replay off).
+            let n = e.streams.count
+            let gen = e.generation
+            e.reset()
+            e.generation = gen
+            delegate?.sessionStreamsLost(self, count: n)
+        } else {
+            // Bytes sent after HELLO/RESUME (none are expected) are the start of the stream.
+            e.outputHeld = false
+        }
+        e.replay = st.replay != nil
+        e.retaining = e.replay
+        if !e.replay {
+            try e.release(to: e.outBase &+ UInt64(e.keptBytes + e.sentCount))
+        } else {
+            e.startStreamInput()
         }
     }
 

@@ -111,6 +111,11 @@ struct BodyReader {
 }
 
 enum WireFormat {
+    /// STATUS flags bit 7: replay fields follow the DNS list (§8.1).
+    static let statusReplayFlag: UInt8 = 0x80
+    /// RESUME capabilities bit 1: the client kept its streams (§8.1).
+    static let resumeContinuing: UInt32 = 2
+
     /// Checks the 8 header bytes at the start of `p` (at least 8 must be there). The length
     /// is checked against the type here, so a bad frame is refused before its body arrives.
     static func parseHeader(_ p: UnsafeRawBufferPointer) throws(ProtocolError) -> FrameHeader {
@@ -137,7 +142,7 @@ enum WireFormat {
         case .data: return 1
         case .credit: return 4
         case .dgram: return 5        // one-byte domain, port, empty payload
-        case .ping, .pong: return 8
+        case .ping, .pong, .ack: return 8
         case .goaway: return 3       // reason, empty text
         }
     }
@@ -146,7 +151,7 @@ enum WireFormat {
         switch type {
         case .data:
             if length == 0 { throw .invalidValue(.data, field: "length") }
-        case .openOK, .fin, .openFail, .rst, .credit, .ping, .pong:
+        case .openOK, .fin, .openFail, .rst, .credit, .ping, .pong, .ack:
             if length != minimumLength(type) { throw .badLength(type, length) }
         case .hello, .resume, .status, .open, .dgram, .goaway:
             if length < minimumLength(type) { throw .badLength(type, length) }
@@ -173,7 +178,17 @@ enum WireFormat {
             try version(try r.u8())
             let id = InstanceID(bytes: try r.bytes(16))!
             let token = try r.string("token", max: LoftWire.maxShortString)
-            frame = .resume(Resume(instanceID: id, token: token))
+            var replay: ResumeReplay?
+            if r.remaining > 0 {
+                // Replay fields (§8.1): capabilities with bit 0 set, then the received count.
+                let caps = try r.u32()
+                let received = try r.u64()
+                if caps & Hello.replay == 0 { throw .invalidValue(.resume, field: "capabilities") }
+                let continuing = caps & Self.resumeContinuing != 0
+                if !continuing && received != 0 { throw .invalidValue(.resume, field: "received") }
+                replay = ResumeReplay(continuing: continuing, received: received)
+            }
+            frame = .resume(Resume(instanceID: id, token: token, replay: replay))
         case .status:
             frame = .status(try status(&r))
         case .open:
@@ -207,6 +222,8 @@ enum WireFormat {
             frame = .ping(try r.u64())
         case .pong:
             frame = .pong(try r.u64())
+        case .ack:
+            frame = .ack(try r.u64())
         case .goaway:
             let reason = GoAwayReason(rawValue: try r.u8())
             let text = try r.string("text", wide: true, max: LoftWire.maxGoAwayText)
@@ -227,7 +244,7 @@ enum WireFormat {
         guard len4 <= 32, let prefix4 = IPPrefix(ip4, Int(len4)) else { throw .invalidValue(.status, field: "ipv4 prefix") }
         let gw4 = try r.ipv4()
         let flags = try r.u8()
-        if flags & ~1 != 0 { throw .invalidValue(.status, field: "flags") }
+        if flags & ~(1 | Self.statusReplayFlag) != 0 { throw .invalidValue(.status, field: "flags") }
         var prefix6: IPPrefix?, gw6: IPAddress?
         if flags & 1 != 0 {
             let ip6 = try r.ipv6()
@@ -244,8 +261,18 @@ enum WireFormat {
         var dns: [IPAddress] = []
         dns.reserveCapacity(count)
         for _ in 0..<count { dns.append(try r.ipAddress()) }
+        var replay: StatusReplay?
+        if flags & Self.statusReplayFlag != 0 {
+            let grace = try r.u32()
+            let continued = try r.u8()
+            if continued > 1 { throw .invalidValue(.status, field: "continued") }
+            let received = try r.u64()
+            if continued == 0 && received != 0 { throw .invalidValue(.status, field: "received") }
+            replay = StatusReplay(graceMs: grace, continued: continued == 1, received: received)
+        }
         return Status(instanceID: id, keepaliveMs: keepalive, maxStreams: maxStreams,
-                      overlay: Overlay(ipv4: prefix4, gateway4: gw4, ipv6: prefix6, gateway6: gw6, mtu: mtu, dns: dns))
+                      overlay: Overlay(ipv4: prefix4, gateway4: gw4, ipv6: prefix6, gateway6: gw6, mtu: mtu, dns: dns),
+                      replay: replay)
     }
 
     // MARK: encoding
@@ -280,7 +307,8 @@ enum WireFormat {
             n = 5 + (try shortString(h.token, "token")) + (try shortString(h.clientName, "client name"))
         case .resume(let r):
             try version(r.version)
-            n = 17 + (try shortString(r.token, "token"))
+            if let rp = r.replay, !rp.continuing && rp.received != 0 { throw .invalidValue(.resume, field: "received") }
+            n = 17 + (try shortString(r.token, "token")) + (r.replay == nil ? 0 : 12)
         case .status(let s):
             n = try statusLength(s)
         case .open(_, let network, let destination):
@@ -301,7 +329,7 @@ enum WireFormat {
             n = 4
         case .dgram(_, let remote, let payload):
             n = (try destinationLength(remote)) + payload.count
-        case .ping, .pong:
+        case .ping, .pong, .ack:
             n = 8
         case .goaway(_, let text):
             let t = text.utf8.count
@@ -331,6 +359,10 @@ enum WireFormat {
         if o.mtu < (o.ipv6 == nil ? LoftWire.minMTU : LoftWire.minMTUWithIPv6) { throw .invalidValue(.status, field: "mtu") }
         if o.dns.count > LoftWire.maxDNSServers { throw .invalidValue(.status, field: "dns count") }
         for a in o.dns { n += a.isIPv4 ? 5 : 17 }
+        if let rp = s.replay {
+            if !rp.continued && rp.received != 0 { throw .invalidValue(.status, field: "received") }
+            n += 13
+        }
         return n
     }
 }
@@ -426,18 +458,23 @@ public enum FrameEncoder {
                 s.append(h.version); s.put32(h.capabilities); s.putShort(h.token); s.putShort(h.clientName)
             case .resume(let r):
                 s.append(r.version); s.append(contentsOf: r.instanceID.bytes); s.putShort(r.token)
+                if let rp = r.replay {
+                    s.put32(Hello.replay | (rp.continuing ? WireFormat.resumeContinuing : 0)); s.put64(rp.received)
+                }
             case .status(let st):
                 let o = st.overlay
                 s.append(contentsOf: st.instanceID.bytes)
                 s.put32(st.keepaliveMs); s.put32(st.maxStreams); s.put16(o.mtu)
                 s.putIP(o.ipv4.address); s.append(UInt8(o.ipv4.length)); s.putIP(o.gateway4)
+                let rflag = st.replay == nil ? 0 : WireFormat.statusReplayFlag
                 if let p6 = o.ipv6, let g6 = o.gateway6 {
-                    s.append(1); s.putIP(p6.address); s.append(UInt8(p6.length)); s.putIP(g6)
+                    s.append(1 | rflag); s.putIP(p6.address); s.append(UInt8(p6.length)); s.putIP(g6)
                 } else {
-                    s.append(0)
+                    s.append(rflag)
                 }
                 s.append(UInt8(o.dns.count))
                 for a in o.dns { s.append(a.isIPv4 ? 1 : 4); s.putIP(a) }
+                if let rp = st.replay { s.put32(rp.graceMs); s.append(rp.continued ? 1 : 0); s.put64(rp.received) }
             case .open(_, let network, let destination):
                 s.append(network == .tcp ? 6 : 17); s.putDestination(destination)
             case .openOK, .fin:
@@ -452,7 +489,7 @@ public enum FrameEncoder {
                 s.put32(inc)
             case .dgram(_, let remote, let payload):
                 s.putDestination(remote); s.append(contentsOf: payload)
-            case .ping(let v), .pong(let v):
+            case .ping(let v), .pong(let v), .ack(let v):
                 s.put64(v)
             case .goaway(let reason, let text):
                 s.append(reason.rawValue); s.put16(UInt16(text.utf8.count)); s.append(contentsOf: text.utf8)

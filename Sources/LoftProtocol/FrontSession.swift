@@ -43,9 +43,17 @@ public final class FrontSession: SessionEnd, SessionEngineHost {
     public private(set) var resume: Resume?
 
     private let keepaliveMs: UInt32
+    /// Replay (docs/protocol.md §8.1): offered to clients that ask when `limits.replay` and a
+    /// grace period above 0.
+    public let replayGraceMs: UInt32
+    /// The client offered replay in its HELLO/RESUME and this front does it.
+    private var replayAgreed = false
+    /// The last STATUS sent (a continuing RESUME gets it again).
+    private var lastStatus: Status?
 
-    public init(limits: SessionLimits = .init(), keepaliveMs: UInt32) {
+    public init(limits: SessionLimits = .init(), keepaliveMs: UInt32, replayGraceMs: UInt32 = 0) {
         self.keepaliveMs = max(1, keepaliveMs)
+        self.replayGraceMs = limits.replay ? replayGraceMs : 0
         super.init(role: .front, limits: limits)
         engine.keepaliveMs = UInt64(self.keepaliveMs)   // a client that never says HELLO is dead too
         engine.host = self
@@ -58,6 +66,7 @@ public final class FrontSession: SessionEnd, SessionEngineHost {
         var st = status
         st.keepaliveMs = keepaliveMs
         st.maxStreams = UInt32(clamping: min(Int(st.maxStreams), engine.limits.maxStreams))
+        st.replay = replayAgreed ? StatusReplay(graceMs: replayGraceMs) : nil
         switch phase {
         case .deciding:
             break
@@ -67,15 +76,19 @@ public final class FrontSession: SessionEnd, SessionEngineHost {
             return
         }
         do {
-            try engine.queue(.status(st))
+            // The STATUS answering HELLO/RESUME ends the handshake: the session's byte
+            // stream (§8.1) starts after it.
+            if phase == .deciding && replayAgreed { try engine.queuePreamble(.status(st)) } else { try engine.queue(.status(st)) }
         } catch {
             goAway(.shutdown, text: "front has an invalid overlay: \(error)")
             return
         }
+        lastStatus = st
         if phase == .deciding {
             phase = .established
             instanceID = st.instanceID
             engine.pingEnabled = true
+            if replayAgreed { engine.replay = true; engine.retaining = true }
         }
         engine.maxStreamsAllowed = Int(st.maxStreams)
         engine.signal()
@@ -87,6 +100,40 @@ public final class FrontSession: SessionEnd, SessionEngineHost {
         phase = .closing
         engine.ignoringInput = true
         engine.queueControl(.goaway(reason: reason, text: SessionEngine.clip(text)))
+        engine.signal()
+    }
+
+    // MARK: replay (docs/protocol.md §8.1)
+
+    /// The carrier is lost: with replay agreed, the streams are parked (writes take nothing,
+    /// reading goes on) for a RESUME to continue with `resumeParked`; true then. false: no
+    /// replay, or the session ended (GOAWAY, protocol error): tear it down as before.
+    public func park() -> Bool {
+        guard engine.replay, phase == .established, !engine.failed, !engine.ignoringInput else { return false }
+        engine.park()
+        return true
+    }
+
+    /// A continuing RESUME for this parked session arrived on a new carrier (read by another
+    /// FrontSession, which is dropped): the client has `peerReceived` of this session's bytes.
+    /// Queues the STATUS that continues the streams (before what is sent again); the embedder
+    /// moves the new carrier here. Throws `replayOffset` for a count this side never sent: the
+    /// session is finished then.
+    public func resumeParked(peerReceived: UInt64) throws(ProtocolError) {
+        guard engine.parked, var st = lastStatus else { throw .unexpectedFrame(.resume) }
+        do {
+            try engine.resumeOutput(peerReceived: peerReceived)
+        } catch {
+            engine.failed = true
+            throw error
+        }
+        engine.countingInput = true
+        engine.keepaliveMs = UInt64(keepaliveMs)
+        engine.pingEnabled = true
+        st.replay = StatusReplay(graceMs: replayGraceMs, continued: true, received: engine.inOffset)
+        // Before what is sent again: the STATUS is the new carrier's handshake, not stream.
+        do { try engine.queuePreamble(.status(st)) } catch { assertionFailure("STATUS sent before: \(error)") }
+        lastStatus = st
         engine.signal()
     }
 
@@ -124,10 +171,12 @@ public final class FrontSession: SessionEnd, SessionEngineHost {
         case .hello(let h) where phase == .awaitingHello:
             phase = .deciding
             hello = h
+            if replayGraceMs > 0 && h.capabilities & Hello.replay != 0 { agreeReplay() }
             if let st = delegate?.frontSession(self, hello: h) { sendStatus(st) }
         case .resume(let r) where phase == .awaitingHello:
             phase = .deciding
             resume = r
+            if replayGraceMs > 0 && r.replay != nil { agreeReplay() }
             if let st = delegate?.frontSession(self, resume: r) { sendStatus(st) }
         case .goaway(let reason, let text):
             phase = .closing
@@ -136,6 +185,13 @@ public final class FrontSession: SessionEnd, SessionEngineHost {
         default:
             throw .unexpectedFrame(frame.type)
         }
+    }
+
+    /// The client offered replay and this front does it: its bytes after the HELLO/RESUME are
+    /// the session's stream.
+    private func agreeReplay() {
+        replayAgreed = true
+        engine.startStreamInput()
     }
 
     func engineStreamRequested(_ id: UInt32, _ network: FlowNetwork, _ destination: Destination) {

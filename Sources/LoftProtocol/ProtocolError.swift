@@ -54,6 +54,10 @@ public enum ProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The peer keeps sending requests (PING) without reading the answers: this side's
     /// output grew past its limit.
     case outputOverflow(Int)
+    /// Replay (docs/protocol.md §8.1): an ACK, RESUME or STATUS says the peer received
+    /// `claimed` of this side's session bytes, outside what it can have: below what it
+    /// acknowledged before (`acked`) or above what was sent (`sent`).
+    case replayOffset(claimed: UInt64, acked: UInt64, sent: UInt64)
 
     public var description: String {
         switch self {
@@ -80,6 +84,7 @@ public enum ProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
         case .bufferLimit(let n): return "more than \(n) bytes buffered"
         case .instanceMismatch: return "STATUS for another instance"
         case .outputOverflow(let n): return "peer not reading (\(n) bytes queued)"
+        case .replayOffset(let c, let a, let s): return "peer claims \(c) session bytes received, outside \(a)...\(s)"
         }
     }
 }

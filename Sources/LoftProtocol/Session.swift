@@ -16,11 +16,18 @@ public struct SessionLimits: Sendable {
     /// is a protocol error (`bufferLimit`). nil: maxStreams × streamWindow, which a peer that
     /// honours credit can never exceed.
     public var maxBufferedBytes: Int?
+    /// Offer (client) or accept (front) stream replay across carriers (docs/protocol.md §8.1).
+    public var replay: Bool = false
+    /// Replay: sent bytes kept until the peer acknowledges them, plus bytes not yet sent; writes
+    /// stall at this bound. Raised to `maxOutputBytes` if lower.
+    public var maxReplayBytes: Int = 16 << 20
 
     public init(maxStreams: Int = 1024, streamWindow: UInt32 = LoftWire.initialStreamWindow,
-                maxOutputBytes: Int = 4 << 20, maxDatagramQueue: Int = 1 << 20, maxBufferedBytes: Int? = nil) {
+                maxOutputBytes: Int = 4 << 20, maxDatagramQueue: Int = 1 << 20, maxBufferedBytes: Int? = nil,
+                replay: Bool = false, maxReplayBytes: Int = 16 << 20) {
         self.maxStreams = maxStreams; self.streamWindow = streamWindow; self.maxOutputBytes = maxOutputBytes
         self.maxDatagramQueue = maxDatagramQueue; self.maxBufferedBytes = maxBufferedBytes
+        self.replay = replay; self.maxReplayBytes = maxReplayBytes
     }
 }
 
@@ -47,6 +54,11 @@ public struct SessionCounters: Sendable, Equatable {
     public var streamsReset: UInt64 = 0
     public var pingsSent: UInt64 = 0
     public var pongsReceived: UInt64 = 0
+    /// Replay (§8.1): session bytes sent again after a RESUME because the peer had not got them.
+    public var replayedBytes: UInt64 = 0
+    /// Replay: attachments that continued the session's streams.
+    public var streamsContinued: UInt64 = 0
+    public var acksSent: UInt64 = 0
     public init() {}
 }
 
@@ -122,12 +134,52 @@ final class SessionEngine {
     var datagramSink: ((UnsafeRawBufferPointer) -> Bool)?
     var datagramScratch = ByteQueue()
 
+    // Replay (SessionReplay.swift, docs/protocol.md §8.1). `output` holds, in order, the bytes
+    // sent but not acknowledged (`sentCount` of them, kept while `retaining`) and the bytes not
+    // sent yet; `outBase` is the session offset of its first byte.
+    var retaining = false
+    var replay = false
+    var sentCount = 0
+    /// Older pieces of the output, sent in full and kept until acknowledged (oldest first),
+    /// `keptBytes` in all: a fully sent output of `segmentBytes` or more is moved here whole
+    /// and a fresh one takes the writes, so what is kept is never moved or copied.
+    var kept: [ByteQueue] = []
+    var keptBytes = 0
+    /// An emptied piece, for the next one (its storage reused).
+    var spare: ByteQueue?
+    var outBase: UInt64 = 0
+    /// The peer's session bytes received (counted while `countingInput`) and the last ACK sent.
+    var inOffset: UInt64 = 0
+    var ackSent: UInt64 = 0
+    /// The last ACK received (ACKs never go down).
+    var lastAck: UInt64 = 0
+    /// Bytes of ACK frames among those received since the last ACK sent: ACKs alone are not
+    /// acknowledged at a tick (two idle ends would trade ACKs of ACKs every second).
+    var ackOnlySince: UInt64 = 0
+    var countingInput = false
+    var streamStartPending = false
+    /// Handshake frames (HELLO, RESUME, the STATUS answering them): sent before `output`,
+    /// never part of the session's byte stream.
+    var preamble = ByteQueue()
+    /// The stream part of the output waits (client: until the STATUS of a continuing RESUME).
+    var outputHeld = false
+    /// No carrier; the streams are kept for a RESUME: writes take nothing, datagrams drop.
+    var parked = false
+    /// The client's input parser state while the handshake of a continuing RESUME is parsed.
+    var stash: (partial: [UInt8], stream: UInt32, remaining: Int, length: Int)?
+    let maxReplay: Int
+    /// A fully sent output at least this large is kept aside whole (`kept`): 1 MiB, or a
+    /// quarter of the replay bound if that is less.
+    let segmentBytes: Int
+
     /// PONGs may push the output this far past maxOutputBytes before the peer is cut off.
     static let controlSlack = 64 << 10
 
     init(role: SessionRole, limits: SessionLimits) {
         self.role = role
         self.limits = limits
+        maxReplay = max(limits.maxReplayBytes, limits.maxOutputBytes)
+        segmentBytes = min(1 << 20, maxReplay / 4)
         window = max(limits.streamWindow, LoftWire.initialStreamWindow)
         maxBuffered = limits.maxBufferedBytes ?? limits.maxStreams.multipliedReportingOverflow(by: Int(window)).partialValue
         maxStreamsAllowed = limits.maxStreams
@@ -144,6 +196,11 @@ final class SessionEngine {
         partialCount = 0
         dataRemaining = 0
         failed = false; anyOutputBlocked = false; queuedSinceSignal = false
+        resetKeepalive()
+        resetReplay()
+    }
+
+    func resetKeepalive() {
         keepaliveMs = 0; pingEnabled = false
         lastHeard = nil; heardSinceTick = false; lastPingAt = nil; pingOutstanding = nil; pongUnresolved = false
     }
@@ -169,27 +226,62 @@ final class SessionEngine {
         }
     }
 
+    /// Bytes queued and not yet handed to the carrier (handshake frames included).
+    var unsentCount: Int { preamble.count + (outputHeld ? 0 : output.count - sentCount) }
+
+    /// What a write may still queue: the output bound over the unsent bytes, and with replay
+    /// the replay bound over everything kept.
+    @inline(__always) var outputRoom: Int {
+        let room = limits.maxOutputBytes - (output.count - sentCount)
+        return retaining ? min(room, maxReplay - keptBytes - output.count) : room
+    }
+
     func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) {
-        guard !output.isEmpty else { return }
+        if !preamble.isEmpty { withPreamble(body); return }
+        guard output.count > sentCount, !outputHeld else { return }
         // Swapped out so a body that calls back into the session cannot collide with it.
         var q = ByteQueue()
         swap(&q, &output)
-        let taken = q.withUnsafeReadableBytes { body($0) }
-        let n = max(0, min(taken, q.count))
-        q.consume(n)
+        let start = sentCount
+        let taken = q.withUnsafeReadableBytes { body(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+        let n = max(0, min(taken, q.count - start))
+        // With replay the bytes stay where they are until the peer acknowledges them.
+        if retaining { sentCount += n } else { q.consume(n) }
         counters.bytesOut += UInt64(n)
         if !output.isEmpty {
             output.withUnsafeReadableBytes { q.append($0) }
             output.removeAll(keepingCapacity: true)
         }
         swap(&q, &output)
-        if anyOutputBlocked && output.count < limits.maxOutputBytes / 2 {
+        if retaining && sentCount == output.count && sentCount >= segmentBytes { keepSentOutput() }
+        unblockStreams()
+        signal()
+    }
+
+    /// Streams whose write was cut short by the output (or replay) bound hear `streamWritable`
+    /// once there is room for half the output bound again.
+    func unblockStreams() {
+        if anyOutputBlocked && !parked && outputRoom > limits.maxOutputBytes / 2 {
             anyOutputBlocked = false
             for s in streams.values where s.outputBlocked && streams[s.id] === s {
                 s.outputBlocked = false
                 host?.engineWritable(s.id)
             }
         }
+    }
+
+    private func withPreamble(_ body: (UnsafeRawBufferPointer) -> Int) {
+        var q = ByteQueue()
+        swap(&q, &preamble)
+        let taken = q.withUnsafeReadableBytes { body($0) }
+        let n = max(0, min(taken, q.count))
+        q.consume(n)
+        counters.bytesOut += UInt64(n)
+        if !preamble.isEmpty {
+            preamble.withUnsafeReadableBytes { q.append($0) }
+            preamble.removeAll(keepingCapacity: true)
+        }
+        swap(&q, &preamble)
         signal()
     }
 

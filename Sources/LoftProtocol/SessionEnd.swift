@@ -45,7 +45,8 @@ public class SessionEnd {
 
     // MARK: output
 
-    public var outputCount: Int { engine.output.count }
+    /// Bytes waiting to be handed to the carrier (with replay, not those kept for it).
+    public var outputCount: Int { engine.unsentCount }
 
     /// `body` gets the queued bytes and returns how many it took; they are consumed. It must
     /// not call back into the session.
@@ -93,4 +94,15 @@ public class SessionEnd {
     public var bufferedBytes: Int { engine.bufferedTotal }
     /// Streams still held, including finished ones with unread bytes (tests).
     var engineStreamCount: Int { engine.streams.count }
+
+    // MARK: replay (docs/protocol.md §8.1)
+
+    /// Replay was negotiated: a lost carrier parks the streams instead of dropping them.
+    public var replayActive: Bool { engine.replay }
+    /// The carrier is gone and the streams wait for a RESUME.
+    public var isParked: Bool { engine.parked }
+    /// Session bytes kept: sent and not yet acknowledged, plus queued and not yet sent (with replay).
+    public var replayHeldBytes: Int { engine.retaining ? engine.keptBytes + engine.output.count : 0 }
+    /// Streams and associations held (parked ones included).
+    public var heldStreamCount: Int { engine.streams.count }
 }

@@ -8,6 +8,7 @@ extension SessionEngine {
     func receive(_ bytes: UnsafeRawBufferPointer, now: UInt64?) throws(ProtocolError) {
         guard !failed, !ignoringInput, !bytes.isEmpty else { return }
         counters.bytesIn += UInt64(bytes.count)
+        if countingInput { inOffset &+= UInt64(bytes.count) }
         if let now { lastHeard = now; heardSinceTick = false } else { heardSinceTick = true }
         receiveNow = now
         do {
@@ -17,6 +18,7 @@ extension SessionEngine {
             signal()
             throw error
         }
+        if replay { acknowledge(force: false) }
         signal()
     }
 
@@ -63,6 +65,7 @@ extension SessionEngine {
     private var stopped: Bool { failed || ignoringInput }
 
     private func consume(_ input: UnsafeRawBufferPointer) throws(ProtocolError) {
+        guard !input.isEmpty, !stopped else { return }
         var rest = input
         let hs = LoftWire.headerSize
         if dataRemaining > 0 {
@@ -99,6 +102,7 @@ extension SessionEngine {
                 if partialCount < total { return }
                 partialCount = 0
                 try handle(h, UnsafeRawBufferPointer(start: buf + hs, count: h.length))
+                if streamStartPending { enterStream(after: rest); return try consume(rest) }
                 if gen != generation || stopped { return }
             }
         }
@@ -117,6 +121,11 @@ extension SessionEngine {
             }
             // Straight from the caller's bytes: DATA is copied once, into the stream's queue.
             try handle(h, UnsafeRawBufferPointer(rebasing: rest[hs..<total]))
+            if streamStartPending {
+                let after = UnsafeRawBufferPointer(rebasing: rest[total...])
+                enterStream(after: after)
+                return try consume(after)
+            }
             if gen != generation || stopped { return }
             rest = UnsafeRawBufferPointer(rebasing: rest[total...])
         }
@@ -174,6 +183,7 @@ extension SessionEngine {
             case .credit(let id, let inc): try onCredit(id, inc)
             case .ping(let v): try onPing(v)
             case .pong(let v): onPong(v)
+            case .ack(let v): try onAck(v)
             case .hello, .resume, .status, .goaway: try host.engineSessionFrame(frame)
             case .data, .dgram: break
             }
@@ -277,7 +287,8 @@ extension SessionEngine {
     private func onPing(_ v: UInt64) throws(ProtocolError) {
         queueControl(.pong(v))
         // A peer that pings without reading the answers would grow our output forever.
-        if output.count > limits.maxOutputBytes + Self.controlSlack { throw .outputOverflow(output.count) }
+        let unsent = output.count - sentCount
+        if unsent > limits.maxOutputBytes + Self.controlSlack { throw .outputOverflow(unsent) }
     }
 
     private func onPong(_ v: UInt64) {

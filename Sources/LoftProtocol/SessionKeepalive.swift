@@ -12,7 +12,8 @@ extension SessionEngine {
     /// its receive storage back). Heard bytes only move the silence deadline later, so a
     /// deadline armed earlier is never late.
     func nextTick(now: UInt64) -> UInt64? {
-        let storage: UInt64? = streams.isEmpty ? nil : now &+ 1000
+        // A second from now also while received bytes wait for their ACK (§8.1).
+        let storage: UInt64? = streams.isEmpty && (!replay || !ackOwed) ? nil : now &+ 1000
         guard keepaliveMs > 0, !failed else { return storage }
         if lastHeard == nil || heardSinceTick || pongUnresolved { return now }
         var due = lastHeard! &+ 2 * keepaliveMs
@@ -25,6 +26,7 @@ extension SessionEngine {
             if !st.recvTouched && st.recv.isEmpty && st.recv.capacity > 0 { st.recv.removeAll(keepingCapacity: false) }
             st.recvTouched = false
         }
+        if replay && !parked { acknowledge(force: true); signal() }
         guard keepaliveMs > 0, !failed else { return true }
         if heardSinceTick || lastHeard == nil { lastHeard = now; heardSinceTick = false }
         if pongUnresolved, let p = pingOutstanding {

@@ -99,8 +99,8 @@ extension SessionEngine {
         guard !bytes.isEmpty, let s = streams[id], s.network == .tcp, sendable(s) else { return 0 }
         let want = Int(min(UInt64(bytes.count), s.sendCredit))
         var written = 0
-        while written < want {
-            let room = limits.maxOutputBytes - output.count - LoftWire.headerSize
+        while written < want && !parked {
+            let room = outputRoom - LoftWire.headerSize
             if room <= 0 { break }
             let n = min(want - written, LoftWire.maxBodySize, room)
             FrameEncoder.encodeData(stream: id, UnsafeRawBufferPointer(rebasing: bytes[written..<written + n]), into: &output)
@@ -119,7 +119,7 @@ extension SessionEngine {
 
     func writableBytes(_ id: UInt32) -> Int {
         guard let s = streams[id], s.network == .tcp, sendable(s) else { return 0 }
-        let room = Self.payloadRoom(limits.maxOutputBytes - output.count)
+        let room = parked ? 0 : Self.payloadRoom(outputRoom)
         let credit = Int(s.sendCredit)
         if room < credit { s.outputBlocked = true; anyOutputBlocked = true }
         return min(room, credit)
@@ -175,7 +175,7 @@ extension SessionEngine {
 
 
     func sendDatagram(_ id: UInt32, _ remote: Destination, _ payload: UnsafeRawBufferPointer) -> Bool {
-        guard let s = streams[id], s.network == .udp, !failed, role == .client || s.phase == .open,
+        guard let s = streams[id], s.network == .udp, !failed, !parked, role == .client || s.phase == .open,
               let size = FrameEncoder.datagramSize(remote: remote, payloadCount: payload.count) else {
             counters.datagramsDropped += 1
             return false
@@ -191,7 +191,8 @@ extension SessionEngine {
                 return true
             }
         }
-        guard output.count + size <= min(limits.maxDatagramQueue, limits.maxOutputBytes) else {
+        guard output.count - sentCount + size <= min(limits.maxDatagramQueue, limits.maxOutputBytes),
+              !retaining || keptBytes + output.count + size <= maxReplay else {
             counters.datagramsDropped += 1
             return false
         }

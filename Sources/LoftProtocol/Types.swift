@@ -15,13 +15,15 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case dgram = 0x20
     case ping = 0x30
     case pong = 0x31
+    /// Replay (docs/protocol.md §8.1): cumulative count of the peer's session bytes received.
+    case ack = 0x32
     case goaway = 0x3F
 
     /// Session frames use stream 0; stream frames a nonzero stream (or association) id.
     public var isStreamFrame: Bool {
         switch self {
         case .open, .openOK, .openFail, .data, .fin, .rst, .credit, .dgram: return true
-        case .hello, .resume, .status, .ping, .pong, .goaway: return false
+        case .hello, .resume, .status, .ping, .pong, .ack, .goaway: return false
         }
     }
 
@@ -40,6 +42,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .dgram: return "DGRAM"
         case .ping: return "PING"
         case .pong: return "PONG"
+        case .ack: return "ACK"
         case .goaway: return "GOAWAY"
         }
     }
@@ -228,7 +231,8 @@ public struct GoAwayReason: RawRepresentable, Hashable, Sendable, CustomStringCo
 /// HELLO: starts a new session.
 public struct Hello: Equatable, Sendable {
     public var version: UInt8
-    /// Feature bits; version 1 defines none, and a receiver ignores bits it does not know.
+    /// Feature bits; a receiver ignores bits it does not know. Bit 0 (`Hello.replay`): the
+    /// client can keep its streams across carriers (docs/protocol.md §8.1).
     public var capabilities: UInt32
     public var token: String
     public var clientName: String
@@ -237,13 +241,44 @@ public struct Hello: Equatable, Sendable {
     }
 }
 
+extension Hello {
+    /// Capability bit: stream replay across carriers (docs/protocol.md §8.1).
+    public static let replay: UInt32 = 1
+}
+
+/// RESUME's replay fields (docs/protocol.md §8.1), sent only by a client that does replay.
+public struct ResumeReplay: Equatable, Sendable {
+    /// The client kept the session's streams from the last carrier: `received` is how many of
+    /// the front's session bytes it has, and the front continues after them.
+    public var continuing: Bool
+    /// The front's session bytes the client received (0 when not continuing).
+    public var received: UInt64
+    public init(continuing: Bool, received: UInt64) { self.continuing = continuing; self.received = received }
+}
+
 /// RESUME: reattaches an existing session (its instance) on a new carrier.
 public struct Resume: Equatable, Sendable {
     public var version: UInt8
     public var instanceID: InstanceID
     public var token: String
-    public init(version: UInt8 = LoftWire.version, instanceID: InstanceID, token: String) {
-        self.version = version; self.instanceID = instanceID; self.token = token
+    /// nil: a client without replay (the body ends after the token).
+    public var replay: ResumeReplay?
+    public init(version: UInt8 = LoftWire.version, instanceID: InstanceID, token: String, replay: ResumeReplay? = nil) {
+        self.version = version; self.instanceID = instanceID; self.token = token; self.replay = replay
+    }
+}
+
+/// STATUS's replay fields (flags bit 7): the session keeps its streams across carriers.
+public struct StatusReplay: Equatable, Sendable {
+    /// How long the front parks the session's streams after its carrier is lost.
+    public var graceMs: UInt32
+    /// Answering a continuing RESUME: the streams were kept and `received` is where the client
+    /// continues. false: every stream and association of the session is gone.
+    public var continued: Bool
+    /// The client's session bytes the front received (0 unless `continued`).
+    public var received: UInt64
+    public init(graceMs: UInt32, continued: Bool = false, received: UInt64 = 0) {
+        self.graceMs = graceMs; self.continued = continued; self.received = received
     }
 }
 
@@ -273,9 +308,11 @@ public struct Status: Equatable, Sendable {
     /// How many streams (TCP streams and UDP associations) the client may have open at once.
     public var maxStreams: UInt32
     public var overlay: Overlay
-    public init(instanceID: InstanceID, keepaliveMs: UInt32, maxStreams: UInt32, overlay: Overlay) {
+    /// nil: no replay on this session (docs/protocol.md §8.1).
+    public var replay: StatusReplay?
+    public init(instanceID: InstanceID, keepaliveMs: UInt32, maxStreams: UInt32, overlay: Overlay, replay: StatusReplay? = nil) {
         self.instanceID = instanceID; self.keepaliveMs = keepaliveMs; self.maxStreams = maxStreams
-        self.overlay = overlay
+        self.overlay = overlay; self.replay = replay
     }
 }
 
@@ -295,6 +332,7 @@ public enum Frame: Equatable, Sendable {
     case dgram(association: UInt32, remote: Destination, payload: [UInt8])
     case ping(UInt64)
     case pong(UInt64)
+    case ack(UInt64)
     case goaway(reason: GoAwayReason, text: String)
 
     public var type: FrameType {
@@ -312,6 +350,7 @@ public enum Frame: Equatable, Sendable {
         case .dgram: return .dgram
         case .ping: return .ping
         case .pong: return .pong
+        case .ack: return .ack
         case .goaway: return .goaway
         }
     }
@@ -322,7 +361,7 @@ public enum Frame: Equatable, Sendable {
         case .open(let s, _, _), .openOK(let s), .openFail(let s, _), .data(let s, _), .fin(let s),
              .rst(let s, _), .credit(let s, _), .dgram(let s, _, _):
             return s
-        case .hello, .resume, .status, .ping, .pong, .goaway:
+        case .hello, .resume, .status, .ping, .pong, .ack, .goaway:
             return 0
         }
     }

@@ -50,6 +50,8 @@ extension Application {
                                                     serverName: serverName, config: config)
                     options.stateFile = o.stateFile
                     options.carrier.quicMaxPacket = o.quicMaxPacket
+                    options.limits.replay = o.resumeStreams
+                    options.limits.maxReplayBytes = o.resumeBuffer
                     let holder = try HolderOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options,
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder

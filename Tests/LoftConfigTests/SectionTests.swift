@@ -124,6 +124,18 @@ final class SectionTests: XCTestCase {
                     "key \"quic-max-packet\" in outbounds[0] is not for type vless")
     }
 
+    /// `resume-streams`, `resume-buffer` (type loft): replay (docs/protocol.md §8.1).
+    func testOutboundResumeStreams() {
+        let yaml = "outbounds:\n  - name: a\n" + Self.loftOutbound + "    tls: { insecure: true }\n"
+        XCTAssertEqual(parseOK(yaml)?.outbounds.first?.resumeStreams, true)
+        XCTAssertEqual(parseOK(yaml)?.outbounds.first?.resumeBuffer, 16 << 20)
+        XCTAssertEqual(parseOK(yaml + "    resume-streams: false\n")?.outbounds.first?.resumeStreams, false)
+        XCTAssertEqual(parseOK(yaml + "    resume-buffer: 33554432\n")?.outbounds.first?.resumeBuffer, 32 << 20)
+        assertError(yaml + "    resume-buffer: 10\n", at: 8, 20, "outbounds[0].resume-buffer must be an integer from 4194304 to 1073741824")
+        assertError("outbounds:\n  - { name: a, type: vless, resume-streams: true }\n", at: 2, 29,
+                    "key \"resume-streams\" in outbounds[0] is not for type vless")
+    }
+
     func testOutboundErrors() {
         assertError("outbounds:\n  - name: a\n" + Self.loftOutbound, at: 2, 5,
                     "outbounds[0] (a, type loft) is missing required key \"tls\"")

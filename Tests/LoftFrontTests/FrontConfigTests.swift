@@ -82,6 +82,21 @@ final class FrontConfigTests: XCTestCase {
         assertError(m + "quic-retry: sometimes\n", at: 5, 13, "quic-retry must be")
     }
 
+    /// `resume-grace`, `resume-buffer`, `resume-budget`: replay (docs/protocol.md §8.1).
+    func testResumeKeys() throws {
+        let m = Self.minimal
+        let d = try parse(m)
+        XCTAssertEqual(d.resumeGrace, .seconds(30))
+        XCTAssertEqual(d.resumeBuffer, 16 << 20)
+        XCTAssertEqual(d.resumeBudget, 256 << 20)
+        XCTAssertEqual(try parse(m + "resume-grace: 0s\n").resumeGrace, .zero)
+        XCTAssertEqual(try parse(m + "resume-grace: 2m\n").resumeGrace, .seconds(120))
+        XCTAssertEqual(try parse(m + "resume-buffer: 8388608\nresume-budget: 1073741824\n").resumeBuffer, 8 << 20)
+        assertError(m + "resume-grace: 2h\n", at: 5, 15, "resume-grace must be a duration from 0s to 1h")
+        assertError(m + "resume-buffer: 1000\n", at: 5, 16, "resume-buffer must be an integer from 4194304 to 1073741824", "got 1000")
+        assertError(m + "resume-budget: lots\n", at: 5, 16, "resume-budget must be an integer")
+    }
+
     /// `quic-max-packet`: the quic and h3 carriers' largest UDP payload (absent: path MTU
     /// discovery up to 1452); only with quic or h3 in `carriers`.
     func testQuicMaxPacket() throws {

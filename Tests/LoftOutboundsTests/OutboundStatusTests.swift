@@ -86,7 +86,8 @@ final class OutboundStatusTests: XCTestCase {
         XCTAssertTrue(s.detail.contains("last error: "), s.detail)
         XCTAssertEqual(s.extra.map(\.0), ["dials", "sessions", "resumes", "carrier-losses", "path-changes", "migrations",
                                           "flow-streams", "datagram-frames-out", "datagram-frames-in",
-                                          "hold-drops", "fallback-flows", "streams-reset", "stream-limit-refusals"])
+                                          "hold-drops", "fallback-flows", "streams-reset", "stream-limit-refusals",
+                                          "sessions-parked", "resumes-with-streams", "replayed-bytes", "streams-lost"])
         XCTAssertEqual(s.counter("dials"), 1)
         XCTAssertEqual(s.counter(OutboundStatus.holdDrops), 1)
         XCTAssertEqual(s.counter("fallback-flows"), 0)

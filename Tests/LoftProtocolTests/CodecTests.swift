@@ -85,6 +85,13 @@ enum Sample {
         .dgram(association: 5, remote: name, payload: [0]),
         .ping(0x0102_0304_0506_0708),
         .pong(.max),
+        .ack(0x0102_0304_0506_0708),
+        .resume(Resume(instanceID: instance, token: "s3cret", replay: ResumeReplay(continuing: true, received: 1 << 40))),
+        .resume(Resume(instanceID: instance, token: "", replay: ResumeReplay(continuing: false, received: 0))),
+        .status(Status(instanceID: instance, keepaliveMs: 10, maxStreams: 1, overlay: overlay6,
+                       replay: StatusReplay(graceMs: 30_000, continued: true, received: .max))),
+        .status(Status(instanceID: instance, keepaliveMs: 10, maxStreams: 1, overlay: overlay4,
+                       replay: StatusReplay(graceMs: 0))),
         .goaway(reason: .badToken, text: "token not accepted"),
         .goaway(reason: .shutdown, text: String(repeating: "x", count: LoftWire.maxGoAwayText)),
     ]
