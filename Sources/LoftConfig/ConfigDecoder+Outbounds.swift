@@ -71,6 +71,7 @@ extension ConfigDecoder {
         var passwordFileName: String?
         var auth: [SSTPAuthMethod] = [.mschapv2, .pap]
         var keepalive: Duration?
+        var mptcp: (Bool, YAMLNode)?
         var typedKeys: [(String, YAMLNode)] = []
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
@@ -122,6 +123,8 @@ extension ConfigDecoder {
                 auth = try sstpAuth(value, path: keyPath)
             case "keepalive":
                 keepalive = try v.duration(value, path: keyPath, in: ConfigDecoder.sstpKeepaliveRange)
+            case "mptcp":
+                mptcp = (try v.bool(value, path: keyPath), pair.key)
             default: break
             }
         }
@@ -144,10 +147,12 @@ extension ConfigDecoder {
             return OutboundSettings(name: name, kind: type == "direct" ? .direct : .drop, position: item.position)
         case "vless":
             try require([("server", server != nil), ("uuid", uuid != nil), ("tls", tls != nil)])
-            return OutboundSettings(
+            var o = OutboundSettings(
                 name: name,
                 kind: .vless(server: server!, uuid: uuid!, tls: tls!.0, serverName: tls!.1, alpn: alpn),
                 position: item.position)
+            o.mptcp = mptcp?.0 ?? false
+            return o
         case "sstp":
             try require([("server", server != nil), ("user", user != nil), ("password (or password-file)", password != nil),
                          ("tls", tls != nil)])
@@ -168,6 +173,10 @@ extension ConfigDecoder {
                 kind: .loft(server: server!, carrier: carrier!, token: token!, tls: tls!.0, serverName: tls!.1),
                 position: item.position, stateFile: stateFile)
             o.quicMaxPacket = quicMaxPacket?.0
+            if let (on, node) = mptcp, on, carrier == "quic" || carrier == "h3" {
+                throw v.error(node, "\(path).mptcp is for the carriers over TCP (ws, get, h2), not \(carrier!)")
+            }
+            o.mptcp = mptcp?.0 ?? false
             return o
         }
     }

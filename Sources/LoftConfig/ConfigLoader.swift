@@ -105,12 +105,12 @@ struct ConfigDecoder {
     static let bridgeKeys = ["peer-port", "extension-port", "mtu"]
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
     static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "quic-max-packet", "uuid", "alpn",
-                               "user", "password", "password-file", "auth", "keepalive"]
+                               "user", "password", "password-file", "auth", "keepalive", "mptcp"]
     /// The keys each outbound type takes besides name and type.
     static let typeKeys: [String: [String]] = [
         "direct": [], "drop": [],
-        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet"],
-        "vless": ["server", "uuid", "tls", "alpn"],
+        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet", "mptcp"],
+        "vless": ["server", "uuid", "tls", "alpn", "mptcp"],
         "sstp": ["server", "user", "password", "password-file", "tls", "auth", "keepalive"],
     ]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "system-ca", "insecure"]

@@ -45,7 +45,7 @@ struct FrontConfigDecoder {
 
     static let topKeys = ["log", "listen", "path", "carriers", "tls", "tokens", "tokens-file", "pool", "mtu", "dns",
                           "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control",
-                          "state-file", "udp-idle-timeout", "quic-retry", "quic-max-packet"]
+                          "state-file", "udp-idle-timeout", "quic-retry", "quic-max-packet", "mptcp"]
     static let required = ["listen", "tls", "tokens (or tokens-file)", "pool"]
     static let tlsKeys = ["certificate", "key"]
     static let poolKeys = ["ipv4", "ipv6"]
@@ -91,6 +91,7 @@ struct FrontConfigDecoder {
         var udpIdleTimeout = Duration.seconds(60)
         var quicRetry = FrontQuicRetry.auto
         var quicMaxPacket: (Int, YAMLNode)?
+        var mptcp = false
 
         func addToken(_ token: String, at position: SourcePosition, path: String) throws(ConfigError) {
             guard !token.isEmpty, token.utf8.count <= FrontConfigDecoder.maxTokenBytes else {
@@ -189,6 +190,8 @@ struct FrontConfigDecoder {
                 }
             case "quic-max-packet":
                 quicMaxPacket = (try v.integer(value, path: "quic-max-packet", in: ConfigDecoder.quicPacketRange), pair.key)
+            case "mptcp":
+                mptcp = try v.bool(value, path: "mptcp")
             default:
                 break // forEachField only passes known keys
             }
@@ -211,6 +214,7 @@ struct FrontConfigDecoder {
                              connectTimeout: connectTimeout, control: control, stateFile: stateFile,
                              udpIdleTimeout: udpIdleTimeout)
         settings.quicRetry = quicRetry
+        settings.mptcp = mptcp
         if let (n, node) = quicMaxPacket {
             guard carriers.contains(.quic) || carriers.contains(.h3) else {
                 throw v.error(node, "quic-max-packet is for the quic and h3 carriers; carriers lists neither")

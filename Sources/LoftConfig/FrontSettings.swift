@@ -62,6 +62,9 @@ public struct FrontSettings: Sendable, Equatable {
     /// Key `quic-max-packet`: the largest UDP payload of the quic and h3 carriers, sent and
     /// taken (nil: 1452, found by path MTU discovery; docs/front.md).
     public var quicMaxPacket: Int?
+    /// Key `mptcp`: the TCP listener takes Multipath TCP (IPPROTO_MPTCP); clients without it
+    /// connect over plain TCP as before (docs/front.md).
+    public var mptcp = false
 
     public static let defaultPath = "/loft"
     public static let defaultMTU = 1400

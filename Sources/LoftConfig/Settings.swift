@@ -165,6 +165,9 @@ public struct OutboundSettings: Sendable, Equatable {
     /// Type loft with carrier quic or h3, key `quic-max-packet`: the largest UDP payload sent
     /// and taken (nil: 1452, found by path MTU discovery).
     public var quicMaxPacket: Int?
+    /// Types loft (carriers ws, get, h2) and vless, key `mptcp`: TCP connections to the server
+    /// made as Multipath TCP, plain TCP when the server does not speak it (docs/holder.md).
+    public var mptcp = false
     /// Type sstp, key `keepalive`: an SSTP Echo Request after this long without a byte from the
     /// server, the link down after twice as long (default 30 s).
     public var keepalive: Duration?

@@ -44,6 +44,11 @@ public struct FrontStats: Sendable, Equatable {
     /// quic: packets not sent to an address not yet validated, past 3x the bytes it sent
     /// (RFC 9000 §8.1's anti-amplification limit), counted as each connection ends.
     public var quicAmplificationHeld: UInt64 = 0
+    /// Multipath TCP (`mptcp: true` on the listener): carriers whose TCP connections run MPTCP
+    /// (ws, h2: the one; get: both), and connections accepted that run it or came as plain TCP.
+    public var carriersMptcp: UInt64 = 0
+    public var mptcpAccepted: UInt64 = 0
+    public var mptcpFallbacks: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -73,7 +78,8 @@ public struct FrontStats: Sendable, Equatable {
          ("requests_rejected", requestsRejected), ("quic_packets_dropped", quicPacketsDropped),
          ("quic_retries", quicRetries), ("quic_tokens_validated", quicTokensValidated),
          ("quic_tokens_invalid", quicTokensInvalid), ("quic_resets", quicResets),
-         ("quic_amplification_held", quicAmplificationHeld)]
+         ("quic_amplification_held", quicAmplificationHeld),
+         ("carriers_mptcp", carriersMptcp), ("mptcp_accepted", mptcpAccepted), ("mptcp_fallbacks", mptcpFallbacks)]
     }
 
     /// `name value` lines.

@@ -125,6 +125,15 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         }) {
             return "migrating the connection to the new path (the session and its streams stay; RESUME only if the path fails validation)"
         }
+        // mptcp: a carrier running Multipath TCP stays; the kernel's path manager adds the new
+        // path as a subflow and drops the dead one (docs/holder.md, "Multipath TCP"). If the
+        // connection does not survive, its end goes the usual way (RESUME).
+        if let c = carrier, link == .up, options.carrier.multipath, case let paths = c.multipath,
+           !paths.isEmpty, paths.allSatisfy(\.active) {
+            counts.multipathKept += 1
+            Log.info("holder.path-kept", ["outbound": name, "mptcp": paths.map(\.description).joined(separator: "; ")])
+            return "keeping the Multipath TCP carrier (the kernel moves it to the paths it has; RESUME only if it ends)"
+        }
         if let c = carrier {
             c.abort()
             failures = 0  // a new path is a fresh start: flows wait for this dial again

@@ -18,6 +18,7 @@ public struct HolderStats: Sendable {
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
     public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
+    public var multipathKept: UInt64 = 0      // mptcp: path changes the MPTCP carrier rode through (no RESUME)
     public var quicPacket: UInt64 = 0         // quic, h3: the largest UDP payload on the path now (0: other carriers, not up)
     public var flowStreams: UInt64 = 0        // quic: TCP flows carried on QUIC streams of their own
     public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
@@ -72,6 +73,8 @@ extension HolderOutbound {
         if !st.overlay.isEmpty { d.append("overlay \(st.overlay)") }
         if let rtt = st.rttMs { d.append("rtt \(rtt) ms") }
         if !st.lastError.isEmpty && st.state != "up" { d.append("last error: \(st.lastError)") }
+        let paths = options.carrier.multipath && link == .up ? carrier?.multipath ?? [] : []
+        if !paths.isEmpty { d.append(paths.map(\.description).joined(separator: "; ")) }
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                    ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
@@ -79,6 +82,10 @@ extension HolderOutbound {
                    ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
+        if options.carrier.multipath {
+            s.extra += [("mptcp-subflows", UInt64(paths.reduce(0) { $0 + ($1.active ? $1.subflowCount : 0) })),
+                        ("mptcp-path-changes-kept", st.multipathKept)]
+        }
         return s
     }
 }
