@@ -14,6 +14,7 @@ public struct Multipath: Sendable, Equatable {
     public struct Subflow: Sendable, Equatable {
         public var local: Endpoint
         public var remote: Endpoint
+        public init(local: Endpoint, remote: Endpoint) { self.local = local; self.remote = remote }
     }
 
     /// True: the connection runs MPTCP; false: it fell back to plain TCP (the peer did not
