@@ -82,10 +82,8 @@ extension HolderOutbound {
                    ("datagram-frames-out", st.datagramFramesOut), ("datagram-frames-in", st.datagramFramesIn),
                    (OutboundStatus.holdDrops, st.holdDrops), ("fallback-flows", st.fallbackFlows),
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals)]
-        if options.carrier.multipath {
-            s.extra += [("mptcp-subflows", UInt64(paths.reduce(0) { $0 + ($1.active ? $1.subflowCount : 0) })),
-                        ("mptcp-path-changes-kept", st.multipathKept)]
-        }
+        // The subflows are a gauge: in the detail only (`extra` are counters, exported as such).
+        if options.carrier.multipath { s.extra.append(("mptcp-path-changes-kept", st.multipathKept)) }
         return s
     }
 }
