@@ -60,6 +60,23 @@ public struct Multipath: Sendable, Equatable {
         return Multipath(active: true, subflowCount: got.count, subflows: paths)
     }
 
+    /// After a path change: the connection runs MPTCP and one of its subflows still starts at an
+    /// address the host has (a socket can be bound to it), so the kernel can carry on there.
+    /// False when every subflow's address went with the old path (no `ip mptcp endpoint` for the
+    /// new one): the connection would only hang until it timed out.
+    public var keepsAPath: Bool {
+        active && subflows.contains { Multipath.isLocalAddress($0.local.address) }
+    }
+
+    /// Whether `address` is one of the host's (a UDP socket binds to it; nothing is sent).
+    static func isLocalAddress(_ address: IPAddress) -> Bool {
+        let e = Endpoint(address, 0)
+        let s = Sockets.make(family: Sockets.family(of: e), type: Int32(SOCK_DGRAM.rawValue))
+        guard s >= 0 else { return false }
+        defer { _ = Syscall.close(s) }
+        return (try? Syscall.bind(s, to: SocketAddress(e)).get()) != nil
+    }
+
     /// "mptcp, 2 subflows: 198.18.0.1:40000->198.18.1.1:443, ..." or "tcp (mptcp fell back)".
     public var description: String {
         guard active else { return "tcp (mptcp fell back)" }

@@ -125,11 +125,12 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         }) {
             return "migrating the connection to the new path (the session and its streams stay; RESUME only if the path fails validation)"
         }
-        // mptcp: a carrier running Multipath TCP stays; the kernel's path manager adds the new
-        // path as a subflow and drops the dead one (docs/holder.md, "Multipath TCP"). If the
-        // connection does not survive, its end goes the usual way (RESUME).
+        // mptcp: a carrier running Multipath TCP stays while a subflow of each connection still
+        // starts at an address the host has; the kernel moves the traffic there and its path
+        // manager adds the new path's endpoints as subflows (docs/holder.md, "Multipath TCP").
+        // If the connection does not survive, its end goes the usual way (RESUME).
         if let c = carrier, link == .up, options.carrier.multipath, case let paths = c.multipath,
-           !paths.isEmpty, paths.allSatisfy(\.active) {
+           !paths.isEmpty, paths.allSatisfy(\.keepsAPath) {
             counts.multipathKept += 1
             Log.info("holder.path-kept", ["outbound": name, "mptcp": paths.map(\.description).joined(separator: "; ")])
             return "keeping the Multipath TCP carrier (the kernel moves it to the paths it has; RESUME only if it ends)"

@@ -80,6 +80,20 @@ final class MultipathTests: XCTestCase {
         XCTAssertEqual(Syscall.multipathSubflows(t, max: 4).map { $0.count }, .failure(Errno(EOPNOTSUPP)))
     }
 
+    /// After a path change a connection is worth keeping only while a subflow starts at an
+    /// address the host still has.
+    func testKeepsAPath() throws {
+        let (c, _, _) = try connection(serverMultipath: true, clientMultipath: true)
+        XCTAssertEqual(Multipath.of(c)?.keepsAPath, true)
+        let f = Endpoint(.v4(0xC612_0002), 443)
+        let gone = Endpoint(.v4(0xC613_FFFE), 40000)  // 198.19.255.254: no host here has it
+        let local = try XCTUnwrap(Sockets.localEndpoint(c))
+        XCTAssertFalse(Multipath(active: true, subflowCount: 1, subflows: [.init(local: gone, remote: f)]).keepsAPath)
+        XCTAssertTrue(Multipath(active: true, subflowCount: 2, subflows: [.init(local: gone, remote: f), .init(local: local, remote: f)]).keepsAPath)
+        XCTAssertFalse(Multipath(active: false).keepsAPath)
+        XCTAssertFalse(Multipath(active: true, subflowCount: 1).keepsAPath)  // addresses unknown
+    }
+
     func testDescriptionOfSeveralSubflows() {
         let a = Endpoint(.v4(0xC612_0001), 40000), b = Endpoint(.v4(0xC612_0011), 40001), f = Endpoint(.v4(0xC612_0002), 443)
         let m = Multipath(active: true, subflowCount: 2, subflows: [.init(local: a, remote: f), .init(local: b, remote: f)])

@@ -17,6 +17,8 @@
 #    ("tcp (mptcp fell back)"); the MPTCP front counts a plain-TCP client as mptcp_fallbacks
 #  - vless `mptcp: true` against Debian's v2ray 4.34 (plain TCP listener): the kernel falls back,
 #    the flow works, `loft status` counts it under mptcp-fallbacks
+#  - without the subflow endpoint (one subflow) link 1's address deleted: the path change finds
+#    no subflow address left and redials with RESUME (not kept)
 . "$(dirname "$0")/lib.sh"
 
 ip mptcp limits show >/dev/null 2>&1 || die "no MPTCP in this kernel (ip mptcp limits show failed)"
@@ -307,5 +309,29 @@ else
     fail vless-v2ray-fallback "loft did not start"
 fi
 mp_stop vless-exit-clean
+
+# --- every subflow's address gone (no endpoint for the new path): redialled with RESUME ------
+# Without the subflow endpoint the carrier has one subflow, from link 1's address; that address
+# is deleted (the default route moves to link 2): nothing is left for MPTCP to carry on over, so
+# the path change redials at once with RESUME instead of keeping a connection that would hang.
+ip -n "$CNS" mptcp endpoint flush
+CASES="address-gone-resume address-gone-exit-clean"
+if mp_start "$(mp_config mp-addr "$(loft_yaml ws "$FPORT")")" && wait_state up 15 && wait_subflows 1 10; then
+    resumes0=$(field 'c["resumes"]'); kept0=$(field 'c["mptcp-path-changes-kept"]')
+    ip -n "$CNS" addr del "$C1/28" dev c1
+    for i in $(seq 150); do
+        [ "$(field 'c["resumes"]')" -gt "$resumes0" ] 2>/dev/null && [ "$(field 'o["state"]')" = up ] && break
+        sleep 0.1
+    done
+    fetch "$T_DIR/dl.addr" f0 >/dev/null
+    got=$(sha_of "$T_DIR/dl.addr" 2>/dev/null)
+    expect address-gone-resume "[ '$got' = '$F0_SHA' ] && [ '$(field 'c["resumes"]')' = $((resumes0 + 1)) ] && [ '$(field 'c["mptcp-path-changes-kept"]')' = '$kept0' ] && [[ \"$(field 'o["detail"]')\" == *'mptcp, 1 subflow: $C2:'* ]]" \
+        "sha $got; resumes $resumes0 -> $(field 'c["resumes"]'), kept $kept0 -> $(field 'c["mptcp-path-changes-kept"]'): $(field 'o["detail"]')"
+    note "address gone: $(field 'o["detail"]')"
+    mp_stop address-gone-exit-clean
+else
+    fail_all "loft over ws did not come up with one subflow: $(field 'o["detail"]')" $CASES
+    mp_stop address-gone-exit-clean
+fi
 
 finish
