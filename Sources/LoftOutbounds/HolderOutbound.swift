@@ -326,6 +326,8 @@ extension HolderOutbound: CarrierDelegate {
         linkSince = loop.now
         armTick()
         counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
+        // mptcp: which one the kernel gave (MPTCP, or plain TCP after a fallback), said once per carrier.
+        if options.carrier.multipath { Log.info("holder.mptcp", ["outbound": name, "carrier": c.multipath.map(\.description).joined(separator: "; ")]) }
         // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
         session.datagramSink = c.maxDatagram > 0 ? { [weak self, weak c] frame in
             guard let c, frame.count <= c.maxDatagram, c.sendDatagram(frame) else { return false }

@@ -282,7 +282,7 @@ carrier_checks get; mp_stop get-exit-clean
 if mp_start "$(mp_config mp-fallback "$(loft_yaml ws "$FPORT2")")" && wait_state up 15; then
     fetch "$T_DIR/dl.fb" f0 >/dev/null
     got=$(sha_of "$T_DIR/dl.fb" 2>/dev/null)
-    expect fallback-plain-tcp "[ '$got' = '$F0_SHA' ] && [[ \"$(field 'o["detail"]')\" == *'tcp (mptcp fell back)'* ]] && [ '$(subflows)' = 0 ]" \
+    expect fallback-plain-tcp "[ '$got' = '$F0_SHA' ] && [[ \"$(field 'o["detail"]')\" == *'tcp (mptcp fell back)'* ]] && [ '$(subflows)' = 0 ] && grep -q 'event=holder.mptcp .*carrier=\"tcp (mptcp fell back)\"' '$LOFT_LOG'" \
         "sha $got; detail '$(field 'o["detail"]')'"
     note "fallback: $(field 'o["detail"]')"
 else
