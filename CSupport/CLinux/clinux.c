@@ -165,6 +165,48 @@ int clinux_so_error(int fd) {
     return err;
 }
 
+#ifndef SOL_MPTCP
+#define SOL_MPTCP 284
+#endif
+#ifndef TCP_IS_MPTCP
+#define TCP_IS_MPTCP 43
+#endif
+#ifndef MPTCP_SUBFLOW_ADDRS
+#define MPTCP_SUBFLOW_ADDRS 3
+#endif
+
+int clinux_mptcp_active(int fd) {
+    // TCP_IS_MPTCP (Linux 5.16): 1 on an MPTCP socket still running MPTCP, 0 on a TCP socket and
+    // on an MPTCP socket that fell back (measured on 6.18: MPTCP_INFO then fails with EOPNOTSUPP).
+    int v = 0;
+    socklen_t len = sizeof v;
+    if (getsockopt(fd, SOL_TCP, TCP_IS_MPTCP, &v, &len) != 0) return -errno;
+    return v ? 1 : 0;
+}
+
+int clinux_mptcp_subflows(int fd, struct sockaddr_storage *out, int max) {
+    // struct mptcp_subflow_data, then one struct mptcp_subflow_addrs (two sockaddr_storage) per
+    // subflow (linux/mptcp.h, Linux 5.17).
+    struct { uint32_t size_subflow_data, num_subflows, size_kernel, size_user; } __attribute__((aligned(8))) head;
+    enum { most = 16 };
+    if (max > most) max = most;
+    if (max < 0) max = 0;
+    struct {
+        typeof(head) h;
+        struct sockaddr_storage pairs[2 * most];
+    } buf;
+    memset(&buf, 0, sizeof buf);
+    buf.h.size_subflow_data = sizeof head;
+    buf.h.size_user = 2 * sizeof(struct sockaddr_storage);
+    socklen_t len = sizeof head + (socklen_t)max * 2 * sizeof(struct sockaddr_storage);
+    if (getsockopt(fd, SOL_MPTCP, MPTCP_SUBFLOW_ADDRS, &buf, &len) != 0) return -errno;
+    int n = (int)buf.h.num_subflows;
+    int copied = n < max ? n : max;
+    if (buf.h.size_user != 2 * sizeof(struct sockaddr_storage)) copied = 0;  // a layout this build does not know
+    memcpy(out, buf.pairs, (size_t)copied * 2 * sizeof(struct sockaddr_storage));
+    return n;
+}
+
 int clinux_udp_recverr(int fd, int family) {
     int one = 1;
     if (family == AF_INET6) return setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one) == 0 ? 0 : -errno;

@@ -104,6 +104,10 @@ public protocol Carrier: AnyObject {
     /// quic and h3: the largest UDP payload sent on the path now (what both ends announced,
     /// and path MTU discovery found); 0 for carriers over TCP.
     var maxPacket: Int { get }
+    /// Carriers over TCP, while open: what the kernel says of each TCP connection (ws, h2: one;
+    /// get: the GET's then the POST's): Multipath TCP with its subflows, or plain TCP. Read from
+    /// the kernel at each call (for status, never on the data path); empty for quic and h3.
+    var multipath: [Multipath] { get }
 }
 
 extension Carrier {
@@ -129,6 +133,7 @@ extension Carrier {
     public func migrate(_ done: @escaping (Bool) -> Void) -> Bool { false }
     public var maxDatagram: Int { 0 }
     public var maxPacket: Int { 0 }
+    public var multipath: [Multipath] { [] }
     /// Carriers over TCP: the TLS output is empty (what is left is the kernel's).
     public var drained: Bool { bufferedBytes == 0 }
     public func sendDatagram(_ bytes: UnsafeRawBufferPointer) -> Bool { false }
@@ -149,6 +154,9 @@ public struct CarrierClientOptions: Sendable {
     public var outputBufferBytes: Int
     /// quic and h3: the largest UDP payload sent and taken (nil: 1452 with path MTU discovery).
     public var quicMaxPacket: Int?
+    /// ws, get, h2: the TCP connections are made as Multipath TCP (IPPROTO_MPTCP), plain TCP
+    /// when the front or a middlebox does not speak it (`Carrier.multipath` tells which).
+    public var multipath = false
 
     public init(kind: CarrierKind, host: String, port: UInt16, path: String = "/loft", tls: TLSClientOptions,
                 connectTimeoutMs: UInt64 = 10_000, outputBufferBytes: Int = 256 * 1024) {
@@ -228,7 +236,8 @@ public final class CarrierClient {
     func dialTLS(_ addresses: [Endpoint], owner: TLSConnectionOwner, inputBytes: Int = 64 * 1024,
                  outputBytes: Int? = nil) -> TLSConnection {
         TLSConnection.dial(runtime: runtime, context: context, serverName: options.verifyName, addresses: addresses,
-                           inputBytes: inputBytes, outputBytes: outputBytes ?? options.outputBufferBytes, owner: owner)
+                           inputBytes: inputBytes, outputBytes: outputBytes ?? options.outputBufferBytes,
+                           multipath: options.multipath, owner: owner)
     }
 
     /// Resolves the host, then calls `body` with the addresses, or ends with connectFailed.

@@ -37,6 +37,9 @@ public struct CarrierServerOptions: Sendable {
     public var quicMaxStreams: Int?
     /// quic and h3: the largest UDP payload sent and taken (nil: 1452 with path MTU discovery).
     public var quicMaxPacket: Int?
+    /// The TCP listener is a Multipath TCP one (IPPROTO_MPTCP): clients that ask get MPTCP,
+    /// the others plain TCP as before.
+    public var multipath = false
 
     public init(listen: Endpoint, path: String = "/loft", kinds: Set<CarrierKind> = [.ws, .get, .h2], tls: TLSServerOptions,
                 handshakeTimeoutMs: UInt64 = 10_000, joinTimeoutMs: UInt64 = 10_000, maxPendingHandshakes: Int = 256,
@@ -73,6 +76,8 @@ public struct CarrierListenerStats: Sendable {
     public var handshakeFailed = 0   // TLS failures, timeouts, closes before a request
     public var rejected = 0          // answered with an HTTP error
     public var carriers = 0          // carriers handed to the delegate
+    public var multipathAccepted = 0 // multipath listener: connections accepted running MPTCP
+    public var multipathFallbacks = 0 // multipath listener: connections accepted as plain TCP
 }
 
 /// Accepts TCP connections, does TLS, and by ALPN either hands the connection to an h2 carrier
@@ -117,7 +122,7 @@ public final class CarrierListener: IOHandler {
         var attempt = 0
         while true {
             attempt += 1
-            let s = try Self.listenTCP(options.listen)
+            let s = try Self.listenTCP(options.listen, multipath: options.multipath)
             let local = Sockets.localEndpoint(s) ?? options.listen
             guard wantsQuic else { fd = s; localEndpoint = local; break }
             do {
@@ -145,9 +150,10 @@ public final class CarrierListener: IOHandler {
 
     deinit { close() }
 
-    /// A listening TCP socket on `listen` (SO_REUSEADDR, backlog 1024).
-    private static func listenTCP(_ listen: Endpoint) throws -> Int32 {
-        let s = Sockets.make(family: Sockets.family(of: listen), type: Int32(SOCK_STREAM.rawValue))
+    /// A listening TCP socket on `listen` (SO_REUSEADDR, backlog 1024); `multipath`: an MPTCP
+    /// one (TCP when the kernel refuses MPTCP sockets).
+    private static func listenTCP(_ listen: Endpoint, multipath: Bool) throws -> Int32 {
+        let s = Sockets.makeStream(family: Sockets.family(of: listen), multipath: multipath)
         guard s >= 0 else { throw SystemError("socket", Sockets.errno) }
         _ = Syscall.setOption(s, SOL_SOCKET, SO_REUSEADDR, 1)
         if case .failure(let e) = Syscall.bind(s, to: SocketAddress(listen)) {
@@ -190,6 +196,9 @@ public final class CarrierListener: IOHandler {
                 return
             }
             stats.accepted += 1
+            if options.multipath {
+                if Multipath.of(s)?.active == true { stats.multipathAccepted += 1 } else { stats.multipathFallbacks += 1 }
+            }
             Syscall.setNoDelay(s)
             let peer = (try? Syscall.peerAddress(s).get()) ?? SocketAddress()
             makeRoom(for: peer.endpoint?.address)

@@ -29,6 +29,7 @@ final class GetClientCarrier: FramedCarrier, TLSConnectionOwner {
     var peer: Endpoint? { peerAddress }
     var request: CarrierRequest? { nil }
     var tlsDescription: String { describeTLS(down) }
+    var multipath: [Multipath] { [down?.multipath, up?.multipath].compactMap { $0 } }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
         self.client = client
@@ -274,6 +275,7 @@ final class GetServerCarrier: FramedCarrier, TLSConnectionOwner {
     var isJoining: Bool { state == .joining }
     var peer: Endpoint? { peerAddress }
     var tlsDescription: String { describeTLS(down) }
+    var multipath: [Multipath] { [down?.multipath, up?.multipath].compactMap { $0 } }
 
     init(sessionID: String, runtime: CarrierRuntime, listener: CarrierListener) {
         self.sessionID = sessionID

@@ -34,6 +34,7 @@ final class H2Carrier: CoreCarrier, TLSConnectionOwner, H2EngineOwner {
     private var isServer: Bool { core.isServer }
     var peer: Endpoint? { peerAddress ?? conn?.peer }
     var tlsDescription: String { describeTLS(conn) }
+    var multipath: [Multipath] { [conn?.multipath].compactMap { $0 } }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
         core = CarrierCore(.client, runtime: client.runtime, state: .resolving)

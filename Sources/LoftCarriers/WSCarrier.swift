@@ -23,6 +23,7 @@ final class WSCarrier: FramedCarrier, TLSConnectionOwner {
 
     var peer: Endpoint? { peerAddress ?? conn?.peer }
     var tlsDescription: String { describeTLS(conn) }
+    var multipath: [Multipath] { [conn?.multipath].compactMap { $0 } }
 
     init(client: CarrierClient, delegate: CarrierDelegate) {
         core = CarrierCore(.client, runtime: client.runtime, state: .resolving)

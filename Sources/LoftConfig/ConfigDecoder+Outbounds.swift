@@ -73,6 +73,7 @@ extension ConfigDecoder {
         var keepalive: Duration?
         var resumeStreams = true
         var resumeBuffer = 16 << 20
+        var mptcp: (Bool, YAMLNode)?
         var typedKeys: [(String, YAMLNode)] = []
         try v.forEachField(item, path: path, allowed: ConfigDecoder.outboundKeys) { (key, pair) throws(ConfigError) in
             let value = pair.value
@@ -128,6 +129,8 @@ extension ConfigDecoder {
                 resumeStreams = try v.bool(value, path: keyPath)
             case "resume-buffer":
                 resumeBuffer = try v.integer(value, path: keyPath, in: (4 << 20)...(1 << 30))
+            case "mptcp":
+                mptcp = (try v.bool(value, path: keyPath), pair.key)
             default: break
             }
         }
@@ -150,10 +153,12 @@ extension ConfigDecoder {
             return OutboundSettings(name: name, kind: type == "direct" ? .direct : .drop, position: item.position)
         case "vless":
             try require([("server", server != nil), ("uuid", uuid != nil), ("tls", tls != nil)])
-            return OutboundSettings(
+            var o = OutboundSettings(
                 name: name,
                 kind: .vless(server: server!, uuid: uuid!, tls: tls!.0, serverName: tls!.1, alpn: alpn),
                 position: item.position)
+            o.mptcp = mptcp?.0 ?? false
+            return o
         case "sstp":
             try require([("server", server != nil), ("user", user != nil), ("password (or password-file)", password != nil),
                          ("tls", tls != nil)])
@@ -176,6 +181,10 @@ extension ConfigDecoder {
             o.quicMaxPacket = quicMaxPacket?.0
             o.resumeStreams = resumeStreams
             o.resumeBuffer = resumeBuffer
+            if let (on, node) = mptcp, on, carrier == "quic" || carrier == "h3" {
+                throw v.error(node, "\(path).mptcp is for the carriers over TCP (ws, get, h2), not \(carrier!)")
+            }
+            o.mptcp = mptcp?.0 ?? false
             return o
         }
     }

@@ -111,12 +111,12 @@ struct ConfigDecoder {
     static let sniffBytesRange = 512...65_536
     static let limitKeys = ["max-flows", "connect-timeout", "tcp-idle-timeout", "udp-idle-timeout"]
     static let outboundKeys = ["name", "type", "server", "carrier", "token", "tls", "state-file", "quic-max-packet", "uuid", "alpn",
-                               "user", "password", "password-file", "auth", "keepalive", "resume-streams", "resume-buffer"]
+                               "user", "password", "password-file", "auth", "keepalive", "resume-streams", "resume-buffer", "mptcp"]
     /// The keys each outbound type takes besides name and type.
     static let typeKeys: [String: [String]] = [
         "direct": [], "drop": [],
-        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet", "resume-streams", "resume-buffer"],
-        "vless": ["server", "uuid", "tls", "alpn"],
+        "loft": ["server", "carrier", "token", "tls", "state-file", "quic-max-packet", "resume-streams", "resume-buffer", "mptcp"],
+        "vless": ["server", "uuid", "tls", "alpn", "mptcp"],
         "sstp": ["server", "user", "password", "password-file", "tls", "auth", "keepalive"],
     ]
     static let tlsKeys = ["server-name", "ca", "pin-sha256", "system-ca", "insecure"]

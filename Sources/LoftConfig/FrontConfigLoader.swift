@@ -46,7 +46,7 @@ struct FrontConfigDecoder {
     static let topKeys = ["log", "listen", "path", "carriers", "tls", "tokens", "tokens-file", "pool", "mtu", "dns",
                           "keepalive", "instance-expiry", "max-sessions", "max-streams", "connect-timeout", "control",
                           "state-file", "udp-idle-timeout", "quic-retry", "quic-max-packet",
-                          "resume-grace", "resume-buffer", "resume-budget"]
+                          "resume-grace", "resume-buffer", "resume-budget", "mptcp"]
     static let required = ["listen", "tls", "tokens (or tokens-file)", "pool"]
     static let tlsKeys = ["certificate", "key"]
     static let poolKeys = ["ipv4", "ipv6"]
@@ -98,6 +98,7 @@ struct FrontConfigDecoder {
         var resumeGrace = Duration.seconds(30)
         var resumeBuffer = 16 << 20
         var resumeBudget = 256 << 20
+        var mptcp = false
 
         func addToken(_ token: String, at position: SourcePosition, path: String) throws(ConfigError) {
             guard !token.isEmpty, token.utf8.count <= FrontConfigDecoder.maxTokenBytes else {
@@ -202,6 +203,8 @@ struct FrontConfigDecoder {
                 resumeBuffer = try v.integer(value, path: "resume-buffer", in: FrontConfigDecoder.resumeBufferRange)
             case "resume-budget":
                 resumeBudget = try v.integer(value, path: "resume-budget", in: FrontConfigDecoder.resumeBudgetRange)
+            case "mptcp":
+                mptcp = try v.bool(value, path: "mptcp")
             default:
                 break // forEachField only passes known keys
             }
@@ -227,6 +230,7 @@ struct FrontConfigDecoder {
         settings.resumeGrace = resumeGrace
         settings.resumeBuffer = resumeBuffer
         settings.resumeBudget = resumeBudget
+        settings.mptcp = mptcp
         if let (n, node) = quicMaxPacket {
             guard carriers.contains(.quic) || carriers.contains(.h3) else {
                 throw v.error(node, "quic-max-packet is for the quic and h3 carriers; carriers lists neither")

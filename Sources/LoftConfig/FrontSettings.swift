@@ -71,6 +71,9 @@ public struct FrontSettings: Sendable, Equatable {
     /// Key `resume-budget`: bytes all parked sessions together may hold; past it the longest
     /// parked one ends (default 256 MiB).
     public var resumeBudget: Int = 256 << 20
+    /// Key `mptcp`: the TCP listener takes Multipath TCP (IPPROTO_MPTCP); clients without it
+    /// connect over plain TCP as before (docs/front.md).
+    public var mptcp = false
 
     public static let defaultPath = "/loft"
     public static let defaultMTU = 1400

@@ -224,6 +224,9 @@ public struct OutboundSettings: Sendable, Equatable {
     /// Type loft, key `resume-buffer`: bytes the session keeps for replay (sent and not yet
     /// acknowledged, plus queued); writers stall at it (default 16 MiB).
     public var resumeBuffer = 16 << 20
+    /// Types loft (carriers ws, get, h2) and vless, key `mptcp`: TCP connections to the server
+    /// made as Multipath TCP, plain TCP when the server does not speak it (docs/holder.md).
+    public var mptcp = false
     /// Type sstp, key `keepalive`: an SSTP Echo Request after this long without a byte from the
     /// server, the link down after twice as long (default 30 s).
     public var keepalive: Duration?

@@ -83,6 +83,7 @@ public final class FrontServer: CarrierListenerDelegate {
                                                                  keyFile: settings.keyFile))
         options.quicMaxStreams = settings.maxStreams
         options.quicMaxPacket = settings.quicMaxPacket
+        options.multipath = settings.mptcp
         switch settings.quicRetry {
         case .auto: options.quicRetry = .auto
         case .always: options.quicRetry = .always
@@ -106,6 +107,7 @@ public final class FrontServer: CarrierListenerDelegate {
 
     public func carrierListener(_ listener: CarrierListener, accepted carrier: Carrier) {
         stats.carriersAccepted += 1
+        if !carrier.multipath.isEmpty, carrier.multipath.allSatisfy(\.active) { stats.carriersMptcp += 1 }
         let connection = FrontConnection(server: self, carrier: carrier)
         if connections.count >= settings.maxSessions + Self.extraCarriers {
             stats.carriersRefused += 1
@@ -360,6 +362,8 @@ public final class FrontServer: CarrierListenerDelegate {
             s.handshakesFailed = UInt64(l.handshakeFailed + q.handshakeFailed)
             s.handshakesEvicted = UInt64(l.evicted + q.evicted)
             s.requestsRejected = UInt64(l.rejected)
+            s.mptcpAccepted = UInt64(l.multipathAccepted)
+            s.mptcpFallbacks = UInt64(l.multipathFallbacks)
             s.quicPacketsDropped = UInt64(q.dropped)
             if let v = listener?.quicValidation {
                 s.quicRetries = UInt64(v.retries)

@@ -53,6 +53,11 @@ public struct FrontStats: Sendable, Equatable {
     public var parkedEvicted: UInt64 = 0
     public var streamsLost: UInt64 = 0
     public var replayedBytes: UInt64 = 0
+    /// Multipath TCP (`mptcp: true` on the listener): carriers whose TCP connections run MPTCP
+    /// (ws, h2: the one; get: both), and connections accepted that run it or came as plain TCP.
+    public var carriersMptcp: UInt64 = 0
+    public var mptcpAccepted: UInt64 = 0
+    public var mptcpFallbacks: UInt64 = 0
 
     // Gauges.
     public var sessionsAttached = 0
@@ -85,7 +90,8 @@ public struct FrontStats: Sendable, Equatable {
          ("requests_rejected", requestsRejected), ("quic_packets_dropped", quicPacketsDropped),
          ("quic_retries", quicRetries), ("quic_tokens_validated", quicTokensValidated),
          ("quic_tokens_invalid", quicTokensInvalid), ("quic_resets", quicResets),
-         ("quic_amplification_held", quicAmplificationHeld)]
+         ("quic_amplification_held", quicAmplificationHeld),
+         ("carriers_mptcp", carriersMptcp), ("mptcp_accepted", mptcpAccepted), ("mptcp_fallbacks", mptcpFallbacks)]
         + [("sessions_parked_now", sessionsParkedNow), ("replay_held_bytes", replayHeldBytes),
            ("sessions_parked", sessionsParked), ("sessions_resumed_with_streams", sessionsResumedWithStreams),
            ("parked_expired", parkedExpired), ("parked_evicted", parkedEvicted), ("streams_lost", streamsLost),

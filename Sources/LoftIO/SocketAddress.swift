@@ -73,9 +73,11 @@ public enum Sockets {
     /// policy routing keeps loft's own traffic out of its TUN. 0: no mark.
     nonisolated(unsafe) public static var outboundMark: UInt32 = 0
 
-    /// A nonblocking, close-on-exec socket (with `outboundMark`), or the errno.
-    public static func open(family: Int32, type: Int32) -> Result<Int32, Errno> {
-        let made = Syscall.socket(family: family, type: type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+    /// A nonblocking, close-on-exec socket (with `outboundMark`), or the errno. `protocol`
+    /// `Multipath.protocolNumber` asks for Multipath TCP (see `Multipath.open`).
+    public static func open(family: Int32, type: Int32, protocol: Int32 = 0) -> Result<Int32, Errno> {
+        let made = Syscall.socket(family: family, type: type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue),
+                                  protocol: `protocol`)
         if case .success(let fd) = made, outboundMark != 0 {
             _ = Syscall.setOption(fd, SOL_SOCKET, SO_MARK, Int32(bitPattern: outboundMark))
         }
@@ -84,7 +86,17 @@ public enum Sockets {
 
     /// As `open`, as an fd or -1 with `errno` holding the reason.
     public static func make(family: Int32, type: Int32) -> Int32 {
-        switch open(family: family, type: type) {
+        fd(open(family: family, type: type))
+    }
+
+    /// A stream socket as `make`; with `multipath` a Multipath TCP one when the kernel has it
+    /// (`Multipath.open`).
+    public static func makeStream(family: Int32, multipath: Bool) -> Int32 {
+        multipath ? fd(Multipath.open(family: family)) : make(family: family, type: stream)
+    }
+
+    private static func fd(_ made: Result<Int32, Errno>) -> Int32 {
+        switch made {
         case .success(let fd): return fd
         case .failure(let e):
             Syscall.setErrno(e)

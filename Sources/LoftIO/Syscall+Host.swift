@@ -55,6 +55,29 @@ extension Syscall {
         return check(a.withMutableSockaddr { getpeername(fd, $0, $1) }).map { a }
     }
 
+    /// TCP_IS_MPTCP: true when the connection runs Multipath TCP, false when it is plain TCP
+    /// (a TCP socket, or an MPTCP one that fell back).
+    public static func multipathActive(_ fd: Int32) -> Result<Bool, Errno> {
+        shim(clinux_mptcp_active(fd)).map { $0 == 1 }
+    }
+
+    /// MPTCP_SUBFLOW_ADDRS: how many subflows the connection has, and the local and remote
+    /// address of each of the first `max` (at most 16).
+    public static func multipathSubflows(_ fd: Int32, max: Int) -> Result<(count: Int, paths: [(SocketAddress, SocketAddress)]), Errno> {
+        let most = Swift.max(0, Swift.min(max, 16))
+        var raw = [sockaddr_storage](repeating: sockaddr_storage(), count: 2 * most)
+        return shim(clinux_mptcp_subflows(fd, &raw, Int32(most))).map { n in
+            var paths: [(SocketAddress, SocketAddress)] = []
+            for i in 0..<Swift.min(Int(n), most) {
+                var local = SocketAddress(), remote = SocketAddress()
+                local.storage = raw[2 * i]
+                remote.storage = raw[2 * i + 1]
+                paths.append((local, remote))
+            }
+            return (Int(n), paths)
+        }
+    }
+
     /// SO_ERROR: a nonblocking connect's outcome (0: connected), or the socket's pending error.
     public static func socketError(_ fd: Int32) -> Int32 { clinux_so_error(fd) }
 

@@ -40,8 +40,8 @@ extension Syscall {
     /// Sets errno: `Sockets.make` returns -1 with its reason there.
     public static func setErrno(_ e: Errno) { Glibc.errno = e.code }
 
-    public static func socket(family: Int32, type: Int32) -> Result<Int32, Errno> {
-        let fd = Glibc.socket(family, type, 0)
+    public static func socket(family: Int32, type: Int32, protocol: Int32 = 0) -> Result<Int32, Errno> {
+        let fd = Glibc.socket(family, type, `protocol`)
         return fd >= 0 ? .success(fd) : failure()
     }
 

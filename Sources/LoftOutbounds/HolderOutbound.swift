@@ -129,6 +129,16 @@ public final class HolderOutbound: Outbound, SessionStreamOwner {
         }) {
             return "migrating the connection to the new path (the session and its streams stay; RESUME only if the path fails validation)"
         }
+        // mptcp: a carrier running Multipath TCP stays while a subflow of each connection still
+        // starts at an address the host has; the kernel moves the traffic there and its path
+        // manager adds the new path's endpoints as subflows (docs/holder.md, "Multipath TCP").
+        // If the connection does not survive, its end goes the usual way (RESUME).
+        if let c = carrier, link == .up, options.carrier.multipath, case let paths = c.multipath,
+           !paths.isEmpty, paths.allSatisfy(\.keepsAPath) {
+            counts.multipathKept += 1
+            Log.info("holder.path-kept", ["outbound": name, "mptcp": paths.map(\.description).joined(separator: "; ")])
+            return "keeping the Multipath TCP carrier (the kernel moves it to the paths it has; RESUME only if it ends)"
+        }
         if let c = carrier {
             c.abort()
             failures = 0  // a new path is a fresh start: flows wait for this dial again
@@ -329,6 +339,8 @@ extension HolderOutbound: CarrierDelegate {
         linkSince = loop.now
         armTick()
         counts.carrier = "\(c.kind.rawValue) \(c.tlsDescription)"
+        // mptcp: which one the kernel gave (MPTCP, or plain TCP after a fallback), said once per carrier.
+        if options.carrier.multipath { Log.info("holder.mptcp", ["outbound": name, "carrier": c.multipath.map(\.description).joined(separator: "; ")]) }
         // quic: DGRAMs as QUIC DATAGRAM frames (one that does not fit goes on the session stream).
         session.datagramSink = c.maxDatagram > 0 ? { [weak self, weak c] frame in
             guard let c, frame.count <= c.maxDatagram, c.sendDatagram(frame) else { return false }

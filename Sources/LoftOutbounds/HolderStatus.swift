@@ -18,6 +18,7 @@ public struct HolderStats: Sendable {
     public var carrierLosses: UInt64 = 0
     public var pathChanges: UInt64 = 0
     public var migrations: UInt64 = 0         // path changes the carrier survived (quic: validated migration)
+    public var multipathKept: UInt64 = 0      // mptcp: path changes the MPTCP carrier rode through (no RESUME)
     public var quicPacket: UInt64 = 0         // quic, h3: the largest UDP payload on the path now (0: other carriers, not up)
     public var flowStreams: UInt64 = 0        // quic: TCP flows carried on QUIC streams of their own
     public var datagramFramesOut: UInt64 = 0  // quic: DGRAMs sent as QUIC DATAGRAM frames
@@ -85,6 +86,8 @@ extension HolderOutbound {
         if st.parkedStreams > 0 { d.append("\(st.parkedStreams) flows parked") }
         // A gauge, so in the detail (the extra counters are exported as counters).
         if st.replayHeldBytes > 0 { d.append("\(st.replayHeldBytes) B held for replay") }
+        let paths = options.carrier.multipath && link == .up ? carrier?.multipath ?? [] : []
+        if !paths.isEmpty { d.append(paths.map(\.description).joined(separator: "; ")) }
         s.detail = d.joined(separator: ", ")
         s.extra = [("dials", st.dials), ("sessions", st.sessions), ("resumes", st.resumes),
                    ("carrier-losses", st.carrierLosses), ("path-changes", st.pathChanges), ("migrations", st.migrations),
@@ -94,6 +97,8 @@ extension HolderOutbound {
                    ("streams-reset", st.streamsReset), ("stream-limit-refusals", st.streamLimitRefusals),
                    ("sessions-parked", st.sessionsParked), ("resumes-with-streams", st.resumesWithStreams),
                    ("replayed-bytes", st.replayedBytes), ("streams-lost", st.streamsLost)]
+        // The subflows are a gauge: in the detail only (`extra` are counters, exported as such).
+        if options.carrier.multipath { s.extra.append(("mptcp-path-changes-kept", st.multipathKept)) }
         return s
     }
 }

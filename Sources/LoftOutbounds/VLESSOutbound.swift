@@ -21,6 +21,9 @@ public struct VLESSOptions: Sendable {
     /// How long a new connection's request header waits for the app's first bytes (so both
     /// leave in one write) before it is sent alone.
     public var headerWaitMs: UInt64 = 10
+    /// Key `mptcp`: the connections are made as Multipath TCP, plain TCP when the server (or a
+    /// middlebox) does not speak it; `loft status` counts which each TCP flow got.
+    public var multipath = false
 
     public init(host: String, port: UInt16, uuid: [UInt8], tls: TLSClientOptions, alpn: [String] = [],
                 udpIdleTimeoutMs: UInt64 = 60_000, connectTimeoutMs: UInt64 = 10_000) {
@@ -74,6 +77,9 @@ public final class VLESSOutbound: Outbound {
         var udpDropped: UInt64 = 0
         /// Flows whose TLS handshake resumed a session.
         var resumed: UInt64 = 0
+        /// `multipath`: TCP flows whose connection runs MPTCP, and those that fell back to TCP.
+        var mptcp: UInt64 = 0
+        var mptcpFallbacks: UInt64 = 0
         var lastError = ""
         /// Causes logged since the last flow that got its response.
         var logged = Set<Failure>()
@@ -102,6 +108,7 @@ public final class VLESSOutbound: Outbound {
         let server = options.host.contains(":") ? "[\(options.host)]:\(options.port)" : "\(options.host):\(options.port)"
         s.detail = "server \(server)" + (m.lastError.isEmpty ? "" : ", last error \(m.lastError)")
         s.extra = Failure.allCases.enumerated().map { ($1.rawValue, m.failures[$0]) } + [("udp-dropped", m.udpDropped), ("tls-resumed", m.resumed)]
+        if options.multipath { s.extra += [("mptcp", m.mptcp), ("mptcp-fallbacks", m.mptcpFallbacks)] }
         return s
     }
 
@@ -126,7 +133,8 @@ public final class VLESSOutbound: Outbound {
     func dial(events: ByteStreamEvents, inputBytes: Int = 64 * 1024) -> ByteStream {
         if let testDialer { return testDialer(events) }
         return TLSStream(runtime: runtime, context: context, host: options.host, port: options.port,
-                         serverName: serverName, events: events, inputBytes: inputBytes, outputBytes: 64 * 1024)
+                         serverName: serverName, events: events, inputBytes: inputBytes, outputBytes: 64 * 1024,
+                         multipath: options.multipath)
     }
 
     /// Tests only: the stream a dial returns instead of a TLS connection.
@@ -251,6 +259,9 @@ final class VLESSFlow: PrefaceOwner, ReadBudgetMember {
 
     func prefaceConnected() {
         if tls?.resumed == true { outbound.meter.resumed &+= 1 }
+        if outbound.options.multipath, let m = tls?.multipath {
+            if m.active { outbound.meter.mptcp &+= 1 } else { outbound.meter.mptcpFallbacks &+= 1 }
+        }
     }
 
     func prefaceFailed() {

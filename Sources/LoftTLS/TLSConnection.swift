@@ -36,6 +36,8 @@ package final class TLSConnection: IOHandler {
     private var registered = false
     private var mask: UInt32 = 0
     private var addresses = DialAddresses([])
+    /// Client: the TCP sockets are made with IPPROTO_MPTCP (Multipath TCP, falling back to TCP).
+    private var multipathWanted = false
     package private(set) var peer: Endpoint?
 
     // Input: [inStart, inEnd) holds bytes not yet consumed by the owner.
@@ -68,6 +70,8 @@ package final class TLSConnection: IOHandler {
     private static let readBurst = 16
 
     package var pending: Int { outEnd - outStart }
+    /// Once connected: Multipath TCP with its subflows, or plain TCP (asked by the kernel now).
+    package var multipath: Multipath? { state == .closed ? nil : Multipath.of(fd) }
     package var isOpen: Bool { state == .open }
     /// The peer's end came with close_notify (set when reading met the end).
     package private(set) var closeNotified = false
@@ -105,12 +109,14 @@ package final class TLSConnection: IOHandler {
         }
     }
 
-    /// Client: connect to the first address that answers, then handshake.
+    /// Client: connect to the first address that answers, then handshake. `multipath`: over
+    /// Multipath TCP when the kernel and the peer have it, else TCP (`multipath` tells which).
     package static func dial(runtime: CarrierRuntime, context: TLSContext, serverName: String, addresses: [Endpoint],
-                     inputBytes: Int, outputBytes: Int, owner: TLSConnectionOwner) -> TLSConnection {
+                     inputBytes: Int, outputBytes: Int, multipath: Bool = false, owner: TLSConnectionOwner) -> TLSConnection {
         let c = TLSConnection(runtime: runtime, context: context, serverName: serverName, state: .connecting,
                               inputBytes: inputBytes, outputBytes: outputBytes)
         c.owner = owner
+        c.multipathWanted = multipath
         c.addresses = DialAddresses(addresses)
         c.connectNext(lastError: nil)
         return c
@@ -146,7 +152,7 @@ package final class TLSConnection: IOHandler {
             end(.connectFailed(addresses.lastError))
             return
         }
-        let s = Sockets.make(family: Sockets.family(of: endpoint), type: Int32(SOCK_STREAM.rawValue))
+        let s = Sockets.makeStream(family: Sockets.family(of: endpoint), multipath: multipathWanted)
         guard s >= 0 else {
             let e = String(cString: strerror(Sockets.errno))
             loop.soon { [weak self] in self?.connectNext(lastError: e) }

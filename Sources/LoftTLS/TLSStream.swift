@@ -38,8 +38,10 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
     private var stalled = false
 
     /// Starts at once: resolve `host`, connect to `port`, handshake with SNI `serverName`.
+    /// `multipath`: over Multipath TCP when the kernel and the server have it, else TCP.
     public init(runtime: CarrierRuntime, context: TLSContext, host: String, port: UInt16, serverName: String,
-                events: ByteStreamEvents?, inputBytes: Int = 64 * 1024, outputBytes: Int = 64 * 1024) {
+                events: ByteStreamEvents?, inputBytes: Int = 64 * 1024, outputBytes: Int = 64 * 1024,
+                multipath: Bool = false) {
         self.runtime = runtime
         self.context = context
         self.serverName = serverName
@@ -56,7 +58,8 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
             }
             self.conn = TLSConnection.dial(runtime: self.runtime, context: self.context, serverName: self.serverName,
                                            addresses: addresses.map { Endpoint($0, self.port) },
-                                           inputBytes: self.inputBytes, outputBytes: self.outputBytes, owner: self)
+                                           inputBytes: self.inputBytes, outputBytes: self.outputBytes,
+                                           multipath: multipath, owner: self)
         }
     }
 
@@ -70,6 +73,8 @@ public final class TLSStream: ByteStream, TLSConnectionOwner {
         guard let c = conn, let a = c.peerCertificateHash(sha256: false), let b = c.peerCertificateHash(sha256: true) else { return nil }
         return (a, b)
     }
+    /// Once connected: Multipath TCP with its subflows, or plain TCP.
+    public var multipath: Multipath? { conn?.multipath }
     /// The handshake resumed a session (a context with resumption on).
     public var resumed: Bool { conn?.resumed ?? false }
 

@@ -52,6 +52,7 @@ extension Application {
                     options.carrier.quicMaxPacket = o.quicMaxPacket
                     options.limits.replay = o.resumeStreams
                     options.limits.maxReplayBytes = o.resumeBuffer
+                    options.carrier.multipath = o.mptcp
                     let holder = try HolderOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options,
                                                     fallback: outbounds["direct"])
                     outbounds[o.name] = holder
@@ -68,8 +69,9 @@ extension Application {
                     outbounds[o.name] = sstp
                     runtime.sstps.append(sstp)
                 case .vless(let server, let uuid, let verification, let serverName, let alpn):
-                    let options = try vlessOptions(server: server, uuid: uuid, verification: verification,
+                    var options = try vlessOptions(server: server, uuid: uuid, verification: verification,
                                                    serverName: serverName, alpn: alpn, config: config)
+                    options.multipath = o.mptcp
                     outbounds[o.name] = try VLESSOutbound(name: o.name, loop: loop, runtime: try sharedRuntime(), options: options)
                 }
             } catch {

@@ -136,6 +136,27 @@ final class SectionTests: XCTestCase {
                     "key \"resume-streams\" in outbounds[0] is not for type vless")
     }
 
+    /// `mptcp` (types loft and vless): the TCP connections as Multipath TCP; absent: false. Not
+    /// for the carriers over UDP, nor for sstp.
+    func testOutboundMultipath() {
+        let yaml = "outbounds:\n  - name: a\n" + Self.loftOutbound.replacingOccurrences(of: "carrier: quic", with: "carrier: ws")
+            + "    tls: { insecure: true }\n"
+        XCTAssertEqual(parseOK(yaml)?.outbounds.first?.mptcp, false)
+        XCTAssertEqual(parseOK(yaml + "    mptcp: true\n")?.outbounds.first?.mptcp, true)
+        XCTAssertEqual(parseOK(yaml.replacingOccurrences(of: "carrier: ws", with: "carrier: get") + "    mptcp: true\n")?.outbounds.first?.mptcp, true)
+        XCTAssertEqual(parseOK(yaml.replacingOccurrences(of: "carrier: ws", with: "carrier: h2") + "    mptcp: yes\n")?.outbounds.first?.mptcp, true)
+        XCTAssertEqual(parseOK(yaml.replacingOccurrences(of: "carrier: ws", with: "carrier: quic") + "    mptcp: false\n")?.outbounds.first?.mptcp, false)
+        assertError(yaml.replacingOccurrences(of: "carrier: ws", with: "carrier: quic") + "    mptcp: true\n", at: 8, 5,
+                    "outbounds[0].mptcp is for the carriers over TCP (ws, get, h2), not quic")
+        assertError(yaml.replacingOccurrences(of: "carrier: ws", with: "carrier: h3") + "    mptcp: true\n", at: 8, 5,
+                    "outbounds[0].mptcp is for the carriers over TCP (ws, get, h2), not h3")
+        assertError(yaml + "    mptcp: maybe\n", at: 8, 12, "outbounds[0].mptcp must be")
+        XCTAssertEqual(parseOK("outbounds:\n  - { name: v, type: vless, server: \"198.18.0.9:443\", uuid: 27f0a1c2-5b3e-4d6f-9a8b-0c1d2e3f4a5b, tls: { insecure: true }, mptcp: true }\n")?
+            .outbounds.first?.mptcp, true)
+        assertError("outbounds:\n  - { name: a, type: direct, mptcp: true }\n", at: 2, 30,
+                    "key \"mptcp\" in outbounds[0] is not for type direct")
+    }
+
     func testOutboundErrors() {
         assertError("outbounds:\n  - name: a\n" + Self.loftOutbound, at: 2, 5,
                     "outbounds[0] (a, type loft) is missing required key \"tls\"")

@@ -54,6 +54,46 @@ final class EndToEndTests: XCTestCase {
     func testTCPEchoOverGet() throws { try tcpEcho(.get) }
     func testTCPEchoOverH2() throws { try tcpEcho(.h2) }
 
+    /// `mptcp: true` on the client (CarrierClientOptions.multipath) and on the front: the
+    /// carrier's TCP connections run Multipath TCP (one subflow on loopback), the front counts
+    /// the carrier and the connections; against a front without it, plain TCP, nothing counted.
+    private func multipathEcho(_ kind: CarrierKind, front: Bool) throws {
+        guard case .success(let probe) = Syscall.socket(family: AF_INET, type: Sockets.stream, protocol: Multipath.protocolNumber) else {
+            throw XCTSkip("this kernel makes no MPTCP sockets")
+        }
+        _ = Syscall.close(probe)
+        var settings = FrontHarness.settings()
+        settings.mptcp = front
+        let h = try FrontHarness(settings)
+        let echo = TCPEchoServer(loop: h.loop)
+        let c = h.dial(kind, multipath: true)
+        let message = Array("hello over multipath".utf8)
+        let ok = h.run([
+            { c.connected }, hello(c), attached(c),
+            { c.send(.open(stream: 1, network: .tcp, destination: .ip(Endpoint(.v4(0x7F00_0001), echo.port)))); return true },
+            { c.has { $0 == .openOK(stream: 1) } },
+            { c.send(.data(stream: 1, payload: message)); c.send(.fin(stream: 1)); return true },
+            { c.has { $0 == .fin(stream: 1) } },
+        ])
+        XCTAssertTrue(ok, "stuck at step \(h.failedStep ?? -1): \(c.frames)")
+        XCTAssertEqual(c.data[1], message)
+        let paths = try XCTUnwrap(c.carrier).multipath
+        let legs = kind == .get ? 2 : 1
+        XCTAssertEqual(paths.count, legs)
+        XCTAssertEqual(paths.map(\.active), Array(repeating: front, count: legs))
+        if front { XCTAssertEqual(paths.map(\.subflowCount), Array(repeating: 1, count: legs)) }
+        let stats = h.server.report()
+        XCTAssertEqual(stats.carriersMptcp, front ? 1 : 0)
+        XCTAssertEqual(stats.mptcpAccepted, front ? UInt64(legs) : 0)
+        XCTAssertEqual(stats.mptcpFallbacks, 0)
+        XCTAssertTrue(stats.text.contains("carriers_mptcp \(front ? 1 : 0)\n"), stats.text)
+    }
+
+    func testMultipathOverWS() throws { try multipathEcho(.ws, front: true) }
+    func testMultipathOverGet() throws { try multipathEcho(.get, front: true) }
+    func testMultipathOverH2() throws { try multipathEcho(.h2, front: true) }
+    func testMultipathFallsBackAgainstATCPFront() throws { try multipathEcho(.ws, front: false) }
+
     func testBadTokenIsRefused() throws {
         let h = try FrontHarness()
         let c = h.dial()

@@ -97,6 +97,15 @@ final class FrontConfigTests: XCTestCase {
         assertError(m + "resume-budget: lots\n", at: 5, 16, "resume-budget must be an integer")
     }
 
+    /// `mptcp`: the TCP listener takes Multipath TCP (absent: false).
+    func testMultipath() throws {
+        let m = Self.minimal
+        XCTAssertFalse(try parse(m).mptcp)
+        XCTAssertTrue(try parse(m + "mptcp: true\n").mptcp)
+        XCTAssertFalse(try parse(m + "mptcp: off\n").mptcp)
+        assertError(m + "mptcp: both\n", at: 5, 8, "mptcp must be true or false, got")
+    }
+
     /// `quic-max-packet`: the quic and h3 carriers' largest UDP payload (absent: path MTU
     /// discovery up to 1452); only with quic or h3 in `carriers`.
     func testQuicMaxPacket() throws {

@@ -50,12 +50,12 @@ final class FrontHarness {
     }
 
     /// A carrier to the front (connected once `connected` is true).
-    func dial(_ kind: CarrierKind = .ws) -> RawClient {
-        let client = try! CarrierClient(
-            CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
-                                 tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.dir + "/ca.pem"),
-                                 connectTimeoutMs: 5000),
-            runtime: clientRuntime)
+    func dial(_ kind: CarrierKind = .ws, multipath: Bool = false) -> RawClient {
+        var options = CarrierClientOptions(kind: kind, host: "127.0.0.1", port: port, path: "/loft",
+                                           tls: TLSClientOptions(serverName: "front.test", caFile: TestPKI.shared.dir + "/ca.pem"),
+                                           connectTimeoutMs: 5000)
+        options.multipath = multipath
+        let client = try! CarrierClient(options, runtime: clientRuntime)
         let raw = RawClient()
         raw.carrier = client.dial(delegate: raw)
         raw.dialer = client

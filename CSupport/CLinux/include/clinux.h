@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/socket.h>
 
 /// Opens /dev/net/tun as IFF_TUN|IFF_NO_PI, nonblocking, named `name`; with `vnet_hdr` also
 /// IFF_VNET_HDR (every packet read or written then starts with a 10-byte virtio_net_hdr). When
@@ -62,6 +63,13 @@ int clinux_errno(void);
 int clinux_set_nodelay(int fd);
 int clinux_set_linger_reset(int fd);
 int clinux_so_error(int fd);
+/// Multipath TCP (a socket made with IPPROTO_MPTCP): 1 when the connection runs MPTCP, 0 when it
+/// is plain TCP (never asked, or fell back: the peer or a middlebox did not speak it), or -errno.
+int clinux_mptcp_active(int fd);
+/// MPTCP_SUBFLOW_ADDRS: the connection's subflows, up to `max` of them, as local and remote
+/// sockaddr_storage pairs (out[2i], out[2i+1]); returns how many the kernel has (may exceed
+/// `max`), or -errno (-EOPNOTSUPP: not MPTCP, or fell back).
+int clinux_mptcp_subflows(int fd, struct sockaddr_storage *out, int max);
 /// Asks a UDP socket (AF_INET or AF_INET6) for ICMP errors on its error queue (IP_RECVERR /
 /// IPV6_RECVERR), so an unconnected socket learns that a destination refused a datagram.
 int clinux_udp_recverr(int fd, int family);
