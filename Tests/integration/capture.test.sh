@@ -59,7 +59,11 @@ all_pid=$CAP_PID
 "$LOFT_BIN" status -c "$CFG" >"$T_DIR/st-two.txt" 2>&1
 in_app ping -c 2 -i 0.2 "$SRV4" >/dev/null 2>&1
 # Rate-limited (10 MB/s: a 4 MiB ring covers a 400 ms stall of the reader writing its file):
-# the capture's reader keeps up, nothing lost, so the stream is whole.
+# the capture's reader keeps up, nothing lost, so the stream is whole. curl's rate limit is
+# its reads: the app's TCP receive buffer (autotuned up to tcp_rmem's maximum, 32 MiB on the
+# host) would still take the file in one burst faster than any reader, so the app's namespace
+# caps it at 1 MiB for this download.
+in_app sysctl -qw net.ipv4.tcp_rmem="4096 131072 1048576" || fail capture-download-reassembled "sysctl tcp_rmem in the app namespace"
 in_app curl -gsS --max-time 60 --limit-rate 10M -o "$T_DIR/dl.out" "http://$SRV4/big" 2>"$T_DIR/curl.err"
 CAP_PID=$dl_pid; stop_cap; CAP_PID=$all_pid; stop_cap
 got=$(sha_of "$T_DIR/dl.out")
