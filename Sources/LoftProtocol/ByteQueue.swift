@@ -61,6 +61,9 @@ public struct ByteQueue: Sendable {
         return out
     }
 
+    /// Makes room for `n` bytes in all without growing on the way (a fresh replay piece).
+    public mutating func reserveCapacity(_ n: Int) { storage.reserveCapacity(n) }
+
     /// Empties the queue; with `keepingCapacity: false` the storage is released.
     public mutating func removeAll(keepingCapacity: Bool = false) {
         storage.removeAll(keepingCapacity: keepingCapacity)

@@ -146,7 +146,7 @@ final class SessionEngine {
     var kept: [ByteQueue] = []
     var keptBytes = 0
     /// An emptied piece, for the next one (its storage reused).
-    var spare: ByteQueue?
+    var spares: [ByteQueue] = []
     var outBase: UInt64 = 0
     /// The peer's session bytes received (counted while `countingInput`) and the last ACK sent.
     var inOffset: UInt64 = 0

@@ -7,13 +7,22 @@ import LoftCore
 extension SessionEngine {
     /// ACK at most once per this many received bytes (and at a tick for the rest).
     static let ackEvery: UInt64 = 256 << 10
+    /// Emptied pieces kept for the next writes, so a steady stream reuses a few pieces instead
+    /// of allocating (and growing) one per segment.
+    static let maxSpares = 2
 
     /// The output is sent in full: it is kept as it is, a fresh queue takes the next writes.
     func keepSentOutput() {
         kept.append(output)
         keptBytes += output.count
-        output = spare ?? ByteQueue()
-        spare = nil
+        if let s = spares.popLast() {
+            output = s
+        } else {
+            // A fresh piece holds a whole segment and the frame that ends it without growing
+            // (growing an array copies what it holds).
+            output = ByteQueue()
+            output.reserveCapacity(segmentBytes + LoftWire.maxFrameSize)
+        }
         sentCount = 0
     }
 
@@ -97,7 +106,7 @@ extension SessionEngine {
             if kept[0].isEmpty {
                 var s = kept.removeFirst()
                 s.removeAll(keepingCapacity: true)
-                if spare == nil { spare = s }
+                if spares.count < Self.maxSpares { spares.append(s) }
             }
         }
         if n > 0 {
