@@ -62,13 +62,13 @@ public final class Router: FlowRouter {
     public init(rules: [Rule], defaultAction: Rule.Action, outbounds: [String: Outbound]) throws {
         self.outbounds = outbounds
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
-        hasNoDomains = !self.rules.contains { !$0.rule.domains.isEmpty }
+        hasNoDomains = Router.noDomains(self.rules)
     }
 
     /// Swaps in new rules (`loft reload`); on error the old ones stay.
     public func reload(rules: [Rule], defaultAction: Rule.Action) throws {
         (self.rules, self.defaultDecision) = try Router.compile(rules, defaultAction, outbounds)
-        hasNoDomains = !self.rules.contains { !$0.rule.domains.isEmpty }
+        hasNoDomains = Router.noDomains(self.rules)
         defaultMatches = 0
     }
 
@@ -113,14 +113,15 @@ public final class Router: FlowRouter {
         return RouteMatch(defaultDecision, rule: -1)
     }
 
+    /// No rule has `domains` (kept with the rules, not worked out per flow).
+    private static func noDomains(_ rules: [CompiledRule]) -> Bool { !rules.contains { !$0.rule.domains.isEmpty } }
+
     public func nameMayDecide(_ request: FlowRequest) -> Bool {
         guard case .ip = request.destination, !hasNoDomains else { return false }
-        var named = request
-        named.name = ""
         for r in rules {
             if !r.rule.domains.isEmpty {
                 // Everything but the name matches: some name would.
-                if r.matches(named, anyName: true) { return true }
+                if r.matches(request, anyName: true) { return true }
             } else if r.matches(request) {
                 return false
             }
