@@ -239,20 +239,10 @@ final class SessionEngine {
     func withOutput(_ body: (UnsafeRawBufferPointer) -> Int) {
         if !preamble.isEmpty { withPreamble(body); return }
         guard output.count > sentCount, !outputHeld else { return }
-        // Swapped out so a body that calls back into the session cannot collide with it.
-        var q = ByteQueue()
-        swap(&q, &output)
-        let start = sentCount
-        let taken = q.withUnsafeReadableBytes { body(UnsafeRawBufferPointer(rebasing: $0[start...])) }
-        let n = max(0, min(taken, q.count - start))
         // With replay the bytes stay where they are until the peer acknowledges them.
-        if retaining { sentCount += n } else { q.consume(n) }
+        let n = Self.hand(&output, from: sentCount, keeping: retaining, to: body)
+        if retaining { sentCount += n }
         counters.bytesOut += UInt64(n)
-        if !output.isEmpty {
-            output.withUnsafeReadableBytes { q.append($0) }
-            output.removeAll(keepingCapacity: true)
-        }
-        swap(&q, &output)
         if retaining && sentCount == output.count && sentCount >= segmentBytes { keepSentOutput() }
         unblockStreams()
         signal()
@@ -271,18 +261,27 @@ final class SessionEngine {
     }
 
     private func withPreamble(_ body: (UnsafeRawBufferPointer) -> Int) {
-        var q = ByteQueue()
-        swap(&q, &preamble)
-        let taken = q.withUnsafeReadableBytes { body($0) }
-        let n = max(0, min(taken, q.count))
-        q.consume(n)
-        counters.bytesOut += UInt64(n)
-        if !preamble.isEmpty {
-            preamble.withUnsafeReadableBytes { q.append($0) }
-            preamble.removeAll(keepingCapacity: true)
-        }
-        swap(&q, &preamble)
+        counters.bytesOut += UInt64(Self.hand(&preamble, from: 0, keeping: false, to: body))
         signal()
+    }
+
+    /// Hands `queue`'s bytes from `start` to `body` and returns how many it took, consumed
+    /// unless `keeping`. The queue is swapped out meanwhile, so a body that calls back into the
+    /// session and queues more cannot collide with it; what was queued so is appended after.
+    @inline(__always)
+    private static func hand(_ queue: inout ByteQueue, from start: Int, keeping: Bool,
+                             to body: (UnsafeRawBufferPointer) -> Int) -> Int {
+        var q = ByteQueue()
+        swap(&q, &queue)
+        let taken = q.withUnsafeReadableBytes { body(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+        let n = max(0, min(taken, q.count - start))
+        if !keeping { q.consume(n) }
+        if !queue.isEmpty {
+            queue.withUnsafeReadableBytes { q.append($0) }
+            queue.removeAll(keepingCapacity: true)
+        }
+        swap(&q, &queue)
+        return n
     }
 
     /// Error path: GOAWAY goes out before the caller sees the throw.
