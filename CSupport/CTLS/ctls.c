@@ -517,12 +517,18 @@ int ctls_aes256gcm_seal(const uint8_t key[32], const uint8_t nonce[12], const ui
     return gcm(1, EVP_aes_256_gcm(), key, nonce, aad, aadlen, in, len, out, out + len);
 }
 
-int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
-                        const uint8_t *in, size_t len, uint8_t *out) {
+// Opens `in` (ciphertext, then its 16-byte tag) with `cipher`.
+static int gcm_open(const EVP_CIPHER *cipher, const uint8_t *key, const uint8_t nonce[12], const uint8_t *aad,
+                    size_t aadlen, const uint8_t *in, size_t len, uint8_t *out) {
     if (len < 16 || len > INT32_MAX) return -1;
     uint8_t tag[16];
     memcpy(tag, in + len - 16, 16);
-    return gcm(0, EVP_aes_256_gcm(), key, nonce, aad, aadlen, in, len - 16, out, tag);
+    return gcm(0, cipher, key, nonce, aad, aadlen, in, len - 16, out, tag);
+}
+
+int ctls_aes256gcm_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
+                        const uint8_t *in, size_t len, uint8_t *out) {
+    return gcm_open(EVP_aes_256_gcm(), key, nonce, aad, aadlen, in, len, out);
 }
 
 // QUIC Initial packet protection (RFC 9001 §5).
@@ -563,8 +569,5 @@ int ctls_aes128_ecb(const uint8_t key[16], const uint8_t in[16], uint8_t out[16]
 
 int ctls_aes128gcm_open(const uint8_t key[16], const uint8_t nonce[12], const uint8_t *aad, size_t aadlen,
                         const uint8_t *in, size_t len, uint8_t *out) {
-    if (len < 16 || len > INT32_MAX) return -1;
-    uint8_t tag[16];
-    memcpy(tag, in + len - 16, 16);
-    return gcm(0, EVP_aes_128_gcm(), key, nonce, aad, aadlen, in, len - 16, out, tag);
+    return gcm_open(EVP_aes_128_gcm(), key, nonce, aad, aadlen, in, len, out);
 }
