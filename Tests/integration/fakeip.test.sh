@@ -9,6 +9,7 @@
 # address of the pool that stands for no name is refused (an RST at once), never dialled.
 # Needs root.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/site-lib.sh"
 
 command -v v2ray >/dev/null || die "v2ray not installed (scripts/deps.sh)"
 command -v dig >/dev/null || die "dig not installed (scripts/deps.sh: dnsutils)"
@@ -27,16 +28,7 @@ POOL6=fd00:$NET:fa::/112
 topo_up
 make_files 1
 start_v2ray $UUID $VPORT
-PKI=$T_DIR/pki
-(
-    cd "$PKI" || exit 1
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$HNAME" \
-        -keyout site.key -out site.csr 2>/dev/null || exit 1
-    printf 'subjectAltName=DNS:%s,DNS:%s,DNS:%s\n' "$HNAME" "$DNAME" "$VNAME" >site.ext
-    openssl x509 -req -in site.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile site.ext -out site.pem 2>/dev/null || exit 1
-    chmod 644 ./*
-) || die "openssl: the site certificate"
+site_cert "$HNAME" "$DNAME" "$VNAME"
 bash "$(dirname "$0")/../interop/gen-certs.sh" "$T_DIR/front-pki" >/dev/null || die "the front's PKI"
 
 bg_in "$SRV_NS" dnsmasq dnsmasq -k --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
@@ -54,33 +46,7 @@ LOFT_START_WRAP=with_resolv
 # The app namespace exists before loft (a mount namespace of loft's own would hide one it made).
 ip netns add "$APP_NS" || die "ip netns add $APP_NS"
 
-d=$T_DIR/nginx
-mkdir -p "$d/tmp"
-cat >"$d/nginx.conf" <<EOF
-worker_processes 1;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-daemon off;
-events { worker_connections 256; }
-http {
-    access_log $d/access.log;
-    default_type application/octet-stream;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
-    server {
-        listen $SRV4:443 ssl;
-        ssl_certificate $PKI/site.pem;
-        ssl_certificate_key $PKI/site.key;
-        root $T_DIR/www;
-        location /slow/ { limit_rate 64k; }
-    }
-}
-EOF
-bg_in "$SRV_NS" nginx nginx -p "$d" -e "$d/error.log" -c "$d/nginx.conf"
-wait_listen "$SRV_NS" tcp 443 || die "nginx did not start: $(tail -3 "$d/error.log" 2>/dev/null)"
+start_site_nginx
 
 cat >"$T_DIR/front.yaml" <<EOF
 log: info

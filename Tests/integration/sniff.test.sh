@@ -13,6 +13,7 @@
 # Initial) to an aioquic server in srv: a `domains` rule for the QUIC name sends them to the
 # holder (rule count, the flow table's name `quic`), and by address with sniffing off. Needs root.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/site-lib.sh"
 . "$(dirname "$0")/bridge-peer.sh"
 
 command -v v2ray >/dev/null || die "v2ray not installed (scripts/deps.sh)"
@@ -32,17 +33,8 @@ topo_up
 make_files 1
 start_echo
 start_v2ray $UUID $VPORT
-PKI=$T_DIR/pki
 # The site's certificate (both names), from start_v2ray's CA; the front's PKI of its own.
-(
-    cd "$PKI" || exit 1
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$NAME" \
-        -keyout site.key -out site.csr 2>/dev/null || exit 1
-    printf 'subjectAltName=DNS:%s,DNS:%s,DNS:%s\n' "$NAME" "$VNAME" "$QNAME" >site.ext
-    openssl x509 -req -in site.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile site.ext -out site.pem 2>/dev/null || exit 1
-    chmod 644 ./*
-) || die "openssl: the site certificate"
+site_cert "$NAME" "$VNAME" "$QNAME"
 bash "$(dirname "$0")/../interop/gen-certs.sh" "$T_DIR/front-pki" >/dev/null || die "the front's PKI"
 
 # dnsmasq in srv: the only resolver that knows NAME; the front's (srv's resolv.conf).
@@ -55,34 +47,7 @@ on_cleanup "rm -rf /etc/netns/$SRV_NS"
 echo "nameserver $SRV4" >"/etc/netns/$SRV_NS/resolv.conf"
 
 # nginx in srv: HTTP :80 and HTTPS :443 (the site certificate); /slow/ rate limited.
-d=$T_DIR/nginx
-mkdir -p "$d/tmp"
-cat >"$d/nginx.conf" <<EOF
-worker_processes 1;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-daemon off;
-events { worker_connections 256; }
-http {
-    access_log $d/access.log;
-    default_type application/octet-stream;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
-    server {
-        listen $SRV4:80;
-        listen $SRV4:443 ssl;
-        ssl_certificate $PKI/site.pem;
-        ssl_certificate_key $PKI/site.key;
-        root $T_DIR/www;
-        location /slow/ { limit_rate 64k; }
-    }
-}
-EOF
-bg_in "$SRV_NS" nginx nginx -p "$d" -e "$d/error.log" -c "$d/nginx.conf"
-wait_listen "$SRV_NS" tcp 443 || die "nginx did not start: $(tail -3 "$d/error.log" 2>/dev/null)"
+start_site_nginx http
 
 # The HTTP/3 server (aioquic) in srv.
 H3=$(dirname "$0")/../tools/h3_get.py
