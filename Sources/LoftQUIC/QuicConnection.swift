@@ -70,6 +70,8 @@ package final class QuicConnection {
     var timer: TimerHandle?
     var pacer: QuicPacer
     var timerAt: UInt64 = .max
+    /// The loop's `nanoseconds` when the connection was made (ngtcp2's `initial_ts`).
+    let createdNs: UInt64
     package var closed: Bool { isClosed }
     var isClosed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
@@ -88,6 +90,7 @@ package final class QuicConnection {
     lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
     lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
         guard let self else { return }
+        self.receiveScheduled = false
         guard !self.closed else { return }
         self.dispatchEvents()
     }
@@ -103,7 +106,8 @@ package final class QuicConnection {
         self.isServer = isServer
         addressValidated = !isServer
         self.loop = loop
-        pacer = QuicPacer(now: loop.nanoseconds)
+        createdNs = loop.nanoseconds
+        pacer = QuicPacer(now: createdNs)
         self.sink = sink
         self.limits = limits
         self.localAddress = local
@@ -152,7 +156,7 @@ package final class QuicConnection {
             return local.withSockaddr { l, ll in
                 remote.withSockaddr { r, rl in
                     withUnsafePointer(to: &q.events) { ev in
-                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, loop.nanoseconds, &err, err.count)
+                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, q.createdNs, &err, err.count)
                     }
                 }
             }
@@ -175,7 +179,7 @@ package final class QuicConnection {
             remote.withSockaddr { r, rl in
                 withUnsafePointer(to: &q.events) { ev in
                     cngtcp2_server_new(ev, creds, alpn, l, ll, r, rl, packet.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                                     packet.count, secret, &params, loop.nanoseconds, &err, err.count)
+                                     packet.count, secret, &params, q.createdNs, &err, err.count)
                 }
             }
         }
@@ -220,14 +224,24 @@ package final class QuicConnection {
 
     // MARK: packets in
 
-    /// One UDP payload from `from`, received on `at`.
+    /// One UDP payload from `from`, received on `at`, now.
     package func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress) {
+        receive(bytes, from: from, at: at, now: loop.nanoseconds)
+    }
+
+    /// One UDP payload from `from`, received on `at` at `now` (the loop's `nanoseconds`): the
+    /// socket's owner reads the clock once per read and passes it with each of the read's
+    /// packets (a GRO batch holds up to 64), not once per packet.
+    package func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress, now: UInt64) {
         guard let conn, !closed else { return }
+        // A read's clock reading can precede the connection (an Initial earlier in the batch
+        // made it): ngtcp2's time never goes back.
+        let now = now < createdNs ? createdNs : now
         if !addressValidated { amplification.received(bytes.count) }
         remoteAddress = from
         let rv = at.withSockaddr { l, ll in
             from.withSockaddr { r, rl in
-                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, loop.nanoseconds)
+                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, now)
             }
         }
         if rv != 0 {
@@ -235,10 +249,17 @@ package final class QuicConnection {
             return
         }
         // Once after the batch (a GRO read holds up to 64 packets): the delegate reads a
-        // stream's bytes in one go, then the flush acknowledges them all.
-        dispatchSoon.schedule()
-        flushSoon.schedule()
+        // stream's bytes in one go, then the flush acknowledges them all. Asked for once per
+        // batch (a flag the dispatch clears), not per packet: each ask read two lazy
+        // properties (a retain, a release and an exclusivity check each).
+        if !receiveScheduled {
+            receiveScheduled = true
+            dispatchSoon.schedule()
+            flushSoon.schedule()
+        }
     }
+    /// `receive` has asked for the dispatch and the flush since the dispatch last ran.
+    var receiveScheduled = false
 
     /// The socket refused a datagram of `size` bytes as larger than the path's MTU (EMSGSIZE).
     /// Up to 1452 that is a path MTU probe QUIC expects to lose; true, once, when it is a
