@@ -49,7 +49,10 @@ package final class QuicConnection {
     /// The stream last looked up by id (`stream(_:)`), while it is in `streams` (`forget`
     /// clears it): a transfer's packets, acknowledgments and sends are mostly for one stream,
     /// whose state is then at hand without hashing its id.
-    var recent: QuicStreamState?
+    var recent: QuicStreamState? { didSet { recentRef = recent.map { Unmanaged.passUnretained($0) } } }
+    /// `recent` unretained, for ngtcp2's per-packet stream-data callback: valid while `recent`
+    /// holds it (a retain and a release per packet otherwise).
+    var recentRef: Unmanaged<QuicStreamState>?
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
@@ -395,6 +398,9 @@ package final class QuicConnection {
     func onHandshakeDone() -> Int32 { handshakeJustDone = true; return 0 }
 
     func onStreamData(_ sid: Int64, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
+        if let r = recentRef, r._withUnsafeGuaranteedRef({ $0.id == sid }) {
+            return r._withUnsafeGuaranteedRef { streamData($0, data, len, fin) }
+        }
         var s = stream(sid)
         if s == nil {
             // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
@@ -403,7 +409,12 @@ package final class QuicConnection {
             streams[sid] = n
             s = n
         }
-        let st = s!
+        return streamData(s!, data, len, fin)
+    }
+
+    @inline(__always)
+    func streamData(_ st: QuicStreamState, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
+        let sid = st.id
         if st.released {
             // Nobody reads it any more: the bytes are dropped, the peer's window moves on.
             if let conn, len > 0 { _ = cngtcp2_consumed(conn, sid, UInt64(len)) }
