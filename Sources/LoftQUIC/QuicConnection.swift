@@ -469,6 +469,11 @@ package final class QuicConnection {
     }
 
     func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
+        // Once per acknowledged STREAM frame (about one per packet sent): the stream unretained.
+        if let r = recentRef, r._withUnsafeGuaranteedRef({ $0.id == sid }) {
+            r._withUnsafeGuaranteedRef { acked($0, upTo) }
+            return 0
+        }
         guard let s = stream(sid) else {
             // A retired stream's bytes acknowledged after its reset leave the budget.
             if let r = retired[sid], upTo > r.acked, !closed {
@@ -478,6 +483,12 @@ package final class QuicConnection {
             }
             return 0
         }
+        acked(s, upTo)
+        return 0
+    }
+
+    @inline(__always)
+    func acked(_ s: QuicStreamState, _ upTo: UInt64) {
         if upTo > s.acked {
             let a = min(upTo, s.end)
             if s.budgeted { heldTotal -= Int(a - s.acked) }
@@ -486,9 +497,8 @@ package final class QuicConnection {
         }
         if s.wantWritable && s.room >= s.ringCap / 2 {
             s.wantWritable = false
-            pendingWritable.append(sid)
+            pendingWritable.append(s.id)
         }
-        return 0
     }
     var pendingWritable: [Int64] = []
 
