@@ -460,27 +460,54 @@ int ctls_conn_peer_cert_hash(ctls_conn *c, int sha256, uint8_t *out) {
 
 int ctls_random(void *buf, size_t len) { return RAND_bytes(buf, (int)len) == 1 ? 0 : -1; }
 
-void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase) {
-    uint8_t k[8];
+// WebSocket masking. The key repeated to 8 bytes from `phase`; the bulk goes 64 bytes a step in
+// 16-byte SSE2 vectors (the x86-64 baseline; 32-byte AVX2 ones measured slower here, the bytes
+// being in cache), then 8 bytes, then single bytes. Masking in place is dst == src.
+typedef uint8_t ctls_v16 __attribute__((vector_size(16)));
+
+static inline void mask_key8(const uint8_t key[4], size_t phase, uint8_t k[8]) {
     for (int i = 0; i < 8; i++) k[i] = key[(phase + (size_t)i) & 3];
+}
+
+static size_t mask_bulk_sse2(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t k[8]) {
+    ctls_v16 kv;
+    for (int i = 0; i < 16; i++) kv[i] = k[i & 7];
+    size_t i = 0;
+    for (; i + 64 <= len; i += 64) {
+        ctls_v16 a, b, c, d;
+        memcpy(&a, src + i, 16); memcpy(&b, src + i + 16, 16);
+        memcpy(&c, src + i + 32, 16); memcpy(&d, src + i + 48, 16);
+        a ^= kv; b ^= kv; c ^= kv; d ^= kv;
+        memcpy(dst + i, &a, 16); memcpy(dst + i + 16, &b, 16);
+        memcpy(dst + i + 32, &c, 16); memcpy(dst + i + 48, &d, 16);
+    }
+    return i;
+}
+
+static void ws_mask_run(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t key[4], size_t phase) {
+    uint8_t k[8];
+    mask_key8(key, phase, k);
+    size_t i = 0;
+    // The bulk step is a multiple of 8 bytes: the key's phase is the same after it.
+    if (len >= 64) i = mask_bulk_sse2(dst, src, len, k);
     uint64_t k64;
     memcpy(&k64, k, 8);
-    size_t i = 0;
-    for (; i + 32 <= len; i += 32) {
-        uint64_t a, b, c2, d;
-        memcpy(&a, p + i, 8); memcpy(&b, p + i + 8, 8);
-        memcpy(&c2, p + i + 16, 8); memcpy(&d, p + i + 24, 8);
-        a ^= k64; b ^= k64; c2 ^= k64; d ^= k64;
-        memcpy(p + i, &a, 8); memcpy(p + i + 8, &b, 8);
-        memcpy(p + i + 16, &c2, 8); memcpy(p + i + 24, &d, 8);
-    }
     for (; i + 8 <= len; i += 8) {
         uint64_t a;
-        memcpy(&a, p + i, 8);
+        memcpy(&a, src + i, 8);
         a ^= k64;
-        memcpy(p + i, &a, 8);
+        memcpy(dst + i, &a, 8);
     }
-    for (; i < len; i++) p[i] ^= k[i & 7];
+    for (; i < len; i++) dst[i] = src[i] ^ k[i & 7];
+}
+
+void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase) {
+    ws_mask_run(p, p, len, key, phase);
+}
+
+void ctls_ws_mask_copy(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, const uint8_t key[4],
+                       size_t phase) {
+    ws_mask_run(dst, src, len, key, phase);
 }
 
 // MARK: passphrase encryption (loft export --encrypt)
