@@ -5,7 +5,8 @@ import LoftTLS
 /// Builds ws frames or HTTP chunks in place in a TLSConnection's output buffer. Bytes written
 /// in one loop iteration extend one open frame (up to 0xFFFF payload bytes); the header is
 /// filled in when the frame is finalized (before each flush), so session bytes are copied once,
-/// into the buffer SSL_write reads from.
+/// into the buffer SSL_write reads from. A client ws frame's mask key is drawn when the frame
+/// opens and the bytes are masked as they are copied in (one pass, not a copy and a mask).
 ///
 /// The header space reserved is fixed: 4 bytes for server ws frames (8 with a mask key for
 /// client frames), 6 for a chunk (four hex digits and CRLF). A ws frame under 126 bytes needs
@@ -22,6 +23,8 @@ struct FrameWriter {
 
     private(set) var open = -1
     private(set) var openLength = 0
+    /// The open client ws frame's mask key (its bytes are masked as they are copied in).
+    private var openKey: (UInt8, UInt8, UInt8, UInt8)?
 
     init(_ style: Style) {
         self.style = style
@@ -50,6 +53,7 @@ struct FrameWriter {
                 if c.outTail - Self.controlReserve < need { c.compactOutput() }
                 open = c.outEnd
                 openLength = 0
+                if case .ws(masked: true) = style { openKey = keySource?() }
                 c.outEnd += reserve
             }
             let byLimit = limit - c.pending - trailer
@@ -64,7 +68,11 @@ struct FrameWriter {
                 break
             }
             let n = min(room, bytes.count - taken)
-            (c.output + c.outEnd).copyMemory(from: base + taken, byteCount: n)
+            if let key = openKey {
+                wsMaskCopy(c.output + c.outEnd, base + taken, n, key, phase: openLength & 3)
+            } else {
+                (c.output + c.outEnd).copyMemory(from: base + taken, byteCount: n)
+            }
             c.outEnd += n
             openLength += n
             taken += n
@@ -78,7 +86,7 @@ struct FrameWriter {
     /// Fills in the open frame's header (and mask, and chunk CRLF). Call before flushing.
     mutating func finalize(_ c: TLSConnection) {
         guard open >= 0 else { return }
-        defer { open = -1; openLength = 0 }
+        defer { open = -1; openLength = 0; openKey = nil }
         if openLength == 0 {
             c.outEnd = open
             return
@@ -89,11 +97,12 @@ struct FrameWriter {
             c.output.storeBytes(of: 0x0D, toByteOffset: c.outEnd, as: UInt8.self)
             c.output.storeBytes(of: 0x0A, toByteOffset: c.outEnd + 1, as: UInt8.self)
             c.outEnd += 2
-        case .ws(let masked):
-            let key = masked ? keySource?() : nil
+        case .ws:
+            // The payload is masked already (in `write`).
+            let key = openKey
             let h = WSFrameHeader(opcode: WSOpcode.binary, maskKey: key, payloadLength: UInt64(openLength))
             let hs = h.size
-            var payload = c.output + open + reserve
+            let payload = c.output + open + reserve
             if hs < reserve {
                 let gap = reserve - hs
                 if open == c.outStart {
@@ -102,13 +111,11 @@ struct FrameWriter {
                 } else {
                     h.encode(to: c.output + open)
                     memmove(c.output + open + hs, payload, openLength)
-                    payload = c.output + open + hs
                     c.outEnd -= gap
                 }
             } else {
                 h.encode(to: c.output + open)
             }
-            if let key { wsMask(payload, openLength, key, phase: 0) }
         }
     }
 }

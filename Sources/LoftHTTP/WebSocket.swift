@@ -171,6 +171,18 @@ package func wsMask(_ p: UnsafeMutableRawPointer, _ count: Int, _ key: (UInt8, U
     }
 }
 
+/// Copies `count` bytes from `src` to `dst` (not overlapping), masking them on the way: one pass
+/// where a copy and then `wsMask` would be two.
+@inline(__always)
+package func wsMaskCopy(_ dst: UnsafeMutableRawPointer, _ src: UnsafeRawPointer, _ count: Int,
+                        _ key: (UInt8, UInt8, UInt8, UInt8), phase: Int) {
+    var k = key
+    withUnsafeBytes(of: &k) { kp in
+        ctls_ws_mask_copy(dst.assumingMemoryBound(to: UInt8.self), src.assumingMemoryBound(to: UInt8.self), count,
+                          kp.baseAddress!.assumingMemoryBound(to: UInt8.self), phase)
+    }
+}
+
 /// A streaming frame decoder. Data-frame payload is handed out as ranges of the caller's
 /// buffer as soon as it arrives (unmasked in place), so frames of any size need no buffering;
 /// control frames (at most 125 bytes) are collected and returned whole. Binary messages may

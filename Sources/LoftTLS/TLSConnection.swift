@@ -65,6 +65,9 @@ package final class TLSConnection: IOHandler {
     /// sent (and its end) waits in the socket until reading resumes.
     private var parked = false
     private var pumpScheduled = false
+    /// A read met the end (CTLS_CLOSED or an error) behind bytes the owner has not taken while
+    /// it paused reading: handled when reading resumes.
+    private var heldEnd: Int?
     private var pumpAction: (() -> Void)!
     /// Read calls per readiness event before yielding to other descriptors.
     private static let readBurst = 16
@@ -299,13 +302,29 @@ package final class TLSConnection: IOHandler {
         inStart = 0
     }
 
+    /// Reads records into the input buffer until the socket (and OpenSSL's read-ahead) has no
+    /// more or the buffer is full, then tells the owner once: one delivery per batch of records,
+    /// not one per 16 KiB record (each delivery runs the carrier's parser, the session and the
+    /// relay's write).
     private func pumpRead() {
         guard let tls else { return }
+        if let r = heldEnd {
+            guard state == .open && readEnabled else { return }
+            heldEnd = nil
+            readEnded(tls, r)
+            return
+        }
         var rounds = 0
+        var fresh = false
         while state == .open && readEnabled {
-            if rounds == Self.readBurst { schedulePump(); return }
+            if rounds == Self.readBurst {
+                if fresh { fresh = false; owner?.tlsReceived(self); continue }
+                schedulePump()
+                return
+            }
             if inStart == inEnd { inStart = 0; inEnd = 0 }
             if inEnd == inCap {
+                if fresh { fresh = false; owner?.tlsReceived(self); continue }
                 compactInput()
                 if inEnd == inCap { end(.io("input buffer full (\(inCap) bytes unconsumed)")); return }
             }
@@ -313,24 +332,39 @@ package final class TLSConnection: IOHandler {
             if r > 0 {
                 inEnd += r
                 rounds += 1
-                owner?.tlsReceived(self)
+                fresh = true
                 continue
             }
-            switch Int(r) {
-            case CTLS_WANT_READ:
-                return
-            case CTLS_WANT_WRITE:
-                readWantsWrite = true
-                updateMask()
-                return
-            case CTLS_CLOSED:
-                closeNotified = ctls_conn_close_notify(tls) == 1
-                end(nil)
-                return
-            default:
-                fail(String(cString: ctls_conn_error(tls)))
-                return
+            if fresh {
+                // What came before the socket ran dry (or ended) goes to the owner first.
+                fresh = false
+                owner?.tlsReceived(self)
+                guard state == .open else { return }
+                if !readEnabled && Int(r) != CTLS_WANT_READ && Int(r) != CTLS_WANT_WRITE {
+                    // The owner paused with bytes to take: the end waits behind them, as it
+                    // did when each record was handed over before the next read.
+                    heldEnd = Int(r)
+                    return
+                }
             }
+            readEnded(tls, Int(r))
+            return
+        }
+    }
+
+    /// A read that brought no bytes: wait for the socket, or the end (clean or failed).
+    private func readEnded(_ tls: OpaquePointer, _ r: Int) {
+        switch r {
+        case CTLS_WANT_READ:
+            return
+        case CTLS_WANT_WRITE:
+            readWantsWrite = true
+            updateMask()
+        case CTLS_CLOSED:
+            closeNotified = ctls_conn_close_notify(tls) == 1
+            end(nil)
+        default:
+            fail(String(cString: ctls_conn_error(tls)))
         }
     }
 

@@ -87,6 +87,47 @@ final class WebSocketCodecTests: XCTestCase {
         XCTAssertEqual(failureCode(parse([0x81, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f], by: .server)), 1002)
     }
 
+    /// The copying mask (the ws client's frame writer) gives what a copy and then the in-place
+    /// mask give, byte for byte, for every phase, for lengths across the 8- and 32-byte steps,
+    /// and for a payload copied in in pieces; the source is left as it was.
+    func testMaskCopyMatchesCopyThenMask() {
+        let key: (UInt8, UInt8, UInt8, UInt8) = (0x37, 0xfa, 0x21, 0x3d)
+        let keyBytes: [UInt8] = [0x37, 0xfa, 0x21, 0x3d]
+        var rng = SystemRandomNumberGenerator()
+        for length in Array(0...80) + [255, 1000, 16_384, 65_535] {
+            let src = (0..<length).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            for phase in 0..<4 {
+                let want = src.enumerated().map { $0.element ^ keyBytes[(phase + $0.offset) & 3] }
+                var inPlace = src
+                inPlace.withUnsafeMutableBytes { if length > 0 { wsMask($0.baseAddress!, length, key, phase: phase) } }
+                XCTAssertEqual(inPlace, want, "in place, length \(length) phase \(phase)")
+                var dst = [UInt8](repeating: 0, count: length + 3)
+                src.withUnsafeBytes { s in
+                    dst.withUnsafeMutableBytes { d in
+                        guard length > 0 else { return }
+                        wsMaskCopy(d.baseAddress! + 1, s.baseAddress!, length, key, phase: phase)
+                    }
+                }
+                XCTAssertEqual(Array(dst[1..<(1 + length)]), want, "copy, length \(length) phase \(phase)")
+                XCTAssertEqual(dst[0], 0)
+                XCTAssertEqual(dst[length + 1], 0, "nothing written past the end")
+            }
+            // In pieces, each from the phase where the last ended (how FrameWriter extends a frame).
+            var pieces = [UInt8](repeating: 0, count: length)
+            var at = 0
+            var cut = 1
+            while at < length {
+                let n = min(cut, length - at)
+                src.withUnsafeBytes { s in
+                    pieces.withUnsafeMutableBytes { d in wsMaskCopy(d.baseAddress! + at, s.baseAddress! + at, n, key, phase: at & 3) }
+                }
+                at += n
+                cut = cut * 3 + 1
+            }
+            XCTAssertEqual(pieces, src.enumerated().map { $0.element ^ keyBytes[$0.offset & 3] }, "pieces, length \(length)")
+        }
+    }
+
     func testHeaderRoundTripAllLengthForms() {
         for len in [0, 1, 125, 126, 127, 65535, 65536, 1 << 33] as [UInt64] {
             for key in [nil, (UInt8(1), UInt8(2), UInt8(3), UInt8(4))] as [(UInt8, UInt8, UInt8, UInt8)?] {

@@ -113,6 +113,10 @@ int ctls_random(void *buf, size_t len);
 /// WebSocket masking (RFC 6455 5.3), in place: byte i of p is XORed with key[(phase + i) % 4].
 /// Plain C here because it is on the data path and C at -O0 is fast enough in debug builds.
 void ctls_ws_mask(uint8_t *p, size_t len, const uint8_t key[4], size_t phase);
+/// The same masking while copying: dst[i] = src[i] ^ key[(phase + i) % 4] (one pass over the
+/// bytes instead of a copy and then a mask). dst and src must not overlap.
+void ctls_ws_mask_copy(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, const uint8_t key[4],
+                       size_t phase);
 
 /// PBKDF2-HMAC-SHA256 (RFC 8018) of pass with salt, iterations rounds, into key (keylen bytes).
 /// Returns 0, or -1 on failure. Blocks for as long as the iterations take: only the command-line
