@@ -12,6 +12,11 @@ public enum IOEvents {
     public static let writable = UInt32(CLINUX_EPOLLOUT)
     public static let error = UInt32(CLINUX_EPOLLERR)
     public static let hangup = UInt32(CLINUX_EPOLLHUP)
+    /// The peer shut its sending side (its FIN is in): reported with `readable`, when asked for.
+    public static let readHangup = UInt32(CLINUX_EPOLLRDHUP)
+    /// Asked with the others: the registration is disarmed once it reports (no event at all,
+    /// errors included, until the next `modify`).
+    public static let oneShot = UInt32(CLINUX_EPOLLONESHOT)
 }
 
 public struct SystemError: Error, CustomStringConvertible {
