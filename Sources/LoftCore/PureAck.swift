@@ -80,7 +80,9 @@ public final class AckCoalescer {
     public private(set) var held = 0
     /// ACKs not written because a later one of the same connection replaced them.
     public private(set) var coalesced: UInt64 = 0
-    private let emit: (UnsafeRawBufferPointer) -> Void
+    /// Writes a held ACK out (called from `pass`, `release` and `flush`); an owner that is
+    /// made after its coalescer sets it once it can name itself.
+    public var emit: (UnsafeRawBufferPointer) -> Void
 
     /// `emit` writes a held ACK out (called from `pass`, `release` and `flush`).
     public init(emit: @escaping (UnsafeRawBufferPointer) -> Void) {

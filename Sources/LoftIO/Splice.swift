@@ -11,7 +11,9 @@ public protocol SpliceOwner: AnyObject {
     func spliceFailed(_ splice: Splice, _ failure: FlowFailure)
     /// After `attach`: both ends are closed or reset; the splice is finished.
     func spliceEnded(_ splice: Splice, _ ending: Splice.Ending)
-    /// Bytes moved (either way): the owner's idea of "recently active" for eviction.
+    /// Bytes moved (either way): the owner's idea of "recently active" for eviction. Told at
+    /// the first bytes, then at most once per loop millisecond (`lastActivity` changed): bytes
+    /// moved again in the same millisecond leave the splice as recently active as it was.
     func spliceMoved(_ splice: Splice)
 }
 
@@ -67,6 +69,8 @@ public final class Splice: ByteStreamEvents {
     /// is off (the other side is full, or EOF was read). One byte for both sides.
     private var flags: UInt8 = 0
     private var repumpQueued = false
+    /// The owner was told of bytes moved (`spliceMoved`) at `lastActivity`.
+    private var movedTold = false
     // The ends, in the splice itself (one allocation per relay): each side's stream and the
     // bytes read from the other side that the stream has not taken yet.
     private var inStream: ByteStream?
@@ -397,7 +401,6 @@ public final class Splice: ByteStreamEvents {
     }
 
     private func moved(_ n: Int, up: Bool) {
-        lastActivity = loop.now
         if up {
             bytesUp &+= UInt64(n)
             meter?.bytesUp &+= UInt64(n)
@@ -405,6 +408,10 @@ public final class Splice: ByteStreamEvents {
             bytesDown &+= UInt64(n)
             meter?.bytesDown &+= UInt64(n)
         }
+        let now = loop.now
+        guard now != lastActivity || !movedTold else { return }
+        lastActivity = now
+        movedTold = true
         owner.spliceMoved(self)
     }
 
@@ -472,7 +479,7 @@ public final class Splice: ByteStreamEvents {
     }
 
     private func arm(at t: UInt64) {
-        deadline = loop.schedule(at: t) { [unowned self] in self.deadlinePassed() }
+        deadline = loop.schedule(at: t) { [unowned(unsafe) self] in self.deadlinePassed() }
     }
 
     private func deadlinePassed() {
@@ -504,7 +511,7 @@ public final class Splice: ByteStreamEvents {
     /// given back once the splice has been calm for a while, so quiet flows hold none.
     private func scheduleRelease() {
         guard releaseTimer == .none, state == .relaying else { return }
-        releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [unowned self] in self.releaseIfCalm() }
+        releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [unowned(unsafe) self] in self.releaseIfCalm() }
     }
 
     private func releaseIfCalm() {

@@ -19,7 +19,7 @@ import LoftCore
 class LwipStream: ByteStream {
     weak var events: ByteStreamEvents?
     /// Where this end queues its events for after the batch of packets (the stack's).
-    unowned let batch: StreamBatch
+    unowned(unsafe) let batch: StreamBatch
     var pcb: OpaquePointer?
     /// App → remote bytes lwIP delivered that the driver has not consumed yet.
     private var pending: [OpaquePointer] = []

@@ -52,7 +52,7 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     var isRelaying: Bool { splice.isRelaying }
 
     /// Where the flow reports (not owned: the table owns the flow).
-    unowned let table: FlowTable
+    unowned(unsafe) let table: FlowTable
 
     /// `hold`: the SYN waits for the outbound (not sniffed); otherwise lwIP takes it now.
     init(table: FlowTable, key: FlowKey, syn: UnsafeRawBufferPointer, hold: Bool, summary: PacketSummary, now: UInt64) {
