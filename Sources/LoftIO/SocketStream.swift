@@ -26,7 +26,24 @@ public final class StreamMeter {
 /// is asked only when that report is an error or a hang-up, and a read that came back short
 /// is not followed by one that would only find the socket empty (`drained`).
 public final class SocketStream: ByteStream, IOHandler {
-    public weak var events: ByteStreamEvents?
+    /// The driver. A splice is held unowned(unsafe): it holds this stream while it drives it and
+    /// clears this before it lets go (or lets go of it failed, when no event comes any more).
+    /// Any other driver weakly: a weak reference gives its target a side table, and then every
+    /// retain and release of it takes the slow path, several per event for a splice.
+    public var events: ByteStreamEvents? {
+        get { splice ?? otherEvents }
+        set {
+            if let s = newValue as? Splice {
+                splice = s
+                otherEvents = nil
+            } else {
+                splice = nil
+                otherEvents = newValue
+            }
+        }
+    }
+    private unowned(unsafe) var splice: Splice?
+    private weak var otherEvents: ByteStreamEvents?
     private let loop: EventLoop
     public private(set) var fd: Int32 = -1
     private var connecting = false
@@ -62,8 +79,8 @@ public final class SocketStream: ByteStream, IOHandler {
     /// A stream that `connect(_:)` (or `failSoon(_:)`) starts.
     public init(loop: EventLoop, events: ByteStreamEvents?, meter: StreamMeter?) {
         self.loop = loop
-        self.events = events
         self.meter = meter
+        self.events = events
         begin()
     }
 

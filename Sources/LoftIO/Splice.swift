@@ -97,6 +97,9 @@ public final class Splice: ByteStreamEvents {
     static let releaseAfterMs: UInt64 = 2_000
     /// The copy buffer: one loop thread, and each read is written out before the next.
     nonisolated(unsafe) static let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+    /// The iovecs a zero-copy source describes its bytes in: likewise one for the thread (no
+    /// pump runs inside another, `depth`), not sixteen zeroed on the stack per read.
+    nonisolated(unsafe) static let peekVectors = UnsafeMutablePointer<iovec>.allocate(capacity: 16)
 
     public init(loop: EventLoop, owner: SpliceOwner, meter: SpliceMeter? = nil,
                 connectTimeoutMs: UInt64, idleTimeoutMs: UInt64 = 0) {
@@ -305,19 +308,13 @@ public final class Splice: ByteStreamEvents {
                 pause(src)
                 return
             }
-            var iov = (iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec(),
-                       iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec())
+            let iov = Self.peekVectors
             var count = 0
-            let peeked: StreamReadResult? = withUnsafeMutableBytes(of: &iov) { raw in
-                from.peek(raw.baseAddress!.assumingMemoryBound(to: iovec.self), max: 16, count: &count)
-            }
-            if let peeked {
+            if let peeked = from.peek(iov, max: 16, count: &count) {
                 // Zero-copy: the source's own memory goes straight to the destination.
                 switch peeked {
                 case .data(let n) where n > 0:
-                    let w = withUnsafeMutableBytes(of: &iov) { raw in
-                        to.write(raw.baseAddress!.assumingMemoryBound(to: iovec.self), count: count)
-                    }
+                    let w = to.write(iov, count: count)
                     if w < 0 { broke(dst, .other(EPIPE)); return }
                     if w > 0 {
                         from.consume(w)
@@ -462,6 +459,8 @@ public final class Splice: ByteStreamEvents {
         cancel(&releaseTimer)
     }
 
+    /// Lets go of both ends, clearing their events first: a SocketStream holds its splice
+    /// unowned(unsafe) while that is set.
     private func drop() {
         inStream?.events = nil
         outStream?.events = nil
