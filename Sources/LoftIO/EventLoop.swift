@@ -127,6 +127,14 @@ public final class EventLoop {
         if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
     }
 
+    /// As `unregister`, for an fd closed right after without the EPOLL_CTL_DEL: closing the
+    /// last descriptor of an open file takes it out of epoll, and only an fd that is the only
+    /// one of its file may be given here (loft never dups its sockets, and posix_spawn's child
+    /// runs before the parent goes on). Events for it still in the current batch are dropped.
+    public func forget(_ fd: Int32) {
+        if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
+    }
+
     /// Work queued for after the current batch, in the order asked for.
     private enum Deferred {
         case action(() -> Void)

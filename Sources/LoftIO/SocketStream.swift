@@ -23,8 +23,9 @@ public final class StreamMeter {
 /// System calls a flow spends here, beyond the data's: a dialled socket is registered for its
 /// connect's completion only (one-shot, so the registration is disarmed once that reports and
 /// a driver that pauses reads until it attaches the other end costs no `epoll_ctl`), SO_ERROR
-/// is asked only when that report is an error or a hang-up, and a read that came back short
-/// is not followed by one that would only find the socket empty (`drained`).
+/// is asked only when that report is an error or a hang-up, and a read that would only find
+/// the socket empty is not made (`drained`): the one after a short read, and the first after
+/// a connect whose report had nothing to read.
 public final class SocketStream: ByteStream, IOHandler {
     /// The driver. A splice is held unowned(unsafe): it holds this stream while it drives it and
     /// clears this before it lets go (or lets go of it failed, when no event comes any more).
@@ -58,10 +59,10 @@ public final class SocketStream: ByteStream, IOHandler {
     private let meter: StreamMeter?
     private var live = false
     /// The last read returned less than it asked for (the receive queue was empty then), and
-    /// another would find nothing (see `rereadFindsNothing`): the next read, while epoll
-    /// watches for reads, returns `.wouldBlock` without the system call. Cleared by epoll's
-    /// next report for this socket (level-triggered: bytes that came meanwhile, or the FIN,
-    /// are reported then).
+    /// another would find nothing (see `rereadFindsNothing`); or the connect's report said
+    /// nothing was there to read: the next read, while epoll watches for reads, returns
+    /// `.wouldBlock` without the system call. Cleared by epoll's next report for this socket
+    /// (level-triggered: bytes that came meanwhile, or the FIN, are reported then).
     private var drained = false
     /// epoll's last report said the peer's FIN is in: a short read is followed by one more,
     /// which finds the EOF (so it leaves with the bytes before it).
@@ -125,9 +126,12 @@ public final class SocketStream: ByteStream, IOHandler {
         fd = s
         connecting = true
         // One-shot: the completion's report disarms the registration, so what the driver wants
-        // next (usually nothing until it attaches the other end) costs no epoll_ctl then.
-        setMask(IOEvents.writable | IOEvents.oneShot)
+        // next (usually nothing until it attaches the other end) costs no epoll_ctl then. Asked
+        // with readable too: the report says whether the peer spoke already.
+        setMask(Self.connectMask)
     }
+
+    private static let connectMask = IOEvents.writable | IOEvents.readable | IOEvents.oneShot
 
     /// Fails on the next loop turn (never inside the call that opened the stream).
     public func failSoon(_ failure: FlowFailure) {
@@ -176,10 +180,14 @@ public final class SocketStream: ByteStream, IOHandler {
                 }
             }
             if ev & IOEvents.writable == 0 {
-                setMask(IOEvents.writable | IOEvents.oneShot)
+                setMask(Self.connectMask)
                 return
             }
             connecting = false
+            // Nothing to read when it connected: the first read once epoll watches for reads
+            // (a splice reads the remote as it attaches the app's end) needs no recv, and bytes
+            // that came meanwhile are reported then.
+            drained = ev & IOEvents.readable == 0
             events?.streamConnected(self)
             // Armed for what the driver wants now (it may have turned reads off meanwhile).
             updateMask()
@@ -294,7 +302,8 @@ public final class SocketStream: ByteStream, IOHandler {
         finished = true
         ended()
         guard fd >= 0 else { return }
-        if registered { loop.unregister(fd) }
+        // The close takes the socket out of epoll (this stream's fd is its socket's only one).
+        if registered { loop.forget(fd) }
         registered = false
         if reset { Syscall.setLingerReset(fd) }
         _ = Syscall.close(fd)

@@ -428,14 +428,18 @@ public final class Splice: ByteStreamEvents {
     private func passEOF(_ src: Side, _ dst: Side) {
         if !has(.shut, dst) {
             set(.shut, dst)
-            stream(dst)?.shutdownWrite()
+            // When that finishes the relay, a socket is closed at once (finishIfDone), and its
+            // close sends the FIN itself (its peer's EOF is read: nothing of it is unread).
+            if !(isDone && stream(dst) is SocketStream) { stream(dst)?.shutdownWrite() }
         }
         finishIfDone()
     }
 
+    /// Both sides: EOF read, shut, nothing waiting.
+    private var isDone: Bool { state == .relaying && flags & 0x33 == 0x33 && inPending.isEmpty && outPending.isEmpty }
+
     private func finishIfDone() {
-        // Both sides: EOF read, shut, nothing waiting.
-        guard state == .relaying, flags & 0x33 == 0x33, inPending.isEmpty, outPending.isEmpty else { return }
+        guard isDone else { return }
         finish()
         inStream?.close()
         outStream?.close()
