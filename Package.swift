@@ -3,6 +3,15 @@ import PackageDescription
 
 // Each C target is the only place its library's headers are included; Swift sees only the
 // shim's own plain-C header.
+
+// The modules every TUN flow passes through (packets in and out, lwIP's glue, the flow table,
+// the loop, the splice, the direct outbound's socket, the router) are built without Swift's
+// run-time exclusivity checks: every access to a class's stored property there otherwise
+// calls swift_beginAccess (a thread-local lookup and a walk of the accesses in progress), about
+// 230 calls and a third of loft's user-space instructions per `Connection: close` request
+// (docs/architecture.md, "The loop's rules"). The compile-time checks stay.
+let flowPath: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"])]
+
 let package = Package(
     name: "loft",
     platforms: [.macOS(.v13)],
@@ -71,7 +80,7 @@ let package = Package(
             path: "CSupport/CImage",
             linkerSettings: [.linkedLibrary("png16"), .linkedLibrary("jpeg")]
         ),
-        .target(name: "LoftCore", dependencies: ["CLinux", "CChecksum"]),
+        .target(name: "LoftCore", dependencies: ["CLinux", "CChecksum"], swiftSettings: flowPath),
         .target(name: "LoftProtocol", dependencies: ["LoftCore"]),
         .target(name: "LoftSSTP", dependencies: ["LoftCore", "CTLS"]),
         // The carrier stack in layers, each using only those above it: TLS (OpenSSL connections,
@@ -85,19 +94,19 @@ let package = Package(
         .executableTarget(name: "loft-front", dependencies: ["LoftFront", "LoftConfig", "LoftCore", "LoftIO", "LoftCarriers", "LoftTLS", "LoftControl"]),
         // Dialing destinations from the host's own sockets (the direct and drop outbounds):
         // loft's `direct` and loft-front's streams both reach it without the client's outbounds.
-        .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO"]),
+        .target(name: "LoftDirect", dependencies: ["LoftCore", "LoftIO"], swiftSettings: flowPath),
         // A loft session's TCP stream as a byte stream: the holder's flows and the front's relays.
         .target(name: "LoftSessionStream", dependencies: ["LoftCore", "LoftIO", "LoftProtocol"]),
-        .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"]),
+        .target(name: "LoftIO", dependencies: ["LoftCore", "CLinux", "CAres"], swiftSettings: flowPath),
         .target(name: "LoftConfig", dependencies: ["LoftCore", "CYAML"]),
-        .target(name: "LoftRouting", dependencies: ["LoftCore"]),
-        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "LoftSniff", "LoftFakeIP", "CLwIP", "CChecksum"]),
+        .target(name: "LoftRouting", dependencies: ["LoftCore"], swiftSettings: flowPath),
+        .target(name: "LoftNetstack", dependencies: ["LoftCore", "LoftIO", "LoftSniff", "LoftFakeIP", "CLwIP", "CChecksum"], swiftSettings: flowPath),
         // Names from a flow's first bytes (TLS SNI, HTTP Host, QUIC Initial): sans-IO parsers.
         .target(name: "LoftSniff", dependencies: ["CTLS"]),
         // Fake-IP DNS: the pool of addresses standing for names, and the DNS answers that hand them out.
         .target(name: "LoftFakeIP", dependencies: ["LoftCore", "LoftSniff"]),
         .target(name: "LoftOutbounds", dependencies: ["LoftCore", "LoftIO", "LoftDirect", "LoftProtocol", "LoftSessionStream", "LoftCarriers", "LoftTLS", "LoftSSTP"]),
-        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftCapture"]),
+        .target(name: "LoftInputs", dependencies: ["LoftCore", "LoftIO", "LoftNetstack", "LoftCapture"], swiftSettings: flowPath),
         // Live captures of what the packet inputs read and write (`loft capture`, pcapng).
         .target(name: "LoftCapture", dependencies: ["LoftCore", "LoftIO", "LoftControl", "CPcap"]),
         .target(name: "LoftControl", dependencies: ["LoftCore", "LoftIO"]),

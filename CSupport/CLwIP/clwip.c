@@ -22,6 +22,7 @@
 #include "lwip/ip.h"
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
+#include "lwip/sys.h"
 #include "lwip/tcp.h"
 #include "lwip/timeouts.h"
 #include "lwip/udp.h"
@@ -125,6 +126,18 @@ u16_t lwip_standard_chksum(const void *dataptr, int len) {
 }
 
 uint16_t clwip_checksum(const void *data, int len) { return lwip_standard_chksum(data, len); }
+
+// ---- lwIP's lightweight protection ----------------------------------------------------------
+
+// The Unix port's sys_arch_protect takes a recursive pthread mutex (pthread_self, a compare,
+// pthread_mutex_lock, and the unlock in sys_arch_unprotect) around every pbuf and memp
+// allocation and free, several times per packet. loft runs lwIP on its one loop thread only
+// (own-loop mode: no tcpip thread, every call from the loop; docs/netstack.md), so there is
+// nothing to exclude: liblwip calls these through its PLT, and these definitions in the
+// executable replace its own (ELF interposition, as lwip_standard_chksum above).
+sys_prot_t sys_arch_protect(void) { return 0; }
+
+void sys_arch_unprotect(sys_prot_t pval) { (void)pval; }
 
 // ---- netif output -------------------------------------------------------------------------
 

@@ -63,6 +63,33 @@ extension PureAck {
         for i in a.tcp..<(a.tcp + 4) where p[i] != ack[i] { return false }
         return true
     }
+
+    /// A number from exactly the bytes `sameConnection` compares (the first byte, the
+    /// addresses, the ports), so two packets it calls the same connection have the same tag:
+    /// a held ACK is compared byte by byte only with packets whose tag is its own. nil: not an
+    /// IPv4 or IPv6 packet long enough to have them (never the same connection as an ACK).
+    @inline(__always)
+    static func connectionTag(_ p: UnsafeRawBufferPointer) -> UInt64? {
+        guard p.count >= 20 else { return nil }
+        let mix: UInt64 = 0x9E37_79B9_7F4A_7C15
+        switch p[0] >> 4 {
+        case 4:
+            let t = Int(p[0] & 0x0F) * 4
+            guard p.count >= t + 4 else { return nil }
+            let ports = UInt64(p.loadUnaligned(fromByteOffset: t, as: UInt32.self))
+            return p.loadUnaligned(fromByteOffset: 12, as: UInt64.self) ^ (ports &* mix) ^ UInt64(p[0])
+        case 6:
+            guard p.count >= 44 else { return nil }
+            var a = p.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
+            a = a &* mix ^ p.loadUnaligned(fromByteOffset: 16, as: UInt64.self)
+            a = a &* mix ^ p.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+            a = a &* mix ^ p.loadUnaligned(fromByteOffset: 32, as: UInt64.self)
+            let ports = UInt64(p.loadUnaligned(fromByteOffset: 40, as: UInt32.self))
+            return a ^ (ports &* mix) ^ UInt64(p[0])
+        default:
+            return nil
+        }
+    }
 }
 
 /// Bare ACKs held back until the end of a batch of events, at most one per connection: of the
@@ -76,11 +103,15 @@ public final class AckCoalescer {
     public static let slotSize = 128
     private let storage: UnsafeMutableRawBufferPointer
     private var lengths = [Int](repeating: 0, count: AckCoalescer.slots)
+    /// Each held ACK's `PureAck.connectionTag`.
+    private var tags = [UInt64](repeating: 0, count: AckCoalescer.slots)
     /// Slots 0..<held are in use.
     public private(set) var held = 0
     /// ACKs not written because a later one of the same connection replaced them.
     public private(set) var coalesced: UInt64 = 0
-    private let emit: (UnsafeRawBufferPointer) -> Void
+    /// Writes a held ACK out (called from `pass`, `release` and `flush`); an owner that is
+    /// made after its coalescer sets it once it can name itself.
+    public var emit: (UnsafeRawBufferPointer) -> Void
 
     /// `emit` writes a held ACK out (called from `pass`, `release` and `flush`).
     public init(emit: @escaping (UnsafeRawBufferPointer) -> Void) {
@@ -94,35 +125,36 @@ public final class AckCoalescer {
         UnsafeMutableRawBufferPointer(rebasing: storage[i * Self.slotSize ..< i * Self.slotSize + lengths[i]])
     }
 
-    private func store(_ p: UnsafeRawBufferPointer, at i: Int) {
+    private func store(_ p: UnsafeRawBufferPointer, at i: Int, tag: UInt64) {
         (storage.baseAddress! + i * Self.slotSize).copyMemory(from: p.baseAddress!, byteCount: p.count)
         lengths[i] = p.count
+        tags[i] = tag
     }
 
     private func remove(_ i: Int) {
         held -= 1
-        if i != held { store(UnsafeRawBufferPointer(slot(held)), at: i) }
+        if i != held { store(UnsafeRawBufferPointer(slot(held)), at: i, tag: tags[held]) }
     }
 
     /// A packet about to be written. A bare ACK is held (true: the caller writes nothing);
     /// anything else releases its connection's held ACK first (false: the caller writes it).
     public func pass(_ p: UnsafeRawBufferPointer) -> Bool {
-        guard p.count <= Self.slotSize, PureAck.matches(p) else {
+        guard p.count <= Self.slotSize, PureAck.matches(p), let tag = PureAck.connectionTag(p) else {
             release(before: p)
             return false
         }
-        for i in 0..<held where PureAck.sameConnection(p, as: UnsafeRawBufferPointer(slot(i))) {
+        for i in 0..<held where tags[i] == tag && PureAck.sameConnection(p, as: UnsafeRawBufferPointer(slot(i))) {
             if PureAck.supersedes(p, UnsafeRawBufferPointer(slot(i))) {
                 coalesced &+= 1
             } else {
                 // A duplicate (or an older) ACK: both go, in order.
                 emit(UnsafeRawBufferPointer(slot(i)))
             }
-            store(p, at: i)
+            store(p, at: i, tag: tag)
             return true
         }
         if held == Self.slots { flush() }
-        store(p, at: held)
+        store(p, at: held, tag: tag)
         held += 1
         return true
     }
@@ -130,8 +162,8 @@ public final class AckCoalescer {
     /// `p` (a packet that is not held) is about to be written: its connection's held ACK
     /// leaves first.
     public func release(before p: UnsafeRawBufferPointer) {
-        guard held > 0 else { return }
-        for i in 0..<held where PureAck.sameConnection(p, as: UnsafeRawBufferPointer(slot(i))) {
+        guard held > 0, let tag = PureAck.connectionTag(p) else { return }
+        for i in 0..<held where tags[i] == tag && PureAck.sameConnection(p, as: UnsafeRawBufferPointer(slot(i))) {
             emit(UnsafeRawBufferPointer(slot(i)))
             remove(i)
             return

@@ -12,6 +12,11 @@ public enum IOEvents {
     public static let writable = UInt32(CLINUX_EPOLLOUT)
     public static let error = UInt32(CLINUX_EPOLLERR)
     public static let hangup = UInt32(CLINUX_EPOLLHUP)
+    /// The peer shut its sending side (its FIN is in): reported with `readable`, when asked for.
+    public static let readHangup = UInt32(CLINUX_EPOLLRDHUP)
+    /// Asked with the others: the registration is disarmed once it reports (no event at all,
+    /// errors included, until the next `modify`).
+    public static let oneShot = UInt32(CLINUX_EPOLLONESHOT)
 }
 
 public struct SystemError: Error, CustomStringConvertible {
@@ -119,6 +124,14 @@ public final class EventLoop {
     /// Call before closing fd. Events for it still in the current batch are dropped.
     public func unregister(_ fd: Int32) {
         _ = Syscall.epollCtl(epfd, Int32(CLINUX_EPOLL_CTL_DEL), fd, 0, 0)
+        if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
+    }
+
+    /// As `unregister`, for an fd closed right after without the EPOLL_CTL_DEL: closing the
+    /// last descriptor of an open file takes it out of epoll, and only an fd that is the only
+    /// one of its file may be given here (loft never dups its sockets, and posix_spawn's child
+    /// runs before the parent goes on). Events for it still in the current batch are dropped.
+    public func forget(_ fd: Int32) {
         if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
     }
 

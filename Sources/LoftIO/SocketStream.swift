@@ -19,8 +19,32 @@ public final class StreamMeter {
 /// Events epoll reports whatever the interest (error, hang-up) never repeat for nothing: an
 /// error while reads are paused is one `streamFailed` (the socket is then closed); a clean
 /// hang-up while reads are paused takes the socket out of epoll until reads are wanted again.
+///
+/// System calls a flow spends here, beyond the data's: a dialled socket is registered for its
+/// connect's completion only (one-shot, so the registration is disarmed once that reports and
+/// a driver that pauses reads until it attaches the other end costs no `epoll_ctl`), SO_ERROR
+/// is asked only when that report is an error or a hang-up, and a read that would only find
+/// the socket empty is not made (`drained`): the one after a short read, and the first after
+/// a connect whose report had nothing to read.
 public final class SocketStream: ByteStream, IOHandler {
-    public weak var events: ByteStreamEvents?
+    /// The driver. A splice is held unowned(unsafe): it holds this stream while it drives it and
+    /// clears this before it lets go (or lets go of it failed, when no event comes any more).
+    /// Any other driver weakly: a weak reference gives its target a side table, and then every
+    /// retain and release of it takes the slow path, several per event for a splice.
+    public var events: ByteStreamEvents? {
+        get { splice ?? otherEvents }
+        set {
+            if let s = newValue as? Splice {
+                splice = s
+                otherEvents = nil
+            } else {
+                splice = nil
+                otherEvents = newValue
+            }
+        }
+    }
+    private unowned(unsafe) var splice: Splice?
+    private weak var otherEvents: ByteStreamEvents?
     private let loop: EventLoop
     public private(set) var fd: Int32 = -1
     private var connecting = false
@@ -34,6 +58,21 @@ public final class SocketStream: ByteStream, IOHandler {
     private var parked = false
     private let meter: StreamMeter?
     private var live = false
+    /// The last read returned less than it asked for (the receive queue was empty then), and
+    /// another would find nothing (see `rereadFindsNothing`); or the connect's report said
+    /// nothing was there to read: the next read, while epoll watches for reads, returns
+    /// `.wouldBlock` without the system call. Cleared by epoll's next report for this socket
+    /// (level-triggered: bytes that came meanwhile, or the FIN, are reported then).
+    private var drained = false
+    /// epoll's last report said the peer's FIN is in: a short read is followed by one more,
+    /// which finds the EOF (so it leaves with the bytes before it).
+    private var peerFinished = false
+    /// What the read after a short read found last time on this socket: nothing (a request
+    /// and answer connection, whose next bytes come with the next report), or bytes or the
+    /// EOF (a peer that closes right behind its answer, whose FIN then leaves with it). Only
+    /// while it found nothing is that read left out.
+    private var rereadFindsNothing = false
+    private var rereading = false
     /// The name being resolved before `connect` (an outbound's); cancelled when the stream
     /// ends first.
     public var resolving: ResolveRequest?
@@ -41,8 +80,8 @@ public final class SocketStream: ByteStream, IOHandler {
     /// A stream that `connect(_:)` (or `failSoon(_:)`) starts.
     public init(loop: EventLoop, events: ByteStreamEvents?, meter: StreamMeter?) {
         self.loop = loop
-        self.events = events
         self.meter = meter
+        self.events = events
         begin()
     }
 
@@ -86,8 +125,13 @@ public final class SocketStream: ByteStream, IOHandler {
         }
         fd = s
         connecting = true
-        setMask(IOEvents.writable)
+        // One-shot: the completion's report disarms the registration, so what the driver wants
+        // next (usually nothing until it attaches the other end) costs no epoll_ctl then. Asked
+        // with readable too: the report says whether the peer spoke already.
+        setMask(Self.connectMask)
     }
+
+    private static let connectMask = IOEvents.writable | IOEvents.readable | IOEvents.oneShot
 
     /// Fails on the next loop turn (never inside the call that opened the stream).
     public func failSoon(_ failure: FlowFailure) {
@@ -114,23 +158,39 @@ public final class SocketStream: ByteStream, IOHandler {
 
     private func updateMask() {
         var m: UInt32 = 0
-        if readInterest { m |= IOEvents.readable }
+        if readInterest { m |= IOEvents.readable | IOEvents.readHangup }
         if wantWrite { m |= IOEvents.writable }
         setMask(m)
     }
 
     public func handleIO(_ ev: UInt32) {
         guard fd >= 0 else { return }
+        drained = false
+        peerFinished = ev & IOEvents.readHangup != 0
         if connecting {
-            let err = Syscall.socketError(fd)
-            if err != 0 {
-                fail(FlowFailure(errno: err))
+            // The one-shot registration reported: it is disarmed now.
+            mask = 0
+            // A connect that failed reports an error or a hang-up (with its errno in SO_ERROR);
+            // a plain writable report is a connected socket.
+            if ev & (IOEvents.error | IOEvents.hangup) != 0 {
+                let err = Syscall.socketError(fd)
+                if err != 0 {
+                    fail(FlowFailure(errno: err))
+                    return
+                }
+            }
+            if ev & IOEvents.writable == 0 {
+                setMask(Self.connectMask)
                 return
             }
-            if ev & IOEvents.writable == 0 { return }
             connecting = false
-            updateMask()
+            // Nothing to read when it connected: the first read once epoll watches for reads
+            // (a splice reads the remote as it attaches the app's end) needs no recv, and bytes
+            // that came meanwhile are reported then.
+            drained = ev & IOEvents.readable == 0
             events?.streamConnected(self)
+            // Armed for what the driver wants now (it may have turned reads off meanwhile).
+            updateMask()
             return
         }
         if ev & IOEvents.writable != 0 && wantWrite {
@@ -193,11 +253,21 @@ public final class SocketStream: ByteStream, IOHandler {
 
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         guard fd >= 0 else { return failure.map { .failed($0) } ?? .eof }
-        switch Syscall.recv(fd, buffer.baseAddress!, buffer.count) {
+        // Armed for reads: epoll reports whatever comes after the short read.
+        if drained && registered && mask & IOEvents.readable != 0 { return .wouldBlock }
+        let r = Syscall.recv(fd, buffer.baseAddress!, buffer.count)
+        if rereading {
+            rereading = false
+            if case .failure(let e) = r { rereadFindsNothing = e.wouldBlock } else { rereadFindsNothing = false }
+        }
+        switch r {
         case .success(0):
             return .eof
         case .success(let n):
             meter?.bytesRead &+= UInt64(n)
+            if n < buffer.count && !peerFinished {
+                if rereadFindsNothing { drained = true } else { rereading = true }
+            }
             return .data(n)
         case .failure(let e):
             return e.wouldBlock ? .wouldBlock : .failed(FlowFailure(errno: e.code))
@@ -232,7 +302,8 @@ public final class SocketStream: ByteStream, IOHandler {
         finished = true
         ended()
         guard fd >= 0 else { return }
-        if registered { loop.unregister(fd) }
+        // The close takes the socket out of epoll (this stream's fd is its socket's only one).
+        if registered { loop.forget(fd) }
         registered = false
         if reset { Syscall.setLingerReset(fd) }
         _ = Syscall.close(fd)

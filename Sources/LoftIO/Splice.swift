@@ -11,7 +11,9 @@ public protocol SpliceOwner: AnyObject {
     func spliceFailed(_ splice: Splice, _ failure: FlowFailure)
     /// After `attach`: both ends are closed or reset; the splice is finished.
     func spliceEnded(_ splice: Splice, _ ending: Splice.Ending)
-    /// Bytes moved (either way): the owner's idea of "recently active" for eviction.
+    /// Bytes moved (either way): the owner's idea of "recently active" for eviction. Told at
+    /// the first bytes, then at most once per loop millisecond (`lastActivity` changed): bytes
+    /// moved again in the same millisecond leave the splice as recently active as it was.
     func spliceMoved(_ splice: Splice)
 }
 
@@ -67,6 +69,8 @@ public final class Splice: ByteStreamEvents {
     /// is off (the other side is full, or EOF was read). One byte for both sides.
     private var flags: UInt8 = 0
     private var repumpQueued = false
+    /// The owner was told of bytes moved (`spliceMoved`) at `lastActivity`.
+    private var movedTold = false
     // The ends, in the splice itself (one allocation per relay): each side's stream and the
     // bytes read from the other side that the stream has not taken yet.
     private var inStream: ByteStream?
@@ -93,6 +97,9 @@ public final class Splice: ByteStreamEvents {
     static let releaseAfterMs: UInt64 = 2_000
     /// The copy buffer: one loop thread, and each read is written out before the next.
     nonisolated(unsafe) static let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+    /// The iovecs a zero-copy source describes its bytes in: likewise one for the thread (no
+    /// pump runs inside another, `depth`), not sixteen zeroed on the stack per read.
+    nonisolated(unsafe) static let peekVectors = UnsafeMutablePointer<iovec>.allocate(capacity: 16)
 
     public init(loop: EventLoop, owner: SpliceOwner, meter: SpliceMeter? = nil,
                 connectTimeoutMs: UInt64, idleTimeoutMs: UInt64 = 0) {
@@ -301,19 +308,13 @@ public final class Splice: ByteStreamEvents {
                 pause(src)
                 return
             }
-            var iov = (iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec(),
-                       iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec(), iovec())
+            let iov = Self.peekVectors
             var count = 0
-            let peeked: StreamReadResult? = withUnsafeMutableBytes(of: &iov) { raw in
-                from.peek(raw.baseAddress!.assumingMemoryBound(to: iovec.self), max: 16, count: &count)
-            }
-            if let peeked {
+            if let peeked = from.peek(iov, max: 16, count: &count) {
                 // Zero-copy: the source's own memory goes straight to the destination.
                 switch peeked {
                 case .data(let n) where n > 0:
-                    let w = withUnsafeMutableBytes(of: &iov) { raw in
-                        to.write(raw.baseAddress!.assumingMemoryBound(to: iovec.self), count: count)
-                    }
+                    let w = to.write(iov, count: count)
                     if w < 0 { broke(dst, .other(EPIPE)); return }
                     if w > 0 {
                         from.consume(w)
@@ -397,7 +398,6 @@ public final class Splice: ByteStreamEvents {
     }
 
     private func moved(_ n: Int, up: Bool) {
-        lastActivity = loop.now
         if up {
             bytesUp &+= UInt64(n)
             meter?.bytesUp &+= UInt64(n)
@@ -405,6 +405,10 @@ public final class Splice: ByteStreamEvents {
             bytesDown &+= UInt64(n)
             meter?.bytesDown &+= UInt64(n)
         }
+        let now = loop.now
+        guard now != lastActivity || !movedTold else { return }
+        lastActivity = now
+        movedTold = true
         owner.spliceMoved(self)
     }
 
@@ -424,14 +428,18 @@ public final class Splice: ByteStreamEvents {
     private func passEOF(_ src: Side, _ dst: Side) {
         if !has(.shut, dst) {
             set(.shut, dst)
-            stream(dst)?.shutdownWrite()
+            // When that finishes the relay, a socket is closed at once (finishIfDone), and its
+            // close sends the FIN itself (its peer's EOF is read: nothing of it is unread).
+            if !(isDone && stream(dst) is SocketStream) { stream(dst)?.shutdownWrite() }
         }
         finishIfDone()
     }
 
+    /// Both sides: EOF read, shut, nothing waiting.
+    private var isDone: Bool { state == .relaying && flags & 0x33 == 0x33 && inPending.isEmpty && outPending.isEmpty }
+
     private func finishIfDone() {
-        // Both sides: EOF read, shut, nothing waiting.
-        guard state == .relaying, flags & 0x33 == 0x33, inPending.isEmpty, outPending.isEmpty else { return }
+        guard isDone else { return }
         finish()
         inStream?.close()
         outStream?.close()
@@ -455,6 +463,8 @@ public final class Splice: ByteStreamEvents {
         cancel(&releaseTimer)
     }
 
+    /// Lets go of both ends, clearing their events first: a SocketStream holds its splice
+    /// unowned(unsafe) while that is set.
     private func drop() {
         inStream?.events = nil
         outStream?.events = nil
@@ -472,7 +482,7 @@ public final class Splice: ByteStreamEvents {
     }
 
     private func arm(at t: UInt64) {
-        deadline = loop.schedule(at: t) { [unowned self] in self.deadlinePassed() }
+        deadline = loop.schedule(at: t) { [unowned(unsafe) self] in self.deadlinePassed() }
     }
 
     private func deadlinePassed() {
@@ -504,7 +514,7 @@ public final class Splice: ByteStreamEvents {
     /// given back once the splice has been calm for a while, so quiet flows hold none.
     private func scheduleRelease() {
         guard releaseTimer == .none, state == .relaying else { return }
-        releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [unowned self] in self.releaseIfCalm() }
+        releaseTimer = loop.schedule(after: Self.releaseAfterMs) { [unowned(unsafe) self] in self.releaseIfCalm() }
     }
 
     private func releaseIfCalm() {

@@ -45,7 +45,7 @@ public final class TunInput: IOHandler, PacketWriter {
 
     let settings: Options
     let loop: EventLoop
-    unowned let netstack: Netstack
+    unowned(unsafe) let netstack: Netstack
     private var fd: Int32 = -1
     private var netif = 0
     /// rtnetlink inside the device's namespace, and the device's index there.
@@ -91,7 +91,7 @@ public final class TunInput: IOHandler, PacketWriter {
     /// Bare ACKs held back until the end of the batch of events, one per connection: an upload
     /// makes the stack ACK every second segment, and of one connection's ACKs in a batch only
     /// the last is needed. One write(2) saved per ACK replaced.
-    private lazy var acks = AckCoalescer { [unowned self] in self.writeNow($0) }
+    private let acks = AckCoalescer { _ in }
 
     static let stateDir = "/run/loft"
     private var isUp = false
@@ -112,6 +112,8 @@ public final class TunInput: IOHandler, PacketWriter {
         currentIPv6 = settings.ipv6
         currentMTU = settings.mtu
         currentDNS = settings.dns
+        // The input's own coalescer: it calls back only while the input lives.
+        acks.emit = { [unowned(unsafe) self] in self.writeNow($0) }
     }
 
     deinit {
@@ -143,7 +145,10 @@ public final class TunInput: IOHandler, PacketWriter {
         netif = netstack.addInput(mtu: settings.mtu, writer: self,
                                   receiveWindow: large ? Netstack.maxWindow : 0, offload: offload.isOn)
         loop.register(fd, IOEvents.readable, self)
-        loop.addAfterEvents { [weak self] in self?.writeHeldAck() }
+        // The coalescer, not the input, is held weakly: a weak reference gives its object a side
+        // table, and every reference count operation on it (the input: one per loop turn with
+        // packets) the slow kind.
+        loop.addAfterEvents { [weak acks] in acks?.flush() }
         isUp = true
         Log.info("tun.up", ["name": settings.name, "netns": settings.netns ?? "-", "mtu": settings.mtu,
                             "ipv4": settings.ipv4?.description ?? "-", "ipv6": settings.ipv6?.description ?? "-",

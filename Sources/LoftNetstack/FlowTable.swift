@@ -7,7 +7,7 @@ import LoftIO
 /// (moved bytes, finished, connected, failed), never into the stack's own state; what they ask
 /// of lwIP (the held SYN, a reply to the app) the table passes to the stack.
 final class FlowTable {
-    unowned let stack: Netstack
+    unowned(unsafe) let stack: Netstack
     let loop: EventLoop
     let settings: Netstack.Settings
     let trimmer: MemoryTrimmer
@@ -181,14 +181,21 @@ final class FlowTable {
     private var flowIdleTimer: TimerHandle?
     private var associationIdleTimer: TimerHandle?
 
+    // The timers' actions hold the table unowned (no weak reference, whose side table would
+    // make every reference count operation on the table, one per flow event, the slow kind):
+    // none may run after this.
+    deinit {
+        if let t = flowIdleTimer { loop.cancel(t) }
+        if let t = associationIdleTimer { loop.cancel(t) }
+    }
+
     private func armFlowIdle() {
         guard flowIdleTimer == nil, settings.tcpIdleTimeoutMs > 0, let oldest = flowActivity.oldest else { return }
         sweepFlows(at: oldest.lastActivity &+ settings.tcpIdleTimeoutMs)
     }
 
     private func sweepFlows(at t: UInt64) {
-        flowIdleTimer = loop.schedule(at: t) { [weak self] in
-            guard let self else { return }
+        flowIdleTimer = loop.schedule(at: t) { [unowned(unsafe) self] in
             self.flowIdleTimer = nil
             self.sweepIdleFlows()
         }
@@ -217,8 +224,7 @@ final class FlowTable {
     private func armAssociationIdle() {
         let limit = settings.udpIdleTimeoutMs
         guard associationIdleTimer == nil, limit > 0, let oldest = associationActivity.oldest else { return }
-        associationIdleTimer = loop.schedule(at: oldest.lastActivity &+ limit) { [weak self] in
-            guard let self else { return }
+        associationIdleTimer = loop.schedule(at: oldest.lastActivity &+ limit) { [unowned(unsafe) self] in
             self.associationIdleTimer = nil
             let now = self.loop.now
             while let a = self.associationActivity.oldest, now &- a.lastActivity >= limit {

@@ -35,7 +35,10 @@ extension clwip_endpoint {
 }
 
 private let lwipOutput: @convention(c) (UnsafeMutableRawPointer?, Int32, UnsafePointer<UInt8>?, Int) -> Void = { ctx, netif, data, len in
-    netstack(ctx).emit(UnsafeRawBufferPointer(start: data, count: len), netif: Int(netif))
+    // Per packet out: the stack is used in place (it outlives its lwIP part), no reference counted.
+    Unmanaged<Netstack>.fromOpaque(ctx!)._withUnsafeGuaranteedRef {
+        $0.emit(UnsafeRawBufferPointer(start: data, count: len), netif: Int(netif))
+    }
 }
 
 private let lwipAccepted: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, Int32, UnsafePointer<clwip_endpoint>?,
@@ -55,12 +58,18 @@ private func stream(_ token: UInt) -> LwipStream {
     Unmanaged<LwipStream>.fromOpaque(UnsafeRawPointer(bitPattern: token)!).takeUnretainedValue()
 }
 
+/// The stream of `token` in place, for a call that cannot end it (it only queues its events).
+@inline(__always)
+private func withStream(_ token: UInt, _ body: (LwipStream) -> Void) {
+    Unmanaged<LwipStream>.fromOpaque(UnsafeRawPointer(bitPattern: token)!)._withUnsafeGuaranteedRef(body)
+}
+
 private let lwipReceived: @convention(c) (UInt, OpaquePointer?) -> Void = { token, p in
-    stream(token).received(p)
+    withStream(token) { $0.received(p) }
 }
 
 private let lwipSent: @convention(c) (UInt, UInt16) -> Void = { token, _ in
-    stream(token).sent()
+    withStream(token) { $0.sent() }
 }
 
 private let lwipError: @convention(c) (UInt, Int32) -> Void = { token, err in

@@ -17,9 +17,16 @@ import LoftCore
 /// A TUN flow's `TCPFlow` is one (one allocation per flow for its table entry, handshake and
 /// lwIP end); an active open over a link is a `LinkStream`.
 class LwipStream: ByteStream {
-    weak var events: ByteStreamEvents?
+    /// The driver: a splice, or a TUN flow itself while it sniffs. Kept by each kind of end in
+    /// its own way (`TCPFlow`: unowned(unsafe), since it is the flow's own splice or the flow;
+    /// `LinkStream`: weak, any driver): a weak reference gives its target a side table, and
+    /// then each event's load and every retain and release of the splice take the slow path.
+    var events: ByteStreamEvents? {
+        get { fatalError("LwipStream.events: kept by the subclass") }
+        set { fatalError("LwipStream.events: kept by the subclass") }
+    }
     /// Where this end queues its events for after the batch of packets (the stack's).
-    unowned let batch: StreamBatch
+    unowned(unsafe) let batch: StreamBatch
     var pcb: OpaquePointer?
     /// App → remote bytes lwIP delivered that the driver has not consumed yet.
     private var pending: [OpaquePointer] = []

@@ -275,6 +275,11 @@ extension Netstack {
 final class LinkStream: LwipStream {
     weak var link: NetstackLink?
     var linkKey: LinkKey?
+    private weak var driver: ByteStreamEvents?
+    override var events: ByteStreamEvents? {
+        get { driver }
+        set { driver = newValue }
+    }
 
     deinit {
         // The pcb is aborted by LwipStream's deinit.

@@ -38,6 +38,13 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     var sniffTimer = TimerHandle.none
     var outboundName = ""
     private(set) var splice: Splice!
+    /// LwipStream's driver: this flow's own splice (which it holds for its whole life), or the
+    /// flow itself while it sniffs.
+    private unowned(unsafe) var driver: ByteStreamEvents?
+    override var events: ByteStreamEvents? {
+        get { driver }
+        set { driver = newValue }
+    }
     /// The app's SYN, held until the outbound connects (so a refusal can be an RST to the SYN).
     private var heldSYN: [UInt8]
     let createdAt: UInt64
@@ -52,7 +59,7 @@ final class TCPFlow: LwipStream, SpliceOwner, ActivityListed, TableKeyed {
     var isRelaying: Bool { splice.isRelaying }
 
     /// Where the flow reports (not owned: the table owns the flow).
-    unowned let table: FlowTable
+    unowned(unsafe) let table: FlowTable
 
     /// `hold`: the SYN waits for the outbound (not sniffed); otherwise lwIP takes it now.
     init(table: FlowTable, key: FlowKey, syn: UnsafeRawBufferPointer, hold: Bool, summary: PacketSummary, now: UInt64) {

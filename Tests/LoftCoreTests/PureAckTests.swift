@@ -55,6 +55,30 @@ final class PureAckTests: XCTestCase {
         XCTAssertFalse(supersedes([UInt8](repeating: 0, count: 40), [UInt8](repeating: 0, count: 40)))
     }
 
+    /// The tag the coalescer compares first is the same wherever `sameConnection` says the
+    /// same connection (other segments of it: data, FIN, other windows and numbers), and
+    /// differs for another port or family.
+    func testConnectionTagFollowsSameConnection() {
+        for v6 in [false, true] {
+            let held = ack(1000, v6: v6)
+            let others = [ack(2000, v6: v6), ack(1000, window: 7, v6: v6), ack(5, v6: v6, flags: 0x18, payload: 100),
+                          ack(9, v6: v6, flags: 0x11), ack(1000, v6: v6, srcPort: 81), ack(1000, v6: !v6)]
+            held.withUnsafeBytes { h in
+                for o in others {
+                    o.withUnsafeBytes { p in
+                        if PureAck.sameConnection(p, as: h) {
+                            XCTAssertEqual(PureAck.connectionTag(p), PureAck.connectionTag(h))
+                        } else {
+                            XCTAssertNotEqual(PureAck.connectionTag(p), PureAck.connectionTag(h))
+                        }
+                    }
+                }
+                XCTAssertEqual(others.filter { o in o.withUnsafeBytes { PureAck.sameConnection($0, as: h) } }.count, 4)
+            }
+        }
+        XCTAssertNil([UInt8](repeating: 0, count: 19).withUnsafeBytes { PureAck.connectionTag($0) })
+    }
+
     // MARK: AckCoalescer
 
     /// What the coalescer wrote, each packet's acknowledgment number and source port.

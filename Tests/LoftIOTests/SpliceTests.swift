@@ -373,4 +373,79 @@ final class SocketStreamTests: XCTestCase {
         XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .eof)
         s.close()
     }
+
+    /// Request and answer: once a read after a short read found nothing, the next short read
+    /// is not followed by one (no recv that can only fail), and nothing is lost by it: bytes
+    /// that come later, and the EOF, are read at epoll's next report.
+    func testShortReadsLoseNothing() throws {
+        let loop = try EventLoop()
+        let (l, port) = listener()
+        defer { Glibc.close(l) }
+        let ev = EventCounter()
+        let s = SocketStream(loop: loop, events: ev, meter: nil)
+        s.connect(Endpoint(IPAddress("127.0.0.1")!, port))
+        loop.turn(50)
+        XCTAssertEqual(ev.connected, 1)
+        let peer = accept(l, nil, nil)
+        defer { Glibc.close(peer) }
+        var buf = [UInt8](repeating: 0, count: 64)
+        func send(_ m: [UInt8]) { var m = m; _ = Glibc.send(peer, &m, m.count, 0) }
+        for round in 0..<3 {
+            send([1, 2, UInt8(round)])
+            let before = ev.readable
+            loop.turn(20)
+            XCTAssertGreaterThan(ev.readable, before, "round \(round)")
+            XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .data(3))
+            XCTAssertEqual(buf[2], UInt8(round))
+            // Bytes that come between the short read and the next are there at the next report.
+            send([9])
+            XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, round == 0 ? .data(1) : .wouldBlock)
+            if round > 0 {
+                loop.turn(20)
+                XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .data(1))
+            }
+            XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .wouldBlock)
+        }
+        send([5, 6])
+        shutdown(peer, Int32(SHUT_WR))
+        loop.turn(20)
+        XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .data(2))
+        XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .eof, "the FIN was reported: read behind the bytes")
+        s.close()
+    }
+
+    /// A driver that turns reads off when told of the connect (as the splice does until it
+    /// attaches the app's end): a reset that comes meanwhile is reported once reads are wanted.
+    func testResetBeforeReadsAreWantedIsReported() throws {
+        final class PausingDriver: ByteStreamEvents {
+            let counter = EventCounter()
+            func streamConnected(_ s: ByteStream) { s.setReadInterest(false); counter.streamConnected(s) }
+            func streamFailed(_ s: ByteStream, _ f: FlowFailure) { counter.streamFailed(s, f) }
+            func streamReadable(_ s: ByteStream) { counter.streamReadable(s) }
+            func streamWritable(_ s: ByteStream) { counter.streamWritable(s) }
+        }
+        let loop = try EventLoop()
+        let (l, port) = listener()
+        defer { Glibc.close(l) }
+        let ev = PausingDriver()
+        let s = SocketStream(loop: loop, events: ev, meter: nil)
+        s.connect(Endpoint(IPAddress("127.0.0.1")!, port))
+        loop.turn(50)
+        XCTAssertEqual(ev.counter.connected, 1)
+        let peer = accept(l, nil, nil)
+        _ = clinux_set_linger_reset(peer)
+        Glibc.close(peer)
+        loop.turn(50)
+        XCTAssertEqual(ev.counter.readable, 0)
+        s.setReadInterest(true)
+        loop.turn(50)
+        var buf = [UInt8](repeating: 0, count: 16)
+        if ev.counter.failed.isEmpty {
+            XCTAssertGreaterThan(ev.counter.readable, 0)
+            XCTAssertEqual(buf.withUnsafeMutableBytes { s.read(into: $0) }, .failed(FlowFailure(errno: ECONNRESET)))
+        } else {
+            XCTAssertEqual(ev.counter.failed, [FlowFailure(errno: ECONNRESET)])
+        }
+        s.close()
+    }
 }
