@@ -248,8 +248,7 @@ class QuicCarrierBase: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketS
             var segment = 0
             var from = SocketAddress()
             guard case .success(let n) = Syscall.recvSegments(oldFD, Self.recvBuffer, 65_536, segment: &segment, from: &from) else { return }
-            let now = runtime.loop.nanoseconds
-            QuicSocket.split(Self.recvBuffer, n, segment: segment) { q.receive($0, from: q.remote, at: oldLocal, now: now) }
+            QuicSocket.split(Self.recvBuffer, n, segment: segment) { q.receive($0, from: q.remote, at: oldLocal) }
         }
     }
 
@@ -279,13 +278,11 @@ class QuicCarrierBase: Carrier, FlowCarrier, QuicConnectionDelegate, QuicPacketS
             guard fd >= 0, quic != nil else { return }
             switch Syscall.recvMany(fd, Self.recvBatch) {
             case .success(let k):
-                // One clock reading for the read's packets (they arrived before it returned).
-                let now = runtime.loop.nanoseconds
                 for i in 0..<k {
                     guard let q = quic else { return }
                     let r = Self.recvBatch.read(i)
                     guard let base = r.bytes.baseAddress else { continue }
-                    QuicSocket.split(base, r.bytes.count, segment: r.segment) { q.receive($0, from: q.remote, at: q.local, now: now) }
+                    QuicSocket.split(base, r.bytes.count, segment: r.segment) { q.receive($0, from: q.remote, at: q.local) }
                 }
                 if k < Self.recvBatch.slots { return }
             case .failure(let e):

@@ -137,13 +137,11 @@ final class QuicListener: IOHandler, QuicPacketSink {
         // short recvmmsg means the socket is drained.
         for _ in 0..<32 {
             guard fd >= 0, case .success(let k) = Syscall.recvMany(fd, Self.batch) else { return }
-            // One clock reading for the read's packets (they arrived before it returned).
-            let now = runtime.loop.nanoseconds
             for i in 0..<k {
                 let r = Self.batch.read(i)
                 QuicSocket.split(r.bytes.baseAddress ?? UnsafeRawPointer(Self.scratch), r.bytes.count, segment: r.segment) { p in
                     stats.packets += 1
-                    packet(p, from: r.from, now: now, &last)
+                    packet(p, from: r.from, &last)
                 }
             }
             if k < Self.batch.slots { return }
@@ -169,7 +167,7 @@ final class QuicListener: IOHandler, QuicPacketSink {
         }
     }
 
-    private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress, now: UInt64, _ last: inout LastRoute) {
+    private func packet(_ p: UnsafeRawBufferPointer, from: SocketAddress, _ last: inout LastRoute) {
         // Nothing here allocates until an Initial is let in: the id goes to a scratch buffer.
         let dcid = Self.scratch.assumingMemoryBound(to: UInt8.self)
         var len = 0
@@ -177,12 +175,12 @@ final class QuicListener: IOHandler, QuicPacketSink {
         guard cngtcp2_packet_dcid(base, p.count, 18, dcid, &len) == 0 else { stats.dropped += 1; return }
         if let key = QuicCID(UnsafeRawBufferPointer(start: dcid, count: len)) {
             if last.changed == routesChanged, key == last.key, let q = last.unretained {
-                q._withUnsafeGuaranteedRef { $0.receive(p, from: from, at: localAddress, now: now) }
+                q._withUnsafeGuaranteedRef { $0.receive(p, from: from, at: localAddress) }
                 return
             }
             if let c = routes[key] {
                 last = LastRoute(key: key, connection: c.quic, changed: routesChanged)
-                c.quic?.receive(p, from: from, at: localAddress, now: now)
+                c.quic?.receive(p, from: from, at: localAddress)
                 return
             }
         }

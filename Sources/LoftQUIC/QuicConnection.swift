@@ -49,10 +49,7 @@ package final class QuicConnection {
     /// The stream last looked up by id (`stream(_:)`), while it is in `streams` (`forget`
     /// clears it): a transfer's packets, acknowledgments and sends are mostly for one stream,
     /// whose state is then at hand without hashing its id.
-    var recent: QuicStreamState? { didSet { recentRef = recent.map { Unmanaged.passUnretained($0) } } }
-    /// `recent` unretained, for ngtcp2's per-packet stream-data callback: valid while `recent`
-    /// holds it (a retain and a release per packet otherwise).
-    var recentRef: Unmanaged<QuicStreamState>?
+    var recent: QuicStreamState?
     /// Streams loft is done with (reset, by either end) whose send ring ngtcp2 may still read:
     /// until it closes the stream, ngtcp2 0.12.1 queues a lost STREAM frame again from the
     /// ring even after RESET_STREAM (its rtb does not skip reset streams; later versions do),
@@ -73,8 +70,6 @@ package final class QuicConnection {
     var timer: TimerHandle?
     var pacer: QuicPacer
     var timerAt: UInt64 = .max
-    /// The loop's `nanoseconds` when the connection was made (ngtcp2's `initial_ts`).
-    let createdNs: UInt64
     package var closed: Bool { isClosed }
     var isClosed = false
     /// Set by a graceful close: the CONNECTION_CLOSE goes out once every stream is acknowledged.
@@ -93,7 +88,6 @@ package final class QuicConnection {
     lazy var flushSoon = SoonOnce(loop: loop) { [weak self] in self?.flush() }
     lazy var dispatchSoon = SoonOnce(loop: loop) { [weak self] in
         guard let self else { return }
-        self.receiveScheduled = false
         guard !self.closed else { return }
         self.dispatchEvents()
     }
@@ -109,8 +103,7 @@ package final class QuicConnection {
         self.isServer = isServer
         addressValidated = !isServer
         self.loop = loop
-        createdNs = loop.nanoseconds
-        pacer = QuicPacer(now: createdNs)
+        pacer = QuicPacer(now: loop.nanoseconds)
         self.sink = sink
         self.limits = limits
         self.localAddress = local
@@ -159,7 +152,7 @@ package final class QuicConnection {
             return local.withSockaddr { l, ll in
                 remote.withSockaddr { r, rl in
                     withUnsafePointer(to: &q.events) { ev in
-                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, q.createdNs, &err, err.count)
+                        cngtcp2_client_new(ev, creds, serverName, alpn, l, ll, r, rl, &params, loop.nanoseconds, &err, err.count)
                     }
                 }
             }
@@ -182,7 +175,7 @@ package final class QuicConnection {
             remote.withSockaddr { r, rl in
                 withUnsafePointer(to: &q.events) { ev in
                     cngtcp2_server_new(ev, creds, alpn, l, ll, r, rl, packet.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                                     packet.count, secret, &params, q.createdNs, &err, err.count)
+                                     packet.count, secret, &params, loop.nanoseconds, &err, err.count)
                 }
             }
         }
@@ -227,24 +220,14 @@ package final class QuicConnection {
 
     // MARK: packets in
 
-    /// One UDP payload from `from`, received on `at`, now.
+    /// One UDP payload from `from`, received on `at`.
     package func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress) {
-        receive(bytes, from: from, at: at, now: loop.nanoseconds)
-    }
-
-    /// One UDP payload from `from`, received on `at` at `now` (the loop's `nanoseconds`): the
-    /// socket's owner reads the clock once per read and passes it with each of the read's
-    /// packets (a GRO batch holds up to 64), not once per packet.
-    package func receive(_ bytes: UnsafeRawBufferPointer, from: SocketAddress, at: SocketAddress, now: UInt64) {
         guard let conn, !closed else { return }
-        // A read's clock reading can precede the connection (an Initial earlier in the batch
-        // made it): ngtcp2's time never goes back.
-        let now = now < createdNs ? createdNs : now
         if !addressValidated { amplification.received(bytes.count) }
         remoteAddress = from
         let rv = at.withSockaddr { l, ll in
             from.withSockaddr { r, rl in
-                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, now)
+                cngtcp2_read(conn, l, ll, r, rl, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, loop.nanoseconds)
             }
         }
         if rv != 0 {
@@ -252,17 +235,10 @@ package final class QuicConnection {
             return
         }
         // Once after the batch (a GRO read holds up to 64 packets): the delegate reads a
-        // stream's bytes in one go, then the flush acknowledges them all. Asked for once per
-        // batch (a flag the dispatch clears), not per packet: each ask read two lazy
-        // properties (a retain, a release and an exclusivity check each).
-        if !receiveScheduled {
-            receiveScheduled = true
-            dispatchSoon.schedule()
-            flushSoon.schedule()
-        }
+        // stream's bytes in one go, then the flush acknowledges them all.
+        dispatchSoon.schedule()
+        flushSoon.schedule()
     }
-    /// `receive` has asked for the dispatch and the flush since the dispatch last ran.
-    var receiveScheduled = false
 
     /// The socket refused a datagram of `size` bytes as larger than the path's MTU (EMSGSIZE).
     /// Up to 1452 that is a path MTU probe QUIC expects to lose; true, once, when it is a
@@ -398,9 +374,6 @@ package final class QuicConnection {
     func onHandshakeDone() -> Int32 { handshakeJustDone = true; return 0 }
 
     func onStreamData(_ sid: Int64, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
-        if let r = recentRef, r._withUnsafeGuaranteedRef({ $0.id == sid }) {
-            return r._withUnsafeGuaranteedRef { streamData($0, data, len, fin) }
-        }
         var s = stream(sid)
         if s == nil {
             // Bytes for a stream we reset already are dropped (ngtcp2 still counts them).
@@ -409,12 +382,7 @@ package final class QuicConnection {
             streams[sid] = n
             s = n
         }
-        return streamData(s!, data, len, fin)
-    }
-
-    @inline(__always)
-    func streamData(_ st: QuicStreamState, _ data: UnsafePointer<UInt8>?, _ len: Int, _ fin: Bool) -> Int32 {
-        let sid = st.id
+        let st = s!
         if st.released {
             // Nobody reads it any more: the bytes are dropped, the peer's window moves on.
             if let conn, len > 0 { _ = cngtcp2_consumed(conn, sid, UInt64(len)) }
@@ -469,11 +437,6 @@ package final class QuicConnection {
     }
 
     func onAcked(_ sid: Int64, _ upTo: UInt64) -> Int32 {
-        // Once per acknowledged STREAM frame (about one per packet sent): the stream unretained.
-        if let r = recentRef, r._withUnsafeGuaranteedRef({ $0.id == sid }) {
-            r._withUnsafeGuaranteedRef { acked($0, upTo) }
-            return 0
-        }
         guard let s = stream(sid) else {
             // A retired stream's bytes acknowledged after its reset leave the budget.
             if let r = retired[sid], upTo > r.acked, !closed {
@@ -483,12 +446,6 @@ package final class QuicConnection {
             }
             return 0
         }
-        acked(s, upTo)
-        return 0
-    }
-
-    @inline(__always)
-    func acked(_ s: QuicStreamState, _ upTo: UInt64) {
         if upTo > s.acked {
             let a = min(upTo, s.end)
             if s.budgeted { heldTotal -= Int(a - s.acked) }
@@ -497,8 +454,9 @@ package final class QuicConnection {
         }
         if s.wantWritable && s.room >= s.ringCap / 2 {
             s.wantWritable = false
-            pendingWritable.append(s.id)
+            pendingWritable.append(sid)
         }
+        return 0
     }
     var pendingWritable: [Int64] = []
 

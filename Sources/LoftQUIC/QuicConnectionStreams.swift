@@ -202,15 +202,8 @@ extension QuicConnection {
     /// for); true once the FIN was reached.
     package func drain(_ id: Int64, upTo max: Int, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         guard let s = stream(id) else { return true }
-        // `body` runs outside any access to `recv` (no closure inside one: the compiler then
-        // drops the run-time exclusivity check on every access to it, one per packet).
-        let b = s.recv.readable
-        let n = min(max, b.count)
-        if n > 0 {
-            body(UnsafeRawBufferPointer(rebasing: b[0..<n]))
-            s.recv.consume(n)
-            consumed(s, n)
-        }
+        let n = s.recv.drain(upTo: max, body)
+        if n > 0 { consumed(s, n) }
         return finReached(s)
     }
 

@@ -8,8 +8,6 @@ package struct QuicCID: Hashable {
     package var a: UInt64 = 0, b: UInt64 = 0, c: UInt32 = 0
     package var count: UInt8 = 0
 
-    /// Inlinable, like `==`: the front's listener makes and compares one per packet.
-    @inlinable
     package init?(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count <= 20 else { return nil }
         count = UInt8(bytes.count)
@@ -17,11 +15,6 @@ package struct QuicCID: Hashable {
         withUnsafeMutableBytes(of: &a) { d in d.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[0..<min(8, n)])) }
         if n > 8 { withUnsafeMutableBytes(of: &b) { d in d.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[8..<min(16, n)])) } }
         if n > 16 { withUnsafeMutableBytes(of: &c) { d in d.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[16..<n])) } }
-    }
-
-    @inlinable
-    package static func == (l: QuicCID, r: QuicCID) -> Bool {
-        l.a == r.a && l.b == r.b && l.c == r.c && l.count == r.count
     }
 }
 

@@ -26,18 +26,7 @@ final class QuicStreamState {
     /// and control frames must never wait behind flows the peer does not read).
     var budgeted: Bool { id != 0 }
     // receive
-    /// Received bytes not yet read, behind a pointer: a class's stored struct that is mutated
-    /// (an append per packet) gets a run-time exclusivity check on each access, which this
-    /// one does not need (only the connection's code, on the loop, touches it).
-    var recv: ReceiveQueue {
-        get { recvStorage.pointee }
-        _modify { yield &recvStorage.pointee }
-    }
-    private let recvStorage: UnsafeMutablePointer<ReceiveQueue> = {
-        let p = UnsafeMutablePointer<ReceiveQueue>.allocate(capacity: 1)
-        p.initialize(to: ReceiveQueue())
-        return p
-    }()
+    var recv = ReceiveQueue()
     /// Bytes at the front of `recv` whose credit the peer already has (h3: handed to nghttp3,
     /// their DATA payloads waiting there for the reader).
     var recvCredited = 0
@@ -57,8 +46,6 @@ final class QuicStreamState {
     deinit {
         ring?.deallocate()
         recv.release()
-        recvStorage.deinitialize(count: 1)
-        recvStorage.deallocate()
     }
 
     /// Retired (reset with bytes unacknowledged): ngtcp2 may still read [acked, end), nothing
