@@ -70,12 +70,10 @@ public struct ByteQueue: Sendable {
         head = 0
     }
 
-    /// Before appending `n` bytes: move the live bytes to the front only when the storage would
-    /// otherwise have to grow, so the array does not grow while the queue stays small, and the
-    /// live bytes are moved once per fill of the storage, not each time half of it is consumed
-    /// (a session output acknowledged in pieces while it fills was moved over and over).
+    /// Before appending `n` bytes: move the live bytes to the front when the consumed prefix is
+    /// at least half the storage, so the array does not grow while the queue stays small.
     private mutating func makeRoom(_ n: Int) {
-        if head > 0 && storage.count + n > storage.capacity {
+        if head > 0 && (head >= storage.count / 2 || storage.count + n > storage.capacity) {
             storage.removeSubrange(0..<head)
             head = 0
         }
