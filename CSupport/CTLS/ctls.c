@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -34,59 +33,10 @@ struct ctls_ctx {
 struct ctls_conn {
     SSL *ssl;
     ctls_ctx *ctx;
-    int fd;
-    int more;               // the record being written is not the last of this ctls_write
-    int write_retry;        // the last ctls_write ended in CTLS_WANT_*: a record may be pending
     int shutdown_sent;
     int close_notify;       // the peer's close_notify arrived
     char err[320];
 };
-
-// The write side of a connection: OpenSSL's socket BIO, except that a record followed by more
-// of the same ctls_write goes with MSG_MORE, so the kernel sends a batch of records as full
-// segments instead of one segment (and one wake-up of the peer) per 16 KiB record; the last
-// record of the batch goes without it and pushes them all. Reads stay on the socket BIO.
-static int wbio_write(BIO *b, const char *buf, int len) {
-    ctls_conn *c = BIO_get_data(b);
-    BIO_clear_retry_flags(b);
-    if (!c || len <= 0) return 0;
-    errno = 0;
-    ssize_t n = send(c->fd, buf, (size_t)len, MSG_NOSIGNAL | (c->more ? MSG_MORE : 0));
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOTCONN
-            || errno == EINPROGRESS || errno == EALREADY)
-            BIO_set_retry_write(b);
-        return -1;
-    }
-    return (int)n;
-}
-
-static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr) {
-    (void)b; (void)num; (void)ptr;
-    switch (cmd) {
-    case BIO_CTRL_FLUSH: return 1;     // nothing is held here
-    default: return 0;
-    }
-}
-
-static int wbio_create(BIO *b) {
-    BIO_set_init(b, 1);
-    return 1;
-}
-
-static BIO_METHOD *wbio_method;
-static pthread_once_t wbio_once = PTHREAD_ONCE_INIT;
-
-static void wbio_setup(void) {
-    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "loft socket write");
-    if (!m) return;
-    if (BIO_meth_set_write(m, wbio_write) != 1 || BIO_meth_set_ctrl(m, wbio_ctrl) != 1
-        || BIO_meth_set_create(m, wbio_create) != 1) {
-        BIO_meth_free(m);
-        return;
-    }
-    wbio_method = m;
-}
 
 static void put_err(char *err, size_t errlen, const char *what) {
     if (!err || errlen == 0) return;
@@ -253,12 +203,7 @@ ctls_conn *ctls_conn_new(ctls_ctx *ctx, int fd, const char *server_name) {
     c->ctx = ctx;
     c->ssl = SSL_new(ctx->ssl);
     if (!c->ssl) { free(c); return NULL; }
-    c->fd = fd;
-    pthread_once(&wbio_once, wbio_setup);
-    BIO *w = wbio_method ? BIO_new(wbio_method) : NULL;
-    if (!w || SSL_set_rfd(c->ssl, fd) != 1) { BIO_free(w); SSL_free(c->ssl); free(c); return NULL; }
-    BIO_set_data(w, c);
-    SSL_set0_wbio(c->ssl, w);
+    if (SSL_set_fd(c->ssl, fd) != 1) { SSL_free(c->ssl); free(c); return NULL; }
     if (ctx->server) {
         SSL_set_accept_state(c->ssl);
     } else {
@@ -386,17 +331,9 @@ long ctls_read(ctls_conn *c, void *buf, size_t len) {
 long ctls_write(ctls_conn *c, const void *buf, size_t len) {
     clear_errors();
     size_t put = 0;
-    // With partial writes each call writes one record of up to 16 KiB: more follow when len is
-    // longer (the caller loops until its bytes are out), and that record goes with MSG_MORE.
-    // A retry after CTLS_WANT_* first finishes the record left pending and may then write one
-    // more: it is offered at most one record's worth, all without MSG_MORE.
-    if (c->write_retry && len > SSL3_RT_MAX_PLAIN_LENGTH) len = SSL3_RT_MAX_PLAIN_LENGTH;
-    c->more = !c->write_retry && len > SSL3_RT_MAX_PLAIN_LENGTH;
     int r = SSL_write_ex(c->ssl, buf, len, &put);
-    c->more = 0;
-    if (r == 1) { c->write_retry = 0; return (long)put; }
+    if (r == 1) return (long)put;
     int k = classify(c, 0, "TLS write");
-    c->write_retry = k == CTLS_WANT_WRITE || k == CTLS_WANT_READ;
     return k == CTLS_CLOSED ? CTLS_ERROR : k;
 }
 
