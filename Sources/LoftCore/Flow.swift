@@ -118,6 +118,9 @@ public protocol ByteStream: AnyObject {
     func setReadInterest(_ on: Bool)
     /// Half-close: no more bytes from this side.
     func shutdownWrite()
+    /// A `close` once the peer's EOF is read sends this side's end itself (a socket's FIN), so
+    /// a driver that closes right after may leave `shutdownWrite` out.
+    var closeSendsEnd: Bool { get }
     /// Graceful close of both directions.
     func close()
     /// Abortive close (the remote sees a reset).
@@ -132,6 +135,7 @@ extension ByteStream {
     public func consume(_ n: Int) {}
     public func writeSpace(max: Int) -> UnsafeMutableRawBufferPointer? { nil }
     public func commitWrite(_ n: Int) {}
+    public var closeSendsEnd: Bool { false }
 }
 
 /// Replies for one UDP association.

@@ -124,7 +124,7 @@ public final class EventLoop {
     /// Call before closing fd. Events for it still in the current batch are dropped.
     public func unregister(_ fd: Int32) {
         _ = Syscall.epollCtl(epfd, Int32(CLINUX_EPOLL_CTL_DEL), fd, 0, 0)
-        if fd >= 0 && Int(fd) < registrations.count { registrations[Int(fd)].handler = nil }
+        forget(fd)
     }
 
     /// As `unregister`, for an fd closed right after without the EPOLL_CTL_DEL: closing the

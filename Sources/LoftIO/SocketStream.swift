@@ -131,6 +131,9 @@ public final class SocketStream: ByteStream, IOHandler {
         setMask(Self.connectMask)
     }
 
+    /// The close sends the FIN (its peer's EOF read, nothing of it is unread).
+    public var closeSendsEnd: Bool { true }
+
     private static let connectMask = IOEvents.writable | IOEvents.readable | IOEvents.oneShot
 
     /// Fails on the next loop turn (never inside the call that opened the stream).

@@ -428,9 +428,9 @@ public final class Splice: ByteStreamEvents {
     private func passEOF(_ src: Side, _ dst: Side) {
         if !has(.shut, dst) {
             set(.shut, dst)
-            // When that finishes the relay, a socket is closed at once (finishIfDone), and its
-            // close sends the FIN itself (its peer's EOF is read: nothing of it is unread).
-            if !(isDone && stream(dst) is SocketStream) { stream(dst)?.shutdownWrite() }
+            // When that finishes the relay, the stream is closed at once (finishIfDone); one
+            // whose close sends its end itself (a socket's FIN) needs no half-close before.
+            if let s = stream(dst), !(isDone && s.closeSendsEnd) { s.shutdownWrite() }
         }
         finishIfDone()
     }

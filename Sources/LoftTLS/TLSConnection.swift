@@ -317,14 +317,15 @@ package final class TLSConnection: IOHandler {
         var rounds = 0
         var fresh = false
         while state == .open && readEnabled {
-            if rounds == Self.readBurst {
-                if fresh { fresh = false; owner?.tlsReceived(self); continue }
-                schedulePump()
-                return
+            // A burst's worth read, or the buffer full: what came goes to the owner first.
+            if fresh && (rounds == Self.readBurst || inEnd == inCap) {
+                fresh = false
+                owner?.tlsReceived(self)
+                continue
             }
+            if rounds == Self.readBurst { schedulePump(); return }
             if inStart == inEnd { inStart = 0; inEnd = 0 }
             if inEnd == inCap {
-                if fresh { fresh = false; owner?.tlsReceived(self); continue }
                 compactInput()
                 if inEnd == inCap { end(.io("input buffer full (\(inCap) bytes unconsumed)")); return }
             }
