@@ -244,6 +244,13 @@ sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
 # nginx on 198.18.1.2:80 and [fd00:1::2]:80, root $T_DIR/www; /slow/ is rate limited so that
 # many transfers overlap. Optional: worker count, worker_connections.
+# nginx_temp_paths DIR: the http block's temp paths, all under DIR/tmp (nginx's defaults are
+# outside the test's directory).
+nginx_temp_paths() {
+    printf '    %s_temp_path %s;\n' client_body "$1/tmp/body" proxy "$1/tmp/proxy" fastcgi "$1/tmp/fastcgi" \
+        uwsgi "$1/tmp/uwsgi" scgi "$1/tmp/scgi"
+}
+
 start_nginx() {
     local workers=${1:-1} conns=${2:-4096} d=$T_DIR/nginx
     mkdir -p "$d/tmp"
@@ -261,11 +268,7 @@ http {
     tcp_nopush on;
     keepalive_timeout 65;
     keepalive_requests 100000000;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
+$(nginx_temp_paths "$d")
     server {
         listen $SRV4:80 backlog=4096;
         listen [$SRV6]:80 backlog=4096;

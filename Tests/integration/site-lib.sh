@@ -33,11 +33,7 @@ events { worker_connections 256; }
 http {
     access_log $d/access.log;
     default_type application/octet-stream;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
+$(nginx_temp_paths "$d")
     server {
         $http
         listen $SRV4:443 ssl;
