@@ -42,7 +42,7 @@ certs
 # --- 1. h2-library client -> loft-front ----------------------------------------------------
 
 front_yaml "ws, get, h2" "path: /loft" 'pool: { ipv4: 198.18.64.0/24, ipv6: "fd00:64::/64" }' "mtu: 1400" \
-    'dns: [198.18.1.2, "fd00:1::2"]' "keepalive: 10s" "max-streams: 64"
+    "dns: [$SRV4, \"$SRV6\"]" "keepalive: 10s" "max-streams: 64"
 
 if front_up $P1_CASES $P1_SHELL $P1_SHUT; then
     rss0=$(rss_kib "$FRONT_PID")
