@@ -2,6 +2,7 @@
 # What loft sets up in the namespace, and that SIGTERM / SIGINT take all of it down again:
 # the namespace it created, /etc/netns/<ns>/resolv.conf, its TUN, its processes, no new links.
 # A namespace loft did not create is kept. Host mode (no netns, route-all: false).
+# runs alone: it compares the whole machine's links before and after (Tests/run).
 . "$(dirname "$0")/lib.sh"
 
 topo_up
