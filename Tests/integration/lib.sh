@@ -26,6 +26,8 @@ VETH_SRV=loft-${T_ID}s
 # LOFT_TEST_NET=n moves the srv subnet to 198.18.n.0/24 and fd00:n::/64 (default 1, as in
 # testing.md), for running beside another topology that already uses 198.18.1.0/24.
 NET=${LOFT_TEST_NET:-1}
+# Tests/run's lanes run at NET, NET+3, …: the subnets below sit at NET, NET+64, NET+100, NET+150
+# and NET+160, none two of them 3 apart; a new one must keep so.
 SRV_NET4=198.18.$NET.0/24
 SRV_NET6=fd00:$NET::/64
 SRV4=198.18.$NET.2
@@ -242,8 +244,6 @@ make_files() {
 
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
-# nginx on 198.18.1.2:80 and [fd00:1::2]:80, root $T_DIR/www; /slow/ is rate limited so that
-# many transfers overlap. Optional: worker count, worker_connections.
 # nginx_temp_paths DIR: the http block's temp paths, all under DIR/tmp (nginx's defaults are
 # outside the test's directory).
 nginx_temp_paths() {
@@ -251,6 +251,8 @@ nginx_temp_paths() {
         uwsgi "$1/tmp/uwsgi" scgi "$1/tmp/scgi"
 }
 
+# nginx on $SRV4:80 and [$SRV6]:80, root $T_DIR/www; /slow/ is rate limited so that
+# many transfers overlap. Optional: worker count, worker_connections.
 start_nginx() {
     local workers=${1:-1} conns=${2:-4096} d=$T_DIR/nginx
     mkdir -p "$d/tmp"
